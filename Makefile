@@ -1,0 +1,29 @@
+# Two commands on a fresh machine:  make demo  (set up + run the main job)  ·  make test
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.logitlab-installed
+
+.PHONY: setup demo test bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	@echo "installing logitlab with llama-cpp-python (builds from source the first time: ~7 min on 2 cores)"
+	$(PY) -m pip install --quiet -e '.[llamacpp,dev]'
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/logitlab ab --candidate flash_attn=1 --markdown out/demo.md --json out/demo.json
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) benchmarks/bench_compare.py
+	$(PY) benchmarks/bench_overhead.py
+
+clean:
+	rm -rf $(VENV) out logitlab-runs

@@ -1,0 +1,3 @@
+from logitlab.cli import main
+
+main()

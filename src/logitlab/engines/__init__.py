@@ -1,0 +1,86 @@
+"""Engine registry: names and aliases map to lazily imported adapter classes.
+
+``import logitlab`` imports no engine library; an adapter module is imported
+only when its engine is first asked for (as lm-evaluation-harness's
+``MODEL_MAPPING`` does). Third-party engines register through the entry-point
+group ``logitlab.engines`` (``name = "module:Class"``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+from logitlab.engines.base import Engine, Session, StepTiming
+from logitlab.errors import InputError
+
+#: canonical name -> "module:Class"
+ENGINES: dict[str, str] = {
+    "llamacpp": "logitlab.engines.llamacpp:LlamaCppEngine",
+}
+ALIASES: dict[str, str] = {"llama.cpp": "llamacpp", "llama_cpp": "llamacpp", "llama-cpp": "llamacpp"}
+DEFAULT_ENGINE = "llamacpp"
+
+
+def register_engine(name: str, target: str, *aliases: str) -> None:
+    """Register an adapter ``"module:Class"`` under ``name`` and aliases.
+
+    Raises:
+        InputError: a name or alias is already taken by another engine.
+    """
+    for key in (name, *aliases):
+        taken = ENGINES.get(key) or ENGINES.get(ALIASES.get(key, ""))
+        if taken and taken != target:
+            raise InputError(f"engine name {key!r} is already registered to {taken}")
+    ENGINES[name] = target
+    ALIASES.update({alias: name for alias in aliases})
+
+
+def _load_entry_points() -> None:
+    for ep in entry_points(group="logitlab.engines"):
+        if ep.name not in ENGINES:
+            ENGINES[ep.name] = ep.value
+
+
+def canonical_engine_name(name: str) -> str | None:
+    """The registered name for ``name`` or an alias of it, else None."""
+    if name in ENGINES:
+        return name
+    if name in ALIASES:
+        return ALIASES[name]
+    _load_entry_points()
+    return name if name in ENGINES else None
+
+
+def engine_class(name: str) -> type[Engine]:
+    """Import and return the adapter class registered as ``name``.
+
+    Raises:
+        InputError: unknown name (the message lists the valid ones), or the
+            engine's optional dependency is not installed.
+    """
+    canonical = canonical_engine_name(name)
+    if canonical is None:
+        raise InputError(f"unknown engine {name!r}; valid engines: {', '.join(sorted(ENGINES))}")
+    module_name, class_name = ENGINES[canonical].split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InputError(
+            f"engine {canonical!r} needs a package that is not installed ({exc.name}): "
+            f"pip install 'logitlab[{canonical}]'"
+        ) from None
+    return getattr(module, class_name)
+
+
+__all__ = [
+    "ALIASES",
+    "DEFAULT_ENGINE",
+    "ENGINES",
+    "Engine",
+    "Session",
+    "StepTiming",
+    "canonical_engine_name",
+    "engine_class",
+    "register_engine",
+]

@@ -1,0 +1,190 @@
+"""Engine and Session protocols shared by every adapter.
+
+The base classes own the public methods, their input checks and the timing;
+an adapter overrides only the ``_open_session``/``_prefill``/``_decode``/
+``_close`` hooks (the template-method shape of Polygraphy's ``BaseRunner``).
+
+Contract for adapters: ``_prefill`` and ``_decode`` append M tokens to the
+session's sequence and return an ``(M, n_vocab)`` float32 array that the
+adapter owns outright — a fresh copy, never a view of an engine buffer that the
+next call may overwrite.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Sequence
+
+import numpy as np
+
+from logitlab.errors import EngineError, InputError
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """Wall-clock time of one engine call.
+
+    Attributes:
+        kind: ``"prefill"`` or ``"decode"``.
+        n_tokens: tokens appended by the call.
+        seconds: wall time around the engine call only (s).
+    """
+
+    kind: str
+    n_tokens: int
+    seconds: float
+
+
+class Session:
+    """One sequence of appended tokens on an engine (a KV cache).
+
+    Use as a context manager, or call :meth:`close`. ``prefill`` and
+    ``decode`` append tokens and return their logits, shape
+    ``(M, n_vocab)``, float32, freshly copied.
+    """
+
+    def __init__(self, engine: "Engine"):
+        self.engine = engine
+        self.n_past = 0
+        self.timings: list[StepTiming] = []
+        self._closed = False
+
+    # -- public API -------------------------------------------------------
+    def prefill(self, tokens: Sequence[int]) -> np.ndarray:
+        """Append the prompt tokens; return their logits, ``(M, n_vocab)`` float32."""
+        return self._append("prefill", tokens)
+
+    def decode(self, tokens: Sequence[int]) -> np.ndarray:
+        """Append M decode tokens (M=1 greedy, M=K verify); ``(M, n_vocab)`` float32."""
+        return self._append("decode", tokens)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            warnings.warn("logitlab Session was never closed", ResourceWarning, stacklevel=1)
+
+    # -- template ---------------------------------------------------------
+    def _append(self, kind: str, tokens: Sequence[int]) -> np.ndarray:
+        if self._closed:
+            raise EngineError("session is closed")
+        tokens = [int(t) for t in tokens]
+        if not tokens:
+            raise InputError(f"{kind} needs at least one token")
+        n_ctx = self.engine.n_ctx
+        if n_ctx is not None and self.n_past + len(tokens) > n_ctx:
+            raise InputError(
+                f"{self.n_past + len(tokens)} tokens exceed the context of {n_ctx}; "
+                "shorten the prompt or --tokens, or raise n_ctx"
+            )
+        hook = self._prefill if kind == "prefill" else self._decode
+        start = time.perf_counter()
+        logits = hook(tokens)
+        seconds = time.perf_counter() - start
+        self.timings.append(StepTiming(kind, len(tokens), seconds))
+        self._check_logits(logits, len(tokens))
+        self.n_past += len(tokens)
+        return logits
+
+    def _check_logits(self, logits: np.ndarray, n_tokens: int) -> None:
+        expected = (n_tokens, self.engine.n_vocab)
+        if not isinstance(logits, np.ndarray) or logits.shape != expected:
+            shape = getattr(logits, "shape", type(logits).__name__)
+            raise EngineError(f"{self.engine.name} returned logits of shape {shape}, expected {expected}")
+        if logits.dtype != np.float32:
+            raise EngineError(f"{self.engine.name} returned {logits.dtype} logits, expected float32")
+
+    def _prefill(self, tokens: list[int]) -> np.ndarray:
+        return self._decode(tokens)
+
+    def _decode(self, tokens: list[int]) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        pass
+
+
+@dataclass
+class Engine:
+    """A loaded model on one engine with one set of options.
+
+    Subclasses set ``name`` and implement ``_load``, ``tokenize``,
+    ``detokenize``, ``n_vocab``, ``n_ctx``, ``describe`` and ``_open_session``.
+
+    Attributes:
+        model: path of the model file or folder.
+        options: engine options, already validated by :meth:`validate_options`.
+        load_seconds: wall time of loading (s), outside every timed region.
+    """
+
+    model: str
+    options: dict[str, Any] = field(default_factory=dict)
+    load_seconds: float = 0.0
+    name: ClassVar[str] = "engine"
+    #: option name -> (converter from the command-line string, short help).
+    OPTIONS: ClassVar[dict[str, tuple[Callable[[Any], Any], str]]] = {}
+
+    def __post_init__(self) -> None:
+        self.options = self.validate_options(self.options)
+        start = time.perf_counter()
+        self._load()
+        self.load_seconds = time.perf_counter() - start
+
+    @classmethod
+    def validate_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """Check option names and convert their values; raise InputError naming valid keys."""
+        converted = {}
+        for key, value in options.items():
+            if key not in cls.OPTIONS:
+                raise InputError(
+                    f"unknown {cls.name} option {key!r}; valid options: {', '.join(sorted(cls.OPTIONS))}"
+                )
+            convert, _ = cls.OPTIONS[key]
+            try:
+                converted[key] = convert(value)
+            except (TypeError, ValueError) as exc:
+                raise InputError(f"bad value {value!r} for {cls.name} option {key!r}: {exc}") from None
+        return converted
+
+    def open_session(self) -> Session:
+        """Start a fresh sequence (empty KV cache)."""
+        return self._open_session()
+
+    def close(self) -> None:
+        """Release the engine's resources."""
+
+    # hooks ---------------------------------------------------------------
+    def _load(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _open_session(self) -> Session:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def tokenize(self, text: str) -> list[int]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def detokenize(self, tokens: Sequence[int]) -> str:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @property
+    def n_vocab(self) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @property
+    def n_ctx(self) -> int | None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """Name, version, options and model identity for the run manifest."""
+        return {"engine": self.name, "model": self.model, "options": dict(self.options)}

@@ -1,0 +1,160 @@
+"""llama.cpp through llama-cpp-python (``pip install 'logitlab[llamacpp]'``).
+
+A session is the ``Llama`` object's single sequence: ``reset()`` empties it and
+``eval(tokens)`` appends M tokens in one ``llama_decode`` per ``n_batch``
+tokens, with logits kept for every row (``logits_all=True``). ``eval`` with
+M > 1 decode tokens is llama.cpp's M=K verify path. The logits are copied out
+of ``Llama.scores``, which the next call overwrites.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from logitlab.engines.base import Engine, Session
+from logitlab.errors import EngineError, InputError
+from logitlab.models import check_gguf, default_model_path, file_sha256
+
+#: ggml tensor types accepted for the KV cache (``type_k`` / ``type_v``).
+KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
+
+
+def _bool(value: Any) -> bool:
+    text = str(value).strip().lower()
+    if text in ("1", "true", "on", "yes"):
+        return True
+    if text in ("0", "false", "off", "no"):
+        return False
+    raise ValueError("expected 1/0, true/false, on/off")
+
+
+def _positive_int(value: Any) -> int:
+    number = int(value)
+    if number < 1:
+        raise ValueError("must be at least 1")
+    return number
+
+
+def _kv_type(value: Any) -> str:
+    name = str(value).strip().lower()
+    if name not in KV_TYPES:
+        raise ValueError(f"valid types: {', '.join(KV_TYPES)}")
+    return name
+
+
+class LlamaCppSession(Session):
+    engine: "LlamaCppEngine"
+
+    def __init__(self, engine: "LlamaCppEngine"):
+        super().__init__(engine)
+        engine.llama.reset()
+
+    def _decode(self, tokens: list[int]) -> np.ndarray:
+        llama = self.engine.llama
+        start = llama.n_tokens
+        try:
+            llama.eval(tokens)
+        except Exception as exc:  # llama-cpp-python raises RuntimeError/ValueError
+            raise EngineError(f"llama.cpp failed to evaluate {len(tokens)} tokens at position {start}: {exc}") from exc
+        return np.array(llama.scores[start : start + len(tokens)], dtype=np.float32, copy=True)
+
+    def _close(self) -> None:
+        self.engine.llama.reset()
+
+
+class LlamaCppEngine(Engine):
+    """llama.cpp via llama-cpp-python, CPU by default.
+
+    Options (engine-native names, see ``llama_cpp.Llama``): ``n_threads``,
+    ``n_threads_batch``, ``n_batch``, ``n_ubatch``, ``n_ctx``, ``flash_attn``,
+    ``type_k``, ``type_v``, ``n_gpu_layers``, ``offload_kqv``, ``use_mmap``,
+    ``seed``. Unset options take llama-cpp-python's defaults, except
+    ``n_ctx`` (512 here) and ``logits_all`` (always on: every row's logits).
+    """
+
+    name = "llamacpp"
+    OPTIONS = {
+        "n_threads": (_positive_int, "threads for single-token decode"),
+        "n_threads_batch": (_positive_int, "threads for batched (prefill) evaluation"),
+        "n_batch": (_positive_int, "logical batch size (tokens per llama_decode call)"),
+        "n_ubatch": (_positive_int, "physical micro-batch size"),
+        "n_ctx": (_positive_int, "context length in tokens (default 512)"),
+        "flash_attn": (_bool, "flash attention on/off"),
+        "type_k": (_kv_type, "KV cache type for K (f16 default)"),
+        "type_v": (_kv_type, "KV cache type for V (f16 default)"),
+        "n_gpu_layers": (int, "layers offloaded to a GPU (0 on CPU builds)"),
+        "offload_kqv": (_bool, "offload KQV ops to the GPU"),
+        "use_mmap": (_bool, "mmap the model file"),
+        "seed": (int, "RNG seed (greedy replay does not sample)"),
+    }
+    DEFAULT_N_CTX = 512
+
+    def _load(self) -> None:
+        import llama_cpp
+
+        path = check_gguf(self.model or default_model_path())
+        self.model = str(path)
+        kwargs: dict[str, Any] = {k: v for k, v in self.options.items() if k not in ("type_k", "type_v")}
+        for key in ("type_k", "type_v"):
+            if key in self.options:
+                kwargs[key] = getattr(llama_cpp, f"GGML_TYPE_{self.options[key].upper()}")
+        kwargs.setdefault("n_ctx", self.DEFAULT_N_CTX)
+        try:
+            self.llama = llama_cpp.Llama(model_path=self.model, logits_all=True, verbose=False, **kwargs)
+        except Exception as exc:
+            raise EngineError(f"llama.cpp could not load {self.model} with options {self.options}: {exc}") from exc
+        self._version = getattr(llama_cpp, "__version__", "unknown")
+
+    def _open_session(self) -> LlamaCppSession:
+        return LlamaCppSession(self)
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(self.llama.tokenize(text.encode("utf-8"), add_bos=True, special=False))
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return self.llama.detokenize(list(tokens)).decode("utf-8", errors="replace")
+
+    @property
+    def n_vocab(self) -> int:
+        return int(self.llama.n_vocab())
+
+    @property
+    def n_ctx(self) -> int:
+        return int(self.llama.n_ctx())
+
+    def close(self) -> None:
+        llama = getattr(self, "llama", None)
+        if llama is not None:
+            llama.close()
+            self.llama = None
+
+    def describe(self) -> dict[str, Any]:
+        import llama_cpp
+
+        return {
+            "engine": self.name,
+            "engine_version": f"llama-cpp-python {self._version}",
+            "system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip(),
+            "model": self.model,
+            "model_sha256": file_sha256(os.path.abspath(self.model)),
+            "options": dict(self.options),
+            "effective": {
+                "n_ctx": self.n_ctx,
+                "n_batch": self.llama.n_batch,
+                "n_threads": self.llama.n_threads,
+                "n_threads_batch": self.llama.n_threads_batch,
+            },
+            "load_seconds": round(self.load_seconds, 4),
+        }
+
+
+def check_context(engine: Engine, n_tokens: int) -> None:
+    """Raise InputError if ``n_tokens`` do not fit the engine's context."""
+    if engine.n_ctx is not None and n_tokens > engine.n_ctx:
+        raise InputError(
+            f"prompt + tokens = {n_tokens} tokens exceed the context of {engine.n_ctx}; "
+            "shorten the prompt or --tokens, or pass n_ctx=... in the variant"
+        )

@@ -1,0 +1,115 @@
+"""Variant specs: an engine, a model, engine options and environment knobs.
+
+Grammar of a spec string (``--control`` / ``--candidate``)::
+
+    [ENGINE:][MODEL][?KEY=VALUE[&KEY=VALUE...]]     llamacpp:model.gguf?flash_attn=1
+    KEY=VALUE[,KEY=VALUE...]                        n_ubatch=4,flash_attn=1
+    ENGINE:                                          hf:   (engine's defaults)
+
+Environment knobs (``--candidate-env NAME[=VALUE]``): ``NAME`` alone sets it to
+``1``, as the seed report's ``--candidate-env DS4_METAL_DISABLE_INDEXER_LLT``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from logitlab.engines import canonical_engine_name
+from logitlab.errors import InputError
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One side of a comparison.
+
+    Attributes:
+        label: ``"control"`` or ``"candidate"``.
+        engine: registered engine name.
+        model: model path (None: the engine's default, the embedded model).
+        options: engine options as given (strings until the engine converts them).
+        env: environment knobs set for this variant's slots.
+    """
+
+    label: str
+    engine: str
+    model: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.options.items()]
+        parts += [f"env {k}={v}" for k, v in self.env.items()]
+        return f"{self.engine}" + (f" ({', '.join(parts)})" if parts else " (defaults)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "engine": self.engine, "model": self.model,
+                "options": dict(self.options), "env": dict(self.env)}
+
+
+def parse_options(text: str, separators: str = ",&") -> dict[str, str]:
+    """Parse ``k=v,k=v`` (or ``&``-separated) into a dict of strings.
+
+    Raises:
+        InputError: an item without ``=`` or with an empty key.
+    """
+    options: dict[str, str] = {}
+    for item in re.split(f"[{re.escape(separators)}]", text):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"bad option {item!r}: expected KEY=VALUE")
+        options[key.strip()] = value.strip()
+    return options
+
+
+def parse_env(items: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """Parse ``NAME[=VALUE]`` knobs; ``NAME`` alone means ``NAME=1``.
+
+    Raises:
+        InputError: a name that is not a valid environment variable name.
+    """
+    env: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not _ENV_NAME.match(name):
+            raise InputError(f"bad environment knob {item!r}: expected NAME or NAME=VALUE")
+        env[name] = value if sep else "1"
+    return env
+
+
+def _looks_like_options(text: str) -> bool:
+    return "=" in text and "/" not in text.split("=", 1)[0] and not text.endswith(".gguf")
+
+
+def parse_variant(
+    text: str | None,
+    label: str,
+    *,
+    default_engine: str,
+    default_model: str | None = None,
+    env: dict[str, str] | None = None,
+) -> Variant:
+    """Parse a variant spec string (see the module docstring).
+
+    Raises:
+        InputError: malformed options.
+    """
+    text = (text or "").strip()
+    engine, model, options = default_engine, default_model, {}
+    prefix, colon, rest = text.partition(":")
+    if colon and canonical_engine_name(prefix) is not None:
+        engine, text = canonical_engine_name(prefix), rest
+    if "?" in text:
+        target, _, query = text.partition("?")
+        model = target or model
+        options = parse_options(query)
+    elif _looks_like_options(text):
+        options = parse_options(text)
+    elif text:
+        model = text
+    return Variant(label=label, engine=engine, model=model, options=options, env=dict(env or {}))

@@ -1,0 +1,46 @@
+"""Subprocess entry point for a process-isolated slot.
+
+``python -m logitlab.experiments.worker REQUEST.json`` loads the variant's
+engine (its environment was set by the parent), runs the workload, and writes
+``logits.npy`` and ``result.json`` into the request's ``out`` folder. A
+failure exits non-zero with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from logitlab.engines import engine_class
+from logitlab.errors import LogitlabError
+from logitlab.experiments.workload import run_workload
+
+
+def main(argv: list[str]) -> int:
+    request = json.loads(Path(argv[0]).read_text())
+    variant = request["variant"]
+    try:
+        engine = engine_class(variant["engine"])(model=variant["model"], options=variant["options"])
+        try:
+            output = run_workload(engine, request["prompt_ids"], request["n_decode"], request["replay"])
+        finally:
+            engine.close()
+    except LogitlabError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(request["out"])
+    np.save(out / "logits.npy", output.logits)
+    (out / "result.json").write_text(json.dumps({
+        "input_ids": output.input_ids,
+        "generated": output.generated,
+        "timings": [dataclasses.asdict(t) for t in output.timings],
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

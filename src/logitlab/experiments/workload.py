@@ -1,0 +1,115 @@
+"""The workload every slot runs: prefill a prompt, then N decode steps.
+
+The reference run decodes greedily (each next token is the argmax of the last
+row); every other run *replays* those token ids, so all runs see identical
+inputs and every position can be compared — even where a candidate's argmax
+would have chosen another token.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from logitlab.engines.base import Engine, StepTiming
+from logitlab.errors import InputError
+
+DEFAULT_PROMPT = (
+    "The lighthouse keeper had kept a journal for thirty years. Every evening he wrote down "
+    "the colour of the sea, the ships that passed, and the birds that rested on the rail. "
+    "One winter night, a small boat appeared out of the fog with no one aboard. He rowed out"
+)
+
+
+def load_prompt(prompt: str | None, prompt_file: str | None) -> str:
+    """The prompt text: ``--prompt``, ``--prompt-file`` or the built-in prose prompt.
+
+    Raises:
+        InputError: both given, the file is missing or unreadable, or the prompt is empty.
+    """
+    if prompt is not None and prompt_file is not None:
+        raise InputError("give --prompt or --prompt-file, not both")
+    if prompt_file is not None:
+        try:
+            prompt = Path(prompt_file).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"cannot read --prompt-file {prompt_file}: {exc.strerror}") from None
+    text = DEFAULT_PROMPT if prompt is None else prompt
+    if not text.strip():
+        raise InputError("the prompt is empty")
+    return text
+
+
+@dataclass
+class RunOutput:
+    """What one run of the workload produced.
+
+    Attributes:
+        logits: ``(n_prompt + n_decode, n_vocab)`` float32, one row per input position.
+        input_ids: the token id fed at each position (prompt, then decode tokens).
+        generated: the decode token ids (greedy for a reference run, replayed otherwise).
+        timings: one entry per engine call (seconds of wall time around the call).
+    """
+
+    logits: np.ndarray
+    input_ids: list[int]
+    generated: list[int]
+    timings: list[StepTiming]
+
+    def seconds(self, kind: str) -> float:
+        return float(sum(t.seconds for t in self.timings if t.kind == kind))
+
+    def n_tokens(self, kind: str) -> int:
+        return int(sum(t.n_tokens for t in self.timings if t.kind == kind))
+
+    def tokens_per_second(self, kind: str) -> float:
+        seconds = self.seconds(kind)
+        return self.n_tokens(kind) / seconds if seconds > 0 else float("nan")
+
+
+def run_workload(
+    engine: Engine,
+    prompt_ids: Sequence[int],
+    n_decode: int,
+    replay: Sequence[int] | None = None,
+) -> RunOutput:
+    """Prefill ``prompt_ids`` then decode ``n_decode`` tokens, one per call (M=1).
+
+    With ``replay`` the decode tokens are those ids; without, greedy (argmax of
+    the previous row). Only the engine calls are timed.
+
+    Raises:
+        InputError: ``replay`` shorter than ``n_decode``, or the context is too small.
+    """
+    if replay is not None and len(replay) < n_decode:
+        raise InputError(f"replay has {len(replay)} tokens, {n_decode} needed")
+    rows: list[np.ndarray] = []
+    generated: list[int] = []
+    with engine.open_session() as session:
+        rows.append(session.prefill(prompt_ids))
+        for step in range(n_decode):
+            token = int(replay[step]) if replay is not None else int(np.argmax(rows[-1][-1]))
+            generated.append(token)
+            rows.append(session.decode([token]))
+        timings = list(session.timings)
+    return RunOutput(np.concatenate(rows), list(prompt_ids) + generated, generated, timings)
+
+
+@contextmanager
+def environment(knobs: dict[str, str]) -> Iterator[None]:
+    """Set environment knobs for the duration of the block, then restore them."""
+    saved = {name: os.environ.get(name) for name in knobs}
+    os.environ.update(knobs)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

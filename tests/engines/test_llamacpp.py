@@ -1,0 +1,70 @@
+"""The llama.cpp adapter on the real embedded model."""
+
+import numpy as np
+import pytest
+
+from logitlab.engines import engine_class
+from logitlab.errors import InputError
+
+from conftest import SHORT_PROMPT
+
+LlamaCppEngine = engine_class("llamacpp")
+
+
+@pytest.fixture(scope="module")
+def engine():
+    engine = LlamaCppEngine(model=None, options={})
+    yield engine
+    engine.close()
+
+
+def test_prefill_and_decode_return_fresh_float32_rows(engine):
+    ids = engine.tokenize(SHORT_PROMPT)
+    with engine.open_session() as session:
+        prefill = session.prefill(ids)
+        first = session.decode([int(prefill[-1].argmax())])
+        kept = first.copy()
+        second = session.decode([int(first[-1].argmax())])
+        block = session.decode([1, 2, 3])  # M=K: one row per appended token
+    assert prefill.shape == (len(ids), engine.n_vocab) and prefill.dtype == np.float32
+    assert first.shape == second.shape == (1, engine.n_vocab)
+    assert block.shape == (3, engine.n_vocab)
+    assert np.array_equal(first, kept), "a later call overwrote returned logits"
+    assert not np.shares_memory(first, engine.llama.scores)
+    assert [t.kind for t in session.timings] == ["prefill", "decode", "decode", "decode"]
+    assert all(t.seconds > 0 for t in session.timings)
+
+
+def test_new_session_reproduces_logits(engine):
+    ids = engine.tokenize(SHORT_PROMPT)
+    with engine.open_session() as s1:
+        a = s1.prefill(ids)
+    with engine.open_session() as s2:
+        b = s2.prefill(ids)
+    assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_unknown_option_names_valid_ones():
+    with pytest.raises(InputError, match=r"unknown llamacpp option 'flash'; valid options: .*flash_attn.*n_ubatch"):
+        LlamaCppEngine(model=None, options={"flash": "1"})
+
+
+def test_bad_option_value():
+    with pytest.raises(InputError, match="bad value 'maybe' for llamacpp option 'flash_attn'"):
+        LlamaCppEngine(model=None, options={"flash_attn": "maybe"})
+
+
+def test_missing_and_non_gguf_model(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        LlamaCppEngine(model=str(tmp_path / "missing.gguf"))
+    bogus = tmp_path / "model.gguf"
+    bogus.write_bytes(b"PK\x03\x04 not a gguf")
+    with pytest.raises(InputError, match="is not GGUF"):
+        LlamaCppEngine(model=str(bogus))
+
+
+def test_describe_has_version_hash_and_options(engine):
+    info = engine.describe()
+    assert info["engine_version"].startswith("llama-cpp-python ")
+    assert len(info["model_sha256"]) == 64
+    assert info["effective"]["n_ctx"] == 512
