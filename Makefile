@@ -19,6 +19,7 @@ demo: setup
 	$(VENV)/bin/logitlab ab --candidate flash_attn=1 --markdown out/demo.md --json out/demo.json
 
 test: setup
+	@bash scripts/install-bench-tools.sh
 	$(PY) -m pytest -q
 
 bench: setup

@@ -17,8 +17,8 @@ def test_first_measured_run_is_control_even_when_randomised():
     for seed in range(20):
         slots = ab_schedule(6, warmup=0, randomize=True, seed=seed)
         assert slots[0].variant == "control"
-        patterns = block_patterns(6, randomize=True, seed=seed)
-        assert patterns.count("ABBA") == patterns.count("BAAB") == 3
+        patterns = block_patterns(7, randomize=True, seed=seed)
+        assert patterns[0] == "ABBA" and patterns[1:].count("ABBA") == patterns[1:].count("BAAB") == 3
 
 
 def test_randomised_order_is_seeded():

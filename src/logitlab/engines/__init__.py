@@ -17,8 +17,11 @@ from logitlab.errors import InputError
 #: canonical name -> "module:Class"
 ENGINES: dict[str, str] = {
     "llamacpp": "logitlab.engines.llamacpp:LlamaCppEngine",
+    "cmd": "logitlab.engines.command:CommandEngine",
+    "openai": "logitlab.engines.openai:OpenAIEngine",
 }
-ALIASES: dict[str, str] = {"llama.cpp": "llamacpp", "llama_cpp": "llamacpp", "llama-cpp": "llamacpp"}
+ALIASES: dict[str, str] = {"llama.cpp": "llamacpp", "llama_cpp": "llamacpp", "llama-cpp": "llamacpp",
+                           "command": "cmd", "openai-compatible": "openai"}
 DEFAULT_ENGINE = "llamacpp"
 
 

@@ -134,6 +134,9 @@ class Engine:
     name: ClassVar[str] = "engine"
     #: option name -> (converter from the command-line string, short help).
     OPTIONS: ClassVar[dict[str, tuple[Callable[[Any], Any], str]]] = {}
+    #: option that ``--engine NAME:TARGET`` fills (``cmd``: the command, ``openai``: the URL);
+    #: None: TARGET is the model.
+    TARGET_OPTION: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
         self.options = self.validate_options(self.options)
@@ -160,6 +163,18 @@ class Engine:
     def open_session(self) -> Session:
         """Start a fresh sequence (empty KV cache)."""
         return self._open_session()
+
+    def run_workload(self, prompt_ids: Sequence[int], n_decode: int, replay: Sequence[int] | None) -> Any:
+        """Optional fast path: run a whole workload in one go.
+
+        :func:`logitlab.experiments.workload.run_workload` calls this first and
+        uses sessions only when it returns None (the default). Engines whose
+        unit of work is a whole sequence (a process, an HTTP request) return a
+        ``RunOutput`` here with the same meaning as the session path: one row
+        per input position (prompt, then ``n_decode`` greedy or replayed
+        tokens), and prefill/decode timings.
+        """
+        return None
 
     def close(self) -> None:
         """Release the engine's resources."""

@@ -123,7 +123,8 @@ class LlamaCppEngine(Engine):
 
     @property
     def n_ctx(self) -> int:
-        return int(self.llama.n_ctx())
+        # llama.cpp may pad the context; the logits buffer holds the n_ctx asked for.
+        return min(int(self.llama.n_ctx()), int(self.llama.scores.shape[0]))
 
     def close(self) -> None:
         llama = getattr(self, "llama", None)

@@ -5,6 +5,13 @@ Grammar of a spec string (``--control`` / ``--candidate``)::
     [ENGINE:][MODEL][?KEY=VALUE[&KEY=VALUE...]]     llamacpp:model.gguf?flash_attn=1
     KEY=VALUE[,KEY=VALUE...]                        n_ubatch=4,flash_attn=1
     ENGINE:                                          hf:   (engine's defaults)
+    ENGINE:TARGET[?KEY=VALUE...]                     openai:http://127.0.0.1:8080/v1
+
+For engines with a target option (``cmd``: the command template, ``openai``:
+the server URL; see ``Engine.TARGET_OPTION``) the text after ``ENGINE:`` is
+that target, not a model. ``default_engine`` may be ``NAME:TARGET`` too
+(``--engine 'cmd:./my-engine --tokens {tokens} --logits {logits}'``); its
+target applies to variants of that engine unless their spec gives one.
 
 Environment knobs (``--candidate-env NAME[=VALUE]``): ``NAME`` alone sets it to
 ``1``, as the seed report's ``--candidate-env DS4_METAL_DISABLE_INDEXER_LLT``.
@@ -16,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from logitlab.engines import canonical_engine_name
+from logitlab.engines import canonical_engine_name, engine_class
 from logitlab.errors import InputError
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -100,16 +107,46 @@ def parse_variant(
         InputError: malformed options.
     """
     text = (text or "").strip()
-    engine, model, options = default_engine, default_model, {}
+    engine, default_target = _split_engine(default_engine)
+    model, options, target = default_model, {}, ""
     prefix, colon, rest = text.partition(":")
     if colon and canonical_engine_name(prefix) is not None:
-        engine, text = canonical_engine_name(prefix), rest
+        spec_engine, text = canonical_engine_name(prefix), rest
+        if _target_option(spec_engine) is not None:
+            target, sep, query = text.partition("?")
+            target, text = target.strip(), sep + query
+        if spec_engine != engine:
+            default_target = ""
+        engine = spec_engine
+    target = target or default_target
     if "?" in text:
-        target, _, query = text.partition("?")
-        model = target or model
+        path, _, query = text.partition("?")
+        model = path or model
         options = parse_options(query)
     elif _looks_like_options(text):
         options = parse_options(text)
     elif text:
         model = text
+    if target:
+        key = _target_option(engine)
+        if key is None:
+            model = model or target
+        else:
+            options = {key: target, **options}
     return Variant(label=label, engine=engine, model=model, options=options, env=dict(env or {}))
+
+
+def _split_engine(text: str) -> tuple[str, str]:
+    """``NAME:TARGET`` -> (registered name, target); a bare or unknown name -> (text, "")."""
+    name, colon, target = text.partition(":")
+    if colon and canonical_engine_name(name) is not None:
+        return canonical_engine_name(name), target.strip()
+    return text, ""
+
+
+def _target_option(engine: str) -> str | None:
+    """The option ``ENGINE:TARGET`` fills, or None (TARGET is the model); None if the adapter cannot load."""
+    try:
+        return getattr(engine_class(engine), "TARGET_OPTION", None)
+    except InputError:
+        return None

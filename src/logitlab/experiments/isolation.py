@@ -62,6 +62,10 @@ class SlotRunner:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def adopt(self, label: str, engine: Engine) -> None:
+        """Use an already loaded engine for ``label`` (``session`` isolation only)."""
+        self._engines[label] = engine
+
     def close(self) -> None:
         for engine in self._engines.values():
             engine.close()
@@ -124,4 +128,13 @@ def run_in_subprocess(
         input_ids=result["input_ids"],
         generated=result["generated"],
         timings=[StepTiming(**t) for t in result["timings"]],
+        topk=_topk_from(result.get("topk")),
     )
+
+
+def _topk_from(data: dict | None):
+    if data is None:
+        return None
+    from logitlab.numerics.topk import TopKRows
+
+    return TopKRows.from_dict(data)

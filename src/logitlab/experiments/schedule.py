@@ -10,10 +10,10 @@ with.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 from logitlab.errors import InputError
+from logitlab.perf import block_patterns as perf_block_patterns
 
 CONTROL, CANDIDATE = "control", "candidate"
 PATTERNS = {"ABBA": (CONTROL, CANDIDATE, CANDIDATE, CONTROL), "BAAB": (CANDIDATE, CONTROL, CONTROL, CANDIDATE)}
@@ -43,19 +43,16 @@ class Slot:
 
 
 def block_patterns(repeats: int, *, randomize: bool = False, seed: int = 0) -> list[str]:
-    """Patterns of ``repeats`` blocks: alternating, or a seeded balanced shuffle.
+    """Patterns of ``repeats`` blocks: alternating, or ABBA then a seeded balanced random order.
 
     Raises:
         InputError: ``repeats`` < 1.
     """
     if repeats < 1:
         raise InputError(f"--repeats must be at least 1, got {repeats}")
-    patterns = ["ABBA" if i % 2 == 0 else "BAAB" for i in range(repeats)]
-    if randomize and repeats > 2:
-        rest = patterns[1:]
-        random.Random(seed).shuffle(rest)
-        patterns = patterns[:1] + rest
-    return patterns
+    if not randomize:
+        return perf_block_patterns(repeats)
+    return ["ABBA"] + perf_block_patterns(repeats - 1, order="random", first="BAAB", seed=seed)
 
 
 def ab_schedule(repeats: int, *, warmup: int = 1, randomize: bool = False, seed: int = 0) -> list[Slot]:

@@ -38,6 +38,7 @@ def main(argv: list[str]) -> int:
         "input_ids": output.input_ids,
         "generated": output.generated,
         "timings": [dataclasses.asdict(t) for t in output.timings],
+        "topk": None if output.topk is None else output.topk.to_dict(),
     }))
     return 0
 

@@ -12,12 +12,15 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
 from logitlab.engines.base import Engine, StepTiming
 from logitlab.errors import InputError
+
+if TYPE_CHECKING:
+    from logitlab.numerics.topk import TopKRows
 
 DEFAULT_PROMPT = (
     "The lighthouse keeper had kept a journal for thirty years. Every evening he wrote down "
@@ -54,12 +57,25 @@ class RunOutput:
         input_ids: the token id fed at each position (prompt, then decode tokens).
         generated: the decode token ids (greedy for a reference run, replayed otherwise).
         timings: one entry per engine call (seconds of wall time around the call).
+        topk: for engines that return only the top-k log-probabilities per
+            position (``openai``): those, and ``logits`` is then empty,
+            shape ``(n_positions, 0)``.
     """
 
     logits: np.ndarray
     input_ids: list[int]
     generated: list[int]
     timings: list[StepTiming]
+    topk: "TopKRows | None" = None
+
+    def same_bits(self, other: "RunOutput") -> bool:
+        """True iff both runs returned bit-identical logits (or top-k data)."""
+        if (self.topk is None) != (other.topk is None):
+            return False
+        if self.topk is not None:
+            return self.topk.same_bits(other.topk)
+        return self.logits.shape == other.logits.shape and np.array_equal(
+            self.logits.view(np.uint32), other.logits.view(np.uint32))
 
     def seconds(self, kind: str) -> float:
         return float(sum(t.seconds for t in self.timings if t.kind == kind))
@@ -81,11 +97,17 @@ def run_workload(
     """Prefill ``prompt_ids`` then decode ``n_decode`` tokens, one per call (M=1).
 
     With ``replay`` the decode tokens are those ids; without, greedy (argmax of
-    the previous row). Only the engine calls are timed.
+    the previous row). Only the engine calls are timed. An engine whose
+    :meth:`~logitlab.engines.base.Engine.run_workload` returns a result (one
+    process or request per run: ``cmd``, ``openai``) runs the workload itself.
 
     Raises:
         InputError: ``replay`` shorter than ``n_decode``, or the context is too small.
     """
+    hook = getattr(engine, "run_workload", None)
+    whole = hook(prompt_ids, n_decode, replay) if hook is not None else None
+    if whole is not None:
+        return whole
     if replay is not None and len(replay) < n_decode:
         raise InputError(f"replay has {len(replay)} tokens, {n_decode} needed")
     rows: list[np.ndarray] = []

@@ -1,0 +1,169 @@
+"""``logitlab ab``: counterbalanced A/B of two engine variants."""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from logitlab.cli.common import (
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    fail,
+    handle_errors,
+    make_progress,
+    report_console,
+    threshold_options,
+    thresholds_from,
+)
+from logitlab.engines import DEFAULT_ENGINE
+from logitlab.engines.variant import parse_env, parse_variant
+from logitlab.errors import LogitlabError
+from logitlab.experiments.isolation import ISOLATION_LEVELS
+from logitlab.numerics import VERDICTS
+
+REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
+
+
+@click.command()
+@click.option("--model", type=str, default=None, help="Model file (default: the embedded SmolLM2-135M Q4_1 GGUF).")
+@click.option("--engine", "engine", default=DEFAULT_ENGINE, show_default=True,
+              help="Engine of both variants: NAME, or NAME:TARGET for 'cmd:COMMAND TEMPLATE' and "
+                   "'openai:http://HOST:PORT/v1'.")
+@click.option("--control-model", default=None, help="Model of the control only (openai: the served model name).")
+@click.option("--candidate-model", default=None, help="Model of the candidate only.")
+@click.option("--control", default="", help="Control spec: KEY=VALUE[,KEY=VALUE] engine options, or "
+                                             "[ENGINE:][MODEL][?KEY=VALUE&...].")
+@click.option("--candidate", default=None, help="Candidate spec, same form (default: same as the control: an A/A).")
+@click.option("--control-env", multiple=True, metavar="NAME[=VALUE]", help="Environment knob for control slots.")
+@click.option("--candidate-env", multiple=True, metavar="NAME[=VALUE]", help="Environment knob for candidate slots.")
+@click.option("--prompt", default=None, help="Prompt text (default: a built-in prose prompt).")
+@click.option("--prompt-file", type=str, default=None, help="Read the prompt from a file.")
+@click.option("--tokens", "n_decode", type=int, default=64, show_default=True, help="Greedy decode steps.")
+@click.option("--repeats", type=int, default=5, show_default=True, help="ABBA/BAAB blocks (4 timed slots each).")
+@click.option("--warmup", type=int, default=1, show_default=True, help="Untimed runs per variant first.")
+@click.option("--isolation", type=click.Choice(ISOLATION_LEVELS), default="session", show_default=True,
+              help="session: fresh session per slot on one engine per variant; engine: fresh engine object per "
+                   "slot; process: each slot in its own subprocess — the only honest level for environment "
+                   "knobs and options an engine reads at start-up.")
+@click.option("--randomize", is_flag=True, help="Seeded, balanced random order of block patterns.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for --randomize and the bootstrap.")
+@click.option("--no-escalate", is_flag=True, help="Do not repeat a failing A/A at stronger isolation.")
+@threshold_options
+@click.option("--margin", type=float, default=None,
+              help="Equivalence margin δ for the speed call, as a fraction (0.02 = 2 %%). Default: from the A/A.")
+@click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
+              help="Exit 1 when the A/B verdict (or the A/A) is worse than this.")
+@click.option("--json", "json_path", type=str, default=None, help="Write the full result as JSON.")
+@click.option("--markdown", "markdown_path", type=str, default=None, help="Write a Markdown report (PR comment).")
+@click.option("--log", "log_path", type=str, default=None,
+              help="JSONL file each run is appended to as it finishes (default: next to --json, else "
+                   "./logitlab-runs/ab-TIMESTAMP.jsonl).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@handle_errors
+def ab(**opts: Any) -> None:
+    """Counterbalanced A/B of two engine variants: bit-exactness, verdict, speed.
+
+    Runs an untimed warmup per variant, then ABBA/BAAB blocks. The first
+    measured control run decodes greedily and is the reference; every other run
+    replays its tokens and is compared with it on every logit. Control runs give
+    the A/A (does the control reproduce itself?), candidate runs the verdict,
+    and the slot timings a paired speed ratio with a 95 % CI.
+
+    \b
+    Examples:
+      logitlab ab --candidate flash_attn=1
+      logitlab ab --model my.gguf --control n_ubatch=512 --candidate n_ubatch=4 --json out.json
+      logitlab ab --candidate-env GGML_SOME_KNOB=1 --isolation process
+      logitlab ab --engine 'cmd:./my-engine --tokens {tokens} --logits {logits}' --candidate-env MY_KNOB=1
+      logitlab ab --engine openai:http://127.0.0.1:8080/v1 --control-model a --candidate-model b
+    """
+    from logitlab.experiments.ab import AbConfig
+    from logitlab.experiments.workload import load_prompt
+
+    config = AbConfig(
+        control=parse_variant(opts["control"], "control", default_engine=opts["engine"],
+                              default_model=opts["control_model"] or opts["model"],
+                              env=parse_env(opts["control_env"])),
+        candidate=parse_variant(opts["control"] if opts["candidate"] is None else opts["candidate"], "candidate",
+                                default_engine=opts["engine"], default_model=opts["candidate_model"] or opts["model"],
+                                env=parse_env(opts["candidate_env"])),
+        prompt=load_prompt(opts["prompt"], opts["prompt_file"]),
+        n_decode=opts["n_decode"], repeats=opts["repeats"], warmup=opts["warmup"],
+        isolation=opts["isolation"], randomize=opts["randomize"], seed=opts["seed"],
+        escalate=not opts["no_escalate"], top_k=opts["top_k"], margin=opts["margin"],
+        thresholds=thresholds_from(opts),
+    )
+    log_path = opts["log_path"] or _default_log_path(opts["json_path"])
+    result, error = _run_with_progress(config, log_path, opts["quiet"])
+    _write_reports(result, opts["json_path"], opts["markdown_path"])
+    _display(result)
+    if not opts["quiet"]:
+        click.echo(f"runs logged to {log_path}", err=True)
+    if error is not None:
+        fail(str(error))
+    sys.exit(_require_exit_code(result, opts["require"]))
+
+
+def _default_log_path(json_path: str | None) -> str:
+    if json_path:
+        return str(Path(json_path).with_suffix(".runs.jsonl"))
+    return f"logitlab-runs/ab-{datetime.now():%Y%m%d-%H%M%S}.jsonl"
+
+
+def _run_with_progress(config: Any, log_path: str, quiet: bool) -> tuple[Any, LogitlabError | None]:
+    from logitlab.experiments.ab import AbExperiment
+
+    with make_progress(quiet) as progress:
+        task = progress.add_task("loading", total=None)
+
+        def on_event(kind: str, data: dict[str, Any]) -> None:
+            if kind == "start":
+                progress.update(task, total=data["slots"], description="ab slots")
+            elif kind == "slot":
+                slot = data["slot"]
+                progress.update(task, advance=1, description=f"ab {slot.variant:9s} {slot.pattern}")
+            elif kind == "escalate":
+                progress.update(task, description=f"A/A at {data['isolation']} isolation")
+
+        try:
+            return AbExperiment(config, log_path=log_path, on_event=on_event).run(), None
+        except LogitlabError as exc:
+            partial = getattr(exc, "partial", None)
+            if partial is None:
+                raise
+            return partial, exc
+
+
+def _write_reports(result: Any, json_path: str | None, markdown_path: str | None) -> None:
+    from logitlab.report.jsonio import write_json
+    from logitlab.report.markdown import format_ab_markdown
+
+    if json_path:
+        write_json(json_path, result.to_dict())
+    if markdown_path:
+        Path(markdown_path).write_text(format_ab_markdown(result), encoding="utf-8")
+
+
+def _display(result: Any) -> None:
+    from logitlab.report.terminal import display_ab
+
+    display_ab(result, report_console())
+
+
+def _require_exit_code(result: Any, require: str | None) -> int:
+    """Exit 1 when the A/A or the A/B verdict is worse than ``require``."""
+    if require is None:
+        return EXIT_OK
+    if require == "bit-exact" and not result.control_reproducible:
+        click.echo("require bit-exact: the control does not reproduce itself", err=True)
+        return EXIT_CHECK_FAILED
+    word = result.verdict.word if result.verdict else "bit-exact"
+    if VERDICTS.index(word) > VERDICTS.index(require):
+        click.echo(f"require {require}: the verdict is {word}", err=True)
+        return EXIT_CHECK_FAILED
+    return EXIT_OK
+

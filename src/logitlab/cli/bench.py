@@ -1,0 +1,249 @@
+"""``logitlab bench``: paired runs of two commands, and comparisons of benchmark tools' files."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from logitlab.cli.common import EXIT_CHECK_FAILED, EXIT_OK, fail, handle_errors, make_progress, report_console
+from logitlab.errors import InputError, LogitlabError
+
+_FORMATS = ("gbench", "criterion", "pytest-benchmark", "pyperf", "hyperfine", "llama-bench")
+
+
+@click.group()
+def bench() -> None:
+    """Paired, noise-calibrated performance comparison of commands and benchmark files.
+
+    \b
+      run        two shell commands in counterbalanced ABBA/BAAB blocks
+      compare    two result files of gbench, criterion, pytest-benchmark, pyperf, hyperfine, llama-bench
+      calibrate  per-scenario noise from A/A runs, for compare --noise
+    """
+
+
+def _metric_name(regex: str | None) -> str:
+    if not regex:
+        return "wall"
+    match = re.match(r"\s*([A-Za-z_][\w./ -]*?)\s*[=:]", regex)
+    return match.group(1).strip() if match else "metric"
+
+
+@bench.command("run")
+@click.option("--control", required=True, metavar="CMD", help="Shell command of the control (A).")
+@click.option("--candidate", default=None, metavar="CMD", help="Shell command of the candidate (B).")
+@click.option("--aa", is_flag=True, help="A/A: run the control on both sides; reports the false-positive rate "
+                                         "and suggests δ.")
+@click.option("--blocks", type=int, default=10, show_default=True, help="ABBA/BAAB blocks (4 timed runs each).")
+@click.option("--warmup", type=int, default=1, show_default=True, help="Untimed runs per variant first.")
+@click.option("--randomize", is_flag=True, help="Seeded, balanced random order of block patterns.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for --randomize and the bootstrap.")
+@click.option("--metric", "metric_regex", default=None, metavar="REGEX",
+              help="Parse the primary metric from the output: the first group of the last match, e.g. "
+                   "'tokens_per_second=([0-9.]+)'. Default: wall time.")
+@click.option("--metric-name", default=None, help="Name of the --metric (default: the text before '=' in REGEX).")
+@click.option("--unit", "metric_unit", default="", help="Unit of the --metric, for reports (e.g. tokens/s).")
+@click.option("--higher-is-better/--lower-is-better", "higher_is_better", default=None,
+              help="Direction of the --metric (required with --metric).")
+@click.option("--margin", type=float, default=None,
+              help="Equivalence margin δ as a fraction (0.02 = 2 %%). Default: from the control's A/A slots.")
+@click.option("--timeout", type=float, default=None, help="Seconds per run; a run past it is killed and fails.")
+@click.option("--fail-on", type=click.Choice(["slower", "not-faster"]), default=None,
+              help="Exit 1 when the call is slower (or anything but faster).")
+@click.option("--json", "json_path", default=None, help="Write the full result as JSON.")
+@click.option("--markdown", "markdown_path", default=None, help="Write a Markdown report (PR comment).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@handle_errors
+def run_cmd(**opts: Any) -> None:
+    """Run two shell commands in randomised, counterbalanced ABBA/BAAB blocks and compare them.
+
+    Per run: wall time, user and system CPU time, peak RSS (from os.wait4 on
+    the child), exit status, and optionally a number parsed from the output.
+    A block with a failed run is reported and left out. Decision: geometric-
+    mean ratio with a 95 % paired-t CI over blocks, faster / slower /
+    equivalent / inconclusive against δ, MDE, slot-position test.
+
+    \b
+    Examples:
+      logitlab bench run --control './engine-old bench' --candidate './engine-new bench' --blocks 10
+      logitlab bench run --control 'python decode.py -t 1' --candidate 'python decode.py -t 2' \\
+          --metric 'tokens_per_second=([0-9.]+)' --higher-is-better --unit tokens/s
+      logitlab bench run --control './engine bench' --aa
+    """
+    from logitlab.perf.commands import BenchRunConfig, bench_run
+
+    if opts["metric_regex"] and opts["higher_is_better"] is None:
+        raise InputError("--metric needs a direction: add --higher-is-better (tokens/s) or --lower-is-better "
+                         "(latency)")
+    if opts["candidate"] is None and not opts["aa"]:
+        raise InputError("give --candidate CMD, or --aa to run the control on both sides")
+    config = BenchRunConfig(
+        control=opts["control"], candidate=opts["control"] if opts["aa"] else opts["candidate"],
+        blocks=opts["blocks"], warmup=opts["warmup"], randomize=opts["randomize"], seed=opts["seed"],
+        metric_regex=opts["metric_regex"], metric_name=opts["metric_name"] or _metric_name(opts["metric_regex"]),
+        metric_unit=opts["metric_unit"], higher_is_better=bool(opts["higher_is_better"]), aa=opts["aa"],
+        margin=opts["margin"], timeout=opts["timeout"],
+    )
+    error = None
+    with make_progress(opts["quiet"]) as progress:
+        task = progress.add_task("bench run", total=None)
+
+        def on_event(kind: str, data: dict[str, Any]) -> None:
+            if kind == "start":
+                progress.update(task, total=data["slots"])
+            else:
+                run = data["run"]
+                where = "warmup" if run.is_warmup else f"block {run.block} {run.pattern}"
+                progress.update(task, advance=1, description=f"{run.variant:9s} {where}")
+
+        try:
+            result = bench_run(config, on_event=on_event)
+        except LogitlabError as exc:
+            result = getattr(exc, "partial", None)
+            if result is None:
+                raise
+            error = exc
+    from logitlab.report.bench import display_run, format_run_markdown
+
+    _write(opts["json_path"], result.to_dict())
+    if opts["markdown_path"]:
+        _write_text(opts["markdown_path"], format_run_markdown(result))
+    display_run(result, report_console())
+    if error is not None:
+        fail(str(error))
+    call = result.primary.call if result.primary else "inconclusive"
+    if (opts["fail_on"] == "slower" and call == "slower") or (opts["fail_on"] == "not-faster" and call != "faster"):
+        click.echo(f"fail-on {opts['fail_on']}: the call is {call}", err=True)
+        sys.exit(EXIT_CHECK_FAILED)
+    sys.exit(EXIT_OK)
+
+
+def _write(path: str | None, data: dict[str, Any]) -> None:
+    if path:
+        from logitlab.report.jsonio import write_json
+
+        write_json(path, data)
+
+
+def _write_text(path: str, text: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(text, encoding="utf-8")
+
+
+def _read_pair(base: str, candidate: str | None, fmt: str | None, baseline: str | None) -> tuple[Any, Any]:
+    from logitlab.perf.readers import read_benchmark_file
+
+    if candidate is None:
+        if not Path(base).is_dir() or baseline is None:
+            raise InputError("give two files (BASE CANDIDATE), or one criterion folder with --baseline NAME "
+                             "(compared with its latest run, 'new')")
+        return (read_benchmark_file(base, format=fmt, baseline=baseline),
+                read_benchmark_file(base, format=fmt, baseline="new"))
+    return (read_benchmark_file(base, format=fmt, baseline=baseline or "new"),
+            read_benchmark_file(candidate, format=fmt, baseline="new"))
+
+
+@bench.command("compare")
+@click.argument("base", type=str)
+@click.argument("candidate", type=str, required=False)
+@click.option("--baseline", default=None, help="criterion: the saved baseline of BASE (e.g. main); with one "
+                                               "folder, compared with its latest run ('new').")
+@click.option("--format", "fmt", type=click.Choice(_FORMATS), default=None, help="Input format (default: detect).")
+@click.option("--noise", "noise_path", default=None, help="Per-scenario margins from `bench calibrate`.")
+@click.option("--margin", type=float, default=None, help="One margin δ for every scenario (0.05 = 5 %%); "
+                                                        "overrides --noise.")
+@click.option("--confidence", type=float, default=0.95, show_default=True, help="CI level.")
+@click.option("--bootstrap", "n_bootstrap", type=int, default=9999, show_default=True, help="Bootstrap resamples.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
+@click.option("--fail-on", type=click.Choice(["regressed", "inconclusive"]), default=None,
+              help="Exit 1 when a scenario regressed (or regressed or is inconclusive).")
+@click.option("--json", "json_path", default=None, help="Write the full comparison as JSON.")
+@click.option("--markdown", "markdown_path", default=None, help="Write a Markdown PR comment.")
+@handle_errors
+def compare_cmd(**opts: Any) -> None:
+    """Compare a candidate's benchmark results with a base's, scenario by scenario.
+
+    Reads Google Benchmark JSON, criterion folders, pytest-benchmark JSON,
+    pyperf JSON, hyperfine --export-json and llama-bench JSON/JSONL. Per
+    scenario: base, candidate, change, 95 % bootstrap CI of the ratio, and a
+    status from the CI and the margin together; Holm's correction across
+    scenarios; geometric mean over scenarios.
+
+    \b
+    Examples:
+      logitlab bench compare base.json pr.json --markdown comment.md
+      logitlab bench compare target/criterion --baseline main --markdown comment.md
+      logitlab bench compare base.json pr.json --noise noise.json --fail-on regressed
+    """
+    from logitlab.manifest import host_info
+    from logitlab.perf.compare_files import NoiseProfile, compare_benchmarks
+    from logitlab.report.bench import display_compare, format_compare_markdown
+
+    base, candidate = _read_pair(opts["base"], opts["candidate"], opts["fmt"], opts["baseline"])
+    noise = None
+    if opts["noise_path"]:
+        noise = NoiseProfile.from_dict(_load_json(opts["noise_path"]), source=opts["noise_path"])
+        if noise.format != base.format:
+            raise InputError(f"--noise {opts['noise_path']} was calibrated on {noise.format} runs, but the files "
+                             f"are {base.format}")
+    result = compare_benchmarks(base, candidate, margin=opts["margin"], noise=noise, noise_path=opts["noise_path"],
+                                confidence=opts["confidence"], n_bootstrap=opts["n_bootstrap"], seed=opts["seed"])
+    _write(opts["json_path"], result.to_dict())
+    if opts["markdown_path"]:
+        _write_text(opts["markdown_path"], format_compare_markdown(result, host_info()))
+    display_compare(result, report_console())
+    bad = {"regressed": ("regressed",), "inconclusive": ("regressed", "inconclusive")}.get(opts["fail_on"] or "", ())
+    hits = [s.name for s in result.scenarios if s.status in bad]
+    if hits:
+        click.echo(f"fail-on {opts['fail_on']}: {len(hits)} scenario(s): {', '.join(hits[:10])}", err=True)
+        sys.exit(EXIT_CHECK_FAILED)
+    sys.exit(EXIT_OK)
+
+
+def _load_json(path: str) -> Any:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{path} does not exist")
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path} is not valid JSON ({exc.msg}): give the file bench calibrate wrote") from None
+
+
+@bench.command("calibrate")
+@click.argument("runs", nargs=-1, required=True)
+@click.option("--out", "out_path", required=True, help="Noise profile to write (JSON), for compare --noise.")
+@click.option("--baseline", "baselines", multiple=True,
+              help="criterion: read these saved baselines of one folder as the runs (repeat the option).")
+@click.option("--format", "fmt", type=click.Choice(_FORMATS), default=None, help="Input format (default: detect).")
+@click.option("--confidence", type=float, default=0.95, show_default=True,
+              help="Share of A/A comparisons the margin must cover.")
+@handle_errors
+def calibrate_cmd(**opts: Any) -> None:
+    """Per-scenario noise from two or more runs of the same code (A/A), for compare --noise.
+
+    \b
+    Examples:
+      logitlab bench calibrate base-run1.json base-run2.json base-run3.json --out noise.json
+      logitlab bench calibrate target/criterion --baseline aa1 --baseline aa2 --out noise.json
+    """
+    from logitlab.perf.compare_files import calibrate_noise
+    from logitlab.perf.readers import read_benchmark_file
+    from logitlab.report.bench import display_calibration
+
+    if opts["baselines"]:
+        if len(opts["runs"]) != 1:
+            raise InputError("--baseline reads several baselines of ONE criterion folder: give one path")
+        files = [read_benchmark_file(opts["runs"][0], format=opts["fmt"], baseline=b) for b in opts["baselines"]]
+    else:
+        files = [read_benchmark_file(p, format=opts["fmt"]) for p in opts["runs"]]
+    profile = calibrate_noise(files, confidence=opts["confidence"])
+    _write(opts["out_path"], profile.to_dict())
+    display_calibration(profile, report_console())
+    click.echo(f"noise profile written to {opts['out_path']}", err=True)
+    sys.exit(EXIT_OK)

@@ -1,0 +1,77 @@
+"""Pieces shared by every ``logitlab`` subcommand: exit codes, errors, option groups, progress.
+
+Exit codes: 0 ok, 1 a ``--require`` / ``--fail-on`` check failed, 2 bad usage
+or bad input (one ``error:`` line on stderr; results measured before the error
+are kept).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, Callable
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from logitlab.errors import LogitlabError
+from logitlab.numerics import Thresholds
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def fail(message: str) -> None:
+    """Print one ``error:`` line on stderr and exit 2."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn a LogitlabError into one line on stderr and exit 2."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except LogitlabError as exc:
+            fail(str(exc))
+
+    return wrapper
+
+
+def threshold_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Verdict thresholds (``--max-ulp``, ``--near-tie-margin``, ``--offset-ratio``, ``--top-k``)."""
+    defaults = Thresholds()
+    options = [
+        click.option("--max-ulp", type=float, default=defaults.max_ulp, show_default=True,
+                     help="ulp-noise: largest |Δ| in ULPs at the row's scale."),
+        click.option("--near-tie-margin", type=float, default=defaults.near_tie_margin, show_default=True,
+                     help="near-tie: an argmax flip counts as a near-tie when the reference top1–top2 margin "
+                          "(logits) is below this."),
+        click.option("--offset-ratio", type=float, default=defaults.offset_ratio, show_default=True,
+                     help="systematic-offset: |mean Δ| at least this many standard deviations of Δ."),
+        click.option("--top-k", type=int, default=5, show_default=True, help="k of the top-k set agreement."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def thresholds_from(opts: dict[str, Any]) -> Thresholds:
+    """Build Thresholds from the options of :func:`threshold_options`."""
+    return Thresholds(max_ulp=opts["max_ulp"], near_tie_margin=opts["near_tie_margin"],
+                      offset_ratio=opts["offset_ratio"])
+
+
+def make_progress(quiet: bool) -> Progress:
+    """A progress bar on stderr (disabled by ``--quiet``), removed when done."""
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=Console(stderr=True), disable=quiet, transient=True,
+    )
+
+
+def report_console() -> Console:
+    """Console for reports: at least 120 columns so tables stay readable in pipes."""
+    return Console(width=max(Console().width, 120))

@@ -1,0 +1,20 @@
+"""Dumps of intermediate tensors and dump-diff: where two runs part.
+
+- :mod:`~logitlab.dumps.format`: the dump folder (manifest + one safetensors file per step).
+- :mod:`~logitlab.dumps.capture_llamacpp`: capture from llama.cpp through ggml's eval callback.
+- :mod:`~logitlab.dumps.readers`: open logitlab dumps and dumps made elsewhere (raw f32/i32, .npy, .safetensors).
+- :mod:`~logitlab.dumps.stats`: per-tensor statistics (bit-exact, ULP histogram, NMSE, cosine).
+- :mod:`~logitlab.dumps.diff`: align, compare in execution order, first divergence, per-layer growth.
+- :mod:`~logitlab.dumps.run`: dump a variant or a pair; :func:`localize` for ``ab --localize``.
+
+Nothing here imports an engine library until a capture runs.
+"""
+
+from logitlab.dumps.diff import DumpDiffResult, diff_dumps
+from logitlab.dumps.format import TensorFilter
+from logitlab.dumps.readers import Dump, ShapeSpec, open_dump
+from logitlab.dumps.run import dump_pair, dump_variant, localize
+from logitlab.dumps.stats import TensorStats, tensor_stats
+
+__all__ = ["Dump", "DumpDiffResult", "ShapeSpec", "TensorFilter", "TensorStats", "diff_dumps", "dump_pair",
+           "dump_variant", "localize", "open_dump", "tensor_stats"]

@@ -1,0 +1,523 @@
+"""Capture named intermediate tensors from llama.cpp (llama-cpp-python).
+
+How the callback is installed
+-----------------------------
+ggml's scheduler calls ``llama_context_params.cb_eval(tensor, ask, user_data)``
+for every node of the compute graph: first with ``ask=True`` ("do you want to
+see this one?"), then — if the answer was yes — with ``ask=False`` once the
+node is computed, as llama.cpp's ``eval-callback`` tool uses it. The
+parameter is only read when the context is created, and ``llama_cpp.Llama``
+builds its context inside ``__init__`` from ``Llama.context_params`` with no
+hook in between. Rather than monkeypatching llama-cpp-python's module
+functions around ``Llama(...)`` (global, not thread-safe), this module lets
+:class:`~logitlab.engines.llamacpp.LlamaCppEngine` load as usual, then sets
+``cb_eval`` on the very ``context_params`` the engine's context was built from
+and **creates a second context** from them (``llama_cpp._internals.LlamaContext``),
+swapping it in for ``Llama._ctx`` and closing the first. Every option
+(``flash_attn``, ``n_ubatch``, ``type_k`` …) carries over because the
+parameters are the same object; the cost is one extra context creation
+(milliseconds for the embedded model). The ctypes callback object is kept on
+the ``Llama`` object so it lives as long as the context that calls it.
+
+What is captured
+----------------
+Named graph nodes (``attn_norm-3``, ``Qcur-0``, ``kqv_out-0``, ``ffn_out-3``,
+``l_out-3``, ``result_norm``, ``result_output`` …) of type f32, f16, bf16 or
+i32. Skipped: unnamed nodes (``node_123``), views llama.cpp labels with a
+suffix (``cache_k_l0 (view)``, ``Qcur-0 (permuted)``), and view ops
+(RESHAPE/VIEW/PERMUTE/TRANSPOSE) that merely relabel a tensor already seen
+under the same name in the graph (``Qcur-0`` reshaped after its matmul). A
+name seen twice in one graph gets an instance number (``norm-3`` and
+``norm-3#1``: the attention and the FFN RMS norm).
+
+Positions: each graph is one micro-batch (ubatch) of ``n`` tokens at known
+positions (llama-cpp-python splits an ``eval`` into ``n_batch`` chunks,
+llama.cpp each chunk into ``n_ubatch`` ubatches; the split is checked
+against ``result_output``'s row count). The tensor's token axis is the ggml
+dimension whose size is ``n`` (remembered per name for 1-token ubatches and
+ambiguous sizes); tensors are stored per ubatch with their position range and
+token axis, or per position when a position filter is given.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from logitlab.dumps.format import (
+    DumpManifest,
+    StepInfo,
+    StepWriter,
+    TensorEntry,
+    TensorFilter,
+    format_bytes,
+    format_label,
+    np_dtype,
+)
+from logitlab.errors import EngineError, InputError
+
+#: ggml type id -> numpy dtype name (types a dump can hold).
+GGML_DTYPES = {0: "float32", 1: "float16", 26: "int32", 30: "bfloat16"}
+VIEW_OPS = frozenset({"RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "NONE"})
+_SKIP_NAME = re.compile(r"^(node|leaf)_\d+$|\s\(")
+_NAME_LAYER = re.compile(r"^(?P<name>.+?)-(?P<layer>\d+)$")
+LAST_NODE = "result_output"
+
+
+class _TensorHead(ctypes.Structure):
+    """The first fields of ``struct ggml_tensor`` (ggml.h): type, buffer, ne[4], nb[4]."""
+
+    _fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p),
+                ("ne", ctypes.c_int64 * 4), ("nb", ctypes.c_size_t * 4)]
+
+
+def _ggml_library() -> ctypes.CDLL:
+    try:
+        from llama_cpp import _ggml
+
+        lib = _ggml.libggml
+    except (ImportError, AttributeError, OSError):  # pragma: no cover - older llama-cpp-python
+        import llama_cpp
+
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-base.so"))
+    vp = ctypes.c_void_p
+    for fn, restype, argtypes in (
+        ("ggml_get_name", ctypes.c_char_p, [vp]), ("ggml_op_desc", ctypes.c_char_p, [vp]),
+        ("ggml_nbytes", ctypes.c_size_t, [vp]), ("ggml_nelements", ctypes.c_int64, [vp]),
+        ("ggml_backend_tensor_get", None, [vp, vp, ctypes.c_size_t, ctypes.c_size_t]),
+    ):
+        getattr(lib, fn).restype = restype
+        getattr(lib, fn).argtypes = argtypes
+    return lib
+
+
+def install_eval_callback(llama: Any, callback: Callable[[int, bool, int], bool]) -> Any:
+    """Recreate ``llama``'s context with ``cb_eval = callback`` (see the module docstring).
+
+    Args:
+        llama: a ``llama_cpp.Llama`` that has evaluated nothing yet that must be kept.
+        callback: ``callback(tensor_address, ask, user_data) -> bool``.
+
+    Returns:
+        The ctypes callback object (also kept on ``llama``).
+
+    Raises:
+        EngineError: the new context could not be created.
+    """
+    import llama_cpp
+    from llama_cpp import _internals
+
+    cfun = llama_cpp.ggml_backend_sched_eval_callback(callback)
+    params = llama.context_params
+    params.cb_eval = cfun
+    params.cb_eval_user_data = None
+    try:
+        context = _internals.LlamaContext(model=llama._model, params=params, verbose=llama.verbose)
+    except Exception as exc:
+        raise EngineError(f"llama.cpp could not create a context with the eval callback: {exc}") from exc
+    old, llama._ctx = llama._ctx, context
+    old.close()
+    llama._stack.callback(context.close)
+    llama._logitlab_cb_eval = cfun
+    llama.n_tokens = 0
+    return cfun
+
+
+@dataclass
+class _Graph:
+    start: int
+    n_tokens: int
+
+
+@dataclass
+class CaptureResult:
+    """A finished (or stopped) capture.
+
+    Attributes:
+        path: the dump folder.
+        manifest: what was written (also in ``path/manifest.json``).
+        logits: ``(n_positions, n_vocab)`` float32 logits of the run.
+    """
+
+    path: Path
+    manifest: DumpManifest
+    logits: np.ndarray = field(repr=False, default=None)  # type: ignore[assignment]
+
+    @property
+    def stopped(self) -> str | None:
+        return self.manifest.stopped
+
+
+class LlamaCppCapture:
+    """Observe and store named tensors of a :class:`LlamaCppEngine` while it evaluates.
+
+    Use :meth:`probe_bytes_per_token` for the size estimate, then
+    :meth:`begin_step` / engine call / :meth:`end_step` around each engine call.
+    """
+
+    def __init__(self, engine: Any, select: TensorFilter, out_dir: Path, *, max_bytes: int | None = None):
+        self.engine = engine
+        self.llama = engine.llama
+        self.select = select
+        self.out_dir = out_dir
+        self.max_bytes = max_bytes
+        self.lib = _ggml_library()
+        self.entries: list[TensorEntry] = []
+        self.steps: list[StepInfo] = []
+        self.bytes_written = 0
+        self.stopped: str | None = None
+        self.notes: list[str] = []
+        self._axis_memory: dict[tuple[str, int], int] = {}
+        self._order = 0
+        self._active = False
+        self._probe: int | None = None
+        self._error: BaseException | None = None
+        self._writer: StepWriter | None = None
+        self._graphs: list[_Graph] = []
+        self._graph_index = -1
+        self._graph_done = True
+        self._instances: dict[str, int] = {}
+        self._names_seen: set[str] = set()
+        self._pending: tuple[int, dict[str, Any]] | None = None
+        self._checked_layout = False
+        self._callback_ref = install_eval_callback(self.llama, self._callback)
+
+    # -- schedule -------------------------------------------------------------
+    def _ubatches(self, start: int, n_tokens: int) -> list[_Graph]:
+        import llama_cpp
+
+        n_batch = int(self.llama.n_batch)
+        try:
+            n_ubatch = int(llama_cpp.llama_n_ubatch(self.llama._ctx.ctx))
+        except Exception:  # pragma: no cover - older bindings
+            n_ubatch = int(self.llama.context_params.n_ubatch)
+        graphs = []
+        for b in range(0, n_tokens, n_batch):
+            chunk = min(n_batch, n_tokens - b)
+            for u in range(0, chunk, n_ubatch):
+                graphs.append(_Graph(start + b + u, min(n_ubatch, chunk - u)))
+        return graphs
+
+    # -- size estimate ----------------------------------------------------------
+    def probe_bytes_per_token(self) -> int:
+        """Bytes the filter keeps for one token, from a 1-token evaluation that observes nothing.
+
+        The probe evaluates token 0 at position 0 and leaves the engine reset.
+        """
+        self._probe = 0
+        self._start_graphs(0, 1)
+        try:
+            self.llama.reset()
+            self.llama.eval([0])
+        except Exception as exc:
+            raise EngineError(f"llama.cpp failed on the 1-token probe: {exc}") from exc
+        finally:
+            self._active = False
+            self.llama.reset()
+        self._raise_callback_error()
+        size, self._probe = self._probe, None
+        return int(size)
+
+    # -- steps --------------------------------------------------------------------
+    def _start_graphs(self, start: int, n_tokens: int) -> None:
+        self._graphs = self._ubatches(start, n_tokens)
+        self._graph_index = -1
+        self._graph_done = True
+        self._active = True
+
+    def begin_step(self, index: int, kind: str, start: int, n_tokens: int) -> None:
+        """Prepare for one engine call appending ``n_tokens`` at positions ``start``…"""
+        name = f"step-{index:04d}-{kind}.safetensors"
+        self._step = StepInfo(index, kind, (start, start + n_tokens), name)
+        self._writer = None if self.stopped else StepWriter(self.out_dir / name)
+        self._start_graphs(start, n_tokens)
+
+    def end_step(self) -> StepInfo:
+        """Finish the step file; returns the step's info.
+
+        Raises:
+            EngineError: an error inside the callback, or the ubatch accounting failed.
+        """
+        self._active = False
+        try:
+            self._raise_callback_error()
+            if self._graph_index + 1 != len(self._graphs):
+                raise EngineError(
+                    f"llama.cpp computed {self._graph_index + 1} graphs for step {self._step.index}, "
+                    f"{len(self._graphs)} expected from n_batch/n_ubatch; positions cannot be assigned")
+        except BaseException:
+            if self._writer is not None:
+                self._writer.abort()
+            raise
+        step = self._step
+        if self._writer is not None:
+            if step.n_tensors:
+                self._writer.close({"format": "logitlab-dump", "step": str(step.index), "kind": step.kind})
+                self.steps.append(step)
+            else:
+                self._writer.abort()
+        self._writer = None
+        return step
+
+    def abort(self) -> None:
+        self._active = False
+        if self._writer is not None:
+            self._writer.abort()
+            self._writer = None
+
+    def _raise_callback_error(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            if isinstance(error, (EngineError, InputError)):
+                raise error
+            raise EngineError(f"dump capture failed inside the ggml eval callback: {error!r}") from error
+
+    # -- the callback ----------------------------------------------------------------
+    def _callback(self, tensor: int, ask: bool, _user_data: int) -> bool:
+        try:
+            if not self._active or self._error is not None:
+                return not ask
+            if ask:
+                return self._ask(tensor)
+            self._observe(tensor)
+            return True
+        except BaseException as exc:  # never let an exception cross into C
+            self._error = exc
+            return False
+
+    def _next_graph(self) -> None:
+        self._graph_index += 1
+        if self._graph_index >= len(self._graphs):
+            raise EngineError(f"llama.cpp computed more graphs than the {len(self._graphs)} expected "
+                              "from n_batch/n_ubatch; positions cannot be assigned")
+        self._graph_done = False
+        self._instances = {}
+        self._names_seen = set()
+
+    def _check_layout(self, tensor: int, head: _TensorHead) -> None:
+        ne = [int(x) for x in head.ne]
+        if (int(self.lib.ggml_nelements(tensor)) != int(np.prod(ne)) or any(n < 1 for n in ne)
+                or head.nb[0] > 16):
+            raise EngineError("this ggml build's struct ggml_tensor does not start with type, buffer, ne[4], "
+                              "nb[4]: dump capture does not support it")
+        self._checked_layout = True
+
+    def _token_dim(self, key: tuple[str, int], ne: list[int], n_tokens: int) -> int | None:
+        dims = [d for d in (1, 2, 3) if ne[d] == n_tokens]
+        memory = self._axis_memory.get(key)
+        if n_tokens > 1:
+            if len(dims) == 1:
+                self._axis_memory[key] = dims[0]
+                return dims[0]
+            return memory if memory in dims else None
+        if memory is not None and ne[memory] == 1:
+            return memory
+        n_dims = max((d + 1 for d in range(4) if ne[d] > 1), default=1)
+        return n_dims if n_dims < 4 else (dims[0] if dims else None)
+
+    def _ask(self, tensor: int) -> bool:
+        if self._graph_done:
+            self._next_graph()
+        label = self.lib.ggml_get_name(tensor).decode("utf-8", "replace")
+        head = _TensorHead.from_address(tensor)
+        if not self._checked_layout:
+            self._check_layout(tensor, head)
+        graph = self._graphs[self._graph_index]
+        if label == LAST_NODE:
+            self._graph_done = True
+            if int(head.ne[1]) != graph.n_tokens:
+                raise EngineError(f"{LAST_NODE} has {int(head.ne[1])} rows, the ubatch {graph.n_tokens} tokens: "
+                                  "positions cannot be assigned (is logits_all on?)")
+        if not label or _SKIP_NAME.search(label):
+            return False
+        op = (self.lib.ggml_op_desc(tensor) or b"").decode("utf-8", "replace")
+        if op in VIEW_OPS and label in self._names_seen:
+            return False
+        self._names_seen.add(label)
+        instance = self._instances.get(label, 0)
+        self._instances[label] = instance + 1
+        match = _NAME_LAYER.match(label)
+        name, layer = (match.group("name"), int(match.group("layer"))) if match else (label, None)
+        ne = [int(x) for x in head.ne]
+        token_dim = self._token_dim((name, instance), ne, graph.n_tokens)
+        dtype = GGML_DTYPES.get(int(head.type))
+        if not self.select.keeps_name(name, layer):
+            return False
+        if self._probe is None and not self.select.keeps_span(graph.start, graph.start + graph.n_tokens):
+            return False
+        if dtype is None:
+            note = f"{label}: ggml type {int(head.type)} cannot be dumped; skipped"
+            if note not in self.notes:
+                self.notes.append(note)
+            return False
+        if self._probe is not None:
+            self._probe += int(np.prod(ne)) * np_dtype(dtype).itemsize
+            return False
+        if self.stopped or self._writer is None:
+            return False
+        if not head.buffer:
+            self.notes.append(f"{label}: no backend buffer; skipped")
+            return False
+        self._pending = (tensor, {"name": name, "layer": layer, "instance": instance, "op": op, "dtype": dtype,
+                                  "ne": ne, "nb": [int(x) for x in head.nb], "token_dim": token_dim,
+                                  "label": label})
+        return True
+
+    def _observe(self, tensor: int) -> None:
+        if self._pending is None or self._pending[0] != tensor:
+            return
+        info = self._pending[1]
+        self._pending = None
+        nbytes = int(self.lib.ggml_nbytes(tensor))
+        raw = np.empty(nbytes, dtype=np.uint8)
+        self.lib.ggml_backend_tensor_get(tensor, raw.ctypes.data, 0, nbytes)
+        ne, nb, token_dim = info["ne"], info["nb"], info["token_dim"]
+        n_dims = max((d + 1 for d in range(4) if ne[d] > 1), default=1)
+        keep = max(n_dims, (token_dim + 1) if token_dim is not None else 0)
+        shape = tuple(reversed(ne[:keep]))
+        strides = tuple(reversed(nb[:keep]))
+        array = np.ndarray(shape, dtype=np_dtype(info["dtype"]), buffer=raw, strides=strides).copy()
+        axis = keep - 1 - token_dim if token_dim is not None else None
+        graph = self._graphs[self._graph_index]
+        span = (graph.start, graph.start + graph.n_tokens)
+        if self.select.positions is None or axis is None:
+            self._write(info, array, span, axis)
+            return
+        for i, pos in enumerate(range(*span)):
+            if pos in self.select.positions:
+                self._write(info, np.take(array, [i], axis=axis), (pos, pos + 1), axis)
+
+    def _write(self, info: dict[str, Any], array: np.ndarray, span: tuple[int, int], axis: int | None) -> None:
+        if self.stopped:
+            return
+        if self.max_bytes is not None and self.bytes_written + array.nbytes > self.max_bytes:
+            self.stopped = (f"--max-bytes {format_bytes(self.max_bytes)} reached at step {self._step.index} "
+                            f"({self._step.kind}, positions {self._step.positions[0]}-"
+                            f"{self._step.positions[1] - 1}), tensor {info['label']}: "
+                            f"{format_bytes(self.bytes_written)} written")
+            return
+        key = f"{self._order:06d}/{format_label(info['name'], info['layer'], info['instance'])}@{span[0]}"
+        self._writer.add(key, array)
+        self.entries.append(TensorEntry(
+            key=key, name=info["name"], layer=info["layer"], instance=info["instance"], positions=span,
+            token_axis=axis, dtype=array.dtype.name, shape=tuple(array.shape), order=self._order,
+            step=self._step.index, file=self._step.file, op=info["op"]))
+        self._order += 1
+        self.bytes_written += array.nbytes
+        self._step.n_tensors += 1
+        self._step.nbytes += array.nbytes
+
+
+def capture_llamacpp(
+    engine: Any,
+    prompt_ids: Sequence[int],
+    n_decode: int,
+    out_dir: str | Path,
+    *,
+    replay: Sequence[int] | None = None,
+    select: TensorFilter | None = None,
+    max_bytes: int | None = None,
+    variant: dict[str, Any] | None = None,
+    on_event: Callable[[str, dict[str, Any]], None] | None = None,
+) -> CaptureResult:
+    """Run prefill + ``n_decode`` M=1 decode steps on a loaded llama.cpp engine and dump tensors.
+
+    Parameters
+    ----------
+    engine : LlamaCppEngine
+        Freshly loaded (its context is recreated with the eval callback).
+    prompt_ids : sequence of int
+        Prompt token ids (one prefill call).
+    n_decode : int
+        Decode steps, one token each; greedy unless ``replay`` gives the ids.
+    out_dir : path
+        Existing, empty folder for the step files and ``manifest.json``.
+    replay : sequence of int, optional
+        Decode token ids to feed (a reference run's), at least ``n_decode``.
+    select : TensorFilter, optional
+        Names, layers and positions to keep (default: every named tensor).
+    max_bytes : int, optional
+        Stop storing once this many bytes are written; the manifest then says
+        ``"complete": false`` and why, and the run stops after that step.
+    variant : dict, optional
+        The variant description stored in the manifest.
+    on_event : callable, optional
+        ``on_event("estimate", {"bytes", "bytes_per_token", "positions"})``
+        before capture, ``on_event("step", {"step": StepInfo})`` after each step.
+
+    Returns
+    -------
+    CaptureResult
+
+    Raises
+    ------
+    InputError
+        ``replay`` too short, or the tokens do not fit the context.
+    EngineError
+        llama.cpp failed, or tensors could not be assigned to positions.
+    """
+    from logitlab import __version__
+    from logitlab.engines.llamacpp import check_context
+    from logitlab.manifest import now_utc
+
+    select = select or TensorFilter()
+    out = Path(out_dir)
+    if replay is not None and len(replay) < n_decode:
+        raise InputError(f"replay has {len(replay)} tokens, {n_decode} needed")
+    if not prompt_ids:
+        raise InputError("the prompt has no tokens")
+    check_context(engine, len(prompt_ids) + n_decode)
+    capture = LlamaCppCapture(engine, select, out, max_bytes=max_bytes)
+    per_token = capture.probe_bytes_per_token()
+    positions = [p for p in range(len(prompt_ids) + n_decode) if select.keeps_position(p)]
+    estimate = per_token * len(positions)
+    if on_event:
+        on_event("estimate", {"bytes": estimate, "bytes_per_token": per_token, "positions": len(positions)})
+    manifest = DumpManifest(engine=engine.describe(), variant=dict(variant or {}), prompt_ids=list(prompt_ids),
+                            generated=[], filter=select.to_dict(), estimate_bytes=estimate,
+                            created_at=now_utc(), logitlab_version=__version__, complete=False)
+    rows: list[np.ndarray] = []
+    try:
+        with engine.open_session() as session:
+            calls = [("prefill", list(prompt_ids))] + [("decode", None)] * n_decode
+            for index, (kind, tokens) in enumerate(calls):
+                if tokens is None:
+                    step = index - 1
+                    token = int(replay[step]) if replay is not None else int(np.argmax(rows[-1][-1]))
+                    manifest.generated.append(token)
+                    tokens = [token]
+                capture.begin_step(index, kind, session.n_past, len(tokens))
+                try:
+                    logits = session.prefill(tokens) if kind == "prefill" else session.decode(tokens)
+                except BaseException:
+                    capture.abort()
+                    capture._raise_callback_error()
+                    raise
+                info = capture.end_step()
+                rows.append(logits)
+                if on_event:
+                    on_event("step", {"step": info, "total": len(calls)})
+                if capture.stopped:
+                    break
+        manifest.complete = capture.stopped is None
+    finally:
+        capture.abort()
+        manifest.stopped = capture.stopped
+        manifest.steps = capture.steps
+        manifest.tensors = capture.entries
+        manifest.bytes_written = capture.bytes_written
+        if capture.notes:
+            manifest.engine = {**manifest.engine, "capture_notes": capture.notes}
+        if manifest.stopped is None and not manifest.complete:
+            manifest.stopped = "the capture failed before the end (see the error it raised)"
+        manifest.write(out)
+    return CaptureResult(out, manifest, np.concatenate(rows) if rows else np.zeros((0, engine.n_vocab), np.float32))
+
+
+__all__ = ["CaptureResult", "GGML_DTYPES", "LlamaCppCapture", "capture_llamacpp", "install_eval_callback"]

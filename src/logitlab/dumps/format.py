@@ -1,0 +1,472 @@
+"""The logitlab dump format: a folder with one safetensors file per captured
+step and a JSON manifest that describes every tensor.
+
+Layout of a dump folder::
+
+    manifest.json                      what ran and what each tensor is
+    step-0000-prefill.safetensors      tensors of the prompt (one engine call)
+    step-0001-decode.safetensors       tensors of decode step 1
+    ...
+
+The manifest (``"format": "logitlab-dump"``, versioned by ``schema_version``)
+holds the engine description, the variant, the model hash, the token ids, the
+capture filter, the steps, and one entry per stored tensor: ``key`` (its name
+in the step file), ``name``, ``layer`` (None for tensors outside the layers:
+``embd``, ``result_norm``, ``result_output``), ``instance`` (0 for the first
+tensor of that name and layer in a graph, 1 for the second — llama.cpp names
+both RMS norms of a layer ``norm-L``), ``positions`` (the half-open range of
+token positions the tensor covers), ``token_axis`` (the numpy axis that runs
+over those positions, or None when it could not be told), ``dtype``,
+``shape`` (numpy order: ggml's ``ne`` reversed), ``order`` (execution order
+over the whole capture), ``step`` and ``op`` (the ggml op).
+
+Step files are written by :class:`StepWriter`, which streams each tensor to
+disk as it arrives and writes the safetensors header at the end (the
+``safetensors`` library itself needs every array in memory at once). The files
+are plain safetensors: ``safetensors.safe_open(path, "numpy")`` reads them.
+
+Format history:
+    1 (logitlab 0.1): first version.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import shutil
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import ml_dtypes
+import numpy as np
+
+from logitlab.errors import InputError
+
+FORMAT_NAME = "logitlab-dump"
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+
+#: numpy dtype name <-> safetensors dtype code
+ST_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int32": "I32", "float64": "F64",
+             "int64": "I64", "int16": "I16", "int8": "I8", "uint8": "U8"}
+NP_DTYPES = {code: name for name, code in ST_DTYPES.items()}
+
+_LABEL = re.compile(r"^(?P<name>.+?)(?:#(?P<instance>\d+))?(?:-(?P<layer>\d+))?(?:#(?P<instance2>\d+))?$")
+
+
+def np_dtype(name: str) -> np.dtype:
+    """numpy dtype for a dtype name (``bfloat16`` through ml_dtypes)."""
+    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+
+
+# --------------------------------------------------------------------------- names
+def split_label(label: str) -> tuple[str, int | None, int]:
+    """Split a llama.cpp tensor name into ``(name, layer, instance)``.
+
+    ``"attn_norm-3"`` -> ``("attn_norm", 3, 0)``; ``"result_output"`` ->
+    ``("result_output", None, 0)``; ``"norm-3#1"`` (the second ``norm-3`` of a
+    graph, as logitlab labels it) -> ``("norm", 3, 1)``.
+    """
+    match = _LABEL.match(label)
+    if match is None:  # pragma: no cover - the pattern matches any non-empty text
+        return label, None, 0
+    layer = match.group("layer")
+    instance = match.group("instance") or match.group("instance2") or 0
+    return match.group("name"), int(layer) if layer is not None else None, int(instance)
+
+
+def format_label(name: str, layer: int | None, instance: int = 0, position: int | None = None) -> str:
+    """``attn_norm-3``, ``norm-3#1``, ``result_output``; with a position, ``...@pos5``."""
+    text = name + (f"-{layer}" if layer is not None else "") + (f"#{instance}" if instance else "")
+    return text + (f"@pos{position}" if position is not None else "")
+
+
+# --------------------------------------------------------------------------- ranges and sizes
+def parse_ranges(text: str | None, what: str) -> frozenset[int] | None:
+    """Parse ``"0-3,7,10-12"`` into a set of ints; None or empty -> None (everything).
+
+    Raises:
+        InputError: a part that is not an int or an ``A-B`` range with A <= B.
+    """
+    if text is None or not str(text).strip():
+        return None
+    values: set[int] = set()
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            start = int(lo)
+            stop = int(hi) if sep else start
+        except ValueError:
+            raise InputError(f"bad {what} {part!r}: expected N or A-B, e.g. 0-3,7") from None
+        if start < 0 or stop < start:
+            raise InputError(f"bad {what} range {part!r}: expected 0 <= A <= B")
+        values.update(range(start, stop + 1))
+    return frozenset(values)
+
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str | int | None) -> int | None:
+    """Parse a byte count: ``1000``, ``500MB``, ``2GiB``, ``1.5g``; None -> None.
+
+    Decimal units (kB, MB, GB, TB) are powers of 1000, binary ones (KiB, MiB,
+    GiB, TiB) powers of 1024.
+
+    Raises:
+        InputError: not a size.
+    """
+    if text is None:
+        return None
+    if isinstance(text, int):
+        return text
+    match = _SIZE.match(str(text))
+    if not match:
+        raise InputError(f"bad size {text!r}: expected e.g. 500MB, 2GiB or a byte count")
+    number, unit, binary = match.groups()
+    base = 1024 if binary else 1000
+    power = " kmgt".index(unit.lower() or " ")
+    return int(float(number) * base**power)
+
+
+def format_bytes(n: float) -> str:
+    """``1.2 GB`` style (decimal units)."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"  # pragma: no cover
+
+
+# --------------------------------------------------------------------------- filter
+@dataclass(frozen=True)
+class TensorFilter:
+    """Which tensors a capture keeps, or a diff compares.
+
+    Attributes:
+        names: glob patterns on the name without the layer (``attn_*``,
+            ``ffn_out``, ``result_output``) or with it (``kq-0``); empty = all.
+        layers: layer numbers to keep; None = all. Tensors outside the layers
+            (``embd``, ``result_output``) are kept whatever the layers.
+        positions: token positions to keep; None = all.
+    """
+
+    names: tuple[str, ...] = ()
+    layers: frozenset[int] | None = None
+    positions: frozenset[int] | None = None
+
+    @classmethod
+    def parse(cls, names: str | Sequence[str] | None = None, layers: str | None = None,
+              positions: str | None = None) -> "TensorFilter":
+        """Build from command-line text: ``names`` comma-separated globs, ``layers``/``positions`` ranges."""
+        if isinstance(names, str):
+            names = [names]
+        patterns = tuple(p.strip() for item in (names or ()) for p in item.split(",") if p.strip())
+        return cls(patterns, parse_ranges(layers, "layer"), parse_ranges(positions, "position"))
+
+    def keeps_name(self, name: str, layer: int | None) -> bool:
+        if self.layers is not None and layer is not None and layer not in self.layers:
+            return False
+        if not self.names:
+            return True
+        full = format_label(name, layer)
+        return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(full, p) for p in self.names)
+
+    def keeps_position(self, position: int | None) -> bool:
+        return self.positions is None or position is None or position in self.positions
+
+    def keeps_span(self, start: int, stop: int) -> bool:
+        return self.positions is None or any(p in self.positions for p in range(start, stop))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"names": list(self.names),
+                "layers": sorted(self.layers) if self.layers is not None else None,
+                "positions": sorted(self.positions) if self.positions is not None else None}
+
+
+# --------------------------------------------------------------------------- manifest
+@dataclass
+class TensorEntry:
+    """One stored tensor of a logitlab dump (a manifest ``tensors`` item)."""
+
+    key: str
+    name: str
+    layer: int | None
+    instance: int
+    positions: tuple[int, int]
+    token_axis: int | None
+    dtype: str
+    shape: tuple[int, ...]
+    order: int
+    step: int
+    file: str
+    op: str = ""
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np_dtype(self.dtype).itemsize
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "name": self.name, "layer": self.layer, "instance": self.instance,
+                "positions": list(self.positions), "token_axis": self.token_axis, "dtype": self.dtype,
+                "shape": list(self.shape), "order": self.order, "step": self.step, "file": self.file,
+                "op": self.op}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TensorEntry":
+        return cls(key=str(data["key"]), name=str(data["name"]), layer=data.get("layer"),
+                   instance=int(data.get("instance", 0)), positions=tuple(data["positions"]),
+                   token_axis=data.get("token_axis"), dtype=str(data["dtype"]), shape=tuple(data["shape"]),
+                   order=int(data["order"]), step=int(data.get("step", 0)), file=str(data["file"]),
+                   op=str(data.get("op", "")))
+
+
+@dataclass
+class StepInfo:
+    """One engine call of the capture: ``kind`` prefill/decode, token positions ``[start, stop)``."""
+
+    index: int
+    kind: str
+    positions: tuple[int, int]
+    file: str
+    n_tensors: int = 0
+    nbytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "kind": self.kind, "positions": list(self.positions), "file": self.file,
+                "n_tensors": self.n_tensors, "nbytes": self.nbytes}
+
+
+@dataclass
+class DumpManifest:
+    """Everything ``manifest.json`` holds (see the module docstring)."""
+
+    engine: dict[str, Any]
+    variant: dict[str, Any]
+    prompt_ids: list[int]
+    generated: list[int]
+    filter: dict[str, Any]
+    steps: list[StepInfo] = field(default_factory=list)
+    tensors: list[TensorEntry] = field(default_factory=list)
+    complete: bool = True
+    stopped: str | None = None
+    estimate_bytes: int | None = None
+    bytes_written: int = 0
+    created_at: str = ""
+    logitlab_version: str = ""
+
+    @property
+    def input_ids(self) -> list[int]:
+        return list(self.prompt_ids) + list(self.generated)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT_NAME, "schema_version": SCHEMA_VERSION,
+            "logitlab_version": self.logitlab_version, "created_at": self.created_at,
+            "engine": self.engine, "variant": self.variant,
+            "model_sha256": self.engine.get("model_sha256"),
+            "prompt_ids": list(self.prompt_ids), "generated": list(self.generated),
+            "input_ids": self.input_ids, "filter": self.filter,
+            "complete": self.complete, "stopped": self.stopped,
+            "estimate_bytes": self.estimate_bytes, "bytes_written": self.bytes_written,
+            "steps": [s.to_dict() for s in self.steps],
+            "tensors": [t.to_dict() for t in self.tensors],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "DumpManifest":
+        return cls(
+            engine=dict(data.get("engine") or {}), variant=dict(data.get("variant") or {}),
+            prompt_ids=list(data.get("prompt_ids") or []), generated=list(data.get("generated") or []),
+            filter=dict(data.get("filter") or {}),
+            steps=[StepInfo(int(s["index"]), str(s["kind"]), tuple(s["positions"]), str(s["file"]),
+                            int(s.get("n_tensors", 0)), int(s.get("nbytes", 0))) for s in data.get("steps", [])],
+            tensors=[TensorEntry.from_dict(t) for t in data.get("tensors", [])],
+            complete=bool(data.get("complete", True)), stopped=data.get("stopped"),
+            estimate_bytes=data.get("estimate_bytes"), bytes_written=int(data.get("bytes_written", 0)),
+            created_at=str(data.get("created_at", "")), logitlab_version=str(data.get("logitlab_version", "")),
+        )
+
+    def write(self, folder: str | Path) -> Path:
+        """Write ``manifest.json`` into ``folder`` (atomically: temp file + rename)."""
+        from logitlab.report.jsonio import write_json
+
+        path = Path(folder) / MANIFEST_NAME
+        write_json(path, self.to_dict())
+        return path
+
+
+def is_logitlab_dump(path: str | Path) -> bool:
+    """True if ``path`` is a folder holding a logitlab ``manifest.json``."""
+    manifest = Path(path) / MANIFEST_NAME
+    if not manifest.is_file():
+        return False
+    try:
+        with manifest.open(encoding="utf-8") as f:
+            return json.load(f).get("format") == FORMAT_NAME
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def read_manifest(folder: str | Path) -> DumpManifest:
+    """Read a logitlab dump's manifest.
+
+    Raises:
+        InputError: missing, unreadable, not JSON, another format, or a newer schema.
+    """
+    path = Path(folder) / MANIFEST_NAME
+    try:
+        with path.open(encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise InputError(f"{path} is not valid JSON ({exc}); the dump may have been cut short") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
+        raise InputError(f"{path} is not a logitlab dump manifest (no \"format\": \"{FORMAT_NAME}\")")
+    if int(data.get("schema_version", 0)) > SCHEMA_VERSION:
+        raise InputError(f"{path} has schema_version {data['schema_version']}; this logitlab reads up to "
+                         f"{SCHEMA_VERSION}: upgrade logitlab")
+    try:
+        return DumpManifest.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{path}: malformed manifest ({exc!r})") from None
+
+
+# --------------------------------------------------------------------------- safetensors
+class StepWriter:
+    """Stream tensors into one safetensors file.
+
+    Each :meth:`add` appends the array's bytes to ``<path>.part``;
+    :meth:`close` writes the header (8-byte little-endian length + JSON,
+    padded to 8 bytes) and then the data, into ``path``. Memory use is one
+    tensor at a time.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._part = self.path.with_name(self.path.name + ".part")
+        self._file = self._part.open("wb")
+        self._header: dict[str, Any] = {}
+        self.nbytes = 0
+
+    def add(self, key: str, array: np.ndarray) -> int:
+        """Append ``array`` under ``key``; returns its size in bytes.
+
+        Raises:
+            InputError: a key given twice, or a dtype safetensors cannot hold.
+        """
+        if key in self._header:
+            raise InputError(f"tensor key {key!r} written twice to {self.path.name}")
+        array = np.ascontiguousarray(array)
+        code = ST_DTYPES.get(array.dtype.name)
+        if code is None:
+            raise InputError(f"cannot store dtype {array.dtype} in safetensors (tensor {key})")
+        start = self.nbytes
+        self._file.write(array.view(np.uint8).reshape(-1).data if array.size else b"")
+        self.nbytes += array.nbytes
+        self._header[key] = {"dtype": code, "shape": list(array.shape), "data_offsets": [start, self.nbytes]}
+        return array.nbytes
+
+    def close(self, metadata: dict[str, str] | None = None) -> Path:
+        """Write the final file and remove the part file; returns the path."""
+        self._file.close()
+        header = dict(self._header)
+        if metadata:
+            header = {"__metadata__": {str(k): str(v) for k, v in metadata.items()}, **header}
+        text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+        text += b" " * (-len(text) % 8)
+        with self.path.open("wb") as out, self._part.open("rb") as data:
+            out.write(struct.pack("<Q", len(text)))
+            out.write(text)
+            shutil.copyfileobj(data, out, 1 << 22)
+        os.unlink(self._part)
+        return self.path
+
+    def abort(self) -> None:
+        """Close and delete the part file (capture failed)."""
+        if not self._file.closed:
+            self._file.close()
+        if self._part.exists():
+            os.unlink(self._part)
+
+
+def read_safetensors_header(path: str | Path) -> tuple[dict[str, Any], int]:
+    """The JSON header of a safetensors file and the byte offset where its data starts.
+
+    Raises:
+        InputError: too short, a header length beyond the file, or bad JSON.
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise InputError(f"{path} is not safetensors: {size} bytes, too short for a header")
+        (length,) = struct.unpack("<Q", head)
+        if length > size - 8:
+            raise InputError(f"{path} is truncated or not safetensors: header of {length} bytes in a "
+                             f"{size}-byte file")
+        try:
+            header = json.loads(f.read(length))
+        except ValueError:
+            raise InputError(f"{path} is not safetensors: its header is not JSON") from None
+    if not isinstance(header, dict):
+        raise InputError(f"{path} is not safetensors: its header is not a JSON object")
+    return header, 8 + length
+
+
+class SafetensorsFiles:
+    """Open safetensors files once and read tensors from them (the ``safetensors`` library, numpy).
+
+    Opening a file parses its header; a dump reads thousands of small tensors
+    from a few files, so the handles stay open until :meth:`close`.
+    """
+
+    def __init__(self) -> None:
+        self._handles: dict[str, Any] = {}
+
+    def get(self, path: str | Path, key: str) -> np.ndarray:
+        """Read tensor ``key`` of ``path``.
+
+        Raises:
+            InputError: missing key, or a file the library rejects (truncated, corrupt).
+        """
+        from safetensors import SafetensorError, safe_open
+
+        path = str(path)
+        try:
+            handle = self._handles.get(path)
+            if handle is None:
+                handle = self._handles[path] = safe_open(path, framework="numpy")
+            return handle.get_tensor(key)
+        except (SafetensorError, OSError, ValueError, TypeError, KeyError) as exc:
+            raise InputError(f"{path}: cannot read tensor {key!r}: {exc}") from None
+
+    def close(self) -> None:
+        self._handles.clear()
+
+
+def read_safetensors_tensor(path: str | Path, key: str) -> np.ndarray:
+    """Read one tensor from a safetensors file (opens and closes the file).
+
+    Raises:
+        InputError: missing key, or a file the library rejects (truncated, corrupt).
+    """
+    files = SafetensorsFiles()
+    try:
+        return files.get(path, key)
+    finally:
+        files.close()
+
+
+def tensor_keys(path: str | Path) -> Iterable[str]:
+    header, _ = read_safetensors_header(path)
+    return [k for k in header if k != "__metadata__"]

@@ -1,0 +1,214 @@
+"""Dump variants end to end: load the engine, capture, and (for a pair) diff.
+
+:func:`dump_variant` captures one variant; :func:`dump_pair` captures a
+control (greedy, the reference) and a candidate that replays the control's
+tokens, so both dumps see identical inputs at every position;
+:func:`localize` is what ``ab --localize`` calls: dump a control/candidate
+pair on given inputs and return the dump-diff summary.
+
+Environment knobs of a variant are set while its engine loads and runs, in
+this process (knobs an engine reads only at process start need ``ab
+--isolation process``; capture does not offer that yet).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from logitlab.dumps.capture_llamacpp import CaptureResult
+from logitlab.dumps.format import MANIFEST_NAME, TensorFilter
+from logitlab.engines import canonical_engine_name, engine_class
+from logitlab.engines.variant import Variant
+from logitlab.errors import InputError
+from logitlab.experiments.workload import environment
+
+#: Default capture size: a short prompt and a few decode steps keep dumps small (≈2 MB per token
+#: for the embedded model with every tensor).
+DEFAULT_DUMP_PROMPT = "The capital of France is Paris. The capital of Italy is"
+DEFAULT_DUMP_TOKENS = 4
+DEFAULT_MAX_BYTES = 2 * 1000**3
+CAPTURE_ENGINES = ("llamacpp",)
+
+EventHook = Callable[[str, dict[str, Any]], None]
+
+
+def prepare_out_dir(path: str | Path, *, force: bool = False) -> Path:
+    """Create ``path`` or check it is empty; with ``force``, clear an earlier logitlab dump there.
+
+    Raises:
+        InputError: not a folder, or not empty (and not a dump ``force`` may clear).
+    """
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"dump folder {out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()):
+        ours = (out / MANIFEST_NAME).exists() and all(
+            f.name == MANIFEST_NAME or f.name.startswith("step-") for f in out.iterdir())
+        if not force:
+            raise InputError(f"dump folder {out} is not empty; choose another --out or pass --force")
+        if not ours:
+            raise InputError(f"dump folder {out} holds files that are not a logitlab dump; "
+                             "--force only replaces an earlier dump: choose another --out")
+        for f in out.iterdir():
+            f.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def dump_variant(
+    variant: Variant,
+    prompt: str | Sequence[int],
+    n_decode: int,
+    out_dir: str | Path,
+    *,
+    replay: Sequence[int] | None = None,
+    select: TensorFilter | None = None,
+    max_bytes: int | None = DEFAULT_MAX_BYTES,
+    force: bool = False,
+    on_event: EventHook | None = None,
+) -> CaptureResult:
+    """Load ``variant``'s engine and dump its tensors for one prefill + ``n_decode`` decode steps.
+
+    Parameters
+    ----------
+    variant : Variant
+        Engine, model, options and environment knobs.
+    prompt : str or sequence of int
+        Prompt text (tokenized by the engine, BOS added) or token ids.
+    n_decode : int
+        Decode steps (M=1); greedy unless ``replay`` is given.
+    out_dir : path
+        Folder for the dump (created; must be empty unless ``force``).
+    replay, select, max_bytes, on_event :
+        As for :func:`logitlab.dumps.capture_llamacpp.capture_llamacpp`;
+        ``on_event("loaded", {"variant": ..., "seconds": ...})`` is sent first.
+
+    Returns
+    -------
+    CaptureResult
+
+    Raises
+    ------
+    InputError
+        An engine without dump capture (only llama.cpp has one so far), bad
+        options, a non-empty ``out_dir``.
+    EngineError
+        The engine failed to load or run.
+    """
+    engine_name = canonical_engine_name(variant.engine) or variant.engine
+    if engine_name not in CAPTURE_ENGINES:
+        raise InputError(f"dump capture is implemented for {', '.join(CAPTURE_ENGINES)}, not {variant.engine!r} "
+                         "(hf capture needs the hf engine adapter, which does not exist yet)")
+    from logitlab.dumps.capture_llamacpp import capture_llamacpp
+
+    out = prepare_out_dir(out_dir, force=force)
+    cls = engine_class(engine_name)
+    with environment(variant.env):
+        engine = cls(model=variant.model, options=dict(variant.options))
+        try:
+            if on_event:
+                on_event("loaded", {"variant": variant.label, "seconds": engine.load_seconds})
+            prompt_ids = engine.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+            return capture_llamacpp(engine, prompt_ids, n_decode, out, replay=replay, select=select,
+                                    max_bytes=max_bytes, variant=variant.to_dict(), on_event=on_event)
+        finally:
+            engine.close()
+
+
+def dump_pair(
+    control: Variant,
+    candidate: Variant,
+    prompt: str | Sequence[int],
+    n_decode: int,
+    out_dir: str | Path,
+    *,
+    replay: Sequence[int] | None = None,
+    select: TensorFilter | None = None,
+    max_bytes: int | None = DEFAULT_MAX_BYTES,
+    force: bool = False,
+    on_event: EventHook | None = None,
+) -> tuple[CaptureResult, CaptureResult]:
+    """Dump the control into ``out_dir/control`` and the candidate into ``out_dir/candidate``.
+
+    The control decodes greedily (unless ``replay`` is given) and the
+    candidate replays the control's decode tokens on the control's prompt ids.
+    ``max_bytes`` applies to each side. Raises as :func:`dump_variant`.
+    """
+    out = Path(out_dir)
+    if on_event:
+        on_event("variant", {"label": control.label})
+    first = dump_variant(control, prompt, n_decode, out / "control", replay=replay, select=select,
+                         max_bytes=max_bytes, force=force, on_event=on_event)
+    generated = first.manifest.generated
+    n_second = len(generated)  # fewer than n_decode if the control stopped at --max-bytes
+    if on_event:
+        on_event("variant", {"label": candidate.label})
+    second = dump_variant(candidate, first.manifest.prompt_ids, n_second, out / "candidate", replay=generated,
+                          select=select, max_bytes=max_bytes, force=force, on_event=on_event)
+    return first, second
+
+
+def localize(
+    control: Variant,
+    candidate: Variant,
+    prompt_ids: Sequence[int],
+    replay: Sequence[int],
+    *,
+    select: TensorFilter | None = None,
+    max_bytes: int | None = DEFAULT_MAX_BYTES,
+    out_dir: str | Path | None = None,
+    on_event: EventHook | None = None,
+) -> dict[str, Any]:
+    """Dump both variants on the same inputs and return the dump-diff summary (for ``ab --localize``).
+
+    Parameters
+    ----------
+    control, candidate : Variant
+        The two sides (the control is dump A).
+    prompt_ids : sequence of int
+        The prompt token ids the A/B ran.
+    replay : sequence of int
+        The reference run's decode tokens; both sides replay all of them
+        (pass a prefix to localize only the first decode steps).
+    select : TensorFilter, optional
+        Names/layers/positions to dump (default: everything).
+    max_bytes : int, optional
+        Byte limit per side.
+    out_dir : path, optional
+        Keep the dumps there (``control/``, ``candidate/``); default: a
+        temporary folder removed afterwards.
+
+    Returns
+    -------
+    dict
+        :meth:`DumpDiffResult.summary` (JSON-able: ``verdict``,
+        ``first_divergence``, ``layers``, ``only_left``/``only_right``,
+        ``problems``...) plus ``"dumps"``: the folder, or None if removed.
+
+    Raises
+    ------
+    InputError, EngineError
+        As :func:`dump_variant`.
+    """
+    from logitlab.dumps.diff import diff_dumps
+    from logitlab.dumps.readers import open_dump
+
+    temp = out_dir is None
+    root = Path(tempfile.mkdtemp(prefix="logitlab-localize-")) if temp else Path(out_dir)
+    try:
+        dump_pair(control, candidate, list(prompt_ids), len(replay), root, replay=list(replay), select=select,
+                  max_bytes=max_bytes, force=not temp, on_event=on_event)
+        result = diff_dumps(open_dump(root / "control"), open_dump(root / "candidate"))
+        summary = result.summary()
+        summary["dumps"] = None if temp else str(root)
+        return summary
+    finally:
+        if temp:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+__all__ = ["DEFAULT_DUMP_PROMPT", "DEFAULT_DUMP_TOKENS", "DEFAULT_MAX_BYTES", "dump_pair", "dump_variant",
+           "localize", "prepare_out_dir"]

@@ -1,0 +1,392 @@
+"""``logitlab ab``: counterbalanced A/B of two engine variants.
+
+Order of work: tokenize the prompt; untimed warmups; ``repeats`` ABBA/BAAB
+blocks. The first measured control run decodes greedily and is the reference;
+every other run replays its token ids and is compared with it, full vocabulary,
+every position. Control runs give the A/A check (does the control reproduce
+itself?), candidate runs the A/B verdict, and the slot timings the paired
+speed decision. Each run is appended to a JSONL log as soon as it finishes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from logitlab.engines.variant import Variant
+from logitlab.errors import EngineError, InputError, LogitlabError
+from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner, load_engine, stronger_isolation
+from logitlab.experiments.schedule import CANDIDATE, CONTROL, Slot, ab_schedule
+from logitlab.experiments.workload import RunOutput
+from logitlab.manifest import build_manifest
+from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict, classify, compare_logits
+from logitlab.numerics.topk import TopKComparison, TopKRows, classify_topk, compare_topk
+from logitlab.perf import Block, PairedComparison, paired_comparison
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class AbConfig:
+    """Everything that defines an ``ab`` experiment.
+
+    Attributes:
+        control, candidate: the two variants.
+        prompt: prompt text.
+        n_decode: greedy decode steps after the prompt (tokens).
+        repeats: ABBA/BAAB blocks (4 measured slots each).
+        warmup: untimed runs per variant before the blocks.
+        isolation: ``session``, ``engine`` or ``process``.
+        randomize: seeded balanced random order of block patterns.
+        seed: seed for ``randomize`` and the bootstrap.
+        escalate: repeat a failing A/A at stronger isolation levels.
+        top_k: k of the top-k set agreement.
+        thresholds: verdict thresholds.
+        margin: equivalence margin δ for the speed call (relative); None: from the A/A.
+    """
+
+    control: Variant
+    candidate: Variant
+    prompt: str
+    n_decode: int = 64
+    repeats: int = 3
+    warmup: int = 1
+    isolation: str = "session"
+    randomize: bool = False
+    seed: int = 0
+    escalate: bool = True
+    top_k: int = 5
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    margin: float | None = None
+
+    def validate(self) -> None:
+        if self.n_decode < 1:
+            raise InputError(f"--tokens must be at least 1, got {self.n_decode}")
+        if self.isolation not in ISOLATION_LEVELS:
+            raise InputError(f"unknown --isolation {self.isolation!r}; valid: {', '.join(ISOLATION_LEVELS)}")
+        if self.top_k < 1:
+            raise InputError(f"--top-k must be at least 1, got {self.top_k}")
+        if self.margin is not None and not 0 < self.margin < 1:
+            raise InputError(f"--margin must be a fraction between 0 and 1 (0.02 = 2 %), got {self.margin}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["control"], data["candidate"] = self.control.to_dict(), self.candidate.to_dict()
+        return data
+
+
+@dataclass
+class RunRecord:
+    """One measured (or warmup) run: its slot, its speed, and its comparison with the reference."""
+
+    slot: int
+    variant: str
+    block: int | None
+    position: int | None
+    pattern: str
+    isolation: str
+    prefill_tokens: int
+    prefill_seconds: float
+    decode_tokens: int
+    decode_seconds: float
+    is_reference: bool = False
+    comparison: dict[str, Any] | None = None
+    verdict: str | None = None
+
+    @property
+    def prefill_tokens_per_second(self) -> float:
+        return self.prefill_tokens / self.prefill_seconds if self.prefill_seconds > 0 else float("nan")
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else float("nan")
+
+    @property
+    def bit_exact(self) -> bool | None:
+        return None if self.comparison is None else self.comparison["differing_entries"] == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["prefill_tokens_per_second"] = self.prefill_tokens_per_second
+        data["decode_tokens_per_second"] = self.decode_tokens_per_second
+        return data
+
+
+@dataclass
+class Escalation:
+    """A/A repeated at a stronger isolation level."""
+
+    isolation: str
+    runs: int
+    bit_exact_runs: int
+
+    @property
+    def reproducible(self) -> bool:
+        return self.bit_exact_runs == self.runs
+
+
+@dataclass
+class AbResult:
+    """The whole experiment: manifest, runs, A/A, A/B verdict, speed."""
+
+    config: dict[str, Any]
+    manifest: dict[str, Any]
+    prompt_ids: list[int]
+    generated_ids: list[int]
+    generated_text: str
+    runs: list[RunRecord] = field(default_factory=list)
+    escalations: list[Escalation] = field(default_factory=list)
+    verdict: Verdict | None = None
+    verdict_slot: int | None = None
+    speed: dict[str, PairedComparison] = field(default_factory=dict)
+    error: str | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    # -- derived views ------------------------------------------------------
+    def measured(self, variant: str) -> list[RunRecord]:
+        return [r for r in self.runs if r.variant == variant and r.block is not None]
+
+    @property
+    def control_reproducible(self) -> bool:
+        return all(r.bit_exact for r in self.measured(CONTROL) if not r.is_reference)
+
+    @property
+    def aa_diagnosis(self) -> str:
+        """``reproducible``, ``state leak (… isolation)`` or ``run-to-run nondeterminism``."""
+        if self.control_reproducible:
+            return "reproducible"
+        for escalation in self.escalations:
+            if escalation.reproducible:
+                return f"state leak: reproducible under {escalation.isolation} isolation"
+        if self.escalations or self.config["isolation"] == "process":
+            return "run-to-run nondeterminism: not reproducible even under the strongest isolation run"
+        return "not reproducible (not escalated)"
+
+    @property
+    def candidate_reproducible(self) -> bool | None:
+        """Do all candidate runs have identical logits? (None with fewer than two.)"""
+        flags = [r.comparison.get("candidate_self_exact") for r in self.measured(CANDIDATE) if r.comparison]
+        flags = [f for f in flags if f is not None]
+        return all(flags) if flags else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "manifest": self.manifest,
+            "config": self.config,
+            "prompt_ids": self.prompt_ids,
+            "generated_ids": self.generated_ids,
+            "generated_text": self.generated_text,
+            "runs": [r.to_dict() for r in self.runs],
+            "aa": {
+                "control_reproducible": self.control_reproducible,
+                "diagnosis": self.aa_diagnosis,
+                "escalations": [dataclasses.asdict(e) for e in self.escalations],
+            },
+            "candidate_reproducible": self.candidate_reproducible,
+            "verdict": None if self.verdict is None else dataclasses.asdict(self.verdict),
+            "verdict_slot": self.verdict_slot,
+            "speed": {name: dataclasses.asdict(p) for name, p in self.speed.items()},
+            "error": self.error,
+        }
+
+
+Event = Callable[[str, dict[str, Any]], None]
+
+
+class AbExperiment:
+    """Runs an :class:`AbConfig`; :func:`run_ab` is the one-call form."""
+
+    def __init__(self, config: AbConfig, *, log_path: str | Path | None = None, on_event: Event | None = None):
+        config.validate()
+        self.config = config
+        self.log_path = Path(log_path) if log_path else None
+        self.on_event = on_event or (lambda kind, data: None)
+        self.reference: RunOutput | None = None
+        self.first_candidate: RunOutput | None = None
+        self.candidate_verdicts: list[tuple[int, Verdict]] = []
+
+    # -- public -------------------------------------------------------------
+    def run(self) -> AbResult:
+        """Run the experiment.
+
+        Raises:
+            LogitlabError: bad input or an engine failure. The exception's
+                ``partial`` attribute holds the :class:`AbResult` measured so far.
+        """
+        cfg = self.config
+        variants = {CONTROL: cfg.control, CANDIDATE: cfg.candidate}
+        probe = load_engine(cfg.control)  # tokenizer, context size, manifest; detokenizes the greedy text
+        with SlotRunner(variants, cfg.isolation) as runner:
+            if cfg.isolation == "session":
+                runner.adopt(CONTROL, probe)  # the runner closes it
+            try:
+                result = self._start(probe)
+                try:
+                    self._run_blocks(runner, result)
+                    self._finish(result)
+                except LogitlabError as exc:
+                    result.error = str(exc)
+                    exc.partial = result  # type: ignore[attr-defined]
+                    raise
+            finally:
+                if cfg.isolation != "session":
+                    probe.close()
+        return result
+
+    # -- steps --------------------------------------------------------------
+    def _start(self, probe) -> AbResult:
+        cfg = self.config
+        prompt_ids = probe.tokenize(cfg.prompt)
+        total = len(prompt_ids) + cfg.n_decode
+        if probe.n_ctx is not None and total > probe.n_ctx:
+            raise InputError(
+                f"prompt ({len(prompt_ids)} tokens) + --tokens {cfg.n_decode} = {total} exceeds the context of "
+                f"{probe.n_ctx}; shorten the prompt or --tokens, or pass n_ctx=... in both variants"
+            )
+        self._probe_describe = probe.describe()
+        self._detokenize = probe.detokenize
+        manifest = build_manifest(self._probe_describe, cfg.control, cfg.candidate)
+        return AbResult(config=cfg.to_dict(), manifest=manifest, prompt_ids=prompt_ids,
+                        generated_ids=[], generated_text="")
+
+    def _run_blocks(self, runner: SlotRunner, result: AbResult) -> None:
+        slots = ab_schedule(self.config.repeats, warmup=self.config.warmup,
+                            randomize=self.config.randomize, seed=self.config.seed)
+        self.on_event("start", {"slots": len(slots)})
+        for slot in slots:
+            output = runner.run(slot.variant, result.prompt_ids, self.config.n_decode,
+                                None if self.reference is None else self.reference.generated)
+            record = self._record(slot, output, result)
+            result.runs.append(record)
+            self._log(record)
+            self.on_event("slot", {"slot": slot, "record": record})
+            self._check_finite(record, slot)
+
+    def _record(self, slot: Slot, output: RunOutput, result: AbResult) -> RunRecord:
+        record = RunRecord(
+            slot=slot.index, variant=slot.variant, block=slot.block, position=slot.position,
+            pattern=slot.pattern, isolation=self.config.isolation,
+            prefill_tokens=output.n_tokens("prefill"), prefill_seconds=output.seconds("prefill"),
+            decode_tokens=output.n_tokens("decode"), decode_seconds=output.seconds("decode"),
+        )
+        if slot.is_warmup:
+            return record
+        if self.reference is None:
+            self.reference = output
+            record.is_reference = True
+            result.generated_ids = list(output.generated)
+            result.generated_text = self._detokenize(output.generated)
+            return record
+        comparison = self._compare(self.reference.logits, output.logits, slot, output.topk)
+        summary = dataclasses.asdict(comparison)
+        if slot.variant == CANDIDATE:
+            if self.first_candidate is None:
+                self.first_candidate = output
+            else:
+                summary["candidate_self_exact"] = self.first_candidate.same_bits(output)
+        record.comparison = summary
+        verdict = (classify_topk if isinstance(comparison, TopKComparison) else classify)(
+            comparison, self.config.thresholds)
+        record.verdict = verdict.word
+        if slot.variant == CANDIDATE:
+            self.candidate_verdicts.append((slot.index, verdict))
+        return record
+
+    def _compare(self, reference: np.ndarray, observed: np.ndarray, slot: Slot,
+                 observed_topk: TopKRows | None = None) -> LogitComparison | TopKComparison:
+        if (self.reference.topk is None) != (observed_topk is None):
+            raise EngineError("one variant returned full logits and the other only top-k log-probabilities; "
+                              "compare engines of the same kind")
+        if observed_topk is not None:
+            return compare_topk(self.reference.topk, observed_topk, top_k=self.config.top_k,
+                                token_ids=self.reference.input_ids)
+        if reference.shape[1] != observed.shape[1]:
+            raise EngineError(
+                f"vocab mismatch: control has {reference.shape[1]} logits per row, "
+                f"{slot.variant} has {observed.shape[1]}; both variants need the same vocabulary"
+            )
+        if reference.shape != observed.shape:
+            raise EngineError(f"{slot.variant} returned {observed.shape[0]} rows, the reference {reference.shape[0]}")
+        return compare_logits(reference, observed, top_k=self.config.top_k, token_ids=self.reference.input_ids)
+
+    def _check_finite(self, record: RunRecord, slot: Slot) -> None:
+        comparison = record.comparison or {}
+        bad = comparison.get("nan_obs", 0) + comparison.get("inf_obs", 0)
+        if record.is_reference and not np.isfinite(self.reference.logits).all():
+            bad = int((~np.isfinite(self.reference.logits)).sum())
+        if bad:
+            raise EngineError(f"{slot.variant} run at slot {slot.index} produced {bad} NaN/Inf logits")
+
+    def _finish(self, result: AbResult) -> None:
+        cfg = self.config
+        if not result.control_reproducible and cfg.escalate:
+            self._escalate(result)
+        if self.candidate_verdicts:
+            # The A/B verdict is the worst over all candidate runs (the first one on ties).
+            slot, verdict = max(self.candidate_verdicts, key=lambda sv: (VERDICTS.index(sv[1].word), -sv[0]))
+            result.verdict, result.verdict_slot = verdict, slot
+        result.speed = analyse_speed(result.runs, margin=cfg.margin, seed=cfg.seed)
+
+    def _escalate(self, result: AbResult) -> None:
+        level = self.config.isolation
+        while (level := stronger_isolation(level)) is not None:
+            self.on_event("escalate", {"isolation": level})
+            with SlotRunner({CONTROL: self.config.control}, level) as runner:
+                outputs = [runner.run(CONTROL, result.prompt_ids, self.config.n_decode, result.generated_ids)
+                           for _ in range(3)]
+            exact = sum(outputs[0].same_bits(o) for o in outputs[1:])
+            escalation = Escalation(isolation=level, runs=len(outputs) - 1, bit_exact_runs=int(exact))
+            result.escalations.append(escalation)
+            if escalation.reproducible:
+                return
+
+    def _log(self, record: RunRecord) -> None:
+        if self.log_path is None:
+            return
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record.to_dict(), default=_json_default) + "\n")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (np.integer, np.floating, np.bool_)):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def speed_blocks(runs: Sequence[RunRecord], metric: str) -> list[Block]:
+    """Group measured runs into ABBA/BAAB :class:`Block` s of one metric (tokens/s)."""
+    by_block: dict[int, list[RunRecord]] = {}
+    for run in runs:
+        if run.block is not None:
+            by_block.setdefault(run.block, []).append(run)
+    blocks = []
+    for block_runs in by_block.values():
+        values = [getattr(r, metric) for r in sorted(block_runs, key=lambda r: r.position)]
+        # A phase an engine does not time (a whole-sequence ``cmd`` run has no decode phase) is left out.
+        if len(block_runs) == 4 and all(math.isfinite(v) and v > 0 for v in values):
+            blocks.append(Block(min(block_runs, key=lambda r: r.position).pattern, tuple(values)))
+    return blocks
+
+
+def analyse_speed(runs: Sequence[RunRecord], *, margin: float | None, seed: int) -> dict[str, PairedComparison]:
+    """Paired decode and prefill tokens/s decisions over the complete blocks."""
+    out = {}
+    for name, metric in (("decode", "decode_tokens_per_second"), ("prefill", "prefill_tokens_per_second")):
+        blocks = speed_blocks(runs, metric)
+        if blocks:
+            out[name] = paired_comparison(blocks, higher_is_better=True, metric=f"{name} tokens/s",
+                                          unit="tokens/s", margin=margin, seed=seed)
+    return out
+
+
+def run_ab(config: AbConfig, **kwargs: Any) -> AbResult:
+    """Run an A/B experiment; see :class:`AbExperiment`."""
+    return AbExperiment(config, **kwargs).run()

@@ -1,0 +1,630 @@
+"""Compare two runs that returned only the top-k log-probabilities per position.
+
+Servers (the ``openai`` engine: vLLM, SGLang, llama.cpp-based servers) return,
+for each position, the k most likely tokens with their log-probabilities —
+not the full vocabulary of logits. :func:`compare_topk` compares two such runs
+and says, field by field, what the data can and cannot show:
+
+Exact on the returned data
+    bit-exactness of the returned entries (``bit-exact`` here means
+    *bit-exact on the returned top-k*: every returned key, in the same order,
+    with identical bits; entries outside the top-k were never seen), argmax
+    agreement, top-k set agreement (for k up to the returned k), top1–top2
+    margins (a log-probability difference equals the logit difference), the
+    argmax flips and their margins.
+Lower bounds of the full-vocabulary statistic
+    ``max_abs_diff``, ``max_ulp``, ``max_scaled_ulp`` (taken over the tokens
+    both runs returned), and the KL divergence (see :func:`kld_lower_bound`).
+Not decidable
+    a systematic offset: a constant added to every logit cancels in the
+    softmax, so log-probabilities cannot show it; :func:`classify_topk` never
+    returns ``systematic-offset``.
+
+Nothing here prints, logs or knows about engines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence, Union
+
+import numpy as np
+
+from logitlab.errors import InputError
+from logitlab.numerics.ulp import float_hex
+
+__all__ = ["TopKRows", "TopKComparison", "compare_topk", "classify_topk", "kld_lower_bound", "SCHEMA_VERSION"]
+
+#: Version of the JSON form of :class:`TopKComparison` and :class:`TopKRows`.
+#: 1 — first version.
+SCHEMA_VERSION = 1
+
+#: A token key: the token id when the source gives ids, else the token text it returned.
+Key = Union[int, str]
+
+_HIST_LABELS = ("0", "1", "2-4", "5-16", "17-256", ">256")
+_HIST_EDGES = (0, 1, 4, 16, 256)
+
+
+@dataclass(frozen=True)
+class TopKRows:
+    """Top-k log-probabilities of every position of one run.
+
+    Attributes
+    ----------
+    keys : tuple of (tuple of Key) or None
+        Per position, the returned tokens, most likely first; ``None`` where
+        the source returned nothing for that position (e.g. the first token of
+        an echoed prompt). A key is a token id (int) or, when the source only
+        gives text, the token's text (str).
+    values : tuple of (tuple of float) or None
+        The matching natural-log probabilities (nats), same shape as ``keys``.
+    requested_k : int
+        The k asked for; a row may hold fewer entries (a source that merges
+        tokens with the same text returns fewer).
+    """
+
+    keys: tuple
+    values: tuple
+    requested_k: int
+
+    def __post_init__(self) -> None:
+        if len(self.keys) != len(self.values):
+            raise InputError(f"TopKRows: {len(self.keys)} key rows but {len(self.values)} value rows")
+        for i, (k, v) in enumerate(zip(self.keys, self.values)):
+            if (k is None) != (v is None) or (k is not None and len(k) != len(v)):
+                raise InputError(f"TopKRows: row {i} has {k!r} keys for {v!r} values")
+
+    @classmethod
+    def from_mappings(cls, rows: Sequence[Mapping[Key, float] | None], k: int) -> "TopKRows":
+        """Build from one ``{key: logprob}`` mapping (or None) per position.
+
+        Each row keeps its ``k`` largest values, most likely first (ties keep
+        the mapping's order). Extra entries some servers add (llama-cpp-python
+        adds the input token's own log-probability) fall outside the top k
+        and are dropped.
+        """
+        keys, values = [], []
+        for row in rows:
+            if row is None:
+                keys.append(None)
+                values.append(None)
+                continue
+            items = sorted(row.items(), key=lambda kv: -kv[1] if not math.isnan(kv[1]) else math.inf)[:k]
+            keys.append(tuple(key for key, _ in items))
+            values.append(tuple(float(v) for _, v in items))
+        return cls(tuple(keys), tuple(values), int(k))
+
+    @property
+    def n_positions(self) -> int:
+        return len(self.keys)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"keys": [None if k is None else list(k) for k in self.keys],
+                "values": [None if v is None else list(v) for v in self.values],
+                "requested_k": self.requested_k, "schema_version": SCHEMA_VERSION}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TopKRows":
+        return cls(tuple(None if k is None else tuple(k) for k in data["keys"]),
+                   tuple(None if v is None else tuple(float(x) for x in v) for v in data["values"]),
+                   int(data["requested_k"]))
+
+    def same_bits(self, other: "TopKRows") -> bool:
+        """True iff every row has the same keys in the same order with identical value bits."""
+        return self.keys == other.keys and all(
+            a == b or (a is not None and b is not None and [_bits64(x) for x in a] == [_bits64(y) for y in b])
+            for a, b in zip(self.values, other.values)
+        )
+
+
+@dataclass(frozen=True)
+class TopKComparison:
+    """Result of :func:`compare_topk`. Field names follow
+    :class:`~logitlab.numerics.compare.LogitComparison` so that reports read
+    both; the meaning is restricted to the returned entries as stated here.
+
+    Units: nats (log-probabilities) for values, differences and margins; ULPs
+    of ``dtype`` for ULP fields. "Δ" is ``observed - reference``.
+
+    Attributes
+    ----------
+    scope : str
+        Always ``"top-k"``: the statistics cover the returned entries only.
+    n_positions : int
+        Positions of the run (compared or not).
+    n_vocab : int
+        Entries per position that were compared: the largest number of
+        entries a row returned (not the vocabulary size, which is unknown).
+    dtype : str
+        ``"float32"`` when every returned value is a float32 number (most
+        servers compute in float32), else ``"float64"``; ULPs are of this dtype.
+    top_k : int
+        k of the top-k set agreement (at most the returned k).
+    positions_compared : list[int]
+        Positions where both runs returned entries.
+    positions_missing : list[int]
+        Positions skipped because a run returned nothing there.
+    differing_entries, differing_rows : int
+        Exact, over the returned entries: a key returned by one run only, or
+        returned by both with different bits, counts as one differing entry.
+    max_abs_diff, mean_abs_diff, mean_diff, std_diff : float
+        Over the keys both runs returned. ``max_abs_diff`` is a lower bound of
+        the full-vocabulary max |Δ log-probability|.
+    max_ulp, max_scaled_ulp : int, float
+        Largest ULP distance and largest row max |Δ| in ULPs of the row's
+        largest |reference value|, over shared keys: lower bounds.
+    argmax_agreement, topk_agreement : float
+        Exact: fraction of compared positions whose top-1 key, and whose
+        top-``top_k`` key set, agree.
+    kld : dict[str, float | None]
+        Summary (``mean, max, p99_9, p99, p95, p90, median, p10, p5, p1, min``)
+        of the per-position :func:`kld_lower_bound` (nats): every number is a
+        lower bound of the corresponding KL(P_ref || P_obs) statistic's
+        per-position values.
+    kld_is_lower_bound : bool
+        Always True (a reminder for readers of the JSON).
+    exact, bounds, undecidable : list[str]
+        Which statistics are exact on the returned top-k, which are lower
+        bounds of their full-vocabulary meaning, and what cannot be decided.
+    first_mismatch : dict or None
+        First differing entry (position order, then reference rank):
+        ``position, token_id, reference_hex, observed_hex, reference_bits,
+        observed_bits, reference, observed, ulp``; a key absent from one run
+        has hex ``"absent"`` and ``ulp`` None.
+    flips : list[dict]
+        One per compared position whose argmax differs, as in LogitComparison
+        (``logit_*`` fields hold log-probabilities).
+    row_* : list
+        Per position, None where not compared (``row_differing`` 0).
+    token_ids : list[int] or None
+        The token fed at each position, if the caller gave it.
+    """
+
+    scope: str
+    n_positions: int
+    n_vocab: int
+    dtype: str
+    top_k: int
+    requested_k: int
+    positions_compared: list
+    positions_missing: list
+    differing_entries: int
+    differing_rows: int
+    max_abs_diff: float
+    mean_abs_diff: float
+    mean_diff: float
+    std_diff: float
+    max_ulp: int
+    max_scaled_ulp: float
+    ulp_histogram: dict
+    argmax_agreement: float
+    topk_agreement: float
+    kld: dict
+    kld_is_lower_bound: bool
+    nan_ref: int
+    nan_obs: int
+    inf_ref: int
+    inf_obs: int
+    nonfinite_mismatch: int
+    first_mismatch: dict | None
+    flips: list
+    row_differing: list
+    row_max_abs_diff: list
+    row_mean_diff: list
+    row_std_diff: list
+    row_argmax_ref: list
+    row_argmax_obs: list
+    row_margin_ref: list
+    row_margin_obs: list
+    row_kth_gap_ref: list
+    row_topk_agree: list
+    row_kld: list
+    row_max_ulp: list
+    row_scaled_ulp: list
+    exact: list
+    bounds: list
+    undecidable: list
+    token_ids: list | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def bit_exact(self) -> bool:
+        """True iff every returned entry of every compared position is identical (bits, keys, order)."""
+        return self.differing_entries == 0
+
+    def __bool__(self) -> bool:
+        return self.bit_exact
+
+    @property
+    def topk_changes(self) -> list[int]:
+        """Compared positions whose top-k key set differs."""
+        return [i for i, ok in enumerate(self.row_topk_agree) if ok is False]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# -- float helpers ------------------------------------------------------------
+def _bits64(x: float) -> int:
+    return struct.unpack("<Q", struct.pack("<d", x))[0]
+
+
+def _is_f32(x: float) -> bool:
+    return math.isnan(x) or float(np.float32(x)) == x
+
+
+def _ordered(x: float, dtype: str) -> int:
+    if dtype == "float32":
+        bits = struct.unpack("<I", struct.pack("<f", x))[0]
+        sign, mag = bits >> 31, bits & 0x7FFFFFFF
+    else:
+        bits = _bits64(x)
+        sign, mag = bits >> 63, bits & 0x7FFFFFFFFFFFFFFF
+    return -mag if sign else mag
+
+
+def _ulp(a: float, b: float, dtype: str) -> int | None:
+    if math.isnan(a) or math.isnan(b):
+        return 0 if math.isnan(a) and math.isnan(b) else None
+    return abs(_ordered(a, dtype) - _ordered(b, dtype))
+
+
+def _hex(x: float, dtype: str) -> str:
+    if math.isnan(x) or math.isinf(x):
+        return str(x)
+    return float_hex(np.float32(x)) if dtype == "float32" else float(x).hex()
+
+
+def _bits_hex(x: float, dtype: str) -> str:
+    if dtype == "float32":
+        return f"0x{struct.unpack('<I', struct.pack('<f', x))[0]:08x}"
+    return f"0x{_bits64(x):016x}"
+
+
+def _spacing(x: float, dtype: str) -> float:
+    return float(np.spacing(np.float32(abs(x)))) if dtype == "float32" else float(np.spacing(abs(x)))
+
+
+def _same(a: float, b: float) -> bool:
+    return _bits64(a) == _bits64(b)
+
+
+def kld_lower_bound(ref: Mapping[Key, float], obs: Mapping[Key, float]) -> float:
+    """A lower bound of KL(P_ref || P_obs) from two top-k log-probability rows (nats).
+
+    Parameters
+    ----------
+    ref, obs : mapping of key to log-probability
+        The returned entries of one position of each run.
+
+    Returns
+    -------
+    float
+        ``KL`` of the two distributions coarse-grained onto the cells
+        {each token both runs returned} ∪ {everything else}, ≥ 0; 0 when the
+        rows are identical or share no token.
+
+    Notes
+    -----
+    Merging outcomes never increases a KL divergence (the data-processing
+    inequality; Cover & Thomas, *Elements of Information Theory*, 2nd ed.,
+    Theorem 2.8.1 and §2.9), so the coarse-grained KL is a lower bound of the
+    full-vocabulary KL. The "everything else" cell has mass ``1 - Σ p`` resp.
+    ``1 - Σ q`` over the shared tokens; when rounding of the returned values
+    leaves either at or below 1e-12, that cell is merged into the least
+    likely shared token's cell (a coarser partition: still a lower bound).
+    No upper bound exists without the tail: a token outside the observed
+    top-k may have any probability below the observed k-th.
+    """
+    shared = [key for key in ref if key in obs]
+    if not shared:
+        return 0.0
+    p = [math.exp(ref[key]) for key in shared]
+    q = [math.exp(obs[key]) for key in shared]
+    p_rest, q_rest = 1.0 - math.fsum(p), 1.0 - math.fsum(q)
+    if p_rest <= 1e-12 or q_rest <= 1e-12:
+        p[-1] += max(p_rest, 0.0)
+        q[-1] += max(q_rest, 0.0)
+    else:
+        p.append(p_rest)
+        q.append(q_rest)
+    total = math.fsum(pi * (math.log(pi) - math.log(qi)) for pi, qi in zip(p, q) if pi > 0 and qi > 0)
+    return max(total, 0.0)
+
+
+def _summary(values: Sequence[float]) -> dict[str, float | None]:
+    names = (("mean", None), ("max", 100.0), ("p99_9", 99.9), ("p99", 99.0), ("p95", 95.0), ("p90", 90.0),
+             ("median", 50.0), ("p10", 10.0), ("p5", 5.0), ("p1", 1.0), ("min", 0.0))
+    vals = np.sort(np.asarray([v for v in values if v is not None], dtype=np.float64))
+    if vals.size == 0:
+        return {name: None for name, _ in names}
+    return {name: float(vals.mean()) if q is None else float(np.percentile(vals, q)) for name, q in names}
+
+
+def _hist(distances: Iterable[int]) -> dict[str, int]:
+    counts = dict.fromkeys(_HIST_LABELS, 0)
+    for d in distances:
+        index = next((i for i, edge in enumerate(_HIST_EDGES) if d <= edge), len(_HIST_EDGES))
+        counts[_HIST_LABELS[index]] += 1
+    return counts
+
+
+def compare_topk(
+    reference: TopKRows,
+    observed: TopKRows,
+    *,
+    top_k: int = 5,
+    token_ids: Sequence[int] | None = None,
+) -> TopKComparison:
+    """Compare two runs' top-k log-probabilities, position by position.
+
+    Parameters
+    ----------
+    reference, observed : TopKRows
+        Same number of positions. Keys are compared as given (ids or text).
+    top_k : int, optional
+        k of the top-k set agreement; capped per position at the number of
+        entries both runs returned. Default 5.
+    token_ids : sequence of int, optional
+        The token fed at each position, stored for reports.
+
+    Returns
+    -------
+    TopKComparison
+        ``bool(result)`` is True iff bit-exact on the returned top-k.
+
+    Raises
+    ------
+    InputError
+        Different numbers of positions, ``top_k < 1``, or ``token_ids`` of the
+        wrong length.
+
+    Examples
+    --------
+    >>> a = TopKRows.from_mappings([None, {"x": -0.1, "y": -2.5}], k=2)
+    >>> b = TopKRows.from_mappings([None, {"x": -0.1, "y": -2.5000002}], k=2)
+    >>> c = compare_topk(a, b, top_k=1)
+    >>> bool(c), c.differing_entries, c.positions_missing, c.argmax_agreement
+    (False, 1, [0], 1.0)
+    """
+    n = reference.n_positions
+    if observed.n_positions != n:
+        raise InputError(f"top-k runs differ in length: reference {n} positions, observed {observed.n_positions}")
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+        raise InputError(f"top_k must be a positive integer, got {top_k!r}")
+    ids = None if token_ids is None else [int(t) for t in token_ids]
+    if ids is not None and len(ids) != n:
+        raise InputError(f"token_ids has {len(ids)} entries, expected n_positions = {n}")
+
+    every = [v for rows in (reference.values, observed.values) for row in rows if row for v in row]
+    dtype = "float32" if all(_is_f32(v) for v in every) else "float64"
+
+    rows: dict[str, list] = {name: [None] * n for name in (
+        "max_abs_diff", "mean_diff", "std_diff", "argmax_ref", "argmax_obs", "margin_ref", "margin_obs",
+        "kth_gap_ref", "topk_agree", "kld", "max_ulp", "scaled_ulp")}
+    row_differing = [0] * n
+    compared, missing, flips, deltas, distances = [], [], [], [], []
+    first = None
+    nonfinite = {"nan_ref": 0, "nan_obs": 0, "inf_ref": 0, "inf_obs": 0, "mismatch": 0}
+    width, k_used = 0, top_k
+
+    for r in range(n):
+        rk, rv, ok, ov = reference.keys[r], reference.values[r], observed.keys[r], observed.values[r]
+        for values, side in ((rv, "ref"), (ov, "obs")):
+            for v in values or ():
+                nonfinite["nan_" + side] += math.isnan(v)
+                nonfinite["inf_" + side] += math.isinf(v)
+        if not rk or not ok:
+            missing.append(r)
+            continue
+        compared.append(r)
+        width = max(width, len(rk), len(ok))
+        ref, obs = dict(zip(rk, rv)), dict(zip(ok, ov))
+        shared = [key for key in rk if key in obs]
+        differing = [key for key in shared if not _same(ref[key], obs[key])]
+        only = [key for key in rk if key not in obs] + [key for key in ok if key not in ref]
+        row_differing[r] = len(differing) + len(only) + (rk != ok and not differing and not only)
+        if row_differing[r] and first is None:
+            key = differing[0] if differing else only[0]
+            a, b = ref.get(key), obs.get(key)
+            first = {
+                "position": r, "token_id": key,
+                "reference_hex": "absent" if a is None else _hex(a, dtype),
+                "observed_hex": "absent" if b is None else _hex(b, dtype),
+                "reference_bits": "absent" if a is None else _bits_hex(a, dtype),
+                "observed_bits": "absent" if b is None else _bits_hex(b, dtype),
+                "reference": a, "observed": b,
+                "ulp": None if a is None or b is None else _ulp(a, b, dtype),
+            }
+        row_deltas, row_ulps = [], []
+        for key in shared:
+            a, b = ref[key], obs[key]
+            if math.isfinite(a) and math.isfinite(b):
+                row_deltas.append(b - a)
+            elif not _same(a, b):
+                nonfinite["mismatch"] += 1
+            d = _ulp(a, b, dtype)
+            if d is not None:
+                row_ulps.append(d)
+        deltas.extend(row_deltas)
+        distances.extend(row_ulps)
+        if row_deltas:
+            arr = np.asarray(row_deltas)
+            rows["max_abs_diff"][r] = float(np.abs(arr).max())
+            rows["mean_diff"][r] = float(arr.mean())
+            rows["std_diff"][r] = float(arr.std())
+            scale = max(abs(v) for v in rv if math.isfinite(v))
+            rows["scaled_ulp"][r] = rows["max_abs_diff"][r] / _spacing(scale, dtype)
+        else:
+            rows["max_abs_diff"][r] = rows["mean_diff"][r] = rows["std_diff"][r] = rows["scaled_ulp"][r] = 0.0
+        rows["max_ulp"][r] = max(row_ulps, default=0)
+        rows["argmax_ref"][r], rows["argmax_obs"][r] = rk[0], ok[0]
+        rows["margin_ref"][r] = rv[0] - rv[1] if len(rv) > 1 else None
+        rows["margin_obs"][r] = ov[0] - ov[1] if len(ov) > 1 else None
+        kk = min(top_k, len(rk), len(ok))
+        k_used = min(k_used, kk)
+        rows["topk_agree"][r] = set(rk[:kk]) == set(ok[:kk])
+        rows["kth_gap_ref"][r] = rv[kk - 1] - rv[kk] if len(rv) > kk else None
+        rows["kld"][r] = kld_lower_bound(ref, obs)
+        if rk[0] != ok[0]:
+            flips.append({
+                "position": r, "token_ref": rk[0], "token_obs": ok[0],
+                "logit_ref_top": rv[0], "logit_obs_top": ov[0],
+                "margin_ref": rows["margin_ref"][r], "margin_obs": rows["margin_obs"][r],
+                "topk_ref": list(rk[:kk]), "topk_obs": list(ok[:kk]),
+            })
+
+    arr = np.asarray(deltas, dtype=np.float64)
+    n_cmp = len(compared)
+    agree = [rows["topk_agree"][r] for r in compared]
+    return TopKComparison(
+        scope="top-k",
+        n_positions=n,
+        n_vocab=width,
+        dtype=dtype,
+        top_k=int(k_used if compared else top_k),
+        requested_k=min(reference.requested_k, observed.requested_k),
+        positions_compared=compared,
+        positions_missing=missing,
+        differing_entries=int(sum(row_differing)),
+        differing_rows=int(sum(1 for d in row_differing if d)),
+        max_abs_diff=float(np.abs(arr).max()) if arr.size else 0.0,
+        mean_abs_diff=float(np.abs(arr).mean()) if arr.size else 0.0,
+        mean_diff=float(arr.mean()) if arr.size else 0.0,
+        std_diff=float(arr.std()) if arr.size else 0.0,
+        max_ulp=int(max(distances, default=0)),
+        max_scaled_ulp=float(max((rows["scaled_ulp"][r] for r in compared), default=0.0)),
+        ulp_histogram=_hist(distances),
+        argmax_agreement=float(np.mean([rows["argmax_ref"][r] == rows["argmax_obs"][r] for r in compared]))
+        if n_cmp else 1.0,
+        topk_agreement=float(np.mean(agree)) if n_cmp else 1.0,
+        kld=_summary([rows["kld"][r] for r in compared]),
+        kld_is_lower_bound=True,
+        nan_ref=nonfinite["nan_ref"], nan_obs=nonfinite["nan_obs"],
+        inf_ref=nonfinite["inf_ref"], inf_obs=nonfinite["inf_obs"],
+        nonfinite_mismatch=nonfinite["mismatch"],
+        first_mismatch=first,
+        flips=flips,
+        row_differing=row_differing,
+        row_max_abs_diff=rows["max_abs_diff"], row_mean_diff=rows["mean_diff"], row_std_diff=rows["std_diff"],
+        row_argmax_ref=rows["argmax_ref"], row_argmax_obs=rows["argmax_obs"],
+        row_margin_ref=rows["margin_ref"], row_margin_obs=rows["margin_obs"],
+        row_kth_gap_ref=rows["kth_gap_ref"], row_topk_agree=rows["topk_agree"], row_kld=rows["kld"],
+        row_max_ulp=rows["max_ulp"], row_scaled_ulp=rows["scaled_ulp"],
+        exact=["differing_entries", "differing_rows", "first_mismatch", "argmax_agreement", "topk_agreement",
+               "row_margin_ref", "row_margin_obs", "row_kth_gap_ref", "flips"],
+        bounds=["max_abs_diff", "max_ulp", "max_scaled_ulp", "kld"],
+        undecidable=["systematic offset of the logits (cancels in the softmax)",
+                     "differences outside the returned top-k"],
+        token_ids=ids,
+    )
+
+
+def _g(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def classify_topk(comparison: TopKComparison, thresholds: Any = None) -> Any:
+    """The one-word verdict for top-k-only data, with evidence that says what was seen.
+
+    The rules of :func:`~logitlab.numerics.verdict.classify`, restricted to
+    what top-k data can decide (first match wins):
+
+    1. **bit-exact** — bit-exact on the returned top-k (nothing else was seen).
+    2. **divergent** — a non-finite mismatch; an argmax flip with reference
+       margin ``>= near_tie_margin``; or a top-k set change whose reference
+       k-th/(k+1)-th gap is ``>= near_tie_margin`` or unknown (the source
+       returned only k entries, so the gap cannot be seen).
+    3. **ulp-noise** — shared entries differ by at most ``max_ulp`` ULPs at
+       their row's scale, no flip, no top-k change.
+    4. **near-tie** — everything else. ``systematic-offset`` is never
+       returned: a constant logit shift is invisible in log-probabilities.
+
+    Parameters
+    ----------
+    comparison : TopKComparison
+    thresholds : Thresholds, optional
+        :class:`~logitlab.numerics.verdict.Thresholds`; default ``Thresholds()``.
+
+    Returns
+    -------
+    Verdict
+    """
+    from logitlab.numerics.verdict import Thresholds, Verdict
+
+    if not isinstance(comparison, TopKComparison):
+        raise InputError(f"classify_topk needs a TopKComparison, got {type(comparison).__name__}")
+    t = thresholds or Thresholds()
+    tdict = dataclasses.asdict(t)
+    c = comparison
+    n, k, width = len(c.positions_compared), c.top_k, c.n_vocab
+    scope = (f"compared the returned top-{width} log-probabilities at {n} of {c.n_positions} positions"
+             + (f" (positions {_positions(c.positions_missing)} not returned by the source)"
+                if c.positions_missing else ""))
+    blind = "entries outside the returned top-k were not returned and are not checked"
+    kld = c.kld.get("max")
+    kld_line = f"KL divergence ≥ {_g(kld)} nats at the worst position (a lower bound from top-k data)" \
+        if kld is not None else "KL divergence: no position compared"
+
+    if c.bit_exact:
+        return Verdict("bit-exact", [
+            f"bit-exact on the returned top-k: all {sum(1 for _ in c.positions_compared)} compared positions "
+            f"return the same tokens in the same order with identical bits",
+            scope, blind,
+        ], tdict)
+
+    bad = []
+    if c.nonfinite_mismatch:
+        bad.append(f"{c.nonfinite_mismatch} returned entries are NaN/Inf in one run but not the same in the other")
+    confident = [f for f in c.flips if f["margin_ref"] is None or f["margin_ref"] >= t.near_tie_margin]
+    if confident:
+        worst = max(confident, key=lambda f: math.inf if f["margin_ref"] is None else f["margin_ref"])
+        margin = "n/a" if worst["margin_ref"] is None else _g(worst["margin_ref"])
+        bad.append(f"{len(confident)} argmax flip(s) at confident positions; position {worst['position']}: "
+                   f"token {worst['token_ref']!r} -> {worst['token_obs']!r}, reference margin {margin} "
+                   f"≥ near_tie_margin = {_g(t.near_tie_margin)} (margins are exact: log-probability "
+                   f"differences equal logit differences)")
+    changes = c.topk_changes
+    unknown = [i for i in changes if c.row_kth_gap_ref[i] is None]
+    clear = [i for i in changes if c.row_kth_gap_ref[i] is not None and c.row_kth_gap_ref[i] >= t.near_tie_margin]
+    if clear:
+        i = max(clear, key=lambda j: c.row_kth_gap_ref[j])
+        bad.append(f"top-{k} set changed at {len(clear)} position(s) with a clear reference boundary; position {i}: "
+                   f"{k}th/{k + 1}th gap {_g(c.row_kth_gap_ref[i])} ≥ near_tie_margin = {_g(t.near_tie_margin)}")
+    if unknown:
+        bad.append(f"top-{k} set changed at {len(unknown)} position(s) where the {k + 1}th entry was not returned, "
+                   f"so the boundary gap is unknown (ask for more log-probabilities than --top-k)")
+    if bad:
+        return Verdict("divergent", bad + [scope, kld_line], tdict)
+
+    scale_line = (f"max |Δ log-probability| = {_g(c.max_scaled_ulp)} ULP at row scale "
+                  f"{'≤' if c.max_scaled_ulp <= t.max_ulp else '>'} max_ulp = {_g(t.max_ulp)} "
+                  f"over the tokens both runs returned (a lower bound of the full-vocabulary value)")
+    if c.max_scaled_ulp <= t.max_ulp and not c.flips and not changes:
+        return Verdict("ulp-noise", [
+            scale_line,
+            f"{c.differing_entries} returned entries differ at {c.differing_rows} of {n} compared positions; "
+            f"largest distance {c.max_ulp} ULP ({c.dtype})",
+            f"argmax and top-{k} set agree at all {n} compared positions", scope, blind,
+        ], tdict)
+    flip_margins = [f["margin_ref"] for f in c.flips if f["margin_ref"] is not None]
+    flip_line = (f"{len(c.flips)} argmax flip(s), largest reference margin {_g(max(flip_margins))} "
+                 f"< near_tie_margin = {_g(t.near_tie_margin)}") if c.flips else \
+        f"no argmax flips (argmax agrees at all {n} compared positions)"
+    return Verdict("near-tie", [
+        scale_line, flip_line,
+        f"top-{k} set changed at {len(changes)} position(s), all at reference gaps < near_tie_margin"
+        if changes else f"top-{k} set agrees at all {n} compared positions",
+        kld_line,
+        "systematic offset: not decidable from log-probabilities (a constant logit shift cancels in the softmax)",
+        scope,
+    ], tdict)
+
+
+def _positions(items: Sequence[int], limit: int = 6) -> str:
+    shown = ", ".join(map(str, items[:limit]))
+    return shown + (f", … ({len(items)} in all)" if len(items) > limit else "")

@@ -1,0 +1,536 @@
+"""``bench run``: two shell commands in counterbalanced ABBA/BAAB blocks.
+
+Each slot runs one command in a shell, in its own process group, and
+measures it from the operating system's accounting of the child:
+wall time (``time.perf_counter`` from fork to reap), user and system CPU
+time and peak resident set size (``os.wait4``'s ``struct rusage``, which on
+Linux covers the shell and every descendant it waited for), and the exit
+status. Optionally a number is parsed from the command's output with a
+regular expression (``tokens_per_second=([0-9.]+)``, llama-bench's
+``avg_ts``...).
+
+The slot order is :func:`logitlab.experiments.schedule.ab_schedule`
+(untimed warmups, then ABBA/BAAB blocks). A block in which any slot failed
+(non-zero exit, signal, timeout, metric not found) is reported as failed and
+left out of the comparison; it is never timed as a success. The decision on
+the remaining blocks is exactly :func:`logitlab.perf.paired.paired_comparison`.
+
+Nothing here prints or logs; progress goes to an optional callback.
+
+JSON format history (``schema_version`` of :class:`BenchRunResult`):
+
+- 1: first version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from logitlab.errors import InputError
+from logitlab.experiments.schedule import CANDIDATE, CONTROL, ab_schedule
+from logitlab.perf.paired import Block, PairedComparison, paired_comparison
+
+__all__ = ["SCHEMA_VERSION", "CommandRun", "BenchRunConfig", "AaReport", "BenchRunResult", "run_command",
+           "bench_run", "compile_metric"]
+
+SCHEMA_VERSION = 1
+#: Output kept per run (characters of the tail of stdout and stderr).
+_TAIL = 2000
+#: Fixed thresholds whose single-run false-positive rate the A/A report shows.
+AA_THRESHOLDS = (0.02, 0.05, 0.15)
+_RSS_SCALE = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+
+
+@dataclass(frozen=True)
+class CommandRun:
+    """One execution of a command.
+
+    Attributes
+    ----------
+    variant : {'control', 'candidate'}
+    index : int
+        Order of execution, warmups included.
+    block, position : int or None
+        Block number and slot (0-3) inside it; None for a warmup.
+    pattern : str
+        ``'ABBA'``, ``'BAAB'`` or ``'warmup'``.
+    wall_s, user_s, sys_s : float
+        Wall-clock, user CPU and system CPU seconds of the child and its
+        waited-for descendants.
+    max_rss_bytes : int
+        Peak resident set size, bytes (the largest of the child's and its
+        descendants').
+    exit_status : int
+        Exit code; ``-N`` if killed by signal ``N``.
+    metric : float or None
+        The number parsed from the output, if a metric regex was given and matched.
+    error : str or None
+        Why the run counts as failed (None: it succeeded).
+    stdout_tail, stderr_tail : str
+        The last characters of the output.
+    """
+
+    variant: str
+    index: int
+    block: int | None
+    position: int | None
+    pattern: str
+    wall_s: float
+    user_s: float
+    sys_s: float
+    max_rss_bytes: int
+    exit_status: int
+    metric: float | None
+    error: str | None
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def is_warmup(self) -> bool:
+        return self.block is None
+
+
+def compile_metric(regex: str | None) -> re.Pattern | None:
+    """Compile a metric regex; its first group (or the whole match) must be a number.
+
+    Raises
+    ------
+    InputError
+        If the regex does not compile or has more than one group.
+    """
+    if regex is None:
+        return None
+    try:
+        pattern = re.compile(regex)
+    except re.error as exc:
+        raise InputError(f"--metric {regex!r} is not a valid regular expression ({exc})") from None
+    if pattern.groups > 1:
+        raise InputError(f"--metric {regex!r} has {pattern.groups} groups: use one group around the number")
+    return pattern
+
+
+def _parse_metric(pattern: re.Pattern, stdout: str, stderr: str) -> tuple[float | None, str | None]:
+    for text in (stdout, stderr):
+        matches = list(pattern.finditer(text))
+        if matches:
+            raw = matches[-1].group(1 if pattern.groups else 0)
+            try:
+                value = float(raw)
+            except (TypeError, ValueError):
+                return None, f"metric regex matched {raw!r}, which is not a number"
+            if not math.isfinite(value) or value <= 0:
+                return None, f"metric {value!r} is not positive and finite"
+            return value, None
+    return None, f"metric regex {pattern.pattern!r} matched nothing in the output"
+
+
+#: Runs in a fresh, small interpreter (``python -S -I``) that forks the shell command and reports
+#: its rusage: a child forked straight from this (large) process would inherit this process's
+#: resident set as its ``ru_maxrss`` floor, since Linux carries the pre-exec peak across exec.
+_LAUNCHER = """
+import os, sys, time
+t0 = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execv("/bin/sh", ["/bin/sh", "-c", sys.argv[1]])
+    finally:
+        os._exit(127)
+_, status, ru = os.wait4(pid, 0)
+wall = time.perf_counter() - t0
+report = "%r %r %r %d %d" % (wall, ru.ru_utime, ru.ru_stime, ru.ru_maxrss, os.waitstatus_to_exitcode(status))
+os.write(int(sys.argv[2]), report.encode())
+"""
+
+
+def run_command(
+    command: str,
+    *,
+    metric: re.Pattern | None = None,
+    timeout: float | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+) -> dict[str, Any]:
+    """Run one shell command and measure it.
+
+    Parameters
+    ----------
+    command : str
+        Run with ``/bin/sh -c``, in a new process group.
+    metric : re.Pattern, optional
+        From :func:`compile_metric`; searched in stdout, then stderr; the last
+        match counts.
+    timeout : float, optional
+        Seconds; on expiry the whole process group gets SIGKILL and the run
+        fails.
+    env, cwd : optional
+        As for :class:`subprocess.Popen`.
+
+    Returns
+    -------
+    dict
+        ``wall_s``, ``user_s``, ``sys_s`` (s), ``max_rss_bytes`` (bytes),
+        ``exit_status``, ``metric``, ``error``, ``stdout_tail``,
+        ``stderr_tail``: the fields of :class:`CommandRun` one run determines.
+
+    Raises
+    ------
+    InputError
+        If the process cannot be started at all.
+
+    Notes
+    -----
+    A small launcher process forks the shell, times it with
+    ``time.perf_counter`` from fork to reap, and reaps it with ``os.wait4``,
+    whose ``struct rusage`` (getrusage(2): ``ru_utime``, ``ru_stime``,
+    ``ru_maxrss``) covers the shell and every descendant it waited for. The
+    launcher exists because Linux keeps a forked child's pre-exec resident
+    set as a floor of its ``ru_maxrss``: forked from this process, every
+    command would show at least this process's RSS (~100 MB with numpy and
+    scipy loaded); forked from the launcher the floor is ~5 MB.
+    """
+    read_fd, write_fd = os.pipe()
+    start = time.perf_counter()
+    try:
+        proc = subprocess.Popen([sys.executable, "-S", "-I", "-c", _LAUNCHER, command, str(write_fd)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                env=env, cwd=cwd, start_new_session=True, pass_fds=(write_fd,))
+    except OSError as exc:
+        os.close(read_fd)
+        os.close(write_fd)
+        raise InputError(f"cannot start {command!r}: {exc}") from None
+    os.close(write_fd)
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, err = proc.communicate()
+    outer_wall = time.perf_counter() - start
+    with os.fdopen(read_fd, "rb") as f:
+        report = f.read().decode("ascii", errors="replace").split()
+    stdout = out.decode("utf-8", errors="replace")
+    stderr = err.decode("utf-8", errors="replace")
+    if len(report) == 5:
+        wall, user, system = (float(x) for x in report[:3])
+        rss, code = int(report[3]) * _RSS_SCALE, int(report[4])
+    else:  # the launcher itself was killed (timeout) or failed
+        wall, user, system, rss, code = outer_wall, 0.0, 0.0, 0, proc.returncode
+    error = None
+    value = None
+    if timed_out:
+        error = f"timed out after {timeout:g} s (killed)"
+    elif len(report) != 5:
+        error = f"launcher failed (exit status {proc.returncode}): {stderr.strip()[-200:]}"
+    elif code < 0:
+        error = f"killed by signal {-code} ({signal.Signals(-code).name})"
+    elif code != 0:
+        error = f"exit status {code}"
+    elif metric is not None:
+        value, error = _parse_metric(metric, stdout, stderr)
+    return dict(wall_s=wall, user_s=user, sys_s=system, max_rss_bytes=rss, exit_status=code, metric=value,
+                error=error, stdout_tail=stdout[-_TAIL:], stderr_tail=stderr[-_TAIL:])
+
+
+@dataclass(frozen=True)
+class BenchRunConfig:
+    """What ``bench run`` does.
+
+    Attributes
+    ----------
+    control, candidate : str
+        Shell commands (the same string in A/A mode).
+    blocks : int
+        ABBA/BAAB blocks (>= 2 for a CI), 4 timed runs each.
+    warmup : int
+        Untimed runs per variant before the blocks.
+    randomize : bool
+        Seeded, balanced random order of the block patterns.
+    seed : int
+        Seed of that order and of the bootstrap.
+    metric_regex : str or None
+        Regex whose first group is the primary metric; None: wall time.
+    metric_name : str
+        Name of that metric in reports.
+    metric_unit : str
+    higher_is_better : bool
+        Direction of the regex metric (wall time is always lower-is-better).
+    aa : bool
+        A/A mode: the control command on both sides.
+    margin : float or None
+        Equivalence margin δ; None: calibrated from the control's A/A slots.
+    timeout : float or None
+        Seconds per run.
+    confidence : float
+    n_bootstrap : int
+    """
+
+    control: str
+    candidate: str
+    blocks: int = 10
+    warmup: int = 1
+    randomize: bool = False
+    seed: int = 0
+    metric_regex: str | None = None
+    metric_name: str = "metric"
+    metric_unit: str = ""
+    higher_is_better: bool = True
+    aa: bool = False
+    margin: float | None = None
+    timeout: float | None = None
+    confidence: float = 0.95
+    n_bootstrap: int = 9999
+
+    def __post_init__(self) -> None:
+        for name in ("control", "candidate"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise InputError(f"--{name} is empty: give a shell command")
+        if self.aa and self.candidate != self.control:
+            raise InputError("A/A mode runs the control on both sides: drop --candidate or --aa")
+        if isinstance(self.blocks, bool) or not isinstance(self.blocks, int) or self.blocks < 1:
+            raise InputError(f"--blocks must be at least 1 (2 or more for a CI), got {self.blocks!r}")
+        if self.timeout is not None and not self.timeout > 0:
+            raise InputError(f"--timeout must be positive seconds, got {self.timeout!r}")
+        compile_metric(self.metric_regex)
+
+    @property
+    def primary(self) -> str:
+        return self.metric_name if self.metric_regex else "wall"
+
+
+@dataclass(frozen=True)
+class AaReport:
+    """What an A/A run (same command on both sides) says about this machine.
+
+    Attributes
+    ----------
+    false_positive : bool
+        The paired call was ``faster`` or ``slower`` although both sides ran
+        the same command (a 5 % event under the method's assumptions).
+    suggested_margin : float or None
+        The δ to pass as ``--margin`` for an A/B with as many blocks here: the
+        A/A-calibrated margin of :func:`logitlab.perf.paired.aa_margin`.
+    single_run_fpr : dict of str to float
+        For fixed thresholds (``'2%'``, ``'5%'``, ``'15%'``): the share of
+        single control-run vs candidate-run pairs within a block whose ratio
+        crosses it — the false-positive rate of comparing one run with one
+        run against that threshold, as a fixed-threshold CI check does.
+    n_pairs : int
+        Pairs behind those rates.
+    """
+
+    false_positive: bool
+    suggested_margin: float | None
+    single_run_fpr: dict[str, float]
+    n_pairs: int
+
+
+@dataclass(frozen=True)
+class BenchRunResult:
+    """The outcome of ``bench run``.
+
+    Attributes
+    ----------
+    config : dict
+        :class:`BenchRunConfig` as a dict.
+    runs : list of CommandRun
+        Every run, warmups included, in execution order.
+    failed_blocks : list of int
+        Blocks left out because a slot in them failed.
+    comparisons : dict of str to PairedComparison
+        The primary metric first (``config.primary``), then ``wall`` (if not
+        primary), ``user``, ``sys``, ``max_rss`` — each over the valid blocks;
+        a metric with a zero value in some slot (e.g. 0 s of system time) is
+        left out and named in ``skipped_metrics``.
+    skipped_metrics : dict of str to str
+        Metric -> why it was not compared.
+    summaries : dict of str to dict
+        Per compared metric, ``{'control': g, 'candidate': g}``: geometric
+        means over the valid blocks' slots, in the metric's unit.
+    aa : AaReport or None
+        A/A mode only.
+    host : dict
+        :func:`logitlab.manifest.host_info` at the start.
+    error : str or None
+        Why the run stopped early, if it did.
+    schema_version : int
+    """
+
+    config: dict[str, Any]
+    runs: list[CommandRun]
+    failed_blocks: list[int]
+    comparisons: dict[str, PairedComparison]
+    skipped_metrics: dict[str, str]
+    summaries: dict[str, dict[str, float]]
+    aa: AaReport | None
+    host: dict[str, Any]
+    error: str | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def primary(self) -> PairedComparison | None:
+        return self.comparisons.get(self.config["metric_name"] if self.config["metric_regex"] else "wall")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["comparisons"] = {k: v.to_dict() for k, v in self.comparisons.items()}
+        return out
+
+
+_UNITS = {"wall": ("s", False), "user": ("s", False), "sys": ("s", False), "max_rss": ("bytes", False)}
+
+
+def _value(run: CommandRun, metric: str) -> float:
+    return {"wall": run.wall_s, "user": run.user_s, "sys": run.sys_s,
+            "max_rss": float(run.max_rss_bytes)}.get(metric, run.metric)  # type: ignore[return-value]
+
+
+def _aa_report(blocks: list[list[CommandRun]], primary: PairedComparison, metric: str) -> AaReport:
+    log_ratios = []
+    for slots in blocks:
+        a = [_value(r, metric) for r in slots if r.variant == CONTROL]
+        b = [_value(r, metric) for r in slots if r.variant == CANDIDATE]
+        log_ratios += [math.log(y / x) for x in a for y in b]
+    arr = np.abs(np.array(log_ratios))
+    fpr = {f"{100 * t:g}%": float(np.mean(arr >= math.log1p(t))) if arr.size else float("nan")
+           for t in AA_THRESHOLDS}
+    suggested = primary.margin if primary.margin_source == "a/a" else None
+    return AaReport(false_positive=primary.call in ("faster", "slower"), suggested_margin=suggested,
+                    single_run_fpr=fpr, n_pairs=int(arr.size))
+
+
+def bench_run(
+    config: BenchRunConfig,
+    *,
+    on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    runner: Callable[..., dict[str, Any]] = run_command,
+) -> BenchRunResult:
+    """Run both commands in the counterbalanced schedule and compare them.
+
+    Parameters
+    ----------
+    config : BenchRunConfig
+    on_event : callable, optional
+        ``on_event(kind, data)`` with kinds ``'start'`` (``slots``) and
+        ``'run'`` (``run``: the :class:`CommandRun` just finished).
+    runner : callable, optional
+        Replaces :func:`run_command` (tests).
+
+    Returns
+    -------
+    BenchRunResult
+
+    Raises
+    ------
+    InputError
+        If a warmup run fails, a variant fails on each of its first two
+        runs, or fewer than one block succeeded (nothing can be compared);
+        the message names the command, its exit status and its stderr tail.
+        The exception's ``partial`` attribute holds the result so far.
+
+    Notes
+    -----
+    Decision: :func:`logitlab.perf.paired.paired_comparison` over the valid
+    blocks (geometric-mean ratio, paired-t 95 % CI, faster / slower /
+    equivalent / inconclusive against δ, MDE, slot-position test).
+    """
+    from logitlab.manifest import host_info
+
+    emit = on_event or (lambda kind, data: None)
+    pattern = compile_metric(config.metric_regex)
+    host = host_info()
+    schedule = ab_schedule(config.blocks, warmup=config.warmup, randomize=config.randomize, seed=config.seed)
+    emit("start", {"slots": len(schedule)})
+    commands = {CONTROL: config.control, CANDIDATE: config.candidate}
+    runs: list[CommandRun] = []
+    attempts = {CONTROL: [], CANDIDATE: []}  # type: dict[str, list[bool]]
+    error = None
+    for slot in schedule:
+        measured = runner(commands[slot.variant], metric=pattern, timeout=config.timeout)
+        run = CommandRun(variant=slot.variant, index=slot.index, block=slot.block, position=slot.position,
+                         pattern=slot.pattern, **measured)
+        runs.append(run)
+        emit("run", {"run": run})
+        attempts[slot.variant].append(run.ok)
+        if not run.ok:
+            tail = run.stderr_tail.strip().splitlines()[-1:] or [""]
+            what = f"{slot.variant} command {commands[slot.variant]!r} failed ({run.error})" + (
+                f": {tail[0][:200]}" if tail[0] else "")
+            if run.is_warmup:
+                error = f"{what} in a warmup run"
+            elif len(attempts[slot.variant]) >= 2 and not any(attempts[slot.variant]):
+                error = f"{what} on each of its first {len(attempts[slot.variant])} runs"
+            if error:
+                break
+    result = _analyse(config, runs, host, error)
+    if error is not None or not result.comparisons:
+        exc = InputError(error or _no_blocks_message(config, result))
+        exc.partial = result  # type: ignore[attr-defined]
+        raise exc
+    return result
+
+
+def _no_blocks_message(config: BenchRunConfig, result: BenchRunResult) -> str:
+    failed = [r for r in result.runs if not r.ok]
+    first = failed[0] if failed else None
+    detail = f"; first failure: {first.variant} {first.error}" if first else ""
+    return f"no block of {config.blocks} completed without a failed run: nothing to compare{detail}"
+
+
+def _analyse(config: BenchRunConfig, runs: list[CommandRun], host: dict[str, Any], error: str | None
+             ) -> BenchRunResult:
+    by_block: dict[int, list[CommandRun]] = {}
+    for run in runs:
+        if run.block is not None:
+            by_block.setdefault(run.block, []).append(run)
+    complete = {b: s for b, s in by_block.items() if len(s) == 4}
+    failed = sorted(b for b, s in complete.items() if not all(r.ok for r in s))
+    valid = [complete[b] for b in sorted(complete) if b not in failed]
+    metrics = ([config.metric_name] if config.metric_regex else []) + ["wall", "user", "sys", "max_rss"]
+    comparisons: dict[str, PairedComparison] = {}
+    skipped: dict[str, str] = {}
+    summaries: dict[str, dict[str, float]] = {}
+    for i, metric in enumerate(metrics):
+        if not valid:
+            break
+        values = [[_value(r, metric) for r in slots] for slots in valid]
+        if any(v <= 0 for row in values for v in row):
+            skipped[metric] = "a run measured 0 (too short for the OS's accounting)"
+            continue
+        unit, hib = (config.metric_unit, config.higher_is_better) if metric == config.metric_name and \
+            config.metric_regex else _UNITS[metric]
+        comparisons[metric] = paired_comparison(
+            [Block(slots[0].pattern, tuple(v)) for slots, v in zip(valid, values)],
+            higher_is_better=hib, metric=metric, unit=unit, margin=config.margin, confidence=config.confidence,
+            n_bootstrap=config.n_bootstrap if i == 0 else min(config.n_bootstrap, 1999), seed=config.seed,
+        )
+        summaries[metric] = {
+            variant: float(np.exp(np.mean([math.log(v) for slots, row in zip(valid, values)
+                                           for r, v in zip(slots, row) if r.variant == variant])))
+            for variant in (CONTROL, CANDIDATE)}
+    aa = None
+    primary = comparisons.get(config.primary)
+    if config.aa and primary is not None:
+        aa = _aa_report(valid, primary, config.primary)
+    return BenchRunResult(config=dataclasses.asdict(config), runs=runs, failed_blocks=failed,
+                          comparisons=comparisons, skipped_metrics=skipped, summaries=summaries, aa=aa, host=host, error=error)

@@ -1,0 +1,185 @@
+"""The common shape every benchmark-file reader returns.
+
+A :class:`BenchmarkFile` is a set of named :class:`Scenario` objects; each
+scenario holds the raw samples the tool recorded (when it recorded them) or
+only a summary statistic (when that is all the file has), and says which.
+
+Nothing here prints or logs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from logitlab.errors import InputError
+
+__all__ = ["Scenario", "BenchmarkFile", "TIME_UNITS", "load_json_text", "positive_values"]
+
+#: Seconds per time unit, for the units benchmark tools write.
+TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One benchmark of one run of a tool.
+
+    Attributes
+    ----------
+    name : str
+        The tool's name for it (Google Benchmark ``name``, criterion
+        ``full_id``, pytest-benchmark ``fullname``, hyperfine ``command``...).
+    unit : str
+        ``'s'`` for times (always converted to seconds), else the tool's unit
+        (``'tokens/s'`` for llama-bench).
+    higher_is_better : bool
+        False for times, True for throughputs.
+    samples : tuple of float
+        Raw per-sample values in ``unit`` (Google Benchmark repetitions,
+        criterion per-iteration sample times, pytest-benchmark rounds, pyperf
+        values, hyperfine runs, llama-bench repetitions); empty when the file
+        holds only a summary.
+    summary : float
+        The value shown for this scenario: the geometric mean of ``samples``,
+        or the tool's summary statistic named in ``statistic``.
+    statistic : str
+        How ``summary`` was obtained, e.g. ``'geometric mean of 20 samples'``
+        or ``'median (summary only: no samples in the file)'``.
+    groups : tuple of float or None
+        Per sample, the start time (Unix seconds) of the run (process) it came
+        from, where the tool records it (pyperf); None otherwise. Used to
+        detect base and candidate runs that were interleaved in time.
+    note : str
+        Anything the reader had to drop or assume (e.g. failed runs).
+    """
+
+    name: str
+    unit: str
+    higher_is_better: bool
+    samples: tuple[float, ...]
+    summary: float
+    statistic: str
+    groups: tuple[float, ...] | None = None
+    note: str = ""
+
+    @property
+    def has_samples(self) -> bool:
+        return len(self.samples) > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "unit": self.unit,
+            "higher_is_better": self.higher_is_better,
+            "n_samples": len(self.samples),
+            "summary": self.summary,
+            "statistic": self.statistic,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class BenchmarkFile:
+    """What one benchmark file (or criterion folder) holds.
+
+    Attributes
+    ----------
+    path : str
+    format : str
+        One of :data:`logitlab.perf.readers.FORMATS`.
+    scenarios : dict of str to Scenario
+        In file order.
+    context : dict
+        Host and run information the file carries (CPU, load, tool version),
+        for the report; may be empty.
+    """
+
+    path: str
+    format: str
+    scenarios: dict[str, Scenario]
+    context: dict[str, Any] = field(default_factory=dict)
+
+
+def load_json_text(path: str | Path, text: str | None = None) -> Any:
+    """Parse a JSON file, naming the file on failure.
+
+    Raises
+    ------
+    InputError
+        If the file is empty or not valid JSON.
+    """
+    if text is None:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    if not text.strip():
+        raise InputError(f"{path} is empty: give the JSON file the benchmark tool wrote")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}): give the file the tool wrote") from None
+
+
+def positive_values(values: Iterable[Any], *, path: str, name: str, what: str = "sample") -> tuple[float, ...]:
+    """Floats, each finite and > 0, or an InputError naming the file, scenario and value."""
+    out = []
+    for i, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InputError(f"{path}: scenario {name!r} {what} {i} is {value!r}, not a number")
+        x = float(value)
+        if not math.isfinite(x) or x <= 0.0:
+            raise InputError(
+                f"{path}: scenario {name!r} {what} {i} is {value!r}: times and rates must be positive and finite"
+            )
+        out.append(x)
+    return tuple(out)
+
+
+def make_scenario(
+    *,
+    path: str,
+    name: str,
+    unit: str,
+    higher_is_better: bool,
+    samples: Sequence[Any] = (),
+    summary: Any = None,
+    summary_statistic: str = "mean",
+    groups: Sequence[float] | None = None,
+    note: str = "",
+) -> Scenario:
+    """Build a validated :class:`Scenario` from samples, or from a summary alone.
+
+    Raises
+    ------
+    InputError
+        If a value is not positive and finite, or there is neither a sample
+        nor a summary.
+    """
+    clean = positive_values(samples, path=path, name=name)
+    if clean:
+        summary_value = float(np.exp(np.mean(np.log(clean))))
+        statistic = f"geometric mean of {len(clean)} sample{'s' if len(clean) != 1 else ''}"
+    elif summary is not None:
+        summary_value = positive_values([summary], path=path, name=name, what=summary_statistic)[0]
+        statistic = f"{summary_statistic} (summary only: no samples in the file, so no CI)"
+    else:
+        raise InputError(f"{path}: scenario {name!r} has neither samples nor a summary value")
+    return Scenario(
+        name=name,
+        unit=unit,
+        higher_is_better=higher_is_better,
+        samples=clean,
+        summary=summary_value,
+        statistic=statistic,
+        groups=tuple(groups) if groups is not None and clean else None,
+        note=note,
+    )
+
+
+def require_scenarios(path: str, fmt: str, scenarios: Mapping[str, Scenario]) -> dict[str, Scenario]:
+    if not scenarios:
+        raise InputError(f"{path} ({fmt}) holds no benchmark results: was the run empty or filtered out?")
+    return dict(scenarios)

@@ -1,0 +1,76 @@
+"""llama-bench JSON (``-o json``: one array) and JSONL (``-o jsonl``: one object a line).
+
+Each row is one test: ``n_prompt`` / ``n_gen`` / ``n_depth`` and the build
+and model parameters, with ``samples_ts`` (tokens/s of each repetition: the
+samples) and ``avg_ts`` (their mean, used when there are no samples). The
+scenario name is the test (``pp512``, ``tg128``, ``pp512+tg128``, ``@d4096``
+for a depth) prefixed by the model type, plus every parameter that varies
+between the rows of the file (e.g. ``n_threads=4``).
+
+Reference: llama.cpp ``tools/llama-bench/README.md`` (output formats) and
+``llama-bench.cpp`` (``test::get_fields``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from logitlab.errors import InputError
+from logitlab.perf.readers.base import BenchmarkFile, make_scenario, require_scenarios
+
+FORMAT = "llama-bench"
+_PARAMS = ("model_filename", "n_batch", "n_ubatch", "n_threads", "cpu_mask", "type_k", "type_v", "n_gpu_layers",
+           "split_mode", "flash_attn", "tensor_split", "use_mmap", "embeddings", "backends", "devices")
+
+
+def looks_like(data: Any) -> bool:
+    return (isinstance(data, list) and bool(data)
+            and all(isinstance(r, dict) and ("avg_ts" in r or "samples_ts" in r) for r in data))
+
+
+def _test_name(row: dict) -> str:
+    pp, tg, depth = int(row.get("n_prompt") or 0), int(row.get("n_gen") or 0), int(row.get("n_depth") or 0)
+    test = f"pp{pp}+tg{tg}" if pp and tg else (f"pp{pp}" if pp else f"tg{tg}")
+    return test + (f" @d{depth}" if depth else "")
+
+
+def read(path: str, rows: Any) -> BenchmarkFile:
+    """Read parsed llama-bench rows (the JSON array, or the JSONL lines).
+
+    Raises
+    ------
+    InputError
+        On a row without ``samples_ts``/``avg_ts``, a non-positive rate, or
+        two rows with the same scenario name.
+    """
+    varying = [p for p in _PARAMS if len({repr(r.get(p)) for r in rows}) > 1]
+    scenarios = {}
+    for row in rows:
+        name = " ".join([str(row.get("model_type") or row.get("model_filename") or "model"), _test_name(row)]
+                        + [f"{p}={row.get(p)}" for p in varying])
+        if name in scenarios:
+            raise InputError(f"{path}: two rows are both {name!r}: one scenario per test and parameter set")
+        scenarios[name] = make_scenario(
+            path=path, name=name, unit="tokens/s", higher_is_better=True, samples=row.get("samples_ts") or (),
+            summary=row.get("avg_ts"), summary_statistic="llama-bench avg_ts",
+        )
+    first = rows[0]
+    context = {k: first.get(k) for k in ("cpu_info", "gpu_info", "backends", "build_commit", "model_filename",
+                                         "n_threads") if k in first}
+    return BenchmarkFile(path, FORMAT, require_scenarios(path, FORMAT, scenarios), context)
+
+
+def parse_jsonl(path: str, text: str) -> list[dict] | None:
+    """The rows of a JSONL file, or None if it is not llama-bench JSONL."""
+    import json
+
+    rows = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            return None
+        rows.append(row)
+    return rows if looks_like(rows) else None

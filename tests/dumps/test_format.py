@@ -1,0 +1,93 @@
+"""The dump format: labels, filters, sizes, streamed safetensors step files, the manifest."""
+
+import json
+
+import ml_dtypes
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from logitlab.dumps.format import (
+    DumpManifest,
+    StepWriter,
+    TensorEntry,
+    TensorFilter,
+    format_label,
+    parse_ranges,
+    parse_size,
+    read_manifest,
+    split_label,
+)
+from logitlab.errors import InputError
+
+
+def test_labels_round_trip():
+    assert split_label("attn_norm-3") == ("attn_norm", 3, 0)
+    assert split_label("result_output") == ("result_output", None, 0)
+    assert split_label("norm-3#1") == ("norm", 3, 1)
+    assert format_label("norm", 3, 1, 5) == "norm-3#1@pos5"
+    assert format_label("result_output", None) == "result_output"
+
+
+def test_ranges_and_sizes():
+    assert parse_ranges("0-2,7", "layer") == {0, 1, 2, 7}
+    assert parse_ranges(None, "layer") is None
+    with pytest.raises(InputError, match="bad layer 'x'"):
+        parse_ranges("x", "layer")
+    with pytest.raises(InputError, match="range '3-1'"):
+        parse_ranges("3-1", "layer")
+    assert parse_size("500MB") == 500_000_000 and parse_size("2GiB") == 2 * 1024**3 and parse_size("10") == 10
+    with pytest.raises(InputError, match="bad size 'lots'"):
+        parse_size("lots")
+
+
+def test_filter_names_layers_positions():
+    f = TensorFilter.parse("attn_*,result_output", "0-1", "3")
+    assert f.keeps_name("attn_norm", 0) and not f.keeps_name("attn_norm", 2) and not f.keeps_name("ffn_out", 0)
+    assert f.keeps_name("result_output", None)
+    assert f.keeps_position(3) and not f.keeps_position(4) and f.keeps_span(0, 4) and not f.keeps_span(4, 9)
+    assert TensorFilter.parse("kq-0").keeps_name("kq", 0) and not TensorFilter.parse("kq-0").keeps_name("kq", 1)
+
+
+def test_step_writer_streams_a_standard_safetensors_file(tmp_path):
+    arrays = {
+        "000000/attn_norm-0@0": np.arange(12, dtype=np.float32).reshape(3, 4),
+        "000001/cache@0": np.arange(6, dtype=np.float16),
+        "000002/bf@0": np.ones((2, 2), dtype=ml_dtypes.bfloat16),
+        "000003/ids@0": np.array([1, 2, 3], dtype=np.int32),
+        "000004/strided@0": np.arange(20, dtype=np.float32).reshape(4, 5)[:, ::2],
+    }
+    writer = StepWriter(tmp_path / "step-0000-prefill.safetensors")
+    for key, value in arrays.items():
+        writer.add(key, value)
+    with pytest.raises(InputError, match="written twice"):
+        writer.add("000000/attn_norm-0@0", arrays["000000/attn_norm-0@0"])
+    path = writer.close({"step": "0"})
+    assert not list(tmp_path.glob("*.part"))
+    loaded = load_file(str(path))
+    assert set(loaded) == set(arrays)
+    for key, value in arrays.items():
+        assert loaded[key].dtype == value.dtype and np.array_equal(loaded[key], value)
+
+
+def test_manifest_round_trip(tmp_path):
+    entry = TensorEntry("000000/kq-0@0", "kq", 0, 0, (0, 5), 1, "float32", (9, 5, 256), 0, 0,
+                        "step-0000-prefill.safetensors", "MUL_MAT")
+    manifest = DumpManifest(engine={"engine": "llamacpp", "model_sha256": "ab" * 32}, variant={"label": "control"},
+                            prompt_ids=[1, 2, 3, 4, 5], generated=[6], filter=TensorFilter().to_dict(),
+                            tensors=[entry])
+    manifest.write(tmp_path)
+    data = json.loads((tmp_path / "manifest.json").read_text())
+    assert data["format"] == "logitlab-dump" and data["schema_version"] == 1 and data["input_ids"] == [1, 2, 3, 4, 5, 6]
+    back = read_manifest(tmp_path)
+    assert back.tensors[0] == entry and back.input_ids == [1, 2, 3, 4, 5, 6]
+    assert entry.nbytes == 9 * 5 * 256 * 4
+
+
+def test_manifest_errors(tmp_path):
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(InputError, match="not valid JSON"):
+        read_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": "logitlab-dump", "schema_version": 99}))
+    with pytest.raises(InputError, match="schema_version 99"):
+        read_manifest(tmp_path)

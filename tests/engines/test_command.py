@@ -1,0 +1,230 @@
+"""The ``cmd`` engine: the file protocol against real processes.
+
+The main tests drive ``examples/llamacpp_cmd_engine.py`` (llama.cpp on the
+embedded model behind the protocol); a tiny generated script covers formats
+and failures without loading a model.
+"""
+
+import dataclasses
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from logitlab.engines.command import CommandEngine, read_logits
+from logitlab.engines.variant import parse_variant
+from logitlab.errors import EngineError, InputError
+from logitlab.experiments.ab import AbConfig, run_ab
+from logitlab.experiments.isolation import load_engine
+from logitlab.experiments.workload import run_workload
+
+from conftest import SHORT_PROMPT
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llamacpp_cmd_engine.py"
+PY = sys.executable
+DECODE_TEMPLATE = f"{PY} {EXAMPLE} --tokens {{tokens}} --logits {{logits}} --n-prompt {{n_prompt}} --n-decode {{n_decode}}"
+SCORER_TEMPLATE = f"{PY} {EXAMPLE} --tokens {{tokens}} --logits {{logits}}"
+N_DECODE = 4
+
+# A stand-in engine: deterministic pseudo-logits per (position, token), written in the format the
+# logits file's suffix asks for; FAKE_BAD=rows|bytes|exit|nothing breaks it on purpose.
+FAKE = textwrap.dedent("""
+    import os, sys, json, struct
+    import numpy as np
+    tokens_path, logits_path, vocab = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    tokens = [int(t) for t in open(tokens_path).read().split()]
+    rows = np.stack([np.random.default_rng(i * 7919 + t).normal(0, 3, vocab) for i, t in enumerate(tokens)])
+    rows = rows.astype(np.float32)
+    bad = os.environ.get("FAKE_BAD", "")
+    if bad == "exit":
+        print("loading weights", file=sys.stderr)
+        print("fatal: out of device memory", file=sys.stderr)
+        sys.exit(3)
+    if bad == "rows":
+        rows = rows[:-1]
+    if bad == "nothing":
+        sys.exit(0)
+    if logits_path.endswith(".npy"):
+        np.save(logits_path, rows)
+    elif logits_path.endswith(".safetensors"):
+        header = json.dumps({"logits": {"dtype": "F32", "shape": list(rows.shape),
+                                        "data_offsets": [0, rows.nbytes]}}).encode()
+        open(logits_path, "wb").write(struct.pack("<Q", len(header)) + header + rows.tobytes())
+    else:
+        data = rows.tobytes()
+        open(logits_path, "wb").write(data[:-4] if bad == "bytes" else data)
+    print("prompt eval time = 12.5 ms / decode eval time = 3.5 ms", file=sys.stderr)
+""")
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fake") / "fake_engine.py"
+    path.write_text(FAKE)
+    return f"{PY} {path} {{tokens}} {{logits}} {{vocab}}"
+
+
+def cmd_variant(template, label="control", **options):
+    query = "&".join(f"{k}={v}" for k, v in options.items())
+    return parse_variant(f"?{query}" if query else "", label, default_engine=f"cmd:{template}")
+
+
+# -- the reference implementation -------------------------------------------------------------
+@pytest.mark.engine
+def test_protocol_loses_nothing_against_the_llamacpp_engine():
+    cmd = load_engine(cmd_variant(DECODE_TEMPLATE))
+    prompt = cmd.tokenize(SHORT_PROMPT)
+    greedy = run_workload(cmd, prompt, N_DECODE)
+    replayed = run_workload(cmd, prompt, N_DECODE, replay=greedy.generated)
+    native = load_engine(parse_variant("", "control", default_engine="llamacpp"))
+    try:
+        direct = run_workload(native, prompt, N_DECODE)
+    finally:
+        native.close()
+    assert greedy.generated == direct.generated and len(greedy.generated) == N_DECODE
+    assert greedy.logits.shape == (len(prompt) + N_DECODE, 49152)
+    assert greedy.logits.view(np.uint32).tobytes() == direct.logits.view(np.uint32).tobytes()
+    assert greedy.same_bits(replayed)
+    assert [(t.kind, t.n_tokens) for t in greedy.timings] == [("prefill", len(prompt)), ("decode", N_DECODE)]
+
+
+@pytest.mark.engine
+def test_scorer_only_command_gets_a_stepwise_greedy_reference():
+    cmd = load_engine(cmd_variant(SCORER_TEMPLATE))
+    assert not cmd.greedy_in_command
+    prompt = cmd.tokenize(SHORT_PROMPT)
+    out = run_workload(cmd, prompt, 2)
+    assert len(out.generated) == 2 and out.logits.shape[0] == len(prompt) + 2
+    assert out.generated[1] == int(np.argmax(out.logits[len(prompt)]))
+    # no {n_prompt}: the command's whole run is one prefill of every position
+    assert [(t.kind, t.n_tokens) for t in out.timings] == [("prefill", len(prompt) + 2)]
+
+
+def ab_config(candidate_env=None, isolation="session"):
+    candidate = dataclasses.replace(cmd_variant(DECODE_TEMPLATE, "candidate"), env=candidate_env or {})
+    return AbConfig(control=cmd_variant(DECODE_TEMPLATE), candidate=candidate,
+                    prompt=SHORT_PROMPT, n_decode=N_DECODE, repeats=1, warmup=0, isolation=isolation)
+
+
+@pytest.mark.engine
+def test_ab_threads_knob_does_nothing_and_control_reproduces():
+    result = run_ab(ab_config({"LLAMACPP_CMD_THREADS": "1"}))
+    assert result.control_reproducible and result.aa_diagnosis == "reproducible"
+    assert result.verdict.word == "bit-exact"
+    assert all(r.comparison["differing_entries"] == 0 for r in result.runs if r.comparison)
+
+
+@pytest.mark.engine
+def test_ab_cli_flash_attn_knob_is_caught_with_the_engines_own_verdict(tmp_path):
+    out = tmp_path / "ab.json"
+    proc = subprocess.run(
+        [PY, "-m", "logitlab", "ab", "--engine", f"cmd:{DECODE_TEMPLATE}",
+         "--candidate-env", "LLAMACPP_CMD_FLASH_ATTN=1", "--isolation", "process",
+         "--prompt", SHORT_PROMPT, "--tokens", str(N_DECODE), "--repeats", "1", "--warmup", "0", "--quiet",
+         "--json", str(out)], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["aa"]["control_reproducible"] and data["verdict"]["word"] != "bit-exact"
+    assert data["config"]["candidate"]["env"] == {"LLAMACPP_CMD_FLASH_ATTN": "1"}
+    assert data["manifest"]["engine"]["engine"] == "cmd"
+    # the same change made through the llamacpp engine's own option gets the same verdict
+    native = run_ab(AbConfig(control=parse_variant("flash_attn=0", "control", default_engine="llamacpp"),
+                             candidate=parse_variant("flash_attn=1", "candidate", default_engine="llamacpp"),
+                             prompt=SHORT_PROMPT, n_decode=N_DECODE, repeats=1, warmup=0))
+    assert data["verdict"]["word"] == native.verdict.word
+    assert data["generated_ids"] == native.generated_ids
+
+
+# -- formats, timing, failures (a tiny stand-in engine, no model) -----------------------------
+@pytest.mark.parametrize("fmt", ["npy", "safetensors", "f32"])
+def test_formats_and_reported_timing(fake, fmt):
+    engine = load_engine(cmd_variant(fake, vocab=32, format=fmt,
+                                     timing_regex=r"prompt eval time = (?P<prefill_ms>[\d.]+) ms"))
+    prompt = engine.tokenize(SHORT_PROMPT)
+    out = run_workload(engine, prompt, 3)
+    assert out.logits.shape == (len(prompt) + 3, 32) and out.logits.dtype == np.float32
+    assert out.timings[0].kind == "prefill" and out.timings[0].seconds == pytest.approx(0.0125)
+    assert out.same_bits(run_workload(engine, prompt, 3, replay=out.generated))
+
+
+def test_wall_time_when_the_command_prints_no_timing(fake):
+    engine = load_engine(cmd_variant(fake, vocab=16, timing_regex=r"never (?P<decode>\d+)"))
+    out = run_workload(engine, [1, 2, 3], 1, replay=[4])
+    assert [(t.kind, t.n_tokens) for t in out.timings] == [("prefill", 4)] and out.timings[0].seconds > 0
+
+
+def test_read_logits_rejects_bad_files(tmp_path):
+    raw = tmp_path / "l.f32"
+    np.zeros((2, 5), np.float32).tofile(raw)
+    assert read_logits(raw, 5).shape == (2, 5)
+    with pytest.raises(EngineError, match=r"is 40 bytes, not a whole number of rows of 3 float32"):
+        read_logits(raw, 3)
+    with pytest.raises(EngineError, match="pass vocab=N"):
+        read_logits(raw, None)
+    np.save(tmp_path / "d.npy", np.zeros((2, 5), np.float64))
+    with pytest.raises(EngineError, match="holds float64, expected float32"):
+        read_logits(tmp_path / "d.npy", None)
+    np.save(tmp_path / "h.npy", np.ones((2, 5), np.float16))
+    assert read_logits(tmp_path / "h.npy", None).dtype == np.float32
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("exit", r"exited with status 3; stderr: loading weights \| fatal: out of device memory"),
+    ("rows", r"holds shape \(5, 16\), expected \(6, 16\): wrong number of rows"),
+    ("bytes", r"is 380 bytes, not a whole number of rows of 16 float32"),
+    ("nothing", r"exited 0 but wrote no logits file"),
+])
+def test_broken_command_is_one_clear_error(fake, bad, message, monkeypatch):
+    engine = load_engine(cmd_variant(fake, vocab=16, format="f32"))
+    monkeypatch.setenv("FAKE_BAD", bad)
+    with pytest.raises(EngineError, match=message):
+        run_workload(engine, [1, 2, 3, 4, 5], 1, replay=[6])
+
+
+@pytest.mark.parametrize("template, message", [
+    ("./x --tokens {tokens}", "has no {logits} placeholder"),
+    ("./x --logits {logits}", "has no {tokens} placeholder"),
+    ("./x {tokens} {logits} {weights}", r"unknown placeholder \{weights\}"),
+    ("./x {tokens} {logits} {n_decode}", r"has \{n_decode\} but no \{n_prompt\}"),
+    ("no-such-engine-binary {tokens} {logits}", "command 'no-such-engine-binary' .* not found"),
+    ("./x {tokens} {logits} 'unclosed", "cannot split the cmd template"),
+])
+def test_bad_template_is_an_input_error(template, message):
+    with pytest.raises(InputError, match=message):
+        CommandEngine(model=None, options={"command": template})
+
+
+def test_engine_target_parsing():
+    v = parse_variant("", "control", default_engine="cmd:./eng --n=4 {tokens} {logits}")
+    assert (v.engine, v.options) == ("cmd", {"command": "./eng --n=4 {tokens} {logits}"})
+    v = parse_variant("format=f32,vocab=8", "candidate", default_engine="cmd:./eng {tokens} {logits}")
+    assert v.options == {"command": "./eng {tokens} {logits}", "format": "f32", "vocab": "8"}
+    v = parse_variant("command:./other {tokens} {logits}?vocab=8", "candidate", default_engine="cmd:./eng")
+    assert v.options == {"command": "./other {tokens} {logits}", "vocab": "8"}
+    assert parse_variant("llamacpp:", "c", default_engine="cmd:./eng").options == {}
+
+
+def test_cli_bad_input_is_one_line_exit_2_and_keeps_partial_results(fake, tmp_path):
+    def ab(*args):
+        return subprocess.run([PY, "-m", "logitlab", "ab", "--prompt", SHORT_PROMPT, "--tokens", "2",
+                               "--repeats", "1", "--warmup", "0", "--quiet", *args],
+                              capture_output=True, text=True, cwd=tmp_path)
+
+    proc = ab("--engine", "cmd:./my-engine --tokens {tokens}")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: the cmd template './my-engine --tokens {tokens}' has no {logits} placeholder; "
+        "logitlab passes the output logits file path there"]
+    proc = ab("--engine", "cmd:./my-engine --tokens {tokens} --logits {logits}")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "command './my-engine' (first word of the cmd template) not found" in proc.stderr
+    out = tmp_path / "partial.json"
+    proc = ab("--engine", f"cmd:{fake}", "--control", "vocab=16,format=f32", "--candidate", "vocab=16,format=f32",
+              "--candidate-env", "FAKE_BAD=bytes", "--json", str(out))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: logits file logits.f32 is ")
+    data = json.loads(out.read_text())
+    assert data["error"] and [r["variant"] for r in data["runs"]] == ["control"]

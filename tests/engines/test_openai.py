@@ -1,0 +1,279 @@
+"""The ``openai`` engine against real llama-cpp-python servers (``python -m llama_cpp.server``).
+
+Each server runs the embedded model on 127.0.0.1, is started by the fixture
+that needs it and stopped in its teardown. A small in-process stub stands in
+for what no llama.cpp server does: a vLLM-style answer (token ids, one entry
+per prompt token) and a server that answers without logprobs.
+"""
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from logitlab.engines.variant import parse_variant
+from logitlab.errors import EngineError
+from logitlab.experiments.ab import AbConfig, AbExperiment, run_ab
+from logitlab.experiments.isolation import load_engine
+from logitlab.experiments.workload import run_workload
+
+from conftest import SHORT_PROMPT
+
+PY = sys.executable
+N_DECODE = 4
+READY_TIMEOUT = 120.0
+
+pytest.importorskip("llama_cpp.server.app", reason="needs llama-cpp-python[server]: pip install 'logitlab[server]'")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def llama_servers(model_path, tmp_path, *specs):
+    """Start one ``llama_cpp.server`` per (alias, extra args) on 127.0.0.1; yield their /v1 URLs."""
+    procs, urls, logs = [], [], []
+    try:
+        for alias, args in specs:
+            port = free_port()
+            log = tmp_path / f"server-{alias}.log"
+            logs.append(log)
+            procs.append(subprocess.Popen(
+                [PY, "-m", "llama_cpp.server", "--model", model_path, "--host", "127.0.0.1", "--port", str(port),
+                 "--n_ctx", "512", "--model_alias", alias, *args],
+                stdout=log.open("w"), stderr=subprocess.STDOUT))
+            urls.append(f"http://127.0.0.1:{port}/v1")
+        deadline = time.monotonic() + READY_TIMEOUT
+        for proc, url, log in zip(procs, urls, logs):
+            while True:
+                if proc.poll() is not None:
+                    pytest.fail(f"server {url} exited with {proc.returncode}: {log.read_text()[-800:]}")
+                try:
+                    with urllib.request.urlopen(url + "/models", timeout=2) as response:
+                        if response.status == 200:
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    pytest.fail(f"server {url} not ready after {READY_TIMEOUT:g} s: {log.read_text()[-800:]}")
+                time.sleep(0.25)
+        yield urls, procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def servers(model_path, tmp_path_factory):
+    """Two instances of the same model: ``a`` as llama.cpp defaults, ``b`` with flash attention."""
+    with llama_servers(model_path, tmp_path_factory.mktemp("servers"),
+                       ("a", []), ("b", ["--flash_attn", "true"])) as (urls, _):
+        yield urls
+
+
+def openai_variant(url, label, model=None, **options):
+    query = "&".join(f"{k}={v}" for k, v in options.items())
+    return parse_variant(f"?{query}" if query else "", label, default_engine=f"openai:{url}", default_model=model)
+
+
+def config(control, candidate, **kwargs):
+    return AbConfig(control=control, candidate=candidate, prompt=SHORT_PROMPT,
+                    **{"n_decode": N_DECODE, "repeats": 1, "warmup": 0, **kwargs})
+
+
+# -- real servers -----------------------------------------------------------------------------
+@pytest.mark.engine
+def test_cli_ab_between_two_real_servers(servers, tmp_path):
+    a, b = servers
+    out = tmp_path / "ab.json"
+    proc = subprocess.run(
+        [PY, "-m", "logitlab", "ab", "--engine", f"openai:{a}", "--candidate", f"openai:{b}?decode_timing=0",
+         "--control", "decode_timing=0",
+         "--control-model", "a", "--candidate-model", "b", "--prompt", SHORT_PROMPT, "--tokens", str(N_DECODE),
+         "--repeats", "1", "--warmup", "0", "--quiet", "--json", str(out)],
+        capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["manifest"]["engine"]["engine"] == "openai" and data["manifest"]["engine"]["model"] == "a"
+    assert data["config"]["candidate"]["model"] == "b" and data["config"]["candidate"]["options"]["url"] == b
+    assert data["aa"]["control_reproducible"]
+    verdict = data["verdict"]
+    assert verdict["word"] != "bit-exact" and verdict["word"] != "systematic-offset"
+    assert any("lower bound" in line for line in verdict["evidence"])
+    run = next(r for r in data["runs"] if r["slot"] == data["verdict_slot"])
+    c = run["comparison"]
+    assert c["scope"] == "top-k" and c["kld_is_lower_bound"] and c["positions_missing"] == [0]
+    assert c["differing_entries"] > 0 and c["n_vocab"] == 20
+    assert "A/B verdict: " + verdict["word"] in proc.stdout
+    # greedy through the server is the llama.cpp argmax path: same tokens as the llamacpp engine
+    native = load_engine(parse_variant("", "c", default_engine="llamacpp"))
+    try:
+        assert data["generated_ids"] == run_workload(native, data["prompt_ids"], N_DECODE).generated
+    finally:
+        native.close()
+
+
+@pytest.mark.engine
+def test_aa_on_one_server_is_bit_exact_on_the_returned_topk(servers):
+    a, _ = servers
+    result = run_ab(config(openai_variant(a, "control", "a"), openai_variant(a, "candidate", "a")))
+    assert result.control_reproducible and result.verdict.word == "bit-exact"
+    assert result.verdict.evidence[0].startswith("bit-exact on the returned top-k")
+    assert set(result.speed) == {"prefill", "decode"}
+    assert [r.decode_tokens for r in result.runs] == [N_DECODE] * 4  # a timed greedy completion in every run
+    engine = load_engine(openai_variant(a, "control", "a", decode_timing=0))
+    out = run_workload(engine, result.prompt_ids, N_DECODE, replay=result.generated_ids)
+    assert engine.describe()["prompt_format"] == "text"  # llama-cpp-python's server takes text prompts only
+    assert out.input_ids == result.prompt_ids + result.generated_ids and out.topk.keys[0] is None
+
+
+@pytest.mark.engine
+def test_server_dying_mid_run_ends_it_with_partial_results(servers, model_path, tmp_path):
+    a, _ = servers
+    with llama_servers(model_path, tmp_path, ("doomed", [])) as ([doomed], [proc]):
+        def on_event(kind, data):
+            if kind == "slot" and data["slot"].index == 1:  # after the first candidate run
+                proc.terminate()
+                proc.wait(timeout=15)
+
+        with pytest.raises(EngineError) as info:
+            AbExperiment(config(openai_variant(a, "control", "a", decode_timing=0),
+                                openai_variant(doomed, "candidate", retries=1, backoff=0.1)),
+                         on_event=on_event).run()
+    partial = info.value.partial
+    assert [r.variant for r in partial.runs] == ["control", "candidate"] and partial.runs[0].is_reference
+    assert re.match(rf"openai server {re.escape(doomed[:-3])}/\S+ did not answer after 2 attempt\(s\) "
+                    r"\(timeout 120 s each\): ConnectionRefusedError", partial.error), partial.error
+
+
+def test_unreachable_url_is_one_line_exit_2(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    proc = subprocess.run([PY, "-m", "logitlab", "ab", "--engine", f"openai:{url}", "--control", "retries=0",
+                           "--prompt", "x", "--tokens", "1", "--repeats", "1", "--warmup", "0", "--quiet"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: openai server {url}/models did not answer after 1 attempt(s) (timeout 120 s each): "
+        "ConnectionRefusedError: [Errno 111] Connection refused"]
+
+
+# -- a stub for what llama.cpp servers do not do ------------------------------------------------
+class Stub(BaseHTTPRequestHandler):
+    """vLLM-like: token-id prompts, ``token_id:N`` keys, one echo entry per prompt token (first null)."""
+
+    requests: list = []
+    with_logprobs = True
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, payload, status=200):
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        self._send({"data": [{"id": "stub"}]})
+
+    @staticmethod
+    def dist(prefix):
+        """Deterministic top-3 after a prefix of ids: next token is (last + 1) % 90."""
+        nxt = (prefix[-1] + 1) % 90
+        return {f"token_id:{nxt}": -0.25, f"token_id:{(nxt + 7) % 90}": -2.0, f"token_id:{(nxt + 9) % 90}": -3.5}
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append((self.path, body))
+        if self.path not in ("/tokenize", "/detokenize", "/v1/completions"):
+            return self._send({"detail": "Not Found"}, 404)
+        if self.path == "/tokenize":  # one token per printable character
+            return self._send({"tokens": [ord(c) - 32 for c in body["prompt"]]})
+        if self.path == "/detokenize":
+            return self._send({"prompt": "".join(chr(t + 32) for t in body["tokens"])})
+        prompt = body["prompt"]
+        if not isinstance(prompt, list):
+            return self._send({"error": "token ids only"}, 400)
+        generated = []
+        for _ in range(body["max_tokens"]):
+            generated.append((([*prompt, *generated])[-1] + 1) % 90)
+        logprobs = {"tokens": [f"token_id:{t}" for t in generated]}
+        if body.get("echo"):
+            seq = prompt + generated
+            logprobs["top_logprobs"] = [None] + [self.dist(seq[:i]) for i in range(1, len(seq))]
+        if not type(self).with_logprobs:
+            logprobs = None
+        self._send({"choices": [{"text": "".join(chr(t + 32) for t in generated), "logprobs": logprobs}],
+                    "usage": {"completion_tokens": len(generated)}})
+
+
+@contextmanager
+def stub_server(with_logprobs=True):
+    handler = type("StubHandler", (Stub,), {"requests": [], "with_logprobs": with_logprobs})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_vllm_style_ids_are_sent_and_entries_align_from_the_end():
+    with stub_server() as (url, handler):
+        engine = load_engine(openai_variant(url, "control", logprobs=3))
+        prompt = engine.tokenize("hello")
+        out = run_workload(engine, prompt, 3)
+        assert engine.describe()["prompt_format"] == "ids"
+        paths = [p for p, _ in handler.requests]
+    assert paths == ["/extras/tokenize", "/tokenize"] + ["/v1/completions"] * 3  # generate, reset, score
+    assert all(isinstance(body["prompt"], list) for path, body in handler.requests if path == "/v1/completions")
+    assert out.generated == [(prompt[-1] + i) % 90 for i in (1, 2, 3)]
+    seq = prompt + out.generated
+    assert out.logits.shape == (len(seq), 0) and out.topk.keys[0] is not None  # N+1 entries: row 0 exists
+    for row, keys in enumerate(out.topk.keys):
+        assert keys[0] == (seq[row] + 1) % 90  # the entry after position `row` predicts seq[row] + 1
+    assert [t.kind for t in out.timings] == ["prefill", "decode"]
+
+
+def test_server_answering_without_logprobs_is_one_line_exit_2(tmp_path):
+    with stub_server(with_logprobs=False) as (url, _):
+        out = tmp_path / "partial.json"
+        proc = subprocess.run([PY, "-m", "logitlab", "ab", "--engine", f"openai:{url}", "--prompt", "hello",
+                               "--tokens", "2", "--repeats", "1", "--warmup", "0", "--quiet", "--json", str(out)],
+                              capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: the server at {url} answered without logprobs: it must support /completions with echo=true "
+        "and logprobs=k (prompt log-probabilities)")
+    assert json.loads(out.read_text())["error"].startswith("the server at")
+
+
+def test_engine_target_and_model_parsing():
+    v = parse_variant("", "control", default_engine="openai:http://h:1/v1", default_model="a")
+    assert (v.engine, v.model, v.options) == ("openai", "a", {"url": "http://h:1/v1"})
+    v = parse_variant("url=http://h:2/v1", "candidate", default_engine="openai:http://h:1/v1")
+    assert v.options == {"url": "http://h:2/v1"}
+    v = parse_variant("openai:http://h:3/v1?logprobs=5", "candidate", default_engine="llamacpp")
+    assert (v.engine, v.options) == ("openai", {"url": "http://h:3/v1", "logprobs": "5"})

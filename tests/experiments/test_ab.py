@@ -1,0 +1,100 @@
+"""End-to-end ``ab`` on the real embedded model (short runs) and on the fake engine (edge cases)."""
+
+import json
+
+import pytest
+
+from logitlab.engines.variant import Variant, parse_variant
+from logitlab.errors import EngineError, InputError
+from logitlab.experiments.ab import AbConfig, run_ab
+
+from conftest import SHORT_PROMPT
+
+
+def config(control="", candidate="", *, engine="llamacpp", candidate_env=None, **kwargs):
+    kwargs = {"n_decode": 8, "repeats": 1, "warmup": 0, **kwargs}
+    return AbConfig(
+        control=parse_variant(control, "control", default_engine=engine),
+        candidate=parse_variant(candidate, "candidate", default_engine=engine, env=candidate_env),
+        prompt=SHORT_PROMPT, **kwargs,
+    )
+
+
+@pytest.mark.parametrize("isolation", ["session", "engine", "process"])
+def test_control_vs_control_is_bit_exact_at_every_isolation_level(isolation, tmp_path):
+    log = tmp_path / "runs.jsonl"
+    result = run_ab(config(isolation=isolation), log_path=log)
+    assert result.control_reproducible
+    assert result.verdict.word == "bit-exact"
+    assert result.aa_diagnosis == "reproducible"
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["variant"] for r in lines] == ["control", "candidate", "candidate", "control"]
+    assert lines[0]["is_reference"] and lines[3]["comparison"]["differing_entries"] == 0
+    assert len(result.generated_ids) == 8
+
+
+def test_thread_count_is_bit_exact():
+    result = run_ab(config("n_threads=1,n_threads_batch=1", "n_threads=2,n_threads_batch=2"))
+    assert result.verdict.word == "bit-exact"
+    assert result.runs[1].comparison["differing_entries"] == 0
+
+
+def test_flash_attention_is_not_bit_exact_and_names_the_first_mismatch():
+    result = run_ab(config("flash_attn=0", "flash_attn=1"))
+    assert result.control_reproducible
+    assert result.verdict.word != "bit-exact"
+    run = next(r for r in result.runs if r.slot == result.verdict_slot)
+    first = run.comparison["first_mismatch"]
+    assert first["reference_hex"].startswith(("0x", "-0x")) and "p" in first["reference_hex"]
+    assert first["reference_bits"].startswith("0x") and len(first["reference_bits"]) == 10
+    assert first["reference_bits"] != first["observed_bits"]
+    assert result.verdict.evidence
+
+
+def test_speed_decision_over_blocks():
+    result = run_ab(config(repeats=2))
+    decode = result.speed["decode"]
+    assert decode.n_blocks == 2 and decode.ci_low <= decode.ratio <= decode.ci_high
+    assert decode.call in ("faster", "slower", "equivalent", "inconclusive")
+
+
+def test_prompt_longer_than_context():
+    cfg = config("n_ctx=16", "n_ctx=16")
+    with pytest.raises(InputError, match="exceeds the context of 16"):
+        run_ab(cfg)
+
+
+def test_crash_in_a_process_slot_keeps_partial_results(tmp_path):
+    log = tmp_path / "runs.jsonl"
+    # PYTHONHOME pointing nowhere makes the candidate's interpreter die at start-up.
+    cfg = config(isolation="process", candidate_env={"PYTHONHOME": str(tmp_path / "nowhere")})
+    with pytest.raises(EngineError, match=r"candidate slot crashed in its subprocess \(exit 1\)") as info:
+        run_ab(cfg, log_path=log)
+    partial = info.value.partial
+    assert [r.variant for r in partial.runs] == ["control"]
+    assert partial.error and json.loads(log.read_text())["is_reference"]
+
+
+def test_nan_in_candidate_logits_is_an_error_after_the_run_is_recorded(tmp_path):
+    log = tmp_path / "runs.jsonl"
+    with pytest.raises(EngineError, match="candidate run at slot 1 produced 1 NaN/Inf logits") as info:
+        run_ab(config("", "nan_at=2", engine="fake"), log_path=log)
+    assert info.value.partial.runs[1].comparison["nan_obs"] == 1
+    assert len(log.read_text().splitlines()) == 2
+
+
+def test_constant_offset_is_a_systematic_offset():
+    result = run_ab(config("", "offset=0.25", engine="fake"))
+    assert result.verdict.word == "systematic-offset"
+
+
+def test_vocab_mismatch_between_variants():
+    with pytest.raises(EngineError, match="vocab mismatch: control has 257 logits per row, candidate has 300"):
+        run_ab(config("", "vocab=300", engine="fake"))
+
+
+def test_bad_config_values():
+    with pytest.raises(InputError, match="--tokens must be at least 1"):
+        run_ab(config(n_decode=0))
+    with pytest.raises(InputError, match="--margin must be a fraction"):
+        run_ab(config(margin=5))

@@ -1,0 +1,142 @@
+"""bench run: measuring real commands, the schedule, failed blocks, A/A mode."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from logitlab.errors import InputError
+from logitlab.perf.commands import BenchRunConfig, bench_run, compile_metric, run_command
+
+PY = sys.executable
+
+
+def test_run_command_measures_the_child():
+    r = run_command(f"{PY} -c \"x = bytearray(80_000_000); print('tokens_per_second=12.5')\"",
+                    metric=compile_metric(r"tokens_per_second=([0-9.]+)"))
+    assert r["error"] is None and r["exit_status"] == 0 and r["metric"] == 12.5
+    assert r["max_rss_bytes"] >= 80_000_000  # the child's own peak, from wait4's rusage
+    assert r["wall_s"] > 0 and r["user_s"] + r["sys_s"] > 0
+    assert "tokens_per_second" in r["stdout_tail"]
+
+
+def test_small_command_rss_is_not_the_parents():
+    # a child forked straight from this process would report this process's RSS (~100 MB) as its peak
+    assert run_command("true")["max_rss_bytes"] < 30_000_000
+
+
+@pytest.mark.parametrize("command, error", [
+    ("exit 3", "exit status 3"),
+    ("kill -9 $$", "killed by signal 9 (SIGKILL)"),
+    ("echo nothing here", "matched nothing in the output"),
+    ("echo x=abc", "is not a number"),
+    ("echo x=0", "not positive"),
+])
+def test_run_command_failures(command, error):
+    r = run_command(command, metric=compile_metric(r"x=(\w+)"))
+    assert error in r["error"]
+
+
+def test_timeout_kills_the_process_group():
+    r = run_command("sleep 30; echo late", timeout=0.3)
+    assert r["error"] == "timed out after 0.3 s (killed)" and "late" not in r["stdout_tail"]
+
+
+def test_metric_regex_checks():
+    with pytest.raises(InputError, match="not a valid regular expression"):
+        compile_metric("(")
+    with pytest.raises(InputError, match="2 groups"):
+        compile_metric(r"(a)=(\d+)")
+
+
+class FakeRunner:
+    """Deterministic measurements: the candidate is `ratio` times the control's wall time."""
+
+    def __init__(self, ratio=1.0, fail=lambda n, cmd: False, metric=None):
+        self.ratio, self.fail, self.metric, self.calls = ratio, fail, metric, []
+
+    def __call__(self, command, *, metric=None, timeout=None):
+        n = len(self.calls)
+        self.calls.append(command)
+        wall = 1.0 * (self.ratio if command == "cand" else 1.0) * (1 + 0.01 * ((n * 7) % 5) / 5) * (1 + 0.001 * n)
+        failed = self.fail(n, command)
+        return dict(wall_s=wall, user_s=wall / 2, sys_s=0.1, max_rss_bytes=1000 + n, exit_status=1 if failed else 0,
+                    metric=None if failed or self.metric is None else self.metric / wall,
+                    error="exit status 1" if failed else None, stdout_tail="", stderr_tail="boom" if failed else "")
+
+
+def test_schedule_and_call():
+    runner = FakeRunner(ratio=0.8)
+    result = bench_run(BenchRunConfig(control="ctl", candidate="cand", blocks=4, warmup=1, n_bootstrap=200),
+                       runner=runner)
+    assert runner.calls[:2] == ["ctl", "cand"]  # untimed warmups first
+    assert runner.calls[2:6] == ["ctl", "cand", "cand", "ctl"] and runner.calls[6:10] == ["cand", "ctl", "ctl", "cand"]
+    assert result.primary.metric == "wall" and result.primary.call == "faster"
+    assert result.primary.ratio == pytest.approx(0.8, rel=0.02)
+    assert list(result.comparisons) == ["wall", "user", "sys", "max_rss"]
+    assert result.summaries["wall"]["candidate"] < result.summaries["wall"]["control"]
+    assert result.to_dict()["comparisons"]["wall"]["call"] == "faster"
+
+
+def test_regex_metric_is_primary_with_its_direction():
+    result = bench_run(BenchRunConfig(control="ctl", candidate="cand", blocks=4, warmup=0, metric_regex="t=(.*)",
+                                      metric_name="tokens_per_second", metric_unit="tokens/s",
+                                      higher_is_better=True, n_bootstrap=200), runner=FakeRunner(0.8, metric=100.0))
+    p = result.primary
+    assert p.metric == "tokens_per_second" and p.higher_is_better and p.call == "faster"
+    assert list(result.comparisons)[0] == "tokens_per_second"
+
+
+def test_failed_block_is_left_out_never_timed():
+    runner = FakeRunner(fail=lambda n, cmd: n == 7)  # a measured run in block 1
+    result = bench_run(BenchRunConfig(control="ctl", candidate="cand", blocks=4, warmup=1, n_bootstrap=200),
+                       runner=runner)
+    assert result.failed_blocks == [1]
+    assert result.primary.n_blocks == 3
+    assert [r.ok for r in result.runs].count(False) == 1
+
+
+def test_warmup_failure_stops_with_partial_result():
+    with pytest.raises(InputError, match="candidate command 'cand' failed \\(exit status 1\\): boom in a warmup") as e:
+        bench_run(BenchRunConfig(control="ctl", candidate="cand", blocks=3), runner=FakeRunner(
+            fail=lambda n, cmd: cmd == "cand"))
+    assert len(e.value.partial.runs) == 2
+
+
+def test_command_failing_every_time_stops_early():
+    runner = FakeRunner(fail=lambda n, cmd: cmd == "cand")
+    with pytest.raises(InputError, match="on each of its first 2 runs"):
+        bench_run(BenchRunConfig(control="ctl", candidate="cand", blocks=10, warmup=0), runner=runner)
+    assert len(runner.calls) < 8
+
+
+def test_aa_mode_reports_false_positive_rate_and_suggests_margin():
+    result = bench_run(BenchRunConfig(control="ctl", candidate="ctl", aa=True, blocks=6, warmup=0, n_bootstrap=200),
+                       runner=FakeRunner())
+    aa = result.aa
+    assert aa is not None and aa.n_pairs == 6 * 4
+    assert set(aa.single_run_fpr) == {"2%", "5%", "15%"}
+    assert aa.suggested_margin == result.primary.margin and result.primary.margin_source == "a/a"
+    assert aa.false_positive == (result.primary.call in ("faster", "slower"))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(control="", candidate="x"), "--control is empty"),
+    (dict(control="a", candidate="b", blocks=0), "--blocks must be at least 1"),
+    (dict(control="a", candidate="b", aa=True), "A/A mode runs the control on both sides"),
+    (dict(control="a", candidate="b", timeout=-1.0), "--timeout"),
+    (dict(control="a", candidate="b", metric_regex="("), "not a valid regular expression"),
+])
+def test_config_errors(kwargs, message):
+    with pytest.raises(InputError, match=message):
+        BenchRunConfig(**kwargs)
+
+
+def test_real_commands_two_blocks():
+    result = bench_run(BenchRunConfig(
+        control=f"{PY} -c \"print('rate=100')\"", candidate=f"{PY} -c \"import json; print('rate=100')\"",
+        blocks=2, warmup=0, metric_regex=r"rate=(\d+)", metric_name="rate", n_bootstrap=200))
+    assert len(result.runs) == 8 and all(r.ok for r in result.runs)
+    assert result.primary.n_blocks == 2 and result.primary.ratio == 1.0  # the parsed metric is identical
+    assert all(r.max_rss_bytes > 0 for r in result.runs)
