@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	@echo "installing logitlab with llama-cpp-python (builds from source the first time: ~7 min on 2 cores)"
-	$(PY) -m pip install --quiet -e '.[llamacpp,dev]'
+	$(PY) -m pip install --quiet -e '.[llamacpp,server,dev]'
 	touch $(STAMP)
 
 demo: setup

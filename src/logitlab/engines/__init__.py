@@ -19,9 +19,11 @@ ENGINES: dict[str, str] = {
     "llamacpp": "logitlab.engines.llamacpp:LlamaCppEngine",
     "cmd": "logitlab.engines.command:CommandEngine",
     "openai": "logitlab.engines.openai:OpenAIEngine",
+    "hf": "logitlab.engines.hf:HfEngine",
 }
 ALIASES: dict[str, str] = {"llama.cpp": "llamacpp", "llama_cpp": "llamacpp", "llama-cpp": "llamacpp",
                            "command": "cmd", "openai-compatible": "openai"}
+ALIASES.update({"transformers": "hf", "huggingface": "hf", "hf-transformers": "hf"})
 DEFAULT_ENGINE = "llamacpp"
 
 

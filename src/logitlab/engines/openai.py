@@ -11,17 +11,21 @@ each position of an echoed prompt. One run of the workload is, in order
    ``max_tokens`` = n_decode, ``logprobs`` 1. The reference's decode tokens
    are the completion's tokens: ids when the server returns them
    (``token_id:N``, as vLLM's ``return_tokens_as_token_ids``), else the
-   tokenization of prompt text + completion text, minus the prompt.
+   tokenization of prompt text + completion text, minus the prompt — the
+   canonical tokenization of the greedy text, which may merge tokens the
+   model produced one by one (two ``"\n"`` become one ``"\n\n"``).
 2. **reset** (``fresh``, default on): a one-token request that shares no
    prefix with the sequence, so a server that reuses the previous request's
    KV cache (llama.cpp-based single-slot servers) evaluates the next
    sequence from scratch — every scoring request starts from the same state.
-3. **score**: ``prompt`` = prompt + decode tokens, ``echo`` true,
-   ``max_tokens`` 1, ``logprobs`` k. Entry j of ``choices[0].logprobs.
-   top_logprobs`` is aligned from the end: the last entry is the
-   distribution after the last input token (position N-1), the one before it
-   position N-2, and so on; a ``null`` entry (the first token) is a position
-   without data. Each entry keeps its k largest values.
+3. **score**: ``prompt`` = prompt + decode tokens (N tokens), ``echo``
+   true, ``max_tokens`` 1, ``logprobs`` k. With N+1 entries in
+   ``choices[0].logprobs.top_logprobs`` (the OpenAI layout: one per prompt
+   token, the first ``null``, then the generated token's), entry j is
+   position j-1, the distribution after input token j-1; with N (or N-1)
+   entries (llama-cpp-python's server) entry j is position j. A ``null``
+   entry is a position without data. Each entry keeps its k largest values.
+   ``usage.prompt_tokens``, when given, must be N.
 
 ``prompt_format``: ``ids`` sends token ids (vLLM, SGLang), ``text`` sends the
 detokenized sequence and checks the echoed token count (llama-cpp-python's
@@ -318,13 +322,19 @@ class OpenAIEngine(Engine):
             raise EngineError(f"the server at {self.url} answered without logprobs: it must support "
                               "/completions with echo=true and logprobs=k (prompt log-probabilities)")
         n = len(sequence)
+        hint = (": its tokenization of the text differs from logitlab's; use prompt_format=ids or "
+                "tokenizer=PATH.gguf" if kind == "text" else "")
+        counted = (data.get("usage") or {}).get("prompt_tokens")
+        if counted is not None and int(counted) != n:
+            raise EngineError(f"the server counted {counted} prompt tokens in a sequence of {n}{hint}")
         if not n - 1 <= len(entries) <= n + 1:
-            hint = (" its tokenization of the text differs from logitlab's; use prompt_format=ids or "
-                    "tokenizer=PATH.gguf" if kind == "text" else "")
             raise EngineError(f"the server returned {len(entries)} log-probability entries for a sequence of {n} "
-                              f"tokens (expected {n - 1} to {n + 1});{hint}")
+                              f"tokens (expected {n - 1} to {n + 1}){hint}")
+        # N+1 entries: the OpenAI layout (entry j = the distribution that chose token j, i.e. after
+        # position j-1; the last is the generated token's). N or N-1: llama-cpp-python's layout
+        # (entry j = after position j; it drops the BOS entry, and the generated one on EOS).
+        offset = -1 if len(entries) == n + 1 else 0
         rows: list[dict | None] = [None] * n
-        offset = n - len(entries)
         for j, entry in enumerate(entries):
             position = j + offset
             if 0 <= position < n and isinstance(entry, dict) and entry:

@@ -280,13 +280,14 @@ def format_run_markdown(result: BenchRunResult) -> str:
 def run_renderables(result: BenchRunResult) -> list[RenderableType]:
     cfg = result.config
     table = Table(title="logitlab bench run", box=box.SIMPLE_HEAD, pad_edge=False)
-    for name in _RUN_HEADER:
-        table.add_column(name.replace("slot-position effect", "slot position"),
-                         justify="left" if name in ("metric", "call") else "right", no_wrap=True)
+    for name in ("metric", "control", "candidate", "ratio (95% CI)", "call", "δ", "MDE", "slot pos."):
+        table.add_column(name, justify="left" if name in ("metric", "call") else "right", no_wrap=True)
     for row, p in zip(run_rows(result), result.comparisons.values()):
-        position = row[8].replace(", significant)", ")*")
-        table.add_row(*row[:5], Text(row[5], style=CALL_STYLE.get(row[5], "")), row[6].split(" ")[0], row[7],
-                      position)
+        pos = p.position
+        position = "n/a" if pos is None or pos.ratio is None else (
+            f"{pos.ratio:.3f} p={pos.p_value:.2f}{'*' if pos.significant else ''}")
+        table.add_row(*row[:3], f"{row[3]} ({row[4]})", Text(row[5], style=CALL_STYLE.get(row[5], "")),
+                      row[6].split(" ")[0], row[7], position)
     out: list[RenderableType] = [Text(f"control:   {cfg['control']}\ncandidate: {cfg['candidate']}"), table]
     sources = sorted({p.margin_source for p in result.comparisons.values()})
     notes = [f"δ from {', '.join(sources)}" + (" (the control's A/A slots)" if sources == ["a/a"] else "")]

@@ -1,8 +1,8 @@
 """Readers for the files benchmark tools write, behind one entry point.
 
 >>> from logitlab.perf.readers import read_benchmark_file      # doctest: +SKIP
->>> bench = read_benchmark_file("base.json")                  # format detected
->>> bench.format, list(bench.scenarios)[:2]
+>>> bench = read_benchmark_file("base.json")                  # doctest: +SKIP
+>>> bench.format, list(bench.scenarios)[:2]                    # doctest: +SKIP
 
 Formats: Google Benchmark JSON (``gbench``), criterion.rs folders
 (``criterion``), pytest-benchmark JSON, pyperf JSON (``.json.gz`` too),

@@ -1,0 +1,528 @@
+"""The near-tie guard for speculative greedy decoding, and its calibration.
+
+A speculative decoder feeds the last accepted token plus K-1 draft tokens in
+one M=K *verify* forward and accepts each row's argmax while it matches the
+next draft. The verify rows are not bit-exact with the M=1 greedy decode, so an
+argmax can flip where the top1–top2 margin is tiny. The guard: accept a verify
+row's argmax only when its margin is at least τ; otherwise roll the KV cache
+back to that position, re-decode it through the M=1 path, take that row's
+argmax and continue from there.
+
+Pieces (usable from any Python engine loop):
+
+- :func:`row_margins`, :func:`check_block` — the decision for one verify block;
+- :func:`rollback` — drop a session's positions from ``n_past`` on;
+- :func:`speculative_greedy` — a complete speculative greedy loop with the
+  guard (``tau=None``: unguarded), counting forward work;
+- :func:`topk_spread`, :func:`calibrate` — the bound that ``--guard auto``
+  calibrates τ from;
+- :func:`evaluate_run` — how a guarded run compares with the M=1 greedy run.
+
+What the guard guarantees
+-------------------------
+Let ``a`` be the M=1 argmax of a row, ``b`` the argmax of the row the guarded
+loop used, and Δ = used − M=1 (logits). If ``b != a`` then
+``used[b] - used[a] >= margin(used)`` and ``M1[a] >= M1[b]``, so
+``Δ_b - Δ_a >= margin(used)``. Both tokens lie in the union of the two rows'
+top-k sets, hence::
+
+    flip  ⇒  topk_spread(row) = max Δ − min Δ over top-k(M=1) ∪ top-k(used) ≥ margin(used)
+
+Contrapositive (exact, no assumption): a row whose top-k Δ spread is below its
+margin cannot flip. An accepted verify row has margin ≥ τ, so it is safe
+whenever its spread is < τ. That spread is *not* known at run time — it is
+bounded only by the calibration (τ = safety × the largest spread seen on
+held-out prompts). Re-decoded rows come from the M=1 path, which removes the
+in-block numerics of the verify forward, but they read KV entries that earlier
+M=K rows wrote, and those are not bit-identical to the entries M=1 greedy
+would have written: their logits still differ from M=1 greedy (the *history*
+component), and their margin is by construction < τ. So token identity is
+exact only where it is measured (:func:`evaluate_run` checks every position
+against the M=1 run); logit identity is never claimed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from logitlab.engines.base import Session
+from logitlab.errors import EngineError, InputError
+
+#: source of a decided token
+PREFILL, VERIFY, REDECODE = "prefill", "verify", "redecode"
+
+Draft = Callable[[Sequence[int], int], Sequence[int]]
+
+
+# -- one block ---------------------------------------------------------------
+def row_margins(rows: np.ndarray) -> np.ndarray:
+    """Top-1 minus top-2 logit of every row.
+
+    Args:
+        rows: ``(M, n_vocab)`` logits, n_vocab ≥ 2.
+
+    Returns:
+        ``(M,)`` float64 margins (logits, ≥ 0; NaN where a row holds NaN).
+    """
+    rows = np.asarray(rows)
+    if rows.ndim != 2 or rows.shape[1] < 2:
+        raise InputError(f"row_margins needs (M, n_vocab >= 2) logits, got shape {rows.shape}")
+    top2 = np.partition(rows, rows.shape[1] - 2, axis=1)[:, -2:].astype(np.float64)
+    return top2[:, 1] - top2[:, 0]
+
+
+@dataclass(frozen=True)
+class BlockDecision:
+    """What to do with one verify block (see :func:`check_block`).
+
+    Attributes:
+        tokens: tokens accepted from verify rows, in order.
+        keep: how many of the block's M positions stay in the KV cache; the
+            caller rolls back to ``n_past_before_block + keep`` when ``keep < M``.
+        redecode: True when row ``keep`` was below τ: re-decode input ``keep``
+            alone (M=1) after the rollback and take that row's argmax.
+        margins: ``(M,)`` top1–top2 margins of the block's rows (logits).
+    """
+
+    tokens: list[int]
+    keep: int
+    redecode: bool
+    margins: np.ndarray
+
+    @property
+    def trigger_row(self) -> int | None:
+        """In-block row that tripped the guard, or None."""
+        return self.keep if self.redecode else None
+
+
+def check_block(rows: np.ndarray, inputs: Sequence[int], tau: float | None) -> BlockDecision:
+    """Decide a verify block under the near-tie guard.
+
+    Args:
+        rows: ``(M, n_vocab)`` logits of the M=K verify forward; row i
+            predicts the token after ``inputs[i]``.
+        inputs: the M tokens fed: the last accepted token, then M-1 drafts.
+        tau: margin threshold (logits). None or 0: unguarded (plain greedy
+            speculative acceptance).
+
+    Returns:
+        BlockDecision. Walking the rows in order: a row whose margin is below
+        τ (or NaN) stops the block for an M=1 re-decode of that position; else
+        its argmax is accepted, and the block stops when it differs from the
+        next draft (a rejected draft). Row M-1's argmax is the bonus token.
+
+    Raises:
+        InputError: shapes disagree, or τ < 0.
+    """
+    rows = np.asarray(rows)
+    m = len(inputs)
+    if rows.ndim != 2 or rows.shape[0] != m:
+        raise InputError(f"check_block: {m} inputs but logits of shape {rows.shape}")
+    if tau is not None and not tau >= 0:
+        raise InputError(f"guard margin τ must be >= 0, got {tau}")
+    margins = row_margins(rows)
+    tokens: list[int] = []
+    for i in range(m):
+        if tau and not margins[i] >= tau:
+            return BlockDecision(tokens, i, True, margins)
+        token = int(np.argmax(rows[i]))
+        tokens.append(token)
+        if i + 1 < m and token != int(inputs[i + 1]):
+            return BlockDecision(tokens, i + 1, False, margins)
+    return BlockDecision(tokens, m, False, margins)
+
+
+# -- rollback ----------------------------------------------------------------
+def supports_rollback(session: Session) -> bool:
+    """True if :func:`rollback` can shorten this session."""
+    return callable(getattr(session, "truncate", None)) or _llama(session) is not None
+
+
+def _llama(session: Session) -> Any:
+    try:
+        from logitlab.engines.llamacpp import LlamaCppSession
+    except ImportError:  # pragma: no cover
+        return None
+    return session.engine.llama if isinstance(session, LlamaCppSession) else None
+
+
+def rollback(session: Session, n_past: int) -> None:
+    """Drop every position ``>= n_past`` from the session (its KV cache).
+
+    Uses the session's ``truncate(n_past)`` method when it has one (the hook an
+    adapter adds to support speculative decoding). For llama.cpp sessions it
+    sets ``Llama.n_tokens``: ``Llama.eval`` removes the KV cells from
+    ``n_tokens`` on before its next decode (measured: an M=1 decode after a
+    rollback is bit-exact with one without).
+
+    Raises:
+        InputError: ``n_past`` outside ``[0, session.n_past]``, or the engine
+            cannot roll back.
+    """
+    if not 0 <= n_past <= session.n_past:
+        raise InputError(f"cannot roll back to position {n_past}: the session holds {session.n_past}")
+    hook = getattr(session, "truncate", None)
+    if callable(hook):
+        hook(n_past)
+    elif (llama := _llama(session)) is not None:
+        llama.n_tokens = n_past
+    else:
+        raise InputError(
+            f"{session.engine.name} sessions cannot roll back their KV cache, which speculative decoding "
+            "(and the near-tie guard) needs; the adapter must implement Session.truncate(n_past)"
+        )
+    session.n_past = n_past
+
+
+# -- the loop ----------------------------------------------------------------
+def oracle_draft(reference: Sequence[int]) -> Draft:
+    """A draft source that proposes the M=1 greedy continuation ``reference``.
+
+    ``draft(generated, n)`` returns the ``n`` reference tokens that follow
+    ``len(generated)`` generated tokens (padded with the last reference token
+    past its end). With the M=1 greedy tokens as drafts, every deviation of a
+    speculative loop from M=1 greedy is caused by the verify numerics.
+    """
+    ref = [int(t) for t in reference]
+
+    def draft(generated: Sequence[int], n: int) -> list[int]:
+        start = len(generated)
+        out = ref[start:start + n]
+        return out + [ref[-1] if ref else 0] * (n - len(out))
+
+    return draft
+
+
+@dataclass
+class Trigger:
+    """One guard trigger: an M=K row below τ, re-decoded through M=1.
+
+    ``inblock_*`` compare the M=K row with its M=1 re-decode on the same KV
+    history: that is the verify forward's own (in-block) numerics.
+    """
+
+    index: int                   # generated-token index the row decides
+    block_row: int               # in-block row
+    margin_verify: float         # margin of the M=K row (logits)
+    margin_redecode: float       # margin of the M=1 re-decode
+    token_verify: int
+    token_redecode: int
+    inblock_bit_exact: bool
+    inblock_max_abs_diff: float
+
+
+@dataclass
+class SpeculativeRun:
+    """A speculative greedy run.
+
+    Attributes:
+        tokens: generated token ids (``n_tokens`` of them).
+        sources: per token: ``prefill``, ``verify`` or ``redecode``.
+        margins: per token, the margin of the row that decided it (logits).
+        rows: ``(n_tokens, n_vocab)`` float32: the row that decided each token
+            (None when not kept).
+        triggers: the guard's triggers.
+        forward_rows: token rows fed to the engine after the prompt (verify + re-decode).
+        forward_calls: decode calls after the prompt.
+        discarded_rows: fed rows thrown away by rollbacks (trigger or rejected draft).
+        rejections: blocks cut short by a rejected draft.
+        decode_seconds: wall time of the decode loop (s), guard work included.
+        engine_seconds: time inside engine decode calls (s).
+    """
+
+    k: int
+    tau: float | None
+    tokens: list[int]
+    sources: list[str]
+    margins: list[float]
+    rows: np.ndarray | None
+    triggers: list[Trigger] = field(default_factory=list)
+    forward_rows: int = 0
+    forward_calls: int = 0
+    discarded_rows: int = 0
+    rejections: int = 0
+    decode_seconds: float = 0.0
+    engine_seconds: float = 0.0
+
+
+def speculative_greedy(
+    session: Session,
+    prompt_ids: Sequence[int],
+    n_tokens: int,
+    *,
+    k: int,
+    draft: Draft,
+    tau: float | None = None,
+    keep_rows: bool = True,
+) -> SpeculativeRun:
+    """Greedy speculative decoding with K-token verify blocks and the near-tie guard.
+
+    Args:
+        session: a fresh session (empty KV cache) that supports :func:`rollback`.
+        prompt_ids: prompt tokens (prefilled in one call).
+        n_tokens: tokens to generate (the first comes from the prefill row).
+        k: verify block size K ≥ 1 (the last block may be shorter).
+        draft: ``draft(generated, n) -> n tokens`` (e.g. :func:`oracle_draft`).
+        tau: guard margin (logits); None: unguarded.
+        keep_rows: keep the deciding row of every token (for :func:`evaluate_run`).
+
+    Returns:
+        SpeculativeRun.
+
+    Raises:
+        InputError: k or n_tokens < 1, or the session cannot roll back.
+        EngineError: the draft source returned the wrong number of tokens.
+    """
+    if k < 1 or n_tokens < 1:
+        raise InputError(f"speculative_greedy needs k >= 1 and n_tokens >= 1, got k={k}, n_tokens={n_tokens}")
+    if not supports_rollback(session):
+        rollback(session, session.n_past)  # raises the explanatory InputError
+    run = SpeculativeRun(k=k, tau=tau, tokens=[], sources=[], margins=[], rows=None)
+    kept: list[np.ndarray] = []
+
+    def emit(token: int, row: np.ndarray, source: str, margin: float) -> None:
+        run.tokens.append(int(token))
+        run.sources.append(source)
+        run.margins.append(float(margin))
+        if keep_rows:
+            kept.append(row)
+
+    prefill = session.prefill(prompt_ids)[-1:]
+    emit(int(np.argmax(prefill[0])), prefill[0], PREFILL, float(row_margins(prefill)[0]))
+    pending: list[tuple[int, int, np.ndarray, np.ndarray]] = []
+    n_timings = len(session.timings)
+    start = time.perf_counter()
+    while len(run.tokens) < n_tokens:
+        m = min(k, n_tokens - len(run.tokens))
+        drafts = [int(t) for t in draft(run.tokens, m - 1)] if m > 1 else []
+        if len(drafts) != m - 1:
+            raise EngineError(f"the draft source returned {len(drafts)} tokens, {m - 1} asked for")
+        inputs = [run.tokens[-1], *drafts]
+        n0 = session.n_past
+        rows = session.decode(inputs)
+        run.forward_calls += 1
+        run.forward_rows += m
+        decision = check_block(rows, inputs, tau)
+        for i, token in enumerate(decision.tokens):
+            emit(token, rows[i], VERIFY, float(decision.margins[i]))
+        if decision.keep < m:
+            rollback(session, n0 + decision.keep)
+            run.discarded_rows += m - decision.keep
+        if decision.redecode:
+            i = decision.keep
+            redone = session.decode([inputs[i]])
+            run.forward_calls += 1
+            run.forward_rows += 1
+            margin = float(row_margins(redone)[0])
+            pending.append((len(run.tokens), i, rows[i], redone[0]))
+            emit(int(np.argmax(redone[0])), redone[0], REDECODE, margin)
+        elif decision.keep < m:
+            run.rejections += 1
+    run.decode_seconds = time.perf_counter() - start
+    run.engine_seconds = float(sum(t.seconds for t in session.timings[n_timings:]))
+    # Measurements of the in-block numerics, outside the timed loop.
+    for index, row_index, verify_row, m1_row in pending:
+        diff = np.abs(verify_row.astype(np.float64) - m1_row)
+        run.triggers.append(Trigger(
+            index=index, block_row=row_index,
+            margin_verify=float(row_margins(verify_row[None])[0]),
+            margin_redecode=float(row_margins(m1_row[None])[0]),
+            token_verify=int(np.argmax(verify_row)), token_redecode=int(np.argmax(m1_row)),
+            inblock_bit_exact=bool(np.array_equal(verify_row.view(np.uint32), m1_row.view(np.uint32))),
+            inblock_max_abs_diff=float(np.nanmax(diff)) if diff.size else 0.0,
+        ))
+    if keep_rows:
+        run.rows = np.stack(kept)
+    return run
+
+
+# -- calibration ---------------------------------------------------------------
+def topk_spread(reference: np.ndarray, observed: np.ndarray, k: int = 5) -> np.ndarray:
+    """Per row, the spread of Δ over the tokens that could decide an argmax.
+
+    ``max Δ − min Δ`` over ``top-k(reference) ∪ top-k(observed)``, where
+    ``Δ = observed − reference``. A row cannot flip its argmax when this is
+    below its observed margin (proof in the module docstring).
+
+    Args:
+        reference, observed: ``(n, n_vocab)`` logits (M=1 and the row used).
+        k: top-k size, ≥ 1.
+
+    Returns:
+        ``(n,)`` float64 spreads (logits).
+    """
+    ref = np.asarray(reference, dtype=np.float64)
+    obs = np.asarray(observed, dtype=np.float64)
+    if ref.shape != obs.shape or ref.ndim != 2:
+        raise InputError(f"topk_spread needs two (n, n_vocab) arrays of one shape, got {ref.shape} and {obs.shape}")
+    k = max(1, min(int(k), ref.shape[1]))
+    cut = ref.shape[1] - k
+    idx = np.concatenate([np.argpartition(ref, cut, axis=1)[:, cut:],
+                          np.argpartition(obs, cut, axis=1)[:, cut:]], axis=1)
+    delta = np.take_along_axis(obs, idx, axis=1) - np.take_along_axis(ref, idx, axis=1)
+    return delta.max(axis=1) - delta.min(axis=1)
+
+
+@dataclass
+class Calibration:
+    """How ``--guard auto`` chose τ, and what other choices would cost.
+
+    Attributes:
+        tau: the chosen margin, ``safety × max_topk_spread`` (logits).
+        safety: the safety factor.
+        k: verify block size of the calibration replay.
+        top_k: k of :func:`topk_spread`.
+        prompts: names of the (held-out) calibration prompts.
+        rows: verify rows compared.
+        max_topk_spread, p50_topk_spread, p99_topk_spread: of those rows (logits).
+        max_abs_diff: largest |Δ| over the full vocabulary (logits).
+        trigger_rate: fraction of calibration verify rows with margin < τ (predicted trigger rate).
+        tau_full_vocab: ``2 × max_abs_diff``: the bound that needs no top-k argument.
+        trigger_rate_full_vocab: fraction of rows with margin < ``tau_full_vocab``.
+        tau_for_10pct: the margin below which 10 % of calibration rows fall.
+    """
+
+    tau: float
+    safety: float
+    k: int
+    top_k: int
+    prompts: list[str]
+    rows: int
+    max_topk_spread: float
+    p50_topk_spread: float
+    p99_topk_spread: float
+    max_abs_diff: float
+    trigger_rate: float
+    tau_full_vocab: float
+    trigger_rate_full_vocab: float
+    tau_for_10pct: float
+    source: str = "auto"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def calibrate(
+    pairs: Iterable[tuple[np.ndarray, np.ndarray]],
+    *,
+    k: int,
+    safety: float = 2.0,
+    top_k: int = 5,
+    prompts: Sequence[str] = (),
+) -> Calibration:
+    """Choose τ from (M=1 rows, M=K verify rows) pairs of a calibration replay.
+
+    Args:
+        pairs: per prompt, ``(reference, observed)`` ``(n, n_vocab)`` float32
+            logits: the M=1 greedy rows and the M=K replay rows at the same
+            positions.
+        k: the verify block size the replay used (recorded).
+        safety: τ = safety × the largest top-k Δ spread seen. Default 2: the
+            guarded loop's rows read a KV history the calibration never saw
+            (part M=1, part M=K), so the bound gets a factor of headroom.
+        top_k: k of :func:`topk_spread`.
+        prompts: names for the record.
+
+    Returns:
+        Calibration.
+
+    Raises:
+        InputError: no rows, or safety ≤ 0.
+    """
+    if not safety > 0:
+        raise InputError(f"--guard-safety must be > 0, got {safety}")
+    spreads, margins, max_abs = [], [], 0.0
+    for reference, observed in pairs:
+        spreads.append(topk_spread(reference, observed, top_k))
+        margins.append(row_margins(observed))
+        diff = np.abs(observed.astype(np.float64) - reference)
+        max_abs = max(max_abs, float(np.nanmax(diff)) if diff.size else 0.0)
+    if not spreads or not sum(len(s) for s in spreads):
+        raise InputError("the guard calibration compared no rows")
+    spread = np.concatenate(spreads)
+    margin = np.concatenate(margins)
+    tau = safety * float(spread.max())
+    full = 2.0 * max_abs
+    return Calibration(
+        tau=tau, safety=float(safety), k=k, top_k=top_k, prompts=list(prompts), rows=int(spread.size),
+        max_topk_spread=float(spread.max()), p50_topk_spread=float(np.percentile(spread, 50)),
+        p99_topk_spread=float(np.percentile(spread, 99)), max_abs_diff=max_abs,
+        trigger_rate=float(np.mean(margin < tau)) if tau > 0 else 0.0,
+        tau_full_vocab=full, trigger_rate_full_vocab=float(np.mean(margin < full)) if full > 0 else 0.0,
+        tau_for_10pct=float(np.percentile(margin, 10)),
+    )
+
+
+# -- evaluation -----------------------------------------------------------------
+@dataclass
+class GuardEvaluation:
+    """A speculative run measured against the M=1 greedy run of the same prompt.
+
+    Token identity is checked at every position; the logit statistics cover
+    the positions up to and including the first differing token (after it the
+    inputs differ). "Covered" rows are those the bound protects: spread below
+    the row's margin.
+    """
+
+    identical: bool
+    first_divergence: int | None        # generated-token index
+    rows_compared: int
+    bit_exact_rows: int
+    max_abs_diff: float
+    max_topk_spread_verify: float       # over accepted verify rows
+    max_topk_spread_redecode: float     # over re-decoded rows
+    verify_rows_over_tau: int | None    # accepted rows whose spread ≥ τ (the calibration bound broke); None unguarded
+    rows_uncovered: int                 # verify or re-decoded rows whose spread ≥ their own margin
+    redecode_rows_uncovered: int        # of those, re-decoded rows
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def evaluate_run(run: SpeculativeRun, reference_tokens: Sequence[int], reference_rows: np.ndarray,
+                 *, top_k: int = 5) -> GuardEvaluation:
+    """Compare a speculative run with M=1 greedy.
+
+    Args:
+        run: from :func:`speculative_greedy` with ``keep_rows=True``.
+        reference_tokens: the M=1 greedy tokens (at least ``len(run.tokens)``).
+        reference_rows: ``(n, n_vocab)``: the M=1 row that decided each greedy
+            token (prefill row first).
+
+    Raises:
+        InputError: the run kept no rows, or the reference is shorter than the run.
+    """
+    if run.rows is None:
+        raise InputError("evaluate_run needs a run made with keep_rows=True")
+    n = len(run.tokens)
+    if len(reference_tokens) < n or len(reference_rows) < n:
+        raise InputError(f"the reference has {len(reference_tokens)} tokens, the run {n}")
+    diverge = next((i for i in range(n) if run.tokens[i] != int(reference_tokens[i])), None)
+    upto = n if diverge is None else diverge + 1
+    ref, obs = np.asarray(reference_rows[:upto]), run.rows[:upto]
+    spread = topk_spread(ref, obs, top_k)
+    same = np.array([np.array_equal(a.view(np.uint32), b.view(np.uint32)) for a, b in zip(ref, obs)])
+    sources = np.array(run.sources[:upto])
+    margins = np.array(run.margins[:upto])
+    verify, redo = sources == VERIFY, sources == REDECODE
+    tau = run.tau or 0.0
+    return GuardEvaluation(
+        identical=diverge is None, first_divergence=diverge, rows_compared=upto,
+        bit_exact_rows=int(same.sum()),
+        max_abs_diff=float(np.nanmax(np.abs(obs.astype(np.float64) - ref))) if upto else 0.0,
+        max_topk_spread_verify=float(spread[verify].max()) if verify.any() else 0.0,
+        max_topk_spread_redecode=float(spread[redo].max()) if redo.any() else 0.0,
+        verify_rows_over_tau=int(np.sum(spread[verify] >= tau)) if tau > 0 else None,
+        rows_uncovered=int(np.sum((spread >= margins) & (verify | redo))),
+        redecode_rows_uncovered=int(np.sum(spread[redo] >= margins[redo])),
+    )
+
+
+def fraction(numerator: float, denominator: float) -> float:
+    """numerator / denominator, NaN when the denominator is 0."""
+    return numerator / denominator if denominator else math.nan
