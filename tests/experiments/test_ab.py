@@ -98,3 +98,16 @@ def test_bad_config_values():
         run_ab(config(n_decode=0))
     with pytest.raises(InputError, match="--margin must be a fraction"):
         run_ab(config(margin=5))
+
+
+def test_localize_names_the_first_divergent_tensor_of_flash_attention():
+    result = run_ab(config("flash_attn=0", "flash_attn=1", localize=True))
+    loc = result.localization
+    assert loc["pair"] == ["control", "candidate"] and loc["verdict"] == "divergent"
+    first = loc["first_divergence"]
+    assert (first["layer"], first["kind"]) == (0, "attention"), first["label"]
+    assert result.to_dict()["localization"]["first_divergence"]["label"] == first["label"]
+
+
+def test_localize_does_nothing_when_bit_exact():
+    assert run_ab(config(localize=True)).localization is None

@@ -52,6 +52,9 @@ REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
 @click.option("--randomize", is_flag=True, help="Seeded, balanced random order of block patterns.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --randomize and the bootstrap.")
 @click.option("--no-escalate", is_flag=True, help="Do not repeat a failing A/A at stronger isolation.")
+@click.option("--localize", is_flag=True,
+              help="When not bit-exact, dump both sides of the first differing pair (llama.cpp) and report the "
+                   "first divergent tensor (layer, name, position).")
 @threshold_options
 @click.option("--margin", type=float, default=None,
               help="Equivalence margin δ for the speed call, as a fraction (0.02 = 2 %%). Default: from the A/A.")
@@ -94,7 +97,7 @@ def ab(**opts: Any) -> None:
         prompt=load_prompt(opts["prompt"], opts["prompt_file"]),
         n_decode=opts["n_decode"], repeats=opts["repeats"], warmup=opts["warmup"],
         isolation=opts["isolation"], randomize=opts["randomize"], seed=opts["seed"],
-        escalate=not opts["no_escalate"], top_k=opts["top_k"], margin=opts["margin"],
+        escalate=not opts["no_escalate"], localize=opts["localize"], top_k=opts["top_k"], margin=opts["margin"],
         thresholds=thresholds_from(opts),
     )
     log_path = opts["log_path"] or _default_log_path(opts["json_path"])
@@ -126,6 +129,8 @@ def _run_with_progress(config: Any, log_path: str, quiet: bool) -> tuple[Any, Lo
             elif kind == "slot":
                 slot = data["slot"]
                 progress.update(task, advance=1, description=f"ab {slot.variant:9s} {slot.pattern}")
+            elif kind == "localize":
+                progress.update(task, description=f"dumping {' vs '.join(data['pair'])} to localize")
             elif kind == "escalate":
                 progress.update(task, description=f"A/A at {data['isolation']} isolation")
 

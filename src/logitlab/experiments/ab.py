@@ -49,6 +49,8 @@ class AbConfig:
         top_k: k of the top-k set agreement.
         thresholds: verdict thresholds.
         margin: equivalence margin δ for the speed call (relative); None: from the A/A.
+        localize: when the A/A or A/B is not bit-exact, dump both sides of the first differing
+            pair up to the first differing position and attach the dump-diff summary (llama.cpp).
     """
 
     control: Variant
@@ -64,6 +66,7 @@ class AbConfig:
     top_k: int = 5
     thresholds: Thresholds = field(default_factory=Thresholds)
     margin: float | None = None
+    localize: bool = False
 
     def validate(self) -> None:
         if self.n_decode < 1:
@@ -145,6 +148,7 @@ class AbResult:
     verdict: Verdict | None = None
     verdict_slot: int | None = None
     speed: dict[str, PairedComparison] = field(default_factory=dict)
+    localization: dict[str, Any] | None = None
     error: str | None = None
     schema_version: int = SCHEMA_VERSION
 
@@ -193,6 +197,7 @@ class AbResult:
             "verdict": None if self.verdict is None else dataclasses.asdict(self.verdict),
             "verdict_slot": self.verdict_slot,
             "speed": {name: dataclasses.asdict(p) for name, p in self.speed.items()},
+            "localization": self.localization,
             "error": self.error,
         }
 
@@ -333,6 +338,27 @@ class AbExperiment:
             slot, verdict = max(self.candidate_verdicts, key=lambda sv: (VERDICTS.index(sv[1].word), -sv[0]))
             result.verdict, result.verdict_slot = verdict, slot
         result.speed = analyse_speed(result.runs, margin=cfg.margin, seed=cfg.seed)
+        if cfg.localize:
+            self._localize(result)
+
+    def _localize(self, result: AbResult) -> None:
+        """Dump-diff the first pair that is not bit-exact: control/control (A/A) first, else control/candidate."""
+        from logitlab.dumps import localize
+
+        differing = [r for r in result.measured(CONTROL) if r.bit_exact is False]
+        pair = (self.config.control, self.config.control)
+        if not differing:
+            differing = [r for r in result.measured(CANDIDATE) if r.bit_exact is False]
+            pair = (self.config.control, self.config.candidate)
+        if not differing:
+            return
+        position = differing[0].comparison["first_mismatch"]["position"]
+        steps = min(max(1, position - len(result.prompt_ids) + 1), len(result.generated_ids))
+        self.on_event("localize", {"pair": [v.label for v in pair], "decode_steps": steps})
+        summary = localize(pair[0], dataclasses.replace(pair[1], label="candidate"), result.prompt_ids,
+                           result.generated_ids[:steps])
+        result.localization = {"pair": [pair[0].label, pair[1].label], "slot": differing[0].slot,
+                               "first_mismatch_position": position, "decode_steps": steps, **summary}
 
     def _escalate(self, result: AbResult) -> None:
         level = self.config.isolation

@@ -6,7 +6,7 @@ from typing import Sequence
 
 from logitlab.experiments.ab import AbResult
 from logitlab.experiments.schedule import CANDIDATE, CONTROL
-from logitlab.report.text import aa_signature_rows, comparison_lines, flip_rows, speed_rows
+from logitlab.report.text import aa_signature_rows, comparison_lines, flip_rows, localization_lines, speed_rows
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -57,6 +57,9 @@ def format_ab_markdown(result: AbResult) -> str:
         out.append("")
         out.append("Ratio = candidate/control tokens/s, geometric mean over ABBA/BAAB blocks, paired-t 95 % CI; "
                    "call against the equivalence margin δ.")
+    if result.localization:
+        out += ["", "**Where it starts (dump-diff):**", ""]
+        out += [f"- {line}" for line in localization_lines(result.localization)]
     if result.error:
         out += ["", f"**Stopped early:** {result.error}"]
     return "\n".join(out) + "\n"

@@ -17,6 +17,7 @@ from logitlab.report.text import (
     comparison_lines,
     flip_rows,
     fmt_ratio_ci,
+    localization_lines,
     speed_rows,
 )
 
@@ -105,6 +106,9 @@ def format_speed(result: AbResult) -> RenderableType:
 def format_ab(result: AbResult) -> list[RenderableType]:
     """All sections of the report, in reading order."""
     parts = [format_header(result), format_aa(result), format_verdict(result), format_speed(result)]
+    if result.localization:
+        parts.append(Panel("\n".join(localization_lines(result.localization)), title="where it starts (dump-diff)",
+                           expand=False))
     if result.error:
         parts.append(Text(f"stopped early: {result.error}", style="bold red"))
     return parts

@@ -123,3 +123,22 @@ def speed_rows(result: Any) -> list[tuple[str, ...]]:
             pos_text,
         ))
     return rows
+
+
+def localization_lines(loc: dict[str, Any]) -> list[str]:
+    """The ``ab --localize`` dump-diff summary as plain lines."""
+    lines = [f"localized {loc['pair'][0]} vs {loc['pair'][1]} (slot {loc['slot']}): dumps over the prompt + "
+             f"{loc['decode_steps']} decode step(s), up to the first mismatch at position {loc['first_mismatch_position']}",
+             f"dump-diff: {loc['verdict']} — {loc['n_compared']} tensor-positions compared, {loc['n_differing']} differ"]
+    first = loc.get("first_divergence")
+    if first:
+        s = first["stats"]
+        layer = f"layer {first['layer']}" if first["layer"] is not None else "outside the layers"
+        lines.append(f"first divergent tensor: {first['label']} ({layer}, {first['kind']}): {s['differing']}/{s['n']} "
+                     f"differ, max |Δ| {fmt_num(s['max_abs_diff'])}, NMSE {fmt_num(s['nmse'])}, "
+                     f"cosine {fmt_num(s['cosine'], 9)}; {loc['bit_exact_before_first']} earlier tensor-positions "
+                     "bit-exact")
+    for group in loc.get("only_left", [])[:3]:
+        lines.append(f"only in {loc['pair'][0]}: {group.get('label', group)}")
+    lines += [f"problem: {p}" for p in loc.get("problems", [])[:5]]
+    return lines
