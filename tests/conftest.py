@@ -20,6 +20,10 @@ class FakeSession(Session):
             position = self.n_past + offset
             row = np.random.default_rng(position * 7919 + token).normal(0, 3, self.engine.n_vocab)
             row = row.astype(np.float32) + np.float32(self.engine.options.get("offset", 0.0))
+            if self.engine.options.get("leak"):  # state that outlives a session: the engine's session count
+                row[0] += np.float32(1e-3 * self.engine.sessions_opened)
+            if self.engine.options.get("nondeterministic"):  # differs on every run, whatever the isolation
+                row[1] += np.float32(np.random.default_rng().uniform(0.5, 1.0) * 1e-3)
             if self.engine.options.get("nan_at") == position:
                 row[3] = np.nan
             rows.append(row)
@@ -31,12 +35,14 @@ class FakeEngine(Engine):
 
     name = "fake"
     OPTIONS = {"offset": (float, "constant added to every logit"), "nan_at": (int, "position whose row gets a NaN"),
-               "vocab": (int, "vocabulary size")}
+               "vocab": (int, "vocabulary size"), "leak": (int, "logits depend on sessions opened before"),
+               "nondeterministic": (int, "random noise on every run")}
 
     def _load(self) -> None:
-        pass
+        self.sessions_opened = 0
 
     def _open_session(self) -> FakeSession:
+        self.sessions_opened += 1
         return FakeSession(self)
 
     def tokenize(self, text: str) -> list[int]:

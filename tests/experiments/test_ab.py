@@ -1,6 +1,7 @@
 """End-to-end ``ab`` on the real embedded model (short runs) and on the fake engine (edge cases)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -83,14 +84,39 @@ def test_nan_in_candidate_logits_is_an_error_after_the_run_is_recorded(tmp_path)
     assert len(log.read_text().splitlines()) == 2
 
 
+def test_state_leak_is_diagnosed_by_escalating_to_a_fresh_engine():
+    result = run_ab(config("leak=1", "leak=1", engine="fake", repeats=2))
+    assert not result.control_reproducible
+    assert [(e.isolation, e.reproducible) for e in result.escalations] == [("engine", True)]
+    assert result.aa_diagnosis == "state leak: reproducible under engine isolation"
+    differing = [r for r in result.measured("control") if r.bit_exact is False]
+    assert differing and all(r.comparison["differing_rows"] == r.comparison["n_positions"] for r in differing)
+    assert all(r.comparison["argmax_agreement"] == 1.0 for r in differing)
+
+
+def test_nondeterminism_survives_process_isolation(monkeypatch):
+    # The process-isolated worker imports the fake engine from tests/conftest.py.
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[1]))
+    result = run_ab(config("nondeterministic=1", "", engine="fake"))
+    assert [(e.isolation, e.reproducible) for e in result.escalations] == [("engine", False), ("process", False)]
+    assert result.aa_diagnosis.startswith("run-to-run nondeterminism")
+
+
+def test_no_escalate_reports_without_escalating():
+    result = run_ab(config("leak=1", "leak=1", engine="fake", escalate=False))
+    assert result.escalations == [] and result.aa_diagnosis == "not reproducible (not escalated)"
+
+
 def test_constant_offset_is_a_systematic_offset():
     result = run_ab(config("", "offset=0.25", engine="fake"))
     assert result.verdict.word == "systematic-offset"
 
 
-def test_vocab_mismatch_between_variants():
-    with pytest.raises(EngineError, match="vocab mismatch: control has 257 logits per row, candidate has 300"):
-        run_ab(config("", "vocab=300", engine="fake"))
+def test_vocab_mismatch_compares_the_common_prefix_and_says_so():
+    result = run_ab(config("", "vocab=300", engine="fake"))
+    assert result.notes[0].startswith("VOCABULARY SIZES DIFFER: control has 257 logits per position, candidate 300")
+    assert "token ids 0..256" in result.notes[0]
+    assert result.runs[1].comparison["n_vocab"] == 257
 
 
 def test_bad_config_values():

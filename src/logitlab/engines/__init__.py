@@ -67,7 +67,27 @@ def engine_class(name: str) -> type[Engine]:
     canonical = canonical_engine_name(name)
     if canonical is None:
         raise InputError(f"unknown engine {name!r}; valid engines: {', '.join(sorted(ENGINES))}")
-    module_name, class_name = ENGINES[canonical].split(":")
+    return import_engine(ENGINES[canonical], canonical)
+
+
+def engine_target(name: str) -> str:
+    """The ``"module:Class"`` registered for ``name`` (so a subprocess can import it without the registry).
+
+    Raises:
+        InputError: unknown name.
+    """
+    engine_class(name)
+    return ENGINES[canonical_engine_name(name)]
+
+
+def import_engine(target: str, name: str | None = None) -> type[Engine]:
+    """Import an adapter class from ``"module:Class"``.
+
+    Raises:
+        InputError: the module (or the engine's optional dependency) cannot be imported.
+    """
+    module_name, class_name = target.split(":")
+    canonical = name or module_name
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -87,5 +107,7 @@ __all__ = [
     "StepTiming",
     "canonical_engine_name",
     "engine_class",
+    "engine_target",
+    "import_engine",
     "register_engine",
 ]

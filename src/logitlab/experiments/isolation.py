@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from logitlab.engines import engine_class
+from logitlab.engines import engine_class, engine_target
 from logitlab.engines.base import Engine, StepTiming
 from logitlab.engines.variant import Variant
 from logitlab.errors import EngineError, InputError
@@ -105,6 +105,7 @@ def run_in_subprocess(
         request = Path(folder) / "request.json"
         request.write_text(json.dumps({
             "variant": variant.to_dict(),
+            "engine_target": engine_target(variant.engine),
             "prompt_ids": list(map(int, prompt_ids)),
             "n_decode": n_decode,
             "replay": None if replay is None else list(map(int, replay)),

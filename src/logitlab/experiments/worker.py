@@ -1,7 +1,8 @@
 """Subprocess entry point for a process-isolated slot.
 
-``python -m logitlab.experiments.worker REQUEST.json`` loads the variant's
-engine (its environment was set by the parent), runs the workload, and writes
+``python -m logitlab.experiments.worker REQUEST.json`` imports the variant's
+engine class from the ``"module:Class"`` the parent resolved (so engines
+registered at run time work too), loads it (its environment was set by the parent), runs the workload, and writes
 ``logits.npy`` and ``result.json`` into the request's ``out`` folder. A
 failure exits non-zero with one line on stderr.
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from logitlab.engines import engine_class
+from logitlab.engines import import_engine
 from logitlab.errors import LogitlabError
 from logitlab.experiments.workload import run_workload
 
@@ -24,7 +25,8 @@ def main(argv: list[str]) -> int:
     request = json.loads(Path(argv[0]).read_text())
     variant = request["variant"]
     try:
-        engine = engine_class(variant["engine"])(model=variant["model"], options=variant["options"])
+        engine_cls = import_engine(request["engine_target"], variant["engine"])
+        engine = engine_cls(model=variant["model"], options=variant["options"])
         try:
             output = run_workload(engine, request["prompt_ids"], request["n_decode"], request["replay"])
         finally:
