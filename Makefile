@@ -12,7 +12,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	@echo "installing logitlab with llama-cpp-python (builds from source the first time: ~7 min on 2 cores)"
-	$(PY) -m pip install --quiet -e '.[llamacpp,server,dev]'
+	@echo "installing PyTorch for the hf engine (pinned first, so that the hf extra cannot pull another build)"
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[llamacpp,server,hf,dev]'
 	touch $(STAMP)
 
 demo: setup

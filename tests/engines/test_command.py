@@ -205,7 +205,9 @@ def test_engine_target_parsing():
     assert v.options == {"command": "./eng {tokens} {logits}", "format": "f32", "vocab": "8"}
     v = parse_variant("command:./other {tokens} {logits}?vocab=8", "candidate", default_engine="cmd:./eng")
     assert v.options == {"command": "./other {tokens} {logits}", "vocab": "8"}
-    assert parse_variant("llamacpp:", "c", default_engine="cmd:./eng").options == {}
+    assert parse_variant("llamacpp:", "c", default_engine="cmd:./eng?vocab=8").options == {}
+    v = parse_variant("vocab=9", "candidate", default_engine="cmd:./eng {tokens} {logits}?format=f32&vocab=8")
+    assert v.options == {"command": "./eng {tokens} {logits}", "format": "f32", "vocab": "9"}
 
 
 def test_cli_bad_input_is_one_line_exit_2_and_keeps_partial_results(fake, tmp_path):
@@ -228,3 +230,12 @@ def test_cli_bad_input_is_one_line_exit_2_and_keeps_partial_results(fake, tmp_pa
     assert proc.stderr.strip().splitlines()[-1].startswith("error: logits file logits.f32 is ")
     data = json.loads(out.read_text())
     assert data["error"] and [r["variant"] for r in data["runs"]] == ["control"]
+
+
+def test_ab_with_a_scorer_only_command_has_no_decode_phase(fake):
+    control = cmd_variant(fake, vocab=16)
+    result = run_ab(AbConfig(control=control, candidate=dataclasses.replace(control, label="candidate"),
+                             prompt=SHORT_PROMPT, n_decode=2, repeats=1, warmup=0))
+    assert result.verdict.word == "bit-exact" and result.control_reproducible
+    assert set(result.speed) == {"prefill"}  # no {n_prompt} in the template: each run is one prefill
+    assert all(r.prefill_tokens == len(result.prompt_ids) + 2 and r.decode_tokens == 0 for r in result.runs)

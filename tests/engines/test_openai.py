@@ -141,11 +141,11 @@ def test_aa_on_one_server_is_bit_exact_on_the_returned_topk(servers):
     result = run_ab(config(openai_variant(a, "control", "a"), openai_variant(a, "candidate", "a")))
     assert result.control_reproducible and result.verdict.word == "bit-exact"
     assert result.verdict.evidence[0].startswith("bit-exact on the returned top-k")
+    assert result.manifest["engine"]["prompt_format"] == "text"  # llama-cpp-python's server takes text only
     assert set(result.speed) == {"prefill", "decode"}
     assert [r.decode_tokens for r in result.runs] == [N_DECODE] * 4  # a timed greedy completion in every run
     engine = load_engine(openai_variant(a, "control", "a", decode_timing=0))
     out = run_workload(engine, result.prompt_ids, N_DECODE, replay=result.generated_ids)
-    assert engine.describe()["prompt_format"] == "text"  # llama-cpp-python's server takes text prompts only
     assert out.input_ids == result.prompt_ids + result.generated_ids and out.topk.keys[0] is None
 
 
@@ -251,7 +251,9 @@ def test_vllm_style_ids_are_sent_and_entries_align_from_the_end():
         out = run_workload(engine, prompt, 3)
         assert engine.describe()["prompt_format"] == "ids"
         paths = [p for p, _ in handler.requests]
-    assert paths == ["/extras/tokenize", "/tokenize"] + ["/v1/completions"] * 3  # generate, reset, score
+    # load: a one-token id prompt settles prompt_format; tokenize falls back from llama-cpp-python's path
+    # to vLLM's; then generate, reset, score
+    assert paths == ["/v1/completions", "/extras/tokenize", "/tokenize"] + ["/v1/completions"] * 3
     assert all(isinstance(body["prompt"], list) for path, body in handler.requests if path == "/v1/completions")
     assert out.generated == [(prompt[-1] + i) % 90 for i in (1, 2, 3)]
     seq = prompt + out.generated
@@ -281,3 +283,15 @@ def test_engine_target_and_model_parsing():
     assert v.options == {"url": "http://h:2/v1"}
     v = parse_variant("openai:http://h:3/v1?logprobs=5", "candidate", default_engine="llamacpp")
     assert (v.engine, v.options) == ("openai", {"url": "http://h:3/v1", "logprobs": "5"})
+
+
+def test_process_isolation_carries_the_topk_data():
+    from logitlab.experiments.isolation import run_in_subprocess
+
+    with stub_server() as (url, _):
+        variant = openai_variant(url, "control", logprobs=3)
+        engine = load_engine(variant)
+        prompt = engine.tokenize("hello")
+        here = run_workload(engine, prompt, 2)
+        there = run_in_subprocess(variant, prompt, 2, None)
+    assert there.topk is not None and there.same_bits(here) and there.generated == here.generated

@@ -25,3 +25,7 @@ from logitlab.cli.dump import dump, dump_diff  # noqa: E402
 main.add_command(dump), main.add_command(dump_diff)
 from logitlab.cli.bench import bench  # noqa: E402
 main.add_command(bench)
+from logitlab.cli.invariance import invariance  # noqa: E402
+main.add_command(invariance)
+from logitlab.cli.verify import verify  # noqa: E402
+main.add_command(verify)

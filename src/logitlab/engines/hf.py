@@ -116,8 +116,9 @@ class HfSession(Session):
 
     engine: "HfEngine"
 
-    def __init__(self, engine: "HfEngine"):
+    def __init__(self, engine: "HfEngine", kv_cache: bool | None = None):
         super().__init__(engine)
+        self.kv_cache = engine.kv_cache if kv_cache is None else kv_cache
         self._ids: list[int] = []
         self._cache: Any = None
 
@@ -126,7 +127,7 @@ class HfSession(Session):
         torch = engine.torch
         with engine.threads(), torch.inference_mode():
             try:
-                if engine.kv_cache:
+                if self.kv_cache:
                     inputs = torch.tensor([tokens], dtype=torch.long, device=engine.device)
                     out = engine.forward(inputs, cache=self._cache, use_cache=True)
                     self._cache = engine.output_cache(out)
@@ -381,6 +382,10 @@ class HfEngine(Engine):
     # -- Engine hooks -----------------------------------------------------------
     def _open_session(self) -> HfSession:
         return HfSession(self)
+
+    def open_recompute_session(self) -> HfSession:
+        """A session without KV cache whatever ``kv_cache`` says: every call recomputes the sequence."""
+        return HfSession(self, kv_cache=False)
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of ``text``; special-token text (``<|im_start|>``) is plain text, as on llama.cpp."""

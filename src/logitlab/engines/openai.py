@@ -28,9 +28,9 @@ each position of an echoed prompt. One run of the workload is, in order
    ``usage.prompt_tokens``, when given, must be N.
 
 ``prompt_format``: ``ids`` sends token ids (vLLM, SGLang), ``text`` sends the
-detokenized sequence and checks the echoed token count (llama-cpp-python's
-server accepts text only), ``auto`` (default) tries ids first and falls back
-to text on a 4xx answer. Tokenizing uses the server's tokenize endpoint
+detokenized sequence and checks the token count (llama-cpp-python's server
+accepts text only), ``auto`` (default) sends a one-token id prompt when the
+engine loads and uses ids if the server accepts it, else text. Tokenizing uses the server's tokenize endpoint
 (``/extras/tokenize``, ``/tokenize``) or ``tokenizer=PATH.gguf``.
 
 Requests time out after ``timeout`` s and are retried ``retries`` times on
@@ -133,7 +133,7 @@ class OpenAIEngine(Engine):
         "timeout": (_positive_float, "seconds per HTTP request (default 120)"),
         "retries": (_count, "retries of a failed request (default 3)"),
         "backoff": (_positive_float, "first retry delay in s, doubled per retry (default 0.5)"),
-        "prompt_format": (_prompt_format, "ids, text or auto (default: ids, falling back to text)"),
+        "prompt_format": (_prompt_format, "ids, text or auto (default: ids if the server takes them)"),
         "tokenizer": (str, "GGUF file to tokenize with (default: the server's tokenize endpoint)"),
         "fresh": (_bool, "a one-token reset request before each scoring request (default 1)"),
         "decode_timing": (_bool, "time a greedy completion of n_decode tokens in every run (default 1)"),
@@ -159,6 +159,13 @@ class OpenAIEngine(Engine):
         elif self.model not in served:
             raise InputError(f"model {self.model!r} is not served at {self.url}; served: {', '.join(served)}")
         self.served = served
+        if self._prompt_format == "auto":
+            # One token-id prompt, not retried: an error status means the server wants text.
+            try:
+                self._complete({"prompt": [0], "max_tokens": 1}, retries=0)
+                self._prompt_format = "ids"
+            except HttpStatusError:
+                self._prompt_format = "text"
         if "tokenizer" in self.options:
             from logitlab.engines.command import GgufTokenizer
 
@@ -259,29 +266,11 @@ class OpenAIEngine(Engine):
         return OpenAISession(self)
 
     # -- the workload ----------------------------------------------------------------
-    def _prompt(self, sequence: list[int]) -> tuple[list[int] | str, str]:
-        if self._prompt_format in ("auto", "ids"):
-            return sequence, "ids"
-        return self.detokenize(sequence), "text"
-
     def _post_prompt(self, sequence: list[int], body: dict) -> tuple[dict, float, str]:
-        """POST a completion for ``sequence``, falling back from ids to text in ``auto`` mode."""
-        prompt, kind = self._prompt(sequence)
-        try:
-            # In auto mode the first try with ids is not retried: an error status means "send text".
-            data, seconds = self._complete({"prompt": prompt, **body}, 0 if self._prompt_format == "auto" else None)
-        except HttpStatusError as exc:
-            if self._prompt_format != "auto":
-                raise
-            self._prompt_format = "text"
-            prompt, kind = self._prompt(sequence)
-            try:
-                data, seconds = self._complete({"prompt": prompt, **body})
-            except HttpStatusError as again:
-                raise EngineError(f"{again} (with token ids it answered: {exc})") from None
-        else:
-            if self._prompt_format == "auto":
-                self._prompt_format = "ids"
+        """POST a completion whose prompt is ``sequence``, as token ids or as its text."""
+        kind = self._prompt_format
+        prompt = sequence if kind == "ids" else self.detokenize(sequence)
+        data, seconds = self._complete({"prompt": prompt, **body})
         return data, seconds, kind
 
     def _generate(self, prompt: list[int], n_decode: int) -> tuple[list[int], StepTiming | None]:
@@ -309,8 +298,8 @@ class OpenAIEngine(Engine):
         if self._prompt_format == "text":
             first = self.detokenize(sequence[:1]).lstrip()[:1]
             self._complete({"prompt": "0" if first != "0" else "1", "max_tokens": 1})
-        else:  # ids, or auto (which settles the prompt format here when decode_timing is off)
-            self._post_prompt([sequence[0] - 1 if sequence[0] > 0 else sequence[0] + 1], {"max_tokens": 1})
+        else:
+            self._complete({"prompt": [sequence[0] - 1 if sequence[0] > 0 else sequence[0] + 1], "max_tokens": 1})
 
     def _score(self, sequence: list[int]):
         from logitlab.numerics.topk import TopKRows

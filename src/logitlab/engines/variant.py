@@ -9,9 +9,10 @@ Grammar of a spec string (``--control`` / ``--candidate``)::
 
 For engines with a target option (``cmd``: the command template, ``openai``:
 the server URL; see ``Engine.TARGET_OPTION``) the text after ``ENGINE:`` is
-that target, not a model. ``default_engine`` may be ``NAME:TARGET`` too
-(``--engine 'cmd:./my-engine --tokens {tokens} --logits {logits}'``); its
-target applies to variants of that engine unless their spec gives one.
+that target, not a model. ``default_engine`` may be ``NAME:TARGET[?K=V&...]``
+too (``--engine 'cmd:./my-engine --tokens {tokens} --logits {logits}'``); its
+target and options apply to variants of that engine unless their spec gives
+its own (a target must not contain ``?``).
 
 Environment knobs (``--candidate-env NAME[=VALUE]``): ``NAME`` alone sets it to
 ``1``, as the seed report's ``--candidate-env DS4_METAL_DISABLE_INDEXER_LLT``.
@@ -108,6 +109,7 @@ def parse_variant(
     """
     text = (text or "").strip()
     engine, default_target = _split_engine(default_engine)
+    default_target, _, default_query = default_target.partition("?")
     model, options, target = default_model, {}, ""
     prefix, colon, rest = text.partition(":")
     if colon and canonical_engine_name(prefix) is not None:
@@ -116,7 +118,7 @@ def parse_variant(
             target, sep, query = text.partition("?")
             target, text = target.strip(), sep + query
         if spec_engine != engine:
-            default_target = ""
+            default_target = default_query = ""
         engine = spec_engine
     target = target or default_target
     if "?" in text:
@@ -127,6 +129,8 @@ def parse_variant(
         options = parse_options(text)
     elif text:
         model = text
+    if default_query:
+        options = {**parse_options(default_query), **options}
     if target:
         key = _target_option(engine)
         if key is None:

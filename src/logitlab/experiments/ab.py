@@ -21,6 +21,7 @@ import numpy as np
 
 from logitlab.engines.variant import Variant
 from logitlab.errors import EngineError, InputError, LogitlabError
+from logitlab.experiments import crossengine
 from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner, load_engine, stronger_isolation
 from logitlab.experiments.schedule import CANDIDATE, CONTROL, Slot, ab_schedule
 from logitlab.experiments.workload import RunOutput
@@ -151,6 +152,7 @@ class AbResult:
     localization: dict[str, Any] | None = None
     error: str | None = None
     schema_version: int = SCHEMA_VERSION
+    notes: list[str] = field(default_factory=list)  # cross-engine facts the report must state
 
     # -- derived views ------------------------------------------------------
     def measured(self, variant: str) -> list[RunRecord]:
@@ -198,6 +200,7 @@ class AbResult:
             "verdict_slot": self.verdict_slot,
             "speed": {name: dataclasses.asdict(p) for name, p in self.speed.items()},
             "localization": self.localization,
+            "notes": self.notes,
             "error": self.error,
         }
 
@@ -233,6 +236,7 @@ class AbExperiment:
                 runner.adopt(CONTROL, probe)  # the runner closes it
             try:
                 result = self._start(probe)
+                self._check_cross_engine(probe, runner, result)
                 try:
                     self._run_blocks(runner, result)
                     self._finish(result)
@@ -260,6 +264,26 @@ class AbExperiment:
         manifest = build_manifest(self._probe_describe, cfg.control, cfg.candidate)
         return AbResult(config=cfg.to_dict(), manifest=manifest, prompt_ids=prompt_ids,
                         generated_ids=[], generated_text="")
+
+    def _check_cross_engine(self, probe, runner: SlotRunner, result: AbResult) -> None:
+        """Other engine or model: same token ids (else InputError), vocab and arithmetic notes."""
+        cfg = self.config
+        if not crossengine.needs_check(cfg.control, cfg.candidate):
+            return
+        candidate = load_engine(cfg.candidate)
+        try:
+            crossengine.check_tokenizers(probe, candidate, cfg.prompt)
+            described = candidate.describe()
+            vocab = crossengine.vocab_note(probe.n_vocab, candidate.n_vocab)
+        except BaseException:
+            candidate.close()
+            raise
+        if cfg.isolation == "session":
+            runner.adopt(CANDIDATE, candidate)  # the runner closes it
+        else:
+            candidate.close()
+        result.manifest["candidate_engine"] = described
+        result.notes += ([vocab] if vocab else []) + crossengine.cross_engine_notes(self._probe_describe, described)
 
     def _run_blocks(self, runner: SlotRunner, result: AbResult) -> None:
         slots = ab_schedule(self.config.repeats, warmup=self.config.warmup,
@@ -290,6 +314,9 @@ class AbExperiment:
             result.generated_text = self._detokenize(output.generated)
             return record
         comparison = self._compare(self.reference.logits, output.logits, slot, output.topk)
+        vocab = crossengine.vocab_note(self.reference.logits.shape[1], output.logits.shape[1])
+        if output.topk is None and vocab and vocab not in result.notes:
+            result.notes.insert(0, vocab)
         summary = dataclasses.asdict(comparison)
         if slot.variant == CANDIDATE:
             if self.first_candidate is None:
@@ -312,11 +339,8 @@ class AbExperiment:
         if observed_topk is not None:
             return compare_topk(self.reference.topk, observed_topk, top_k=self.config.top_k,
                                 token_ids=self.reference.input_ids)
-        if reference.shape[1] != observed.shape[1]:
-            raise EngineError(
-                f"vocab mismatch: control has {reference.shape[1]} logits per row, "
-                f"{slot.variant} has {observed.shape[1]}; both variants need the same vocabulary"
-            )
+        if reference.shape[1] != observed.shape[1]:  # the common prefix; result.notes says so loudly
+            reference, observed = crossengine.common_vocab(reference, observed)
         if reference.shape != observed.shape:
             raise EngineError(f"{slot.variant} returned {observed.shape[0]} rows, the reference {reference.shape[0]}")
         return compare_logits(reference, observed, top_k=self.config.top_k, token_ids=self.reference.input_ids)

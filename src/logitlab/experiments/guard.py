@@ -3,10 +3,18 @@
 A speculative decoder feeds the last accepted token plus K-1 draft tokens in
 one M=K *verify* forward and accepts each row's argmax while it matches the
 next draft. The verify rows are not bit-exact with the M=1 greedy decode, so an
-argmax can flip where the top1–top2 margin is tiny. The guard: accept a verify
-row's argmax only when its margin is at least τ; otherwise roll the KV cache
-back to that position, re-decode it through the M=1 path, take that row's
-argmax and continue from there.
+argmax can flip where the top1–top2 margin is tiny. The guard (the seed
+report's proposal): accept a verify row's argmax only when its margin is at
+least τ; otherwise decide that position through the M=1 path and continue from
+there. Two fallbacks decide a flagged position:
+
+``redecode``
+    roll the KV cache back to that position and decode it alone (M=1) on the
+    KV cache as it is. Cheap; removes the verify forward's in-block numerics.
+``resync``
+    roll back to the last position whose KV entries the M=1 path wrote and
+    replay M=1 from there: the flagged row is then M=1 greedy's own row.
+    Exact, and pays an M=1 decode of every position up to the last trigger.
 
 Pieces (usable from any Python engine loop):
 
@@ -14,9 +22,8 @@ Pieces (usable from any Python engine loop):
 - :func:`rollback` — drop a session's positions from ``n_past`` on;
 - :func:`speculative_greedy` — a complete speculative greedy loop with the
   guard (``tau=None``: unguarded), counting forward work;
-- :func:`topk_spread`, :func:`calibrate` — the bound that ``--guard auto``
-  calibrates τ from;
-- :func:`evaluate_run` — how a guarded run compares with the M=1 greedy run.
+- :func:`topk_spread`, :func:`calibrate` — the bound ``--guard auto`` sets τ from;
+- :func:`evaluate_run` — a guarded run against the M=1 greedy run.
 
 What the guard guarantees
 -------------------------
@@ -28,17 +35,22 @@ top-k sets, hence::
 
     flip  ⇒  topk_spread(row) = max Δ − min Δ over top-k(M=1) ∪ top-k(used) ≥ margin(used)
 
-Contrapositive (exact, no assumption): a row whose top-k Δ spread is below its
-margin cannot flip. An accepted verify row has margin ≥ τ, so it is safe
-whenever its spread is < τ. That spread is *not* known at run time — it is
-bounded only by the calibration (τ = safety × the largest spread seen on
-held-out prompts). Re-decoded rows come from the M=1 path, which removes the
-in-block numerics of the verify forward, but they read KV entries that earlier
-M=K rows wrote, and those are not bit-identical to the entries M=1 greedy
-would have written: their logits still differ from M=1 greedy (the *history*
-component), and their margin is by construction < τ. So token identity is
-exact only where it is measured (:func:`evaluate_run` checks every position
-against the M=1 run); logit identity is never claimed.
+- **Exact** (arithmetic, no assumption): a row whose top-k Δ spread is below
+  its margin cannot flip. With ``resync``, a flagged row *is* the M=1 greedy
+  row (bit for bit, as long as the tokens so far are M=1's), and each
+  replayed row re-checks an accepted token.
+- **Bounded only by the calibration**: an accepted verify row has margin ≥ τ,
+  so it is safe while its spread stays < τ. The spread is not known at run
+  time; τ = safety × the largest spread seen on held-out prompts.
+- **Neither**: a ``redecode`` row reads KV entries that earlier M=K rows wrote,
+  and those are not bit-identical to the entries M=1 greedy wrote. Its logits
+  keep that *history* difference, and its margin is < τ by construction, so
+  nothing bounds it. On llama.cpp the re-decode mostly reproduces the M=K row
+  bit for bit: the difference lives in the KV history, not in the verify
+  forward.
+- Logits and KV entries are never claimed bit-exact. :func:`evaluate_run`
+  measures all of it: token identity at every position, bit-exact rows,
+  max |Δ|, spreads against τ, and rows the bound did not cover.
 """
 
 from __future__ import annotations
@@ -200,20 +212,22 @@ def oracle_draft(reference: Sequence[int]) -> Draft:
 
 @dataclass
 class Trigger:
-    """One guard trigger: an M=K row below τ, re-decoded through M=1.
+    """One guard trigger: a verify row below τ, decided again by the fallback.
 
-    ``inblock_*`` compare the M=K row with its M=1 re-decode on the same KV
-    history: that is the verify forward's own (in-block) numerics.
+    ``fallback_*`` compare the M=K row with the fallback's M=1 row. For
+    ``redecode`` both read the same KV cache, so a difference there is the
+    verify forward's own (in-block) numerics; for ``resync`` the M=1 row reads
+    an M=1-written history, so the difference is the whole M=K effect.
     """
 
     index: int                   # generated-token index the row decides
     block_row: int               # in-block row
     margin_verify: float         # margin of the M=K row (logits)
-    margin_redecode: float       # margin of the M=1 re-decode
+    margin_fallback: float       # margin of the fallback's M=1 row
     token_verify: int
-    token_redecode: int
-    inblock_bit_exact: bool
-    inblock_max_abs_diff: float
+    token_fallback: int
+    fallback_bit_exact: bool
+    fallback_max_abs_diff: float
 
 
 @dataclass
@@ -221,13 +235,17 @@ class SpeculativeRun:
     """A speculative greedy run.
 
     Attributes:
+        k, tau, fallback: as passed to :func:`speculative_greedy`.
         tokens: generated token ids (``n_tokens`` of them).
-        sources: per token: ``prefill``, ``verify`` or ``redecode``.
+        sources: per token: ``prefill``, ``verify`` or ``redecode`` (an M=1
+            row of the fallback decided it).
         margins: per token, the margin of the row that decided it (logits).
         rows: ``(n_tokens, n_vocab)`` float32: the row that decided each token
             (None when not kept).
         triggers: the guard's triggers.
-        forward_rows: token rows fed to the engine after the prompt (verify + re-decode).
+        corrections: ``resync`` only: accepted tokens that the M=1 replay
+            found wrong and replaced (the calibrated bound failed there).
+        forward_rows: token rows fed to the engine after the prompt.
         forward_calls: decode calls after the prompt.
         discarded_rows: fed rows thrown away by rollbacks (trigger or rejected draft).
         rejections: blocks cut short by a rejected draft.
@@ -237,17 +255,22 @@ class SpeculativeRun:
 
     k: int
     tau: float | None
+    fallback: str
     tokens: list[int]
     sources: list[str]
     margins: list[float]
     rows: np.ndarray | None
     triggers: list[Trigger] = field(default_factory=list)
+    corrections: int = 0
     forward_rows: int = 0
     forward_calls: int = 0
     discarded_rows: int = 0
     rejections: int = 0
     decode_seconds: float = 0.0
     engine_seconds: float = 0.0
+
+
+FALLBACKS = ("redecode", "resync")
 
 
 def speculative_greedy(
@@ -258,6 +281,8 @@ def speculative_greedy(
     k: int,
     draft: Draft,
     tau: float | None = None,
+    fallback: str = "redecode",
+    verify: Callable[[Sequence[int]], np.ndarray] | None = None,
     keep_rows: bool = True,
 ) -> SpeculativeRun:
     """Greedy speculative decoding with K-token verify blocks and the near-tie guard.
@@ -268,21 +293,38 @@ def speculative_greedy(
         n_tokens: tokens to generate (the first comes from the prefill row).
         k: verify block size K ≥ 1 (the last block may be shorter).
         draft: ``draft(generated, n) -> n tokens`` (e.g. :func:`oracle_draft`).
-        tau: guard margin (logits); None: unguarded.
+        tau: guard margin (logits); None or 0: unguarded.
+        fallback: what decides a row below τ:
+
+            ``redecode`` — roll back to that position and decode it alone
+            (M=1) on the current KV cache. Removes the verify forward's
+            in-block numerics; the KV entries earlier M=K rows wrote stay.
+            Cheap: the rows after it in the block, plus one row.
+
+            ``resync`` — roll back to the last position whose KV entries the
+            M=1 path wrote and replay M=1 up to the flagged position. That row
+            is then the M=1 greedy row itself (given identical tokens so far),
+            and every replayed row re-checks an accepted token (a mismatch is
+            corrected and counted). Costs an M=1 decode of every position up to
+            the last trigger.
+        verify: the M=K call (default ``session.decode``).
         keep_rows: keep the deciding row of every token (for :func:`evaluate_run`).
 
     Returns:
         SpeculativeRun.
 
     Raises:
-        InputError: k or n_tokens < 1, or the session cannot roll back.
+        InputError: k or n_tokens < 1, an unknown fallback, or the session cannot roll back.
         EngineError: the draft source returned the wrong number of tokens.
     """
     if k < 1 or n_tokens < 1:
         raise InputError(f"speculative_greedy needs k >= 1 and n_tokens >= 1, got k={k}, n_tokens={n_tokens}")
+    if fallback not in FALLBACKS:
+        raise InputError(f"unknown guard fallback {fallback!r}; valid: {', '.join(FALLBACKS)}")
     if not supports_rollback(session):
         rollback(session, session.n_past)  # raises the explanatory InputError
-    run = SpeculativeRun(k=k, tau=tau, tokens=[], sources=[], margins=[], rows=None)
+    verify = verify or session.decode
+    run = SpeculativeRun(k=k, tau=tau, fallback=fallback, tokens=[], sources=[], margins=[], rows=None)
     kept: list[np.ndarray] = []
 
     def emit(token: int, row: np.ndarray, source: str, margin: float) -> None:
@@ -292,8 +334,14 @@ def speculative_greedy(
         if keep_rows:
             kept.append(row)
 
+    def truncate_to(n_generated: int) -> None:
+        del run.tokens[n_generated:], run.sources[n_generated:], run.margins[n_generated:]
+        del kept[n_generated:]
+
+    n_prompt = len(prompt_ids)
     prefill = session.prefill(prompt_ids)[-1:]
     emit(int(np.argmax(prefill[0])), prefill[0], PREFILL, float(row_margins(prefill)[0]))
+    exact_upto = session.n_past  # positions whose KV entries the M=1 path wrote (resync)
     pending: list[tuple[int, int, np.ndarray, np.ndarray]] = []
     n_timings = len(session.timings)
     start = time.perf_counter()
@@ -304,37 +352,61 @@ def speculative_greedy(
             raise EngineError(f"the draft source returned {len(drafts)} tokens, {m - 1} asked for")
         inputs = [run.tokens[-1], *drafts]
         n0 = session.n_past
-        rows = session.decode(inputs)
+        rows = verify(inputs)
         run.forward_calls += 1
         run.forward_rows += m
         decision = check_block(rows, inputs, tau)
         for i, token in enumerate(decision.tokens):
             emit(token, rows[i], VERIFY, float(decision.margins[i]))
-        if decision.keep < m:
-            rollback(session, n0 + decision.keep)
-            run.discarded_rows += m - decision.keep
-        if decision.redecode:
-            i = decision.keep
-            redone = session.decode([inputs[i]])
+        if not decision.redecode:
+            if decision.keep < m:
+                rollback(session, n0 + decision.keep)
+                run.discarded_rows += m - decision.keep
+                run.rejections += 1
+            continue
+        i = decision.keep
+        target = n0 + i  # position of the flagged row's input
+        if fallback == "redecode":
+            rollback(session, target)
+            run.discarded_rows += m - i
+            redone = session.decode([inputs[i]])[0]
             run.forward_calls += 1
             run.forward_rows += 1
-            margin = float(row_margins(redone)[0])
-            pending.append((len(run.tokens), i, rows[i], redone[0]))
-            emit(int(np.argmax(redone[0])), redone[0], REDECODE, margin)
-        elif decision.keep < m:
-            run.rejections += 1
+            pending.append((len(run.tokens), i, rows[i], redone))
+            emit(int(np.argmax(redone)), redone, REDECODE, float(row_margins(redone[None])[0]))
+            continue
+        # resync: replay M=1 from the last M=1-written position up to the flagged one
+        run.discarded_rows += session.n_past - exact_upto
+        rollback(session, exact_upto)
+        sequence = list(prompt_ids) + run.tokens
+        for pos in range(exact_upto, target + 1):
+            redone = session.decode([sequence[pos]])[0]
+            run.forward_calls += 1
+            run.forward_rows += 1
+            exact_upto = pos + 1
+            decided = pos + 1 - n_prompt  # generated-token index this row decides
+            token = int(np.argmax(redone))
+            if pos == target:
+                pending.append((decided, i, rows[i], redone))
+                emit(token, redone, REDECODE, float(row_margins(redone[None])[0]))
+            elif token != run.tokens[decided]:
+                run.corrections += 1  # an accepted verify token was wrong: take the M=1 one
+                truncate_to(decided)
+                emit(token, redone, REDECODE, float(row_margins(redone[None])[0]))
+                break
     run.decode_seconds = time.perf_counter() - start
     run.engine_seconds = float(sum(t.seconds for t in session.timings[n_timings:]))
-    # Measurements of the in-block numerics, outside the timed loop.
+    del run.tokens[n_tokens:], run.sources[n_tokens:], run.margins[n_tokens:], kept[n_tokens:]
+    # Measurements of the fallback's effect, outside the timed loop.
     for index, row_index, verify_row, m1_row in pending:
         diff = np.abs(verify_row.astype(np.float64) - m1_row)
         run.triggers.append(Trigger(
             index=index, block_row=row_index,
             margin_verify=float(row_margins(verify_row[None])[0]),
-            margin_redecode=float(row_margins(m1_row[None])[0]),
-            token_verify=int(np.argmax(verify_row)), token_redecode=int(np.argmax(m1_row)),
-            inblock_bit_exact=bool(np.array_equal(verify_row.view(np.uint32), m1_row.view(np.uint32))),
-            inblock_max_abs_diff=float(np.nanmax(diff)) if diff.size else 0.0,
+            margin_fallback=float(row_margins(m1_row[None])[0]),
+            token_verify=int(np.argmax(verify_row)), token_fallback=int(np.argmax(m1_row)),
+            fallback_bit_exact=bool(np.array_equal(verify_row.view(np.uint32), m1_row.view(np.uint32))),
+            fallback_max_abs_diff=float(np.nanmax(diff)) if diff.size else 0.0,
         ))
     if keep_rows:
         run.rows = np.stack(kept)

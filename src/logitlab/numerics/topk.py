@@ -149,8 +149,10 @@ class TopKComparison:
     positions_missing : list[int]
         Positions skipped because a run returned nothing there.
     differing_entries, differing_rows : int
-        Exact, over the returned entries: a key returned by one run only, or
-        returned by both with different bits, counts as one differing entry.
+        Exact, over the returned entries: reference entries that the observed
+        run does not return with identical bits (a different value, or the
+        key missing from its top-k; a row whose keys differ only in order
+        counts 1), and the positions with any.
     max_abs_diff, mean_abs_diff, mean_diff, std_diff : float
         Over the keys both runs returned. ``max_abs_diff`` is a lower bound of
         the full-vocabulary max |Δ log-probability|.
@@ -427,7 +429,9 @@ def compare_topk(
         shared = [key for key in rk if key in obs]
         differing = [key for key in shared if not _same(ref[key], obs[key])]
         only = [key for key in rk if key not in obs] + [key for key in ok if key not in ref]
-        row_differing[r] = len(differing) + len(only) + (rk != ok and not differing and not only)
+        # reference entries the observed run does not return with the same bits (+1 if only the order differs)
+        row_differing[r] = len(differing) + sum(key not in obs for key in rk) + (rk != ok and not differing
+                                                                                   and not only)
         if row_differing[r] and first is None:
             key = differing[0] if differing else only[0]
             a, b = ref.get(key), obs.get(key)

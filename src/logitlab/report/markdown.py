@@ -27,6 +27,9 @@ def format_ab_markdown(result: AbResult) -> str:
         f"- workload: {len(result.prompt_ids)} prompt tokens + {cfg['n_decode']} greedy decode tokens (replayed); "
         f"{cfg['repeats']} ABBA/BAAB blocks, isolation `{cfg['isolation']}`",
         f"- host: {host['cpu']}, {host['cores']} cores, {host['os']}, Python {host['python']}",
+        *[f"- candidate engine: {c.get('engine_version', c['engine'])}"
+          for c in [result.manifest.get("candidate_engine")] if c],
+        *[f"- **note:** {note}" for note in getattr(result, "notes", [])],
         "",
     ]
     controls = [r for r in result.measured(CONTROL) if not r.is_reference]

@@ -29,6 +29,9 @@ def format_header(result: AbResult) -> RenderableType:
     table.add_column()
     table.add_row("model", f"{engine['model']} (sha256 {engine.get('model_sha256', '?')[:12]}…)")
     table.add_row("engine", engine.get("engine_version", engine["engine"]))
+    if "candidate_engine" in result.manifest:  # cross-engine ab
+        candidate = result.manifest["candidate_engine"]
+        table.add_row("candidate engine", candidate.get("engine_version", candidate["engine"]))
     table.add_row("control", _variant_text(cfg["control"]))
     table.add_row("candidate", _variant_text(cfg["candidate"]))
     table.add_row("workload", f"{len(result.prompt_ids)} prompt tokens + {cfg['n_decode']} greedy decode tokens, "
@@ -36,6 +39,8 @@ def format_header(result: AbResult) -> RenderableType:
     table.add_row("schedule", f"{cfg['warmup']} warmup/variant, {cfg['repeats']} ABBA/BAAB blocks, "
                               f"isolation={cfg['isolation']}")
     table.add_row("greedy text", repr(result.generated_text[:120]))
+    for note in getattr(result, "notes", []):
+        table.add_row(Text("note", style="bold yellow"), Text(note, style="yellow"))
     return Panel(table, title="logitlab ab", expand=False)
 
 

@@ -1,0 +1,184 @@
+"""``logitlab invariance``: batch, prefill-decode and determinism probes of one engine variant."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from logitlab.cli.common import (
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    handle_errors,
+    make_progress,
+    report_console,
+    threshold_options,
+    thresholds_from,
+)
+from logitlab.engines import DEFAULT_ENGINE
+from logitlab.engines.variant import parse_env, parse_variant
+from logitlab.errors import InputError
+from logitlab.experiments.isolation import ISOLATION_LEVELS
+from logitlab.numerics import VERDICTS
+
+REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
+
+
+def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Engine, prompt, thresholds and report flags shared by every probe."""
+    options = [
+        click.option("--engine", default=DEFAULT_ENGINE, show_default=True, help="Engine: llamacpp or hf."),
+        click.option("--model", default=None, help="Model file or folder (default: the embedded SmolLM2-135M "
+                                                   "Q4_1 GGUF; hf de-quantises it)."),
+        click.option("--variant", "spec", default="", help="Engine options: KEY=VALUE[,KEY=VALUE] or "
+                                                           "[ENGINE:][MODEL][?KEY=VALUE&...] (as ab's --control)."),
+        click.option("--env", "env", multiple=True, metavar="NAME[=VALUE]", help="Environment knob while running."),
+        click.option("--prompt", default=None, help="Prompt text (default: a built-in prose prompt)."),
+        click.option("--prompt-file", default=None, help="Read the prompt from a file."),
+        threshold_options,
+        click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
+                     help="Exit 1 when the verdict is worse than this."),
+        click.option("--json", "json_path", default=None, help="Write the full result as JSON."),
+        click.option("--markdown", "markdown_path", default=None, help="Write a Markdown report."),
+        click.option("--quiet", "-q", is_flag=True, help="No progress bar."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@click.group()
+def invariance() -> None:
+    """Does one engine variant give the same logits when only the way it runs changes?
+
+    \b
+    batch           the prompt alone vs inside a batch of B sequences (padded on hf)
+    prefill-decode  position p from one prefill vs prefill of p tokens + one decode step
+    determinism     the same greedy run R times: distinct logit arrays and texts
+
+    Each probe ends in the verdicts of `ab` (bit-exact, ulp-noise, near-tie,
+    systematic-offset, divergent), with the same --json and --markdown reports.
+    """
+
+
+def _batch_sizes(values: tuple[str, ...], more: tuple[str, ...]) -> tuple[int, ...]:
+    sizes = []
+    for item in [*values, *more]:
+        for part in str(item).split(","):
+            if not part.strip():
+                continue
+            try:
+                sizes.append(int(part))
+            except ValueError:
+                raise InputError(f"--batch takes whole numbers (batch sizes), got {part!r}") from None
+    return tuple(sizes) or (1, 4)
+
+
+@invariance.command("batch")
+@click.option("--batch", "batch", multiple=True, metavar="B [B ...]",
+              help="Batch sizes (default 1 4); each B > 1 is compared with the prompt alone (B=1). "
+                   "'--batch 1 4', '--batch 1,4' and '--batch 1 --batch 4' are the same.")
+@click.argument("more_sizes", nargs=-1, metavar="")
+@click.option("--padding", type=click.Choice(("left", "right", "both")), default="both", show_default=True,
+              help="Padding side on engines that pad (hf); llama.cpp batches by sequence id without padding.")
+@click.option("--fill", type=click.Choice(("same", "mixed")), default=None,
+              help="The other sequences: copies of the prompt (same) or other lengths (mixed). "
+                   "Default: mixed on hf (padding needs other lengths), same on llamacpp.")
+@common_options
+@handle_errors
+def batch_command(**opts: Any) -> None:
+    """The prompt alone (B=1) vs the same prompt inside a batch of B sequences.
+
+    Every prompt position is compared on the full vocabulary. On hf the batch
+    is one padded forward (attention mask; position ids count real tokens, as
+    generate does); on llamacpp, B parallel sequences (seq ids) in one
+    llama_decode on one context.
+
+    \b
+    Examples:
+      logitlab invariance batch --engine hf --batch 1 4 --padding left
+      logitlab invariance batch --engine llamacpp --batch 1 2 8 --variant flash_attn=1
+    """
+    padding = ("right", "left") if opts["padding"] == "both" else (opts["padding"],)
+    _run("batch", opts, batch_sizes=_batch_sizes(opts["batch"], opts["more_sizes"]), padding=padding,
+         fill=opts["fill"])
+
+
+@invariance.command("prefill-decode")
+@click.option("--tokens", "n_decode", type=int, default=16, show_default=True,
+              help="Greedy tokens appended to the prompt before probing.")
+@common_options
+@handle_errors
+def prefill_decode_command(**opts: Any) -> None:
+    """Position p from one full prefill vs prefill of p tokens plus one decode step.
+
+    Every position p >= 1 of the prompt plus --tokens greedy tokens; on hf also
+    vs recomputing position p without a KV cache.
+
+    \b
+    Examples:
+      logitlab invariance prefill-decode --engine llamacpp
+      logitlab invariance prefill-decode --engine hf --variant dtype=bfloat16 --tokens 8
+    """
+    _run("prefill-decode", opts, n_decode=opts["n_decode"])
+
+
+@invariance.command("determinism")
+@click.option("--runs", type=int, default=10, show_default=True, help="Runs R of the same greedy workload.")
+@click.option("--tokens", "n_decode", type=int, default=32, show_default=True, help="Greedy decode steps per run.")
+@click.option("--isolation", type=click.Choice(ISOLATION_LEVELS), default="session", show_default=True,
+              help="Fresh session, engine object or process per run.")
+@common_options
+@handle_errors
+def determinism_command(**opts: Any) -> None:
+    """The same greedy run R times: distinct logit arrays, distinct texts, first divergences.
+
+    \b
+    Examples:
+      logitlab invariance determinism --runs 20
+      logitlab invariance determinism --engine hf --runs 5 --isolation process
+    """
+    _run("determinism", opts, runs=opts["runs"], n_decode=opts["n_decode"], isolation=opts["isolation"])
+
+
+def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
+    from logitlab.experiments.invariance import InvarianceConfig, InvarianceProbe
+    from logitlab.experiments.workload import load_prompt
+    from logitlab.report.invariance import display_invariance, format_invariance_markdown
+    from logitlab.report.jsonio import write_json
+
+    config = InvarianceConfig(
+        probe=probe,
+        variant=parse_variant(opts["spec"], "probe", default_engine=opts["engine"], default_model=opts["model"],
+                              env=parse_env(opts["env"])),
+        prompt=load_prompt(opts["prompt"], opts["prompt_file"]),
+        top_k=opts["top_k"], thresholds=thresholds_from(opts), **fields,
+    )
+    config.validate()
+    with make_progress(opts["quiet"]) as progress:
+        task = progress.add_task("loading", total=None)
+
+        def on_event(kind: str, data: dict[str, Any]) -> None:
+            if kind == "start":
+                progress.update(task, total=data["steps"], description=probe)
+            elif kind == "step":
+                progress.update(task, advance=1, description=f"{probe}: {data['what']}")
+
+        result = InvarianceProbe(config, on_event=on_event).run()
+    if opts["json_path"]:
+        write_json(opts["json_path"], result.to_dict())
+    if opts["markdown_path"]:
+        Path(opts["markdown_path"]).write_text(format_invariance_markdown(result), encoding="utf-8")
+    display_invariance(result, report_console())
+    sys.exit(_require_exit_code(result, opts["require"]))
+
+
+def _require_exit_code(result: Any, require: str | None) -> int:
+    if require is None or result.verdict is None:
+        return EXIT_OK
+    if VERDICTS.index(result.verdict.word) > VERDICTS.index(require):
+        click.echo(f"require {require}: the verdict is {result.verdict.word}", err=True)
+        return EXIT_CHECK_FAILED
+    return EXIT_OK

@@ -1,0 +1,202 @@
+"""``logitlab verify``: speculative-decoding verify probe (M=1 vs M=K) and the near-tie guard."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from logitlab.cli.common import (
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    fail,
+    handle_errors,
+    make_progress,
+    report_console,
+    threshold_options,
+    thresholds_from,
+)
+from logitlab.engines import DEFAULT_ENGINE
+from logitlab.engines.variant import parse_env, parse_variant
+from logitlab.errors import InputError, LogitlabError
+from logitlab.numerics import VERDICTS
+
+REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
+FALLBACK_CHOICES = ("redecode", "resync", "both")
+
+
+class MultiValueOption(click.Option):
+    """An option that takes every following value up to the next option: ``--k 1 2 4 8``.
+
+    ``--k 1,2,4`` and repeated ``--k 1 --k 2`` work too.
+    """
+
+    def add_to_parser(self, parser: Any, ctx: click.Context) -> None:
+        super().add_to_parser(parser, ctx)
+        for name in self.opts:
+            option = parser._long_opt.get(name) or parser._short_opt.get(name)
+            if option is None:
+                continue
+            process = option.process
+
+            def greedy(value: Any, state: Any, _process=process) -> None:
+                values = [value]
+                while state.rargs and not str(state.rargs[0]).startswith("-"):
+                    values.append(state.rargs.pop(0))
+                _process(" ".join(values), state)
+
+            option.process = greedy
+
+
+def _ks(values: tuple[str, ...]) -> tuple[int, ...]:
+    out = []
+    for value in values:
+        for part in value.replace(",", " ").split():
+            try:
+                out.append(int(part))
+            except ValueError:
+                raise InputError(f"--k takes integers >= 1 (e.g. --k 1 2 4 8), got {part!r}") from None
+    return tuple(out)
+
+
+def _guard(value: str | None) -> float | str | None:
+    if value is None or value.strip().lower() in ("off", "none", ""):
+        return None
+    if value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return float(value)
+    except ValueError:
+        raise InputError(f"--guard takes a margin in logits (e.g. 0.5), 'auto' or 'off', got {value!r}") from None
+
+
+@click.command()
+@click.option("--model", type=str, default=None, help="Model file (default: the embedded SmolLM2-135M Q4_1 GGUF).")
+@click.option("--engine", default=DEFAULT_ENGINE, show_default=True,
+              help="Engine; its sessions must decode K tokens in one call (the M=K verify path).")
+@click.option("--options", "options", default="", metavar="SPEC",
+              help="Engine options KEY=VALUE[,KEY=VALUE], or a spec [ENGINE:][MODEL][?KEY=VALUE&...].")
+@click.option("--env", "env", multiple=True, metavar="NAME[=VALUE]", help="Environment knob set while loading.")
+@click.option("--k", "ks", cls=MultiValueOption, multiple=True, metavar="K [K ...]",
+              help="Verify block sizes of the K sweep.  [default: 1 2 4 8]")
+@click.option("--tokens", "n_decode", type=int, default=64, show_default=True, help="Greedy M=1 tokens per prompt.")
+@click.option("--prompts", "prompts_file", type=str, default=None,
+              help="Prompts file: JSONL ({\"name\":..., \"text\":...} per line) or one prompt per line "
+                   "(default: the 9 built-in prompts: prose, code, lists, numbers, dialogue, JSON).")
+@click.option("--prompt", "prompt_texts", multiple=True, help="A prompt text (repeatable); replaces the default set.")
+@click.option("--guard", "guard", default=None, metavar="TAU|auto|off",
+              help="Also run a speculative greedy loop under the near-tie guard: accept a verify row's argmax "
+                   "when its top1–top2 margin ≥ TAU (logits), else decide that position by M=1. 'auto': TAU from "
+                   "a calibration replay on held-out prompts.")
+@click.option("--guard-k", type=int, default=4, show_default=True, help="Verify block size of the guarded loop.")
+@click.option("--guard-safety", type=float, default=2.0, show_default=True,
+              help="auto: TAU = this × the largest top-k Δ spread seen in calibration.")
+@click.option("--guard-fallback", type=click.Choice(FALLBACK_CHOICES), default="both", show_default=True,
+              help="redecode: roll back to the flagged position and decode it M=1 on the current KV; resync: "
+                   "replay M=1 from the last M=1-written position (exact, costs M=1 work).")
+@click.option("--calibration-prompts", type=str, default=None,
+              help="Prompts file for --guard auto (default: 3 built-in held-out prompts).")
+@threshold_options
+@click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
+              help="Exit 1 when the verdict over the K sweep is worse than this.")
+@click.option("--require-identical", is_flag=True,
+              help="Exit 1 when a guarded run is not token-identical to M=1 greedy.")
+@click.option("--json", "json_path", type=str, default=None, help="Write the full result as JSON.")
+@click.option("--markdown", "markdown_path", type=str, default=None, help="Write a Markdown report (PR comment).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@handle_errors
+def verify(**opts: Any) -> None:
+    """Speculative-decoding verify probe: M=1 greedy vs M=K verify, K sweep, cause.
+
+    For each prompt, decodes --tokens greedily one token per call (M=1) and
+    keeps every position's logits; then replays the same tokens as M=K verify
+    blocks (the drafts are the greedy tokens, so each verify row has exactly
+    the inputs of its M=1 forward) and compares every row on the full
+    vocabulary. Reports the K sweep, every argmax flip, and the cause:
+    near-tie noise, a systematic offset, a wrong result, or a verify path
+    that already differs at K=1.
+
+    \b
+    Examples:
+      logitlab verify
+      logitlab verify --k 1 2 4 8 16 --tokens 128 --prompts prompts.jsonl --json v.json
+      logitlab verify --guard auto
+      logitlab verify --options n_ubatch=1 --k 2 4
+    """
+    from logitlab.experiments.prompts import builtin_prompts, load_prompts, prompts_from_texts
+    from logitlab.experiments.verify import DEFAULT_KS, FALLBACKS, VerifyConfig
+
+    if opts["prompts_file"] and opts["prompt_texts"]:
+        raise InputError("give --prompts or --prompt, not both")
+    if opts["prompts_file"]:
+        prompts = load_prompts(opts["prompts_file"])
+    elif opts["prompt_texts"]:
+        prompts = prompts_from_texts(opts["prompt_texts"])
+    else:
+        prompts = builtin_prompts("default")
+    calibration = (load_prompts(opts["calibration_prompts"]) if opts["calibration_prompts"]
+                   else builtin_prompts("calibration"))
+    fallback = opts["guard_fallback"]
+    config = VerifyConfig(
+        variant=parse_variant(opts["options"], "verify", default_engine=opts["engine"], default_model=opts["model"],
+                              env=parse_env(opts["env"])),
+        prompts=tuple(prompts), ks=_ks(opts["ks"]) or DEFAULT_KS, n_decode=opts["n_decode"], top_k=opts["top_k"],
+        thresholds=thresholds_from(opts), guard=_guard(opts["guard"]), guard_k=opts["guard_k"],
+        guard_safety=opts["guard_safety"], guard_fallbacks=FALLBACKS if fallback == "both" else (fallback,),
+        calibration_prompts=tuple(calibration),
+    )
+    result, error = _run_with_progress(config, opts["quiet"])
+    _write_reports(result, opts["json_path"], opts["markdown_path"])
+    from logitlab.report.verify import display_verify
+
+    display_verify(result, report_console())
+    if error is not None:
+        fail(str(error))
+    sys.exit(_exit_code(result, opts["require"], opts["require_identical"]))
+
+
+def _run_with_progress(config: Any, quiet: bool) -> tuple[Any, LogitlabError | None]:
+    from logitlab.experiments.verify import VerifyExperiment
+
+    with make_progress(quiet) as progress:
+        task = progress.add_task("loading", total=None)
+
+        def on_event(kind: str, data: dict[str, Any]) -> None:
+            if kind == "start":
+                progress.update(task, total=data["steps"], description="verify")
+            elif kind == "step":
+                progress.update(task, advance=1, description=data["description"])
+
+        try:
+            return VerifyExperiment(config, on_event=on_event).run(), None
+        except LogitlabError as exc:
+            partial = getattr(exc, "partial", None)
+            if partial is None:
+                raise
+            return partial, exc
+
+
+def _write_reports(result: Any, json_path: str | None, markdown_path: str | None) -> None:
+    from logitlab.report.jsonio import write_json
+    from logitlab.report.verify import format_verify_markdown
+
+    if json_path:
+        write_json(json_path, result.to_dict())
+    if markdown_path:
+        Path(markdown_path).write_text(format_verify_markdown(result), encoding="utf-8")
+
+
+def _exit_code(result: Any, require: str | None, require_identical: bool) -> int:
+    code = EXIT_OK
+    if require is not None and result.classification is not None:
+        word = result.classification.word
+        if VERDICTS.index(word) > VERDICTS.index(require):
+            click.echo(f"require {require}: the verify verdict is {word}", err=True)
+            code = EXIT_CHECK_FAILED
+    if require_identical and result.guard_identical is False:
+        bad = sorted({f"{r.prompt} ({r.fallback})" for r in result.guard.results if not r.identical})
+        click.echo(f"require identical: guarded output differs from M=1 greedy on {', '.join(bad)}", err=True)
+        code = EXIT_CHECK_FAILED
+    return code

@@ -1,0 +1,427 @@
+"""Invariance probes: does an engine give the same logits when only the *way* it runs changes?
+
+Three probes, each a list of :class:`Check` s (a reference array, an observed
+array, their full-vocabulary :class:`~logitlab.numerics.LogitComparison` and
+its verdict) ending in the worst verdict, as ``ab`` does:
+
+``batch``
+    The prompt alone (B=1) vs the same prompt inside a batch of B sequences,
+    every prompt position compared. On ``hf`` the batch is padded (right and/or
+    left, under an attention mask, position ids counting real tokens only); on
+    ``llamacpp`` the sequences are parallel sequences (seq ids) of one
+    ``llama_batch`` on one context, without padding. ``fill="same"`` repeats the
+    prompt B times; ``fill="mixed"`` adds B-1 other sequences of other lengths
+    (longer ones make the prompt padded).
+``prefill-decode``
+    Logits of position p from one prefill of the whole sequence vs from a
+    prefill of the first p tokens plus one decode step (KV cache), for every
+    p >= 1 of the prompt plus ``n_decode`` greedy tokens; on engines that can,
+    also vs recomputing position p without a KV cache (``hf``: one forward over
+    p+1 tokens).
+``determinism``
+    The same greedy workload R times (fresh session, engine or process per
+    run); distinct logit arrays and distinct greedy texts are counted, and each
+    distinct array is compared with run 1 up to the first position whose input
+    token differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from logitlab.engines.base import Engine
+from logitlab.engines.variant import Variant
+from logitlab.errors import InputError
+from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner, load_engine
+from logitlab.experiments.workload import RunOutput, environment, run_workload
+from logitlab.manifest import build_manifest
+from logitlab.numerics import VERDICTS, Thresholds, Verdict, classify, compare_logits
+
+SCHEMA_VERSION = 1
+PROBES = ("batch", "prefill-decode", "determinism")
+PADDINGS = ("right", "left")
+FILLS = ("same", "mixed")
+
+Event = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class InvarianceConfig:
+    """What one invariance probe runs.
+
+    Attributes:
+        probe: one of :data:`PROBES`.
+        variant: the engine, model and options probed.
+        prompt: prompt text.
+        batch_sizes: ``batch``: batch sizes B (>= 1); each B > 1 is compared with B=1
+            (B=1 alone: compared with a second B=1 run).
+        padding: ``batch``: padding sides run on engines that pad (``hf``).
+        fill: ``batch``: ``same`` or ``mixed``; None: ``mixed`` on engines that pad
+            (padding needs other lengths), ``same`` on llama.cpp (parallel sequences).
+        n_decode: ``prefill-decode`` and ``determinism``: greedy tokens after the prompt.
+        runs: ``determinism``: runs R (>= 2).
+        isolation: ``determinism``: ``session``, ``engine`` or ``process`` per run.
+        top_k: k of the top-k set agreement.
+        thresholds: verdict thresholds.
+    """
+
+    probe: str
+    variant: Variant
+    prompt: str
+    batch_sizes: tuple[int, ...] = (1, 4)
+    padding: tuple[str, ...] = PADDINGS
+    fill: str | None = None
+    n_decode: int = 16
+    runs: int = 10
+    isolation: str = "session"
+    top_k: int = 5
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+    def validate(self) -> None:
+        """Raise InputError naming the bad value and the valid ones."""
+        if self.probe not in PROBES:
+            raise InputError(f"unknown invariance probe {self.probe!r}; valid: {', '.join(PROBES)}")
+        if not self.batch_sizes:
+            raise InputError("--batch needs at least one batch size")
+        bad = [b for b in self.batch_sizes if int(b) < 1]
+        if bad:
+            raise InputError(f"--batch sizes must be at least 1, got {bad[0]}")
+        if max(self.batch_sizes) > 256:
+            raise InputError(f"--batch sizes must be at most 256, got {max(self.batch_sizes)}")
+        unknown = [p for p in self.padding if p not in PADDINGS]
+        if unknown or not self.padding:
+            raise InputError(f"unknown --padding {unknown[0] if unknown else ''!r}; valid: left, right, both")
+        if self.fill is not None and self.fill not in FILLS:
+            raise InputError(f"unknown --fill {self.fill!r}; valid: {', '.join(FILLS)}")
+        if self.n_decode < 0:
+            raise InputError(f"--tokens must be at least 0, got {self.n_decode}")
+        if self.probe == "determinism" and self.runs < 2:
+            raise InputError(f"--runs must be at least 2, got {self.runs}")
+        if self.isolation not in ISOLATION_LEVELS:
+            raise InputError(f"unknown --isolation {self.isolation!r}; valid: {', '.join(ISOLATION_LEVELS)}")
+        if self.top_k < 1:
+            raise InputError(f"--top-k must be at least 1, got {self.top_k}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["variant"] = self.variant.to_dict()
+        data["batch_sizes"], data["padding"] = list(self.batch_sizes), list(self.padding)
+        return data
+
+
+@dataclass
+class Check:
+    """One comparison inside a probe.
+
+    Attributes:
+        name: short label (``"B=4, left padding"``, ``"decode vs prefill"``, ``"run 3"``).
+        reference, observed: what each side is, in words.
+        comparison: :class:`~logitlab.numerics.LogitComparison` as a dict.
+        verdict: :class:`~logitlab.numerics.Verdict` as a dict.
+        details: probe-specific facts (batch lengths, runs in a group, positions compared).
+    """
+
+    name: str
+    reference: str
+    observed: str
+    comparison: dict[str, Any]
+    verdict: dict[str, Any]
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def word(self) -> str:
+        return self.verdict["word"]
+
+
+@dataclass
+class InvarianceResult:
+    """A probe's checks, its worst verdict and the facts it measured."""
+
+    probe: str
+    config: dict[str, Any]
+    manifest: dict[str, Any]
+    prompt_ids: list[int]
+    checks: list[Check] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def worst(self) -> Check | None:
+        """The check with the most severe verdict (then the largest max |Δ|, then the last), or None."""
+        if not self.checks:
+            return None
+        return max(self.checks, key=lambda c: (VERDICTS.index(c.word), c.comparison["max_abs_diff"] or 0.0,
+                                               self.checks.index(c)))
+
+    @property
+    def verdict(self) -> Verdict | None:
+        worst = self.worst
+        return None if worst is None else Verdict.from_dict(worst.verdict)
+
+    @property
+    def invariant(self) -> bool:
+        """True iff every check is bit-exact."""
+        return all(c.word == "bit-exact" for c in self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        worst = self.worst
+        return {
+            "schema_version": self.schema_version,
+            "probe": self.probe,
+            "manifest": self.manifest,
+            "config": self.config,
+            "prompt_ids": self.prompt_ids,
+            "checks": [dataclasses.asdict(c) for c in self.checks],
+            "verdict": None if worst is None else worst.verdict,
+            "verdict_check": None if worst is None else self.checks.index(worst),
+            "invariant": self.invariant,
+            "details": self.details,
+            "notes": self.notes,
+        }
+
+
+# -- helpers ---------------------------------------------------------------------------
+def _check(name: str, reference_text: str, observed_text: str, reference: np.ndarray, observed: np.ndarray,
+           config: InvarianceConfig, token_ids: Sequence[int], details: dict[str, Any] | None = None) -> Check:
+    comparison = compare_logits(reference, observed, top_k=config.top_k, token_ids=list(map(int, token_ids)))
+    verdict = classify(comparison, config.thresholds)
+    return Check(name, reference_text, observed_text, dataclasses.asdict(comparison), verdict.to_dict(),
+                 details or {})
+
+
+def _digest(array: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+
+
+def filler_sequences(ids: Sequence[int], count: int) -> list[list[int]]:
+    """``count`` other sequences built from ``ids``: rotated, and alternately longer / shorter.
+
+    Sequence i (1-based) is ``ids`` rotated by 3i tokens, cut or extended to
+    ``len(ids) + 4i`` tokens for odd i (the prompt gets padded) and
+    ``max(1, len(ids) - 3i)`` for even i.
+    """
+    ids = list(ids)
+    out = []
+    for i in range(1, count + 1):
+        k = (3 * i) % len(ids)
+        rotated = ids[k:] + ids[:k]
+        length = len(ids) + 4 * i if i % 2 else max(1, len(ids) - 3 * i)
+        out.append((rotated * (length // len(ids) + 1))[:length])
+    return out
+
+
+class _BatchBackend:
+    """Runs a list of sequences as one batch on an engine: hf (padded) or llama.cpp (parallel sequences)."""
+
+    def __init__(self, engine: Engine, max_sequences: int, max_tokens: int):
+        self.engine = engine
+        self.context = None
+        if callable(getattr(engine, "batch_logits", None)):
+            self.pads = True
+            self.params: dict[str, Any] = {"mode": "one padded forward, attention mask, position ids from the mask"}
+        elif engine.name == "llamacpp":
+            from logitlab.engines.llamacpp_batch import LlamaCppBatch
+
+            self.pads = False
+            self.context = LlamaCppBatch(engine, max_sequences, max_tokens)
+            self.params = {"mode": "parallel sequences (seq ids) in one llama_decode, no padding",
+                           **self.context.params}
+        else:
+            raise InputError(f"invariance batch supports the hf and llamacpp engines, not {engine.name!r}")
+
+    def run(self, sequences: list[list[int]], padding: str) -> list[np.ndarray]:
+        if self.context is not None:
+            return self.context.run(sequences)
+        return self.engine.batch_logits(sequences, padding)
+
+    def close(self) -> None:
+        if self.context is not None:
+            self.context.close()
+
+
+# -- probes ------------------------------------------------------------------------------
+class InvarianceProbe:
+    """Runs an :class:`InvarianceConfig`; :func:`run_invariance` is the one-call form."""
+
+    def __init__(self, config: InvarianceConfig, *, on_event: Event | None = None):
+        config.validate()
+        self.config = config
+        self.on_event = on_event or (lambda kind, data: None)
+
+    def run(self) -> InvarianceResult:
+        """Run the probe.
+
+        Raises:
+            LogitlabError: bad input (a batch size below 1, an engine the probe does
+                not support, a prompt too long for the context) or an engine failure.
+        """
+        cfg = self.config
+        if cfg.probe == "determinism" and cfg.isolation != "session":
+            engine = load_engine(cfg.variant)  # tokenizer and manifest only
+            try:
+                result = self._start(engine)
+            finally:
+                engine.close()
+            return self._determinism(result, None)
+        engine = load_engine(cfg.variant)
+        try:
+            result = self._start(engine)
+            run = {"batch": self._batch, "prefill-decode": self._prefill_decode,
+                   "determinism": self._determinism}[cfg.probe]
+            return run(result, engine)
+        finally:
+            engine.close()
+
+    def _start(self, engine: Engine) -> InvarianceResult:
+        cfg = self.config
+        ids = engine.tokenize(cfg.prompt)
+        if not ids:
+            raise InputError("the prompt has no tokens")
+        total = len(ids) + (cfg.n_decode if cfg.probe != "batch" else 0)
+        if engine.n_ctx is not None and total > engine.n_ctx:
+            raise InputError(f"prompt ({len(ids)} tokens) + --tokens {cfg.n_decode} = {total} exceeds the "
+                             f"context of {engine.n_ctx}; shorten the prompt or --tokens, or pass n_ctx=...")
+        self._detokenize = engine.detokenize
+        manifest = build_manifest(engine.describe(), cfg.variant)
+        return InvarianceResult(probe=cfg.probe, config=cfg.to_dict(), manifest=manifest, prompt_ids=list(ids))
+
+    # batch ------------------------------------------------------------------------------
+    def _batch(self, result: InvarianceResult, engine: Engine) -> InvarianceResult:
+        cfg, ids = self.config, result.prompt_ids
+        sizes = sorted(set(int(b) for b in cfg.batch_sizes))
+        pads_probe = callable(getattr(engine, "batch_logits", None))
+        fill = cfg.fill or ("mixed" if pads_probe else "same")
+        batches = {b: [ids] + ([list(ids)] * (b - 1) if fill == "same" else filler_sequences(ids, b - 1))
+                   for b in sizes}
+        max_tokens = max(sum(len(s) for s in seqs) for seqs in batches.values())
+        backend = _BatchBackend(engine, max(sizes), max_tokens)
+        try:
+            paddings = list(cfg.padding) if backend.pads else ["none"]
+            runs = [(b, padding) for b in sizes for padding in (paddings[:1] if b == 1 else paddings)]
+            self.on_event("start", {"steps": 1 + len(runs)})
+            alone = backend.run([list(ids)], paddings[0])[0]
+            self.on_event("step", {"what": "B=1 alone"})
+            for b, padding in runs:
+                seqs = batches[b]
+                rows = backend.run(seqs, padding)
+                self.on_event("step", {"what": f"B={b} {padding}"})
+                if b == 1:
+                    name, observed = "B=1 again", "the prompt alone, a second time"
+                else:
+                    name = f"B={b}" + (f", {padding} padding" if padding != "none" else "")
+                    observed = (f"the prompt as sequence 0 of {b} ({fill}: lengths "
+                                f"{', '.join(str(len(s)) for s in seqs)})")
+                details = {"batch_size": b, "padding": padding, "fill": fill,
+                           "lengths": [len(s) for s in seqs], "padded_to": max(len(s) for s in seqs)}
+                if fill == "same" and b > 1:
+                    details["copies_identical"] = all(np.array_equal(rows[0].view(np.uint32), r.view(np.uint32))
+                                                      for r in rows[1:])
+                result.checks.append(_check(name, "the prompt alone (B=1)", observed, alone, rows[0], cfg,
+                                            ids, details))
+        finally:
+            backend.close()
+        result.details = {"fill": fill, "batch_sizes": sizes, "paddings": paddings, "backend": backend.params}
+        if not backend.pads:
+            result.notes.append("llama.cpp batches sequences by sequence id, without padding: --padding does not "
+                                "apply")
+        return result
+
+    # prefill vs decode ---------------------------------------------------------------------
+    def _prefill_decode(self, result: InvarianceResult, engine: Engine) -> InvarianceResult:
+        cfg = self.config
+        recompute = getattr(engine, "open_recompute_session", None)
+        if getattr(engine, "kv_cache", True) is False:
+            recompute = None  # the engine already recomputes: its decode check is the recompute check
+            result.notes.append("the engine runs without a KV cache (kv_cache=0): each decode step recomputes "
+                                "the whole sequence")
+        n_steps = 1 + (len(result.prompt_ids) + cfg.n_decode - 1) * (2 if recompute else 1)
+        self.on_event("start", {"steps": n_steps + (1 if cfg.n_decode else 0)})
+        generated: list[int] = []
+        if cfg.n_decode:
+            generated = run_workload(engine, result.prompt_ids, cfg.n_decode).generated
+            self.on_event("step", {"what": "greedy tokens"})
+        sequence = list(result.prompt_ids) + list(generated)
+        with engine.open_session() as session:
+            full = session.prefill(sequence)
+        self.on_event("step", {"what": "full prefill"})
+        positions = list(range(1, len(sequence)))
+        if not positions:
+            raise InputError("prefill-decode needs at least 2 tokens: a longer prompt or --tokens >= 1")
+        openers = [("decode vs prefill", engine.open_session,
+                    "prefill of tokens 0..p-1, then one decode step (KV cache)")]
+        if recompute:
+            openers.append(("recompute vs prefill", recompute,
+                            "one forward over tokens 0..p without a KV cache"))
+        for name, open_session, text in openers:
+            rows = []
+            for p in positions:
+                with open_session() as session:
+                    session.prefill(sequence[:p])
+                    rows.append(session.decode([sequence[p]])[0])
+                self.on_event("step", {"what": f"{name} p={p}"})
+            result.checks.append(_check(
+                name, f"one prefill of all {len(sequence)} tokens, row p", f"position p from {text}",
+                full[1:], np.stack(rows), cfg, sequence[1:],
+                {"positions": [positions[0], positions[-1]], "n_prompt": len(result.prompt_ids),
+                 "n_generated": len(generated)}))
+        result.details = {"sequence_ids": sequence, "generated_text": self._detokenize(generated),
+                          "positions": [positions[0], positions[-1]]}
+        return result
+
+    # determinism -----------------------------------------------------------------------------
+    def _determinism(self, result: InvarianceResult, engine: Engine | None) -> InvarianceResult:
+        cfg, ids = self.config, result.prompt_ids
+        self.on_event("start", {"steps": cfg.runs})
+        outputs: list[RunOutput] = []
+        with SlotRunner({"control": cfg.variant}, cfg.isolation) as runner:
+            for index in range(cfg.runs):
+                if engine is not None:  # session isolation: a fresh session per run on the loaded engine
+                    with environment(cfg.variant.env):
+                        outputs.append(run_workload(engine, ids, cfg.n_decode, None))
+                else:
+                    outputs.append(runner.run("control", ids, cfg.n_decode, None))
+                self.on_event("step", {"what": f"run {index + 1}"})
+        groups: dict[str, list[int]] = {}
+        for index, out in enumerate(outputs):
+            groups.setdefault(_digest(out.logits), []).append(index + 1)
+        texts: dict[tuple[int, ...], list[int]] = {}
+        for index, out in enumerate(outputs):
+            texts.setdefault(tuple(out.generated), []).append(index + 1)
+        first = outputs[0]
+        for runs in list(groups.values())[1:]:
+            other = outputs[runs[0] - 1]
+            diverge = next((j for j, (a, b) in enumerate(zip(first.generated, other.generated)) if a != b), None)
+            n_rows = len(ids) + (diverge if diverge is not None else cfg.n_decode)
+            details = {"runs": runs, "first_differing_token": diverge,
+                       "rows_compared": n_rows, "same_text": diverge is None}
+            result.checks.append(_check(
+                f"runs {', '.join(map(str, runs))}", "run 1",
+                f"run {runs[0]}" + ("" if diverge is None else
+                                    f" (compared up to its first different greedy token, decode step {diverge})"),
+                first.logits[:n_rows], other.logits[:n_rows], cfg, first.input_ids[:n_rows], details))
+        result.details = {
+            "runs": cfg.runs,
+            "isolation": cfg.isolation,
+            "distinct_logits": len(groups),
+            "distinct_texts": len(texts),
+            "logit_groups": list(groups.values()),
+            "text_groups": [{"runs": runs, "text": self._detokenize(list(gen))} for gen, runs in texts.items()],
+            "decode_tokens_per_second": [round(o.tokens_per_second("decode"), 2) for o in outputs],
+        }
+        if len(groups) == 1:
+            # One distinct array: record an explicit bit-exact check so the verdict reads like ab's.
+            result.checks.append(_check(f"runs 2..{cfg.runs}", "run 1", f"runs 2..{cfg.runs} (all identical)",
+                                        first.logits, outputs[-1].logits, cfg, first.input_ids,
+                                        {"runs": list(range(2, cfg.runs + 1))}))
+        return result
+
+
+def run_invariance(config: InvarianceConfig, **kwargs: Any) -> InvarianceResult:
+    """Run one invariance probe; see :class:`InvarianceProbe`."""
+    return InvarianceProbe(config, **kwargs).run()

@@ -1,0 +1,320 @@
+"""Reports of a ``verify`` result: terminal (rich) and Markdown.
+
+``*_rows`` / ``*_lines`` functions return strings (shared by both formats);
+``format_verify`` returns rich renderables, ``display_verify`` prints them,
+``format_verify_markdown`` returns Markdown text.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from rich.console import Console, Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from logitlab.experiments.verify import SweepEntry, VerifyResult
+from logitlab.report.text import VERDICT_STYLE, fmt_num
+
+SWEEP_HEADER = ("K", "rows", "bit-exact", "flips", "first divergence", "max |Δ|", "mean |Δ|", "mean Δ",
+                "min flip margin", "max flip margin", "verdict")
+FLIP_HEADER = ("prompt", "K", "out", "P", "row", "M=1 argmax (logit)", "M=K argmax (logit)", "margin M=1 / M=K",
+               "top-5 M=1", "top-5 M=K")
+INBLOCK_HEADER = ("row", "rows", "bit-exact", "flips", "mean Δ", "std Δ", "max |Δ|", "offset")
+GUARD_HEADER = ("fallback", "identical", "unguarded identical", "triggers", "extra rows", "extra calls",
+                "ms/token guarded", "unguarded", "M=1", "overhead vs unguarded")
+GUARD_PROMPT_HEADER = ("prompt", "fallback", "identical", "unguarded", "triggers", "extra rows", "extra calls",
+                       "fallback row = M=K row", "uncovered rows", "ms/token")
+
+
+def _pct(x: float | None, digits: int = 1) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{100 * x:.{digits}f} %"
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+        return "n/a"
+    return f"{1000 * seconds:.2f}"
+
+
+def _first(entry: SweepEntry, with_prompt: bool) -> str:
+    f = entry.first_divergence
+    if f is None:
+        return "none"
+    where = f"out {f['output_index']} (P={f['position']}, block {f['block_start']} row {f['row']})"
+    return (f"{f['prompt']}: " + where) if with_prompt and "prompt" in f else where
+
+
+def sweep_rows(entries: Sequence[SweepEntry], with_prompt: bool = True) -> list[tuple[str, ...]]:
+    """One row per K: the K sweep table."""
+    return [(
+        str(e.k), str(e.rows), f"{e.bit_exact_rows}", str(e.flips), _first(e, with_prompt),
+        fmt_num(e.max_abs_diff), fmt_num(e.mean_abs_diff), fmt_num(e.mean_diff),
+        fmt_num(e.min_flip_margin), fmt_num(e.max_flip_margin), e.verdict,
+    ) for e in entries]
+
+
+def per_prompt_rows(result: VerifyResult) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """Header and rows: one row per prompt, one cell per K (flips · bit-exact rows · first divergence)."""
+    ks = [t.k for t in result.totals] or sorted({e.k for e in result.sweep})
+    header = ("prompt", "tokens", *[f"K={k}: flips · exact rows · first div" for k in ks])
+    rows = []
+    for p in result.prompts:
+        cells = []
+        for k in ks:
+            e = next((e for e in result.sweep if e.prompt == p.name and e.k == k), None)
+            if e is None:
+                cells.append("—")
+                continue
+            f = e.first_divergence
+            first = "none" if f is None else f"out {f['output_index']} r{f['row']}"
+            cells.append(f"{e.flips} · {e.bit_exact_rows}/{e.rows} · {first}")
+        rows.append((p.name, f"{p.n_prompt_tokens}+{len(p.generated_ids)}", *cells))
+    return header, rows
+
+
+def flip_rows(result: VerifyResult, limit: int | None = None) -> list[tuple[str, ...]]:
+    """One row per flip (all prompts, all K)."""
+    flips = result.flips if limit is None else result.flips[:limit]
+    return [(
+        f.prompt, str(f.k), str(f.output_index), str(f.position), str(f.row),
+        f"{f.token_ref} {f.text_ref!r} ({f.logit_ref_at_ref:.4f})",
+        f"{f.token_obs} {f.text_obs!r} ({f.logit_obs_at_obs:.4f})",
+        f"{fmt_num(f.margin_ref)} / {fmt_num(f.margin_obs)}",
+        " ".join(map(str, f.topk_ref)), " ".join(map(str, f.topk_obs)),
+    ) for f in flips]
+
+
+def inblock_rows(entry: SweepEntry) -> list[tuple[str, ...]]:
+    """One row per in-block row index of one K (pooled over prompts)."""
+    return [(str(r.row), str(r.rows), str(r.bit_exact_rows), str(r.flips), fmt_num(r.mean_diff),
+             fmt_num(r.std_diff), fmt_num(r.max_abs_diff), "OFFSET" if r.offset else "no")
+            for r in entry.in_block]
+
+
+def guard_tau_lines(result: VerifyResult) -> list[str]:
+    """How τ was chosen (and what the full-vocabulary bound would cost)."""
+    g = result.guard
+    if g is None:
+        return []
+    if g.calibration is None:
+        return [f"τ = {fmt_num(g.tau)} logits (fixed by --guard), verify blocks of K = {g.k}"]
+    c = g.calibration
+    return [
+        f"τ = {fmt_num(g.tau)} logits = safety {fmt_num(c['safety'])} × max top-{c['top_k']} Δ spread "
+        f"{fmt_num(c['max_topk_spread'])} over {c['rows']} M={c['k']} verify rows of the held-out calibration "
+        f"prompts ({', '.join(c['prompts'])}); spread median {fmt_num(c['p50_topk_spread'])}, "
+        f"p99 {fmt_num(c['p99_topk_spread'])}",
+        f"calibration rows with margin < τ (predicted trigger rate): {_pct(c['trigger_rate'])}; "
+        f"a 10 % trigger rate needs τ ≤ {fmt_num(c['tau_for_10pct'])}",
+        f"full-vocabulary bound 2 × max |Δ| = 2 × {fmt_num(c['max_abs_diff'])} = {fmt_num(c['tau_full_vocab'])} "
+        f"would trigger on {_pct(c['trigger_rate_full_vocab'])} of rows",
+    ]
+
+
+def guard_total_rows(result: VerifyResult) -> list[tuple[str, ...]]:
+    g = result.guard
+    if g is None:
+        return []
+    rows = []
+    for fallback, t in g.totals.items():
+        rows.append((
+            fallback, f"{t['identical_prompts']}/{t['prompts']}", f"{t['unguarded_identical_prompts']}/{t['prompts']}",
+            f"{t['triggers']} ({_pct(t['trigger_rate'])})", _pct(t["extra_rows"]), _pct(t["extra_calls"]),
+            _ms(t["seconds_per_token"]), _ms(t["unguarded_seconds_per_token"]), _ms(t["m1_seconds_per_token"]),
+            _pct(t["overhead_vs_unguarded"]),
+        ))
+    return rows
+
+
+def guard_prompt_rows(result: VerifyResult) -> list[tuple[str, ...]]:
+    g = result.guard
+    if g is None:
+        return []
+    out = []
+    for r in g.results:
+        ident = "yes" if r.identical else f"NO (token {r.first_divergence})"
+        plain = "yes" if r.unguarded_identical else f"no (token {r.unguarded_first_divergence})"
+        out.append((
+            r.prompt, r.fallback, ident, plain, f"{r.triggers} ({_pct(r.trigger_rate, 0)})", _pct(r.extra_rows, 0),
+            _pct(r.extra_calls, 0), f"{r.triggers_fallback_exact}/{r.triggers}",
+            str(r.evaluation["rows_uncovered"]), _ms(r.seconds_per_token),
+        ))
+    return out
+
+
+def guard_guarantee_lines(result: VerifyResult) -> list[str]:
+    """What the guard guaranteed in this run: what is exact, what is bounded, with the measured numbers."""
+    g = result.guard
+    if g is None or not g.totals:
+        return []
+    lines = ["exact, by arithmetic: a row whose top-k Δ spread (vs M=1) is below its own margin cannot flip its "
+             "argmax; token identity is checked at every position against M=1 greedy"]
+    for fallback, t in g.totals.items():
+        head = f"{fallback}: {t['identical_prompts']}/{t['prompts']} prompts token-identical to M=1 greedy; "
+        bound = (f"accepted verify rows: max top-k spread {fmt_num(t['max_topk_spread_verify'])} vs τ = "
+                 f"{fmt_num(g.tau)} ({t['verify_rows_over_tau']} rows over τ) — bounded by the calibration only")
+        if fallback == "redecode":
+            lines.append(
+                head + f"the M=1 re-decode was bit-identical to the M=K row in {t['triggers_fallback_exact']}/"
+                f"{t['triggers']} triggers and changed the token in {t['triggers_token_changed']}: it reads the KV "
+                "entries earlier M=K rows wrote, which are not M=1's, so it removes only in-block numerics; "
+                f"{t['redecode_rows_uncovered']} re-decoded rows had a history Δ spread ≥ their margin "
+                f"(not covered); {bound}")
+        else:
+            lines.append(
+                head + f"every flagged row is the M=1 greedy row itself (M=1 replay from the last M=1-written "
+                f"position), {t['corrections']} accepted tokens corrected by the replay; {bound}; cost "
+                f"{_pct(t['extra_rows'])} extra forward rows")
+        lines.append(f"{fallback}: logits are not bit-exact with M=1 greedy: {t['bit_exact_rows']}/"
+                     f"{t['rows_compared']} deciding rows bit-exact, max |Δ| {fmt_num(t['max_abs_diff'])}")
+    return lines + guard_target_lines(result)
+
+
+def guard_target_lines(result: VerifyResult, target: float = 0.10) -> list[str]:
+    """Whether token identity at ≤ ``target`` extra forward work was reached, and if not, why."""
+    g = result.guard
+    if g is None or not g.totals:
+        return []
+    met = [(f, t) for f, t in g.totals.items()
+           if t["identical_prompts"] == t["prompts"] and t["extra_rows"] <= target]
+    head = f"target — token identity on every prompt at ≤ {100 * target:.0f} % extra forward work: "
+    if met:
+        f, t = min(met, key=lambda ft: ft[1]["extra_rows"])
+        return [head + f"met by {f} ({_pct(t['extra_rows'])} extra rows, {_pct(t['trigger_rate'])} triggers)"]
+    why = []
+    c = g.calibration
+    if c is not None and c["tau_for_10pct"] < c["max_topk_spread"]:
+        why.append(f"a trigger rate ≤ {100 * target:.0f} % needs τ ≤ {fmt_num(c['tau_for_10pct'])} (the 10th "
+                   f"percentile of verify margins), but M=K rows move top-k logits against each other by up to "
+                   f"{fmt_num(c['max_topk_spread'])} (calibration), so a τ that low leaves flippable rows unguarded")
+    rd = g.totals.get("redecode")
+    if rd and rd["identical_prompts"] < rd["prompts"]:
+        why.append(f"redecode cannot repair a difference that lives in the KV history: its M=1 row equalled the "
+                   f"M=K row bit for bit in {rd['triggers_fallback_exact']}/{rd['triggers']} triggers")
+    rs = g.totals.get("resync")
+    if rs and rs["identical_prompts"] == rs["prompts"]:
+        why.append(f"resync is exact, but only by replaying M=1 up to each trigger: {_pct(rs['extra_rows'])} "
+                   "extra rows")
+    if not why:
+        lo = min(g.totals.values(), key=lambda t: t["extra_rows"])
+        why.append(f"the cheapest fallback needed {_pct(lo['extra_rows'])} extra rows")
+    return [head + "NOT met on this engine — " + "; ".join(why)]
+
+
+# -- terminal ------------------------------------------------------------------------
+def _table(title: str | None, header: Sequence[str], rows: Sequence[Sequence[str]], **kwargs: Any) -> Table:
+    table = Table(title=title, title_justify="left", title_style="bold", **kwargs)
+    for i, name in enumerate(header):
+        table.add_column(name, justify="left" if i == 0 or name.startswith(("top", "prompt", "first"))
+                         else "right", overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def format_header(result: VerifyResult) -> RenderableType:
+    cfg, engine = result.config, result.manifest["engine"]
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("model", f"{engine['model']} (sha256 {engine.get('model_sha256', '?')[:12]}…)")
+    grid.add_row("engine", engine.get("engine_version", engine["engine"]))
+    variant = cfg["variant"]
+    opts = [f"{k}={v}" for k, v in variant["options"].items()] + [f"env {k}={v}" for k, v in variant["env"].items()]
+    grid.add_row("variant", variant["engine"] + (": " + ", ".join(opts) if opts else ": defaults"))
+    grid.add_row("workload", f"{len(cfg['prompts'])} prompts × {cfg['n_decode']} greedy M=1 tokens, replayed as M=K "
+                             f"verify blocks, K = {' '.join(map(str, cfg['ks']))}")
+    grid.add_row("τ", f"near-tie margin {fmt_num(cfg['thresholds']['near_tie_margin'])} logits (--near-tie-margin)")
+    return Panel(grid, title="logitlab verify", expand=False)
+
+
+def format_classification(result: VerifyResult) -> RenderableType:
+    c = result.classification
+    if c is None:
+        return Text("no classification (the run stopped early)", style="yellow")
+    title = Text.assemble(("classification: ", "bold"), (c.cause, VERDICT_STYLE.get(c.word, "bold")),
+                          f"  (verdict {c.word}) — {c.summary}")
+    return Group(title, *[Text("  • " + line) for line in c.evidence], Text("  scaling: " + c.scaling))
+
+
+def format_verify(result: VerifyResult, max_flips: int = 40) -> RenderableType:
+    parts: list[RenderableType] = [format_header(result)]
+    if result.totals:
+        parts.append(_table("K sweep — all prompts", SWEEP_HEADER, sweep_rows(result.totals)))
+    if len(result.prompts) > 1:
+        header, rows = per_prompt_rows(result)
+        parts.append(_table("per prompt", header, rows))
+    if result.flips:
+        rows = flip_rows(result, max_flips)
+        title = f"argmax flips ({len(result.flips)}{', first ' + str(max_flips) if len(result.flips) > max_flips else ''})"
+        parts.append(_table(title, FLIP_HEADER, rows))
+    multi = [t for t in result.totals if t.k > 1 and t.in_block]
+    if multi:
+        entry = multi[-1]
+        parts.append(_table(f"in-block rows at K={entry.k} (all prompts)", INBLOCK_HEADER, inblock_rows(entry)))
+    parts.append(format_classification(result))
+    if result.guard is not None:
+        parts.append(Text("near-tie guard", style="bold"))
+        parts += [Text("  " + line) for line in guard_tau_lines(result)]
+        parts.append(_table(f"guarded speculative greedy, K = {result.guard.k} (drafts: the M=1 greedy tokens)",
+                            GUARD_HEADER, guard_total_rows(result)))
+        if len(result.prompts) > 1:
+            parts.append(_table(None, GUARD_PROMPT_HEADER, guard_prompt_rows(result)))
+        parts += [Text("  • " + line) for line in guard_guarantee_lines(result)]
+    if result.error:
+        parts.append(Text(f"stopped early: {result.error}", style="bold red"))
+    return Group(*parts)
+
+
+def display_verify(result: VerifyResult, console: Console) -> None:
+    console.print(format_verify(result))
+
+
+# -- Markdown ----------------------------------------------------------------------------
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|").replace("\n", "\\n") for cell in row) + " |"
+              for row in rows]
+    return lines
+
+
+def format_verify_markdown(result: VerifyResult) -> str:
+    """The whole report as Markdown (for a pull-request comment)."""
+    cfg, engine, host = result.config, result.manifest["engine"], result.manifest["host"]
+    c = result.classification
+    out = [f"## logitlab verify: **{c.cause if c else 'n/a'}**", ""]
+    out += [
+        f"- model: `{engine['model'].rsplit('/', 1)[-1]}` (sha256 `{engine.get('model_sha256', '?')[:12]}`), "
+        f"{engine.get('engine_version', engine['engine'])}",
+        f"- workload: {len(cfg['prompts'])} prompts × {cfg['n_decode']} greedy M=1 tokens, replayed as M=K verify "
+        f"blocks, K = {' '.join(map(str, cfg['ks']))}; τ = {fmt_num(cfg['thresholds']['near_tie_margin'])}",
+        f"- host: {host['cpu']}, {host['cores']} cores, {host['os']}, Python {host['python']}",
+        "",
+    ]
+    if result.totals:
+        out += ["### K sweep (all prompts)", ""] + _md_table(SWEEP_HEADER, sweep_rows(result.totals)) + [""]
+    if len(result.prompts) > 1:
+        header, rows = per_prompt_rows(result)
+        out += ["### Per prompt", ""] + _md_table(header, rows) + [""]
+        full = [(e.prompt, *row) for e in result.sweep for row in sweep_rows([e], with_prompt=False)]
+        out += ["<details><summary>K sweep per prompt</summary>", ""]
+        out += _md_table(("prompt", *SWEEP_HEADER), full) + ["", "</details>", ""]
+    if result.flips:
+        out += [f"### Argmax flips ({len(result.flips)})", ""] + _md_table(FLIP_HEADER, flip_rows(result)) + [""]
+    if c is not None:
+        out += [f"### Classification: `{c.cause}` (verdict `{c.word}`)", "", c.summary, ""]
+        out += [f"- {line}" for line in c.evidence] + [f"- scaling: {c.scaling}", ""]
+    if result.guard is not None:
+        out += ["### Near-tie guard", ""] + [f"- {line}" for line in guard_tau_lines(result)] + [""]
+        out += _md_table(GUARD_HEADER, guard_total_rows(result)) + [""]
+        if len(result.prompts) > 1:
+            out += _md_table(GUARD_PROMPT_HEADER, guard_prompt_rows(result)) + [""]
+        out += [f"- {line}" for line in guard_guarantee_lines(result)] + [""]
+    if result.error:
+        out += [f"**Stopped early:** {result.error}", ""]
+    return "\n".join(out)

@@ -1,0 +1,74 @@
+"""``python -m logitlab invariance`` as a user runs it: reports, exit codes, one-line errors."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SHORT_PROMPT
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+LLAMA = "n_threads=1,n_threads_batch=1"  # 2 batch threads on a busy 2-core machine spin for seconds
+
+
+def logitlab(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "logitlab", *args], capture_output=True, text=True, cwd=cwd,
+                          env=ENV)
+
+
+def test_llamacpp_batch_writes_json_and_markdown(tmp_path):
+    out, md = tmp_path / "b.json", tmp_path / "b.md"
+    proc = logitlab("invariance", "batch", "--batch", "1", "2", "--prompt", SHORT_PROMPT, "--variant", LLAMA, "--quiet",
+                    "--require", "bit-exact", "--json", str(out), "--markdown", str(md))
+    assert proc.returncode == 0, proc.stderr
+    assert "verdict: bit-exact" in proc.stdout and "parallel sequences (seq ids)" in proc.stdout
+    data = json.loads(out.read_text())
+    assert data["probe"] == "batch" and data["config"]["batch_sizes"] == [1, 2]
+    assert [c["name"] for c in data["checks"]] == ["B=1 again", "B=2"]
+    assert md.read_text().startswith("## logitlab invariance batch: **bit-exact**")
+
+
+def test_hf_left_padding_is_not_bit_exact_and_require_exits_1(tmp_path):
+    pytest.importorskip("transformers")
+    proc = logitlab("invariance", "batch", "--engine", "hf", "--variant", "threads=1", "--batch", "1,3",
+                    "--padding", "left", "--prompt", SHORT_PROMPT, "--quiet", "--require", "bit-exact")
+    assert proc.returncode == 1, proc.stderr
+    assert "B=3, left padding" in proc.stdout and "right padding" not in proc.stdout
+    assert "require bit-exact: the verdict is" in proc.stderr
+
+
+def test_determinism_counts_runs(tmp_path):
+    out = tmp_path / "d.json"
+    proc = logitlab("invariance", "determinism", "--runs", "3", "--tokens", "4", "--prompt", SHORT_PROMPT,
+                    "--variant", LLAMA, "--quiet", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "distinct logit arrays  1" in proc.stdout
+    assert json.loads(out.read_text())["details"]["distinct_texts"] == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["invariance", "batch", "--batch", "0"], "error: --batch sizes must be at least 1, got 0"),
+    (["invariance", "batch", "--batch", "x"], "error: --batch takes whole numbers (batch sizes), got 'x'"),
+    (["invariance", "determinism", "--runs", "1"], "error: --runs must be at least 2, got 1"),
+    (["invariance", "batch", "--engine", "hf", "--model", "{tmp}"], "is not a Hugging Face model folder"),
+    (["invariance", "batch", "--engine", "hf", "--variant", "dtype=float8"],
+     "error: bad value 'float8' for hf option 'dtype': valid: float32, bfloat16, float16"),
+    (["ab", "--engine", "hf", "--model", "{tmp}", "--tokens", "2"], "is not a Hugging Face model folder"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
+    if "hf" in args:
+        pytest.importorskip("transformers")
+    proc = logitlab(*[a.replace("{tmp}", str(tmp_path)) for a in args], "--quiet")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: ")
+
+
+def test_hf_device_that_is_not_there_is_exit_2():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    proc = logitlab("invariance", "determinism", "--engine", "hf", "--variant", "device=cuda", "--quiet")
+    assert proc.returncode == 2 and proc.stderr.startswith("error: device 'cuda' is not available with torch")

@@ -1,0 +1,71 @@
+"""``python -m logitlab verify`` as a user runs it: K parsing, reports, exit codes, one-line errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SHORT_PROMPT
+
+# One thread for batched (M=K) evaluation: on a busy 2-core runner two threads contend and
+# make every verify block several times slower; thread count does not change llama.cpp's bits.
+SHORT = ["--prompt", SHORT_PROMPT, "--tokens", "8", "--quiet", "--options", "n_threads_batch=1"]
+
+
+def logitlab(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "logitlab", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_k_sweep_writes_json_and_markdown(tmp_path):
+    out, md = tmp_path / "v.json", tmp_path / "v.md"
+    proc = logitlab("verify", *SHORT, "--k", "1", "2", "--json", str(out), "--markdown", str(md),
+                    "--require", "near-tie")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["schema_version"] == 1 and data["config"]["ks"] == [1, 2]
+    k1, k2 = data["totals"]
+    assert k1["k"] == 1 and k1["bit_exact_rows"] == k1["rows"] == 8 and k1["flips"] == 0
+    assert k2["k"] == 2 and k2["rows"] == 8
+    assert data["classification"]["cause"] in ("bit-exact", "near-tie-noise", "ulp-noise")
+    assert data["prompts"][0]["generated_ids"] and data["manifest"]["engine"]["model_sha256"]
+    assert "K sweep" in proc.stdout and "classification:" in proc.stdout
+    assert md.read_text().startswith("## logitlab verify: **")
+    assert proc.stderr == ""
+
+
+def test_prompts_file_jsonl(tmp_path):
+    jsonl = tmp_path / "p.jsonl"
+    jsonl.write_text('{"name": "sky", "text": "The sky is"}\n"One, two, three,"\n')
+    out = tmp_path / "p.json"
+    proc = logitlab("verify", "--prompts", str(jsonl), "--k", "1,2", "--tokens", "4", "-q", "--json", str(out),
+                    "--options", "n_threads_batch=1")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert [p["name"] for p in data["prompts"]] == ["sky", "p-2"]
+    assert [(e["prompt"], e["k"]) for e in data["sweep"]] == [("sky", 1), ("sky", 2), ("p-2", 1), ("p-2", 2)]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--k", "0", "2"], "error: --k values must be integers >= 1, got 0"),
+    (["--k", "two"], "error: --k takes integers >= 1 (e.g. --k 1 2 4 8), got 'two'"),
+    (["--tokens", "0"], "error: --tokens must be at least 1, got 0"),
+    (["--options", "n_ctx=16,n_threads_batch=1"], "exceeds the context of 16; shorten the prompt or --tokens"),
+    (["--guard", "sometimes"], "error: --guard takes a margin in logits (e.g. 0.5), 'auto' or 'off'"),
+    (["--prompts", "/nonexistent/p.jsonl"], "error: cannot read --prompts /nonexistent/p.jsonl"),
+    (["--model", "/nonexistent/m.gguf"], "error: model file /nonexistent/m.gguf does not exist"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
+    base = SHORT[2:] if "--prompts" in args else SHORT
+    proc = logitlab("verify", *base, *args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout
+    assert message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_bad_jsonl_line_is_named(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{"text": oops}\n')
+    proc = logitlab("verify", "--prompts", str(bad), "-q")
+    assert proc.returncode == 2
+    assert f"--prompts {bad} line 2 is not valid JSON" in proc.stderr

@@ -1,0 +1,167 @@
+"""Invariance probes (batch, prefill-decode, determinism) on llama.cpp, hf and a nondeterministic fake."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from logitlab.engines import register_engine
+from logitlab.engines.variant import parse_variant
+from logitlab.errors import InputError
+from logitlab.experiments.invariance import InvarianceConfig, filler_sequences, run_invariance
+from logitlab.numerics import VERDICTS
+from logitlab.report.invariance import format_invariance_markdown
+from logitlab.report.jsonio import write_json
+
+from conftest import SHORT_PROMPT, FakeEngine, FakeSession
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+class DriftSession(FakeSession):
+    """Fake logits plus a tiny drift from run 3 on, at positions >= 5 (a run-to-run nondeterminism)."""
+
+    def _decode(self, tokens):
+        rows = super()._decode(tokens)
+        if self.engine.runs >= 3:
+            for i in range(len(tokens)):
+                if self.n_past + i >= 5:
+                    rows[i] += np.float32(1e-6 * self.engine.runs)
+        return rows
+
+
+class DriftEngine(FakeEngine):
+    name = "drift"
+
+    def _load(self):
+        self.runs = 0
+
+    def _open_session(self):
+        self.runs += 1
+        return DriftSession(self)
+
+
+register_engine("drift", "test_invariance:DriftEngine")
+
+
+LLAMA = "n_threads=1,n_threads_batch=1"  # 2 batch threads on a busy 2-core machine spin for seconds
+
+
+def probe(name, engine="llamacpp", spec=LLAMA, **kwargs):
+    return run_invariance(InvarianceConfig(
+        probe=name, variant=parse_variant(spec, "probe", default_engine=engine), prompt=SHORT_PROMPT, **kwargs))
+
+
+def show(result):
+    print(f"\n{result.config['variant']['engine']} {result.probe}: {result.verdict.word}")
+    for c in result.checks:
+        cmp = c.comparison
+        print(f"  {c.name}: {c.word}, {cmp['differing_rows']}/{cmp['n_positions']} rows differ, "
+              f"max |Δ| {cmp['max_abs_diff']:.3g}, flips {len(cmp['flips'])}")
+
+
+# -- batch ---------------------------------------------------------------------------------------
+def test_llamacpp_parallel_sequences_in_one_batch_vs_alone():
+    result = probe("batch", batch_sizes=(1, 2, 4))
+    show(result)
+    assert [c.name for c in result.checks] == ["B=1 again", "B=2", "B=4"]
+    assert result.details["backend"]["n_seq_max"] == 4 and result.details["fill"] == "same"
+    assert all(c.comparison["n_positions"] == len(result.prompt_ids) for c in result.checks)
+    assert result.checks[0].word == "bit-exact"
+    # Measured on llama.cpp CPU: the prompt's logits do not depend on the batch it is in.
+    assert result.invariant and result.checks[-1].details["copies_identical"]
+    assert "does not apply" in result.notes[0]
+
+
+def test_hf_padded_batch_left_and_right():
+    pytest.importorskip("transformers")
+    result = probe("batch", engine="hf", spec="threads=1", batch_sizes=(1, 3))
+    show(result)
+    assert [c.name for c in result.checks] == ["B=1 again", "B=3, right padding", "B=3, left padding"]
+    assert result.checks[0].word == "bit-exact"
+    lengths = result.checks[1].details["lengths"]
+    assert lengths[0] == len(result.prompt_ids) and max(lengths) > lengths[0]  # the prompt is padded
+    for check in result.checks[1:]:
+        assert check.word in ("bit-exact", "ulp-noise", "near-tie")
+        assert not check.comparison["flips"] and check.comparison["max_abs_diff"] < 1e-3
+    # Copies of the prompt need no padding: the same matmul rows, bit-exact here.
+    same = probe("batch", engine="hf", spec="threads=1", batch_sizes=(2,), fill="same", padding=("left",))
+    assert same.checks[-1].details["copies_identical"]
+
+
+def test_filler_sequences_are_longer_and_shorter():
+    ids = list(range(10))
+    fillers = filler_sequences(ids, 3)
+    assert [len(f) for f in fillers] == [14, 4, 22]
+    assert fillers[0][:3] == [3, 4, 5]
+
+
+def test_batch_needs_an_engine_that_can_batch():
+    with pytest.raises(InputError, match="invariance batch supports the hf and llamacpp engines, not 'fake'"):
+        probe("batch", engine="fake", spec="")
+
+
+# -- prefill vs decode -----------------------------------------------------------------------------
+def test_llamacpp_prefill_vs_decode_every_position():
+    result = probe("prefill-decode", n_decode=4)
+    show(result)
+    n = len(result.prompt_ids) + 4
+    check = result.checks[0]
+    assert [c.name for c in result.checks] == ["decode vs prefill"]
+    assert check.comparison["n_positions"] == n - 1 and result.details["positions"] == [1, n - 1]
+    assert check.word in VERDICTS
+    assert not check.comparison["flips"]
+
+
+def test_hf_prefill_vs_decode_and_recompute():
+    pytest.importorskip("transformers")
+    result = probe("prefill-decode", engine="hf", spec="threads=1", n_decode=2)
+    show(result)
+    assert [c.name for c in result.checks] == ["decode vs prefill", "recompute vs prefill"]
+    for check in result.checks:
+        assert not check.comparison["flips"] and check.comparison["max_abs_diff"] < 1e-3
+
+
+# -- determinism ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("engine, spec", [("llamacpp", LLAMA), ("hf", "threads=1")])
+def test_real_engines_are_deterministic_run_to_run(engine, spec):
+    if engine == "hf":
+        pytest.importorskip("transformers")
+    result = probe("determinism", engine=engine, spec=spec, runs=3, n_decode=4)
+    assert result.details["distinct_logits"] == 1 and result.details["distinct_texts"] == 1
+    assert result.verdict.word == "bit-exact" and result.invariant
+
+
+def test_nondeterminism_is_counted_grouped_and_located():
+    result = probe("determinism", engine="drift", spec="", runs=4, n_decode=6)
+    d = result.details
+    assert d["distinct_logits"] == 3 and d["logit_groups"] == [[1, 2], [3], [4]]
+    assert [c.name for c in result.checks] == ["runs 3", "runs 4"]
+    assert result.checks[0].comparison["first_mismatch"]["position"] == 5
+    assert result.verdict.word != "bit-exact" and not result.invariant
+
+
+# -- config, reports ------------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, message", [
+    ({"probe": "batch", "batch_sizes": (1, 0)}, "--batch sizes must be at least 1, got 0"),
+    ({"probe": "batch", "batch_sizes": ()}, "--batch needs at least one batch size"),
+    ({"probe": "determinism", "runs": 1}, "--runs must be at least 2, got 1"),
+    ({"probe": "batch", "padding": ("up",)}, "unknown --padding 'up'"),
+    ({"probe": "nope"}, "unknown invariance probe 'nope'; valid: batch, prefill-decode, determinism"),
+])
+def test_bad_config_is_one_clear_error(kwargs, message):
+    with pytest.raises(InputError, match=message.replace("(", r"\(")):
+        InvarianceConfig(variant=parse_variant("", "probe", default_engine="fake"), prompt="x", **kwargs).validate()
+
+
+def test_json_and_markdown_reports(tmp_path):
+    result = probe("determinism", engine="drift", spec="", runs=3, n_decode=4)
+    write_json(tmp_path / "r.json", result.to_dict())
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["schema_version"] == 1 and data["probe"] == "determinism"
+    assert data["verdict"]["word"] == result.verdict.word and data["checks"][data["verdict_check"]]["name"] == "runs 3"
+    assert data["manifest"]["host"]["cores"] and data["details"]["distinct_logits"] == 2
+    md = format_invariance_markdown(result)
+    assert md.startswith(f"## logitlab invariance determinism: **{result.verdict.word}**")
+    assert "| check | verdict | rows differing | max \\|Δ\\| |" in md and "distinct logit arrays: 2" in md
