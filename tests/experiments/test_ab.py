@@ -119,6 +119,11 @@ def test_vocab_mismatch_compares_the_common_prefix_and_says_so():
     assert result.runs[1].comparison["n_vocab"] == 257
 
 
+def test_localize_needs_llamacpp():
+    with pytest.raises(InputError, match="--localize dumps graph tensors through llama.cpp only; these variants use fake"):
+        run_ab(config(engine="fake", localize=True))
+
+
 def test_bad_config_values():
     with pytest.raises(InputError, match="--tokens must be at least 1"):
         run_ab(config(n_decode=0))

@@ -78,6 +78,10 @@ class AbConfig:
             raise InputError(f"--top-k must be at least 1, got {self.top_k}")
         if self.margin is not None and not 0 < self.margin < 1:
             raise InputError(f"--margin must be a fraction between 0 and 1 (0.02 = 2 %), got {self.margin}")
+        engines = {self.control.engine, self.candidate.engine}
+        if self.localize and engines != {"llamacpp"}:
+            raise InputError(f"--localize dumps graph tensors through llama.cpp only; these variants use "
+                             f"{', '.join(sorted(engines))}")
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

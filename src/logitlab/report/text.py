@@ -36,11 +36,18 @@ def _pct(value: float | None) -> str:
 
 
 def comparison_lines(c: dict[str, Any]) -> list[tuple[str, str]]:
-    """Key statistics of a comparison as (label, value) pairs."""
+    """Key statistics of a comparison as (label, value) pairs.
+
+    For top-k-only data (``scope == "top-k"``, the openai engine) the labels say
+    "returned top-k" and mark the statistics that are lower bounds with ≥.
+    """
+    topk_only = c.get("scope") == "top-k"
+    width = f"returned top-{c['n_vocab']}" if topk_only else f"{c['n_vocab']} vocab"
+    bound = "≥ " if topk_only else ""
     n_entries = c["n_positions"] * c["n_vocab"]
     lines = [
         ("differing entries", f"{c['differing_entries']:,} of {n_entries:,} "
-                              f"({c['n_positions']} positions × {c['n_vocab']} vocab)"),
+                              f"({c['n_positions']} positions × {width})"),
         ("rows differing", f"{c['differing_rows']} of {c['n_positions']}"),
     ]
     first = c.get("first_mismatch")
@@ -50,13 +57,14 @@ def comparison_lines(c: dict[str, Any]) -> list[tuple[str, str]]:
                       f"{first['reference_hex']} ({first['reference_bits']}) observed "
                       f"{first['observed_hex']} ({first['observed_bits']}), {first['ulp']} ULP"))
     lines += [
-        ("max |Δ| / mean |Δ|", f"{fmt_num(c['max_abs_diff'])} / {fmt_num(c['mean_abs_diff'])}"),
+        ("max |Δ| / mean |Δ|", f"{bound}{fmt_num(c['max_abs_diff'])} / {fmt_num(c['mean_abs_diff'])}"),
         ("mean Δ (signed) / sd Δ", f"{fmt_num(c['mean_diff'])} / {fmt_num(c['std_diff'])}"),
         ("ULP histogram", "  ".join(f"{k}: {v:,}" for k, v in c["ulp_histogram"].items())),
-        ("max ULP (row scale)", f"{c['max_ulp']:,} element-wise, {fmt_num(c['max_scaled_ulp'])} at the row's scale"),
+        ("max ULP distance", f"{bound}{c['max_ulp']:,} element-wise, {bound}{fmt_num(c['max_scaled_ulp'])} "
+                             "at the row's scale"),
         ("top-1 agreement", _pct(c["argmax_agreement"])),
         (f"top-{c['top_k']} set agreement", _pct(c["topk_agreement"])),
-        ("KLD (nats)", "mean {mean}  p99 {p99}  max {max}".format(
+        ("KLD (nats)" + (", lower bound" if topk_only else ""), "mean {mean}  p99 {p99}  max {max}".format(
             **{k: fmt_num(c["kld"].get(k)) for k in ("mean", "p99", "max")})),
     ]
     bad = {k: c.get(k, 0) for k in ("nan_ref", "nan_obs", "inf_ref", "inf_obs")}
