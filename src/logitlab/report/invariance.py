@@ -51,10 +51,11 @@ def summary_lines(result: InvarianceResult) -> list[tuple[str, str]]:
                       + f" (fill {d.get('fill')}, padding {', '.join(d.get('paddings', []))})"))
         lines.append(("batching", backend.get("mode", "?") + "".join(
             f", {k}={v}" for k, v in backend.items() if k != "mode")))
-        copies = [c.details.get("copies_identical") for c in result.checks if "copies_identical" in c.details]
-        if copies:
-            lines.append(("copies in a batch", "identical to each other" if all(copies)
-                          else "NOT identical to each other"))
+        for check in result.checks:
+            flags = check.details.get("copies_bit_exact")
+            if flags:
+                lines.append((f"copies, {check.name}", "bit-exact with the prompt alone: "
+                               + " ".join(f"#{i}={'yes' if f else 'NO'}" for i, f in enumerate(flags))))
     elif result.probe == "prefill-decode":
         first, last = d.get("positions", [None, None])
         lines.append(("positions", f"p = {first}..{last} ({len(result.prompt_ids)} prompt tokens + "
@@ -63,11 +64,22 @@ def summary_lines(result: InvarianceResult) -> list[tuple[str, str]]:
     elif result.probe == "determinism":
         lines.append(("runs", f"{d['runs']} at isolation={d['isolation']}, {cfg['n_decode']} greedy tokens each"))
         lines.append(("distinct logit arrays", f"{d['distinct_logits']} (runs grouped: "
-                      + "; ".join(",".join(map(str, g)) for g in d["logit_groups"]) + ")"))
+                      + "; ".join(runs_text(g) for g in d["logit_groups"]) + ")"))
         lines.append(("distinct greedy texts", str(d["distinct_texts"])))
         for group in d["text_groups"][:5]:
-            lines.append((f"  runs {','.join(map(str, group['runs']))}", repr(group["text"][:100])))
+            lines.append((f"  runs {runs_text(group['runs'])}", repr(group["text"][:100])))
     return lines
+
+
+def runs_text(runs: Sequence[int]) -> str:
+    """Run numbers as ranges: ``[1, 2, 3, 5]`` -> ``"1-3,5"``."""
+    parts: list[str] = []
+    for run in runs:
+        if parts and run == int(parts[-1].rsplit("-", 1)[-1]) + 1:
+            parts[-1] = f"{parts[-1].split('-')[0]}-{run}"
+        else:
+            parts.append(str(run))
+    return ",".join(parts)
 
 
 def _variant_text(variant: dict[str, Any]) -> str:

@@ -6,7 +6,7 @@ from typing import Sequence
 
 from logitlab.experiments.ab import AbResult
 from logitlab.experiments.schedule import CANDIDATE, CONTROL
-from logitlab.report.text import aa_signature_rows, comparison_lines, flip_rows, localization_lines, speed_rows
+from logitlab.report.text import SPEED_HEADER, aa_signature_rows, comparison_lines, flip_rows, localization_lines, speed_rows
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -55,8 +55,7 @@ def format_ab_markdown(result: AbResult) -> str:
                            "ref top-5", "cand top-5"), flips[:20])
     out.append("")
     if result.speed:
-        out += _table(("phase", "control", "candidate", "ratio [95% CI]", "bootstrap CI", "call", "δ", "MDE",
-                       "slot-position effect"), speed_rows(result))
+        out += _table(SPEED_HEADER, speed_rows(result))
         out.append("")
         out.append("Ratio = candidate/control tokens/s, geometric mean over ABBA/BAAB blocks, paired-t 95 % CI; "
                    "call against the equivalence margin δ.")

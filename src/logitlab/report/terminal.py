@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
+from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
@@ -16,8 +17,8 @@ from logitlab.report.text import (
     aa_signature_rows,
     comparison_lines,
     flip_rows,
-    fmt_ratio_ci,
     localization_lines,
+    SPEED_HEADER,
     speed_rows,
 )
 
@@ -100,12 +101,14 @@ def format_verdict(result: AbResult) -> RenderableType:
 def format_speed(result: AbResult) -> RenderableType:
     if not result.speed:
         return Text("speed: no complete block", style="yellow")
-    table = Table(title="speed (candidate / control, paired over blocks)")
-    for name in ("phase", "control", "candidate", "ratio [95% CI]", "bootstrap CI", "call", "δ", "MDE", "slot-position effect"):
+    table = Table(title="speed (tokens/s): candidate / control, geometric mean over ABBA/BAAB blocks",
+                  box=box.SIMPLE_HEAD)
+    for name in SPEED_HEADER:
         table.add_column(name)
     for row in speed_rows(result):
         table.add_row(*row)
-    return table
+    reasons = [Text(f"{phase}: {p.reason}", style="dim") for phase, p in result.speed.items()]
+    return Group(table, *reasons)
 
 
 def format_ab(result: AbResult) -> list[RenderableType]:
@@ -126,4 +129,4 @@ def display_ab(result: AbResult, console: Console | None = None) -> None:
         console.print()
 
 
-__all__: Iterable[str] = ["display_ab", "format_ab", "fmt_ratio_ci"]
+__all__ = ["display_ab", "format_ab"]

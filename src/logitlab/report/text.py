@@ -23,12 +23,8 @@ def fmt_num(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
-def fmt_ratio_ci(ratio: float | None, low: float | None, high: float | None) -> str:
-    if ratio is None:
-        return "n/a"
-    if low is None or high is None:
-        return f"{ratio:.4f}"
-    return f"{ratio:.4f} [{low:.4f}, {high:.4f}]"
+def _pct1(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
 def _pct(value: float | None) -> str:
@@ -108,26 +104,32 @@ def _median_metric(result: Any, variant: str, metric: str) -> str:
     return f"{statistics.median(values):.1f}" if values else "n/a"
 
 
+def _ci(low: float | None, high: float | None) -> str:
+    return "n/a" if low is None or high is None else f"{low:.3f}–{high:.3f}"
+
+
+SPEED_HEADER = ("phase", "control", "candidate", "ratio (95% CI)", "bootstrap CI", "call", "δ", "MDE",
+                "slot position")
+
+
 def speed_rows(result: Any) -> list[tuple[str, ...]]:
-    """One row per phase (decode, prefill) of the paired speed decision."""
+    """One row per phase (decode, prefill) of the paired speed decision; columns as SPEED_HEADER."""
     rows = []
     for phase, p in result.speed.items():
         metric = f"{phase}_tokens_per_second"
         position = p.position
         pos_text = "n/a"
         if position is not None and position.ratio is not None:
-            pos_text = (f"{position.ratio:.4f} (p={fmt_num(position.p_value, 2)}"
-                        f"{', significant' if position.significant else ''})")
+            pos_text = f"{position.ratio:.3f} p={fmt_num(position.p_value, 2)}" + (" (!)" if position.significant else "")
         rows.append((
             phase,
-            _median_metric(result, "control", metric) + " tok/s",
-            _median_metric(result, "candidate", metric) + " tok/s",
-            fmt_ratio_ci(p.ratio, p.ci_low, p.ci_high),
-            fmt_ratio_ci(None if p.bootstrap_ci_low is None else p.ratio, p.bootstrap_ci_low, p.bootstrap_ci_high)
-            if p.bootstrap_ci_low is not None else "n/a",
+            _median_metric(result, "control", metric),
+            _median_metric(result, "candidate", metric),
+            "n/a" if p.ratio is None else f"{p.ratio:.3f} ({_ci(p.ci_low, p.ci_high)})",
+            _ci(p.bootstrap_ci_low, p.bootstrap_ci_high),
             p.call,
-            f"{100 * p.margin:.1f} % ({p.margin_source})",
-            _pct(p.mde),
+            f"{100 * p.margin:.1f}% {p.margin_source}",
+            _pct1(p.mde),
             pos_text,
         ))
     return rows

@@ -251,7 +251,8 @@ def format_verify(result: VerifyResult, max_flips: int = 40) -> RenderableType:
         parts.append(_table("per prompt", header, rows))
     if result.flips:
         rows = flip_rows(result, max_flips)
-        title = f"argmax flips ({len(result.flips)}{', first ' + str(max_flips) if len(result.flips) > max_flips else ''})"
+        more = f", first {max_flips}" if len(result.flips) > max_flips else ""
+        title = f"argmax flips ({len(result.flips)}{more})"
         parts.append(_table(title, FLIP_HEADER, rows))
     multi = [t for t in result.totals if t.k > 1 and t.in_block]
     if multi:
@@ -277,9 +278,11 @@ def display_verify(result: VerifyResult, console: Console) -> None:
 
 # -- Markdown ----------------------------------------------------------------------------
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|").replace("\n", "\\n") for cell in row) + " |"
-              for row in rows]
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", "\\n")
+
+    lines = ["| " + " | ".join(map(cell, header)) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in rows]
     return lines
 
 
