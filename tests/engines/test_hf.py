@@ -155,6 +155,19 @@ def test_describe_reports_versions_hash_cache_and_load_time(engine):
         again.close()
 
 
+def test_a_local_model_folder_loads_and_matches_the_gguf(engine):
+    folder = engine.describe()["weights_cache"]["cache"]  # a plain Hugging Face folder: config + safetensors
+    other = HfEngine(model=folder, options=THREADS)
+    try:
+        ids = engine.tokenize(SHORT_PROMPT)
+        assert other.tokenize(SHORT_PROMPT) == ids
+        assert other.describe()["model_kind"] == "Hugging Face model folder"
+        with engine.open_session() as a, other.open_session() as b:
+            assert np.array_equal(a.prefill(ids).view(np.uint32), b.prefill(ids).view(np.uint32))
+    finally:
+        other.close()
+
+
 def test_threads_option_is_restored_after_each_call(engine):
     import torch
 

@@ -154,8 +154,8 @@ def test_history_differences_defeat_redecode_but_not_resync():
 def test_guard_auto_is_token_identical_on_the_default_prompt_set():
     prompts = tuple(builtin_prompts("default"))
     assert len(prompts) >= 8 and {p.kind for p in prompts} >= {"prose", "code", "list", "numbers", "dialogue"}
-    config = VerifyConfig(variant=Variant("verify", "llamacpp", options=ONE_BATCH_THREAD), prompts=prompts, ks=(4,), n_decode=16,
-                          guard="auto", guard_k=4)
+    config = VerifyConfig(variant=Variant("verify", "llamacpp", options=ONE_BATCH_THREAD), prompts=prompts,
+                          ks=(4,), n_decode=16, guard="auto", guard_k=4)
     result = run_verify(config)
     guard = result.guard
     assert guard.source == "auto" and guard.tau > 0
@@ -201,6 +201,8 @@ def test_verify_with_guard_auto_on_a_history_engine_reports_what_is_exact(tmp_pa
     write_json(tmp_path / "v.json", result.to_dict())
     md = format_verify_markdown(result)
     assert "### Near-tie guard" in md and "target — token identity on every prompt" in md
+    sweep_header = next(line for line in md.splitlines() if line.startswith("| K | rows"))
+    assert sweep_header.count(" | ") == 10 and "max \\|Δ\\|" in sweep_header  # 11 columns, pipes escaped
     assert "redecode cannot repair a difference that lives in the KV history" in md or \
         redecode["identical_prompts"] == 3
     console = Console(record=True, width=160)

@@ -114,8 +114,8 @@ def batch_command(**opts: Any) -> None:
 def prefill_decode_command(**opts: Any) -> None:
     """Position p from one full prefill vs prefill of p tokens plus one decode step.
 
-    Every position p >= 1 of the prompt plus --tokens greedy tokens; on hf also
-    vs recomputing position p without a KV cache.
+    Every position of the prompt plus --tokens greedy tokens (position 0 from a
+    one-token prefill); on hf also vs recomputing position p without a KV cache.
 
     \b
     Examples:

@@ -70,8 +70,8 @@ def check_tokenizers(control: Engine, candidate: Engine, text: str) -> list[int]
 
 
 def vocab_note(n_control: int, n_candidate: int) -> str | None:
-    """The loud line about unequal vocabularies, or None when they match."""
-    if n_control == n_candidate:
+    """The loud line about unequal vocabularies, or None when they match (or one is unknown: 0)."""
+    if n_control == n_candidate or min(n_control, n_candidate) <= 0:
         return None
     common = min(n_control, n_candidate)
     return (f"VOCABULARY SIZES DIFFER: control has {n_control} logits per position, candidate {n_candidate}; "

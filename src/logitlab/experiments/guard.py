@@ -548,7 +548,7 @@ class GuardEvaluation:
     max_abs_diff: float
     max_topk_spread_verify: float       # over accepted verify rows
     max_topk_spread_redecode: float     # over re-decoded rows
-    verify_rows_over_tau: int | None    # accepted rows whose spread ≥ τ (the calibration bound broke); None unguarded
+    verify_rows_over_tau: int | None    # accepted rows with spread ≥ τ (calibration bound broke); None: unguarded
     rows_uncovered: int                 # verify or re-decoded rows whose spread ≥ their own margin
     redecode_rows_uncovered: int        # of those, re-decoded rows
 

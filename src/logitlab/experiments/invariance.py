@@ -15,7 +15,8 @@ its verdict) ending in the worst verdict, as ``ab`` does:
 ``prefill-decode``
     Logits of position p from one prefill of the whole sequence vs from a
     prefill of the first p tokens plus one decode step (KV cache), for every
-    p >= 1 of the prompt plus ``n_decode`` greedy tokens; on engines that can,
+    position of the prompt plus ``n_decode`` greedy tokens (position 0, with
+    nothing before it, from a one-token prefill); on engines that can,
     also vs recomputing position p without a KV cache (``hf``: one forward over
     p+1 tokens).
 ``determinism``
@@ -311,19 +312,25 @@ class InvarianceProbe:
                 seqs = batches[b]
                 rows = backend.run(seqs, padding)
                 self.on_event("step", {"what": f"B={b} {padding}"})
-                if b == 1:
-                    name, observed = "B=1 again", "the prompt alone, a second time"
-                else:
-                    name = f"B={b}" + (f", {padding} padding" if padding != "none" else "")
-                    observed = (f"the prompt as sequence 0 of {b} ({fill}: lengths "
-                                f"{', '.join(str(len(s)) for s in seqs)})")
                 details = {"batch_size": b, "padding": padding, "fill": fill,
                            "lengths": [len(s) for s in seqs], "padded_to": max(len(s) for s in seqs)}
-                if fill == "same" and b > 1:
-                    details["copies_identical"] = all(np.array_equal(rows[0].view(np.uint32), r.view(np.uint32))
-                                                      for r in rows[1:])
-                result.checks.append(_check(name, "the prompt alone (B=1)", observed, alone, rows[0], cfg,
-                                            ids, details))
+                reference, observed, token_ids = alone, rows[0], ids
+                if b == 1:
+                    name, text = "B=1 again", "the prompt alone, a second time"
+                elif fill == "same":
+                    # Every copy is the prompt in a batch: all B are compared, stacked (copy c = rows c*n..).
+                    name = f"B={b}" + (f", {padding} padding" if padding != "none" else "")
+                    text = (f"all {b} copies of the prompt in one batch, stacked: row c×{len(ids)}+p is copy c, "
+                            f"position p")
+                    reference, observed, token_ids = np.tile(alone, (b, 1)), np.concatenate(rows), list(ids) * b
+                    details["copies_bit_exact"] = [bool(np.array_equal(alone.view(np.uint32), r.view(np.uint32)))
+                                                   for r in rows]
+                else:
+                    name = f"B={b}" + (f", {padding} padding" if padding != "none" else "")
+                    text = (f"the prompt as sequence 0 of {b} ({fill}: lengths "
+                            f"{', '.join(str(len(s)) for s in seqs)})")
+                result.checks.append(_check(name, "the prompt alone (B=1)", text, reference, observed, cfg,
+                                            token_ids, details))
         finally:
             backend.close()
         result.details = {"fill": fill, "batch_sizes": sizes, "paddings": paddings, "backend": backend.params}
@@ -359,19 +366,22 @@ class InvarianceProbe:
             openers.append(("recompute vs prefill", recompute,
                             "one forward over tokens 0..p without a KV cache"))
         for name, open_session, text in openers:
-            rows = []
+            # Row p is position p; position 0 (nothing to prefill before it) is a one-token prefill.
+            with open_session() as session:
+                rows = [session.prefill(sequence[:1])[0]]
             for p in positions:
                 with open_session() as session:
                     session.prefill(sequence[:p])
                     rows.append(session.decode([sequence[p]])[0])
                 self.on_event("step", {"what": f"{name} p={p}"})
             result.checks.append(_check(
-                name, f"one prefill of all {len(sequence)} tokens, row p", f"position p from {text}",
-                full[1:], np.stack(rows), cfg, sequence[1:],
-                {"positions": [positions[0], positions[-1]], "n_prompt": len(result.prompt_ids),
+                name, f"one prefill of all {len(sequence)} tokens, row p",
+                f"position p from {text} (p = 0: a one-token prefill)",
+                full, np.stack(rows), cfg, sequence,
+                {"positions": [0, positions[-1]], "n_prompt": len(result.prompt_ids),
                  "n_generated": len(generated)}))
         result.details = {"sequence_ids": sequence, "generated_text": self._detokenize(generated),
-                          "positions": [positions[0], positions[-1]]}
+                          "positions": [0, positions[-1]]}
         return result
 
     # determinism -----------------------------------------------------------------------------

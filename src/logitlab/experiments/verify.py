@@ -30,12 +30,12 @@ import numpy as np
 
 from logitlab.engines.base import Engine, Session
 from logitlab.engines.variant import Variant
-from logitlab.errors import EngineError, InputError, LogitlabError
+from logitlab.errors import InputError, LogitlabError
 from logitlab.experiments import guard as G
 from logitlab.experiments.isolation import load_engine
 from logitlab.experiments.prompts import Prompt, builtin_prompts, check_unique
 from logitlab.manifest import build_manifest
-from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, classify, compare_logits
+from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict, compare_logits
 from logitlab.numerics.compare import KLD_STATS
 
 #: Version of :meth:`VerifyResult.to_dict`. 1 — first version.
@@ -103,7 +103,8 @@ class VerifyConfig:
         if self.guard is not None:
             if isinstance(self.guard, str):
                 if self.guard != "auto":
-                    raise InputError(f"--guard must be a margin in logits (e.g. 0.5), 'auto' or 'off', got {self.guard!r}")
+                    raise InputError(
+                        f"--guard must be a margin in logits (e.g. 0.5), 'auto' or 'off', got {self.guard!r}")
                 if not self.calibration_prompts:
                     raise InputError("--guard auto needs calibration prompts")
             elif not (isinstance(self.guard, (int, float)) and self.guard >= 0 and math.isfinite(self.guard)):
@@ -327,6 +328,7 @@ class VerifyResult:
     flips: list = field(default_factory=list)
     classification: VerifyClassification | None = None
     guard: GuardReport | None = None
+    batch_invariant: bool | None = None
     error: str | None = None
     schema_version: int = SCHEMA_VERSION
 
@@ -349,6 +351,7 @@ class VerifyResult:
             "sweep": [e.to_dict() for e in self.sweep],
             "totals": [e.to_dict() for e in self.totals],
             "flips": [f.to_dict() for f in self.flips],
+            "batch_invariant": self.batch_invariant,
             "classification": None if self.classification is None else self.classification.to_dict(),
             "guard": None if self.guard is None else self.guard.to_dict(),
             "error": self.error,
@@ -490,6 +493,70 @@ def merge_comparisons(parts: Sequence[LogitComparison]) -> LogitComparison:
     )
 
 
+def verify_verdict(c: LogitComparison, thresholds: Thresholds) -> Verdict:
+    """The verdict of one M=K vs M=1 comparison, judged on argmax flips.
+
+    Greedy and speculative decoding read only the argmax, so this verdict
+    judges flips; a top-k set change away from a flip (the k-th boundary
+    moved) is reported in the evidence but not judged. (``ab``'s
+    :func:`~logitlab.numerics.classify` also judges those; on llama.cpp's M=K
+    rows, whose |Δ| reaches 2 logits in the tail, that calls a 5th/6th swap at
+    a gap of 0.53 divergent.)
+
+    Rules, first match decides (τ = ``near_tie_margin``):
+
+    1. ``bit-exact`` — no entry differs;
+    2. ``divergent`` — NaN/Inf mismatch; a flip with M=1 margin ≥ τ; or a flip
+       to a token outside the other run's top-k (not a swap of near-tied tokens);
+    3. ``ulp-noise`` — ``max_scaled_ulp ≤ max_ulp`` and no flips;
+    4. ``systematic-offset`` — above ULP noise and ``|mean Δ| ≥ offset_ratio ×
+       std Δ`` pooled over the differing rows;
+    5. ``near-tie`` — everything else: flips (if any) below τ, unbiased.
+    """
+    t, n, k = thresholds, c.n_positions, c.top_k
+    tdict = dataclasses.asdict(t)
+    if c.bit_exact:
+        return Verdict("bit-exact", [f"all {n} rows × {c.n_vocab} logits have identical bits"], tdict)
+    flip_rows = {f["position"] for f in c.flips}
+    margins = [f["margin_ref"] for f in c.flips if f["margin_ref"] is not None]
+    topk_elsewhere = [i for i in c.topk_changes if i not in flip_rows]
+    gaps = [c.row_kth_gap_ref[i] for i in topk_elsewhere if c.row_kth_gap_ref[i] is not None]
+    topk_line = (f"top-{k} set changed at {len(topk_elsewhere)} position(s) away from flips (largest reference "
+                 f"{k}th/{k + 1}th gap {_g(max(gaps) if gaps else None)}): the k-th boundary moved, the argmax did not"
+                 if topk_elsewhere else f"top-{k} set unchanged away from flips")
+    scale = (f"max |Δ| = {_g(c.max_scaled_ulp)} ULP at row scale "
+             f"{'≤' if c.max_scaled_ulp <= t.max_ulp else '>'} max_ulp = {_g(t.max_ulp)}")
+    bad = []
+    if c.nonfinite_mismatch:
+        bad.append(f"{c.nonfinite_mismatch} entries are NaN/Inf in one run but not in the other")
+    confident = [f for f in c.flips if f["margin_ref"] is None or f["margin_ref"] >= t.near_tie_margin]
+    if confident:
+        f = max(confident, key=lambda f: float("inf") if f["margin_ref"] is None else f["margin_ref"])
+        bad.append(f"{len(confident)} flip(s) at confident positions; row {f['position']}: token {f['token_ref']} → "
+                   f"{f['token_obs']}, M=1 margin {_g(f['margin_ref'])} ≥ τ = {_g(t.near_tie_margin)}")
+    outside = [f for f in c.flips if f["token_obs"] not in f["topk_ref"] or f["token_ref"] not in f["topk_obs"]]
+    if outside:
+        f = outside[0]
+        bad.append(f"{len(outside)} flip(s) to a token outside the other run's top-{k}; row {f['position']}: "
+                   f"M=1 top-{k} {f['topk_ref']} vs M=K top-{k} {f['topk_obs']}")
+    if bad:
+        return Verdict("divergent", bad + [topk_line], tdict)
+    if c.max_scaled_ulp <= t.max_ulp and not c.flips:
+        return Verdict("ulp-noise", [scale, "no argmax flips", topk_line], tdict)
+    rows = [i for i, d in enumerate(c.row_differing) if d]
+    mean = sum(c.row_mean_diff[i] for i in rows) / len(rows)
+    second = sum(c.row_std_diff[i] ** 2 + c.row_mean_diff[i] ** 2 for i in rows) / len(rows)
+    std = max(second - mean * mean, 0.0) ** 0.5
+    offset = _is_offset(True, c.max_scaled_ulp, mean, std, t)
+    offset_line = (f"|mean Δ| = {_g(abs(mean))} {'≥' if offset else '<'} offset_ratio × std Δ = "
+                   f"{_g(t.offset_ratio)} × {_g(std)} over the {len(rows)} differing rows")
+    flip_line = (f"{len(c.flips)} flip(s), all swaps within the top-{k} at M=1 margin < τ = {_g(t.near_tie_margin)} "
+                 f"(largest {_g(max(margins))})" if margins else "no argmax flips")
+    if offset:
+        return Verdict("systematic-offset", [offset_line, scale, flip_line, topk_line], tdict)
+    return Verdict("near-tie", [scale, offset_line, flip_line, topk_line], tdict)
+
+
 def sweep_entry(prompt: str, k: int, c: LogitComparison, n_prompt: int | None, thresholds: Thresholds,
                 seconds: float = 0.0, index_of: Callable[[int], tuple[int, int]] | None = None) -> SweepEntry:
     """Summarise one comparison of N verify rows at block size K.
@@ -499,7 +566,7 @@ def sweep_entry(prompt: str, k: int, c: LogitComparison, n_prompt: int | None, t
     """
     per_prompt = index_of is None
     index_of = index_of or (lambda i: (i, (n_prompt or 0) + i))
-    verdict = classify(c, thresholds)
+    verdict = verify_verdict(c, thresholds)
     margins = [f["margin_ref"] for f in c.flips if f["margin_ref"] is not None]
     first = next((i for i, d in enumerate(c.row_differing) if d), None)
     first_div = None
@@ -524,8 +591,12 @@ def _g(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.4g}"
 
 
-def flip_scaling(totals: Sequence[SweepEntry]) -> str:
-    """One line: flips and non-bit-exact rows per K, and how flips grow with K."""
+def flip_scaling(totals: Sequence[SweepEntry], batch_invariant: bool | None = None) -> str:
+    """One line: flips and non-bit-exact rows per K, and how flips grow with K.
+
+    ``batch_invariant``: True when the M=K rows were bit-identical for every
+    K ≥ 2 of the sweep (on every prompt), False when not, None when untested.
+    """
     parts = [f"K={t.k}: {t.flips} flips, {t.rows - t.bit_exact_rows}/{t.rows} rows differ" for t in totals]
     multi = [t for t in totals if t.k >= 2]
     trend = ""
@@ -540,22 +611,47 @@ def flip_scaling(totals: Sequence[SweepEntry]) -> str:
                          "more in-block rows, more flips — the in-block computation differs")
             else:
                 trend = (f"flips do not grow with K (log-log slope {slope:.2f} from K={lo.k} to K={hi.k}): "
-                         "they come from the KV history the M=K rows wrote, not from the in-block row count")
+                         "they are set by the per-row numerics of the batched path and the KV entries it "
+                         "wrote, not by the number of in-block rows")
         else:
             trend = f"flips go from {lo.flips} at K={lo.k} to {hi.flips} at K={hi.k}"
-    return "; ".join(parts) + (f" — {trend}" if trend else "")
+    if batch_invariant:
+        ks = ", ".join(str(t.k) for t in multi)
+        trend += (f"; the M=K rows are bit-identical for K = {ks}: the batched path computes each row the same "
+                  "way whatever K is (batch-size invariant), just not the way M=1 does")
+    elif batch_invariant is False:
+        trend += "; the M=K rows themselves change with K (not batch-size invariant)"
+    return "; ".join(parts) + (f" — {trend.lstrip('; ')}" if trend else "")
+
+
+def _where_line(sweep: Sequence[SweepEntry], row0_flips: int) -> str:
+    """Where the difference starts: in-block numerics, the batched path's own rows, or the KV history."""
+    multi = [e for e in sweep if e.k >= 2 and e.first_divergence is not None]
+    at_row0 = [e for e in multi if e.first_divergence["row"] == 0]
+    if at_row0:
+        e = at_row0[0]
+        return (f"the first differing row is an in-block row 0 in {len(at_row0)} of {len(multi)} (prompt, K ≥ 2) "
+                f"runs (e.g. {e.prompt} K={e.k} out {e.first_divergence['output_index']}): every earlier row was "
+                "bit-exact, so it read the same KV history as M=1 and still differs — the batched path's own "
+                "per-row numerics differ (kernel choice for M ≥ 2), and every later row also reads the KV entries "
+                "M=K rows wrote")
+    if row0_flips:
+        return ("rows differ first at in-block rows ≥ 1; row-0 flips read only KV entries earlier blocks wrote, so "
+                "those are carried by the KV history the M=K rows wrote")
+    return "flips only at in-block rows ≥ 1: the seed's signature of in-block attention/KV numerics"
 
 
 def classify_verify(totals: Sequence[SweepEntry], flips: Sequence[FlipRecord],
-                    thresholds: Thresholds) -> VerifyClassification:
+                    thresholds: Thresholds, *, batch_invariant: bool | None = None,
+                    sweep: Sequence[SweepEntry] = ()) -> VerifyClassification:
     """Classify the K sweep (totals over prompts, one entry per K) with evidence.
 
     Rules, following the seed report's reasoning (first match decides the cause):
 
     1. every row of every K bit-exact → ``bit-exact``;
-    2. any K verdict ``divergent`` (a flip with reference margin ≥ τ, a top-k
-       set change at a clear boundary, or NaN/Inf) → ``wrong-result``
-       (indexing/masking-class bug);
+    2. any K verdict ``divergent`` (:func:`verify_verdict`: a flip with M=1
+       margin ≥ τ, a flip to a token outside the other run's top-k, or NaN/Inf) →
+       ``wrong-result`` (indexing/masking-class bug);
     3. any K verdict ``systematic-offset``, or one in-block row index whose
        differing rows share an offset (|mean Δ| ≥ offset_ratio × std Δ) →
        ``systematic-offset``;
@@ -566,17 +662,19 @@ def classify_verify(totals: Sequence[SweepEntry], flips: Sequence[FlipRecord],
        ULP noise → ``ulp-noise``.
 
     A flip at in-block row 0 is *not* by itself taken as an offset (the seed's
-    rule): row 0 reads only KV entries that earlier blocks wrote, and on
-    engines whose M=K rows write different KV entries than M=1 (llama.cpp) a
-    near-tie flip lands on row 0 as readily as on any row. It is reported as
-    evidence about where the difference lives.
+    rule): on llama.cpp the batched path computes even row 0 differently from
+    M=1 (measured: a prompt's first differing row is often a row 0 whose KV
+    history is still bit-exact), and later rows read KV entries M=K rows
+    wrote, so near-tie flips land on row 0 as readily as on any row. Where the
+    difference starts is reported as evidence (``sweep``: the per-prompt
+    entries).
     """
     tau = thresholds.near_tie_margin
     if not totals:
         raise InputError("classify_verify needs at least one K")
     worst = max(totals, key=lambda t: VERDICTS.index(t.verdict))
     word = worst.verdict
-    scaling = flip_scaling(totals)
+    scaling = flip_scaling(totals, batch_invariant)
     evidence: list[str] = []
     by_k = {t.k: t for t in totals}
 
@@ -598,15 +696,15 @@ def classify_verify(totals: Sequence[SweepEntry], flips: Sequence[FlipRecord],
 
     if word == "divergent":
         cause = "wrong-result"
-        evidence += [f"K={worst.k}: {line}" for line in worst.evidence if "≥" in line or "NaN" in line]
+        evidence += [f"K={worst.k}: {line}" for line in worst.evidence[:-1]]
         confident = [f for f in flips if f.margin_ref is None or f.margin_ref >= tau]
         if confident:
             f = max(confident, key=lambda f: f.margin_ref or 0.0)
             evidence.append(f"flip at a confident position: {f.prompt} K={f.k} output {f.output_index} (row {f.row}): "
                             f"{f.token_ref} → {f.token_obs}, M=1 margin {_g(f.margin_ref)} ≥ τ = {_g(tau)}; "
                             f"top-{len(f.topk_ref)} M=1 {f.topk_ref} vs M=K {f.topk_obs}")
-        summary = ("wrong result: M=K rows change confident tokens or top-k sets — an indexing/masking-class "
-                   "bug in the verify path, not floating-point noise")
+        summary = ("wrong result: M=K rows flip confident tokens, or flip to tokens outside the top-k — an "
+                   "indexing/masking-class bug in the verify path, not floating-point noise")
     elif word == "systematic-offset" or offsets:
         cause = "systematic-offset"
         word = "systematic-offset" if VERDICTS.index(word) < VERDICTS.index("systematic-offset") else word
@@ -629,17 +727,18 @@ def classify_verify(totals: Sequence[SweepEntry], flips: Sequence[FlipRecord],
         cause = "near-tie-noise"
         margins = [f.margin_ref for f in flips if f.margin_ref is not None]
         evidence.append(f"all {len(flips)} flips at M=1 margin < τ = {_g(tau)} "
-                        f"(largest {_g(max(margins) if margins else None)}, smallest {_g(min(margins) if margins else None)})")
+                        f"(largest {_g(max(margins, default=None))}, smallest {_g(min(margins, default=None))})")
         topk_same = sum(1 for f in flips if sorted(f.topk_ref) == sorted(f.topk_obs))
-        evidence.append(f"top-k sets identical at {topk_same} of {len(flips)} flips (a near-tie top-2 swap)")
+        evidence.append(f"top-k sets identical at {topk_same} of {len(flips)} flips; at every flip both tokens are in "
+                        "both top-k lists (near-tied tokens trading places)")
         evidence.append(f"mean Δ over all compared rows {_g(worst.mean_diff)} vs mean |Δ| {_g(worst.mean_abs_diff)}: "
                         "no offset (offset_ratio test per K and per in-block row)")
         if k1 is not None:
             evidence.append(f"K=1: {k1.flips} flips, {k1.rows - k1.bit_exact_rows} rows differ: the one-row verify "
                             "is the M=1 path")
-        evidence.append(f"flips at in-block row 0: {row0}, at rows ≥ 1: {inner}"
-                        + (" — row 0 reads only KV entries earlier blocks wrote, so the difference is carried by "
-                           "the KV the M=K rows wrote, not only by in-block attention" if row0 else ""))
+        evidence.append(f"K={worst.k}: {worst.evidence[-1]}")
+        evidence.append(f"flips at in-block row 0: {row0}, at rows ≥ 1: {inner}")
+        evidence.append(_where_line(sweep, row0))
         summary = f"near-tie floating-point noise: every flip sits below τ = {_g(tau)}, top-k sets kept, no offset"
     else:
         cause = "ulp-noise" if word == "ulp-noise" else "near-tie-noise"
@@ -708,6 +807,7 @@ class VerifyExperiment:
         for prompt in cfg.prompts:
             ids = prompt_ids[prompt.name]
             replays: dict[int, tuple[float, list[int]]] = {}
+            first_batched: np.ndarray | None = None  # rows of the smallest K >= 2, to test batch invariance
             self.on_event("step", {"description": f"{prompt.name}: M=1 greedy"})
             ref = greedy_m1(engine, ids, cfg.n_decode)
             result.prompts.append(PromptRecord(prompt.name, prompt.kind, len(ids), ref.tokens,
@@ -720,6 +820,12 @@ class VerifyExperiment:
                 result.flips += self._flips(engine, prompt.name, k, len(ids), c, ref.decode_rows, obs)
                 parts[k].append((c, prompt.name, len(ids)))
                 replays[k] = (seconds, [f["position"] for f in c.flips])
+                if k >= 2:
+                    if first_batched is None:
+                        first_batched = obs
+                    else:
+                        same = np.array_equal(obs.view(np.uint32), first_batched.view(np.uint32))
+                        result.batch_invariant = same and result.batch_invariant is not False
                 del obs
             if guard is not None:
                 self._guard_prompt(engine, prompt.name, ids, ref, guard, replays.get(cfg.guard_k))
@@ -727,7 +833,8 @@ class VerifyExperiment:
 
         for k in cfg.ks:
             result.totals.append(self._total(k, parts[k]))
-        result.classification = classify_verify(result.totals, result.flips, cfg.thresholds)
+        result.classification = classify_verify(result.totals, result.flips, cfg.thresholds,
+                                                batch_invariant=result.batch_invariant, sweep=result.sweep)
         if guard is not None:
             guard.totals = guard_totals(guard.results, cfg.guard_fallbacks)
 
