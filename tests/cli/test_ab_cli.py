@@ -1,8 +1,10 @@
 """``python -m logitlab ab`` as a user runs it: exit codes, one-line errors, reports on disk."""
 
 import json
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -42,7 +44,7 @@ def test_aa_passes_require_bit_exact(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--model", "/nonexistent/model.gguf"], "error: model file /nonexistent/model.gguf does not exist"),
     (["--candidate", "flash=1"], "error: unknown llamacpp option 'flash'; valid options: "),
-    (["--control", "n_ctx=16", "--candidate", "n_ctx=16"], "exceeds the context of 16"),
+    (["--control", "n_ctx=16", "--candidate", "n_ctx=16"], "exceeds the control's context of 16"),
     (["--tokens", "0"], "error: --tokens must be at least 1"),
     (["--prompt", "a", "--prompt-file", "p.txt"], "error: give --prompt or --prompt-file, not both"),
 ])
@@ -59,6 +61,53 @@ def test_missing_prompt_file(tmp_path):
     proc = logitlab("ab", *RUN, "--prompt-file", "/nonexistent/prompt.txt", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr == "error: cannot read --prompt-file /nonexistent/prompt.txt: No such file or directory\n"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--candidate", "flash_attn=banana"], "error: bad value 'banana' for llamacpp option 'flash_attn'"),
+    (["--repeats", "0"], "error: --repeats must be at least 1, got 0"),
+    (["--warmup", "-1"], "error: --warmup must be 0 or more, got -1"),
+    (["--candidate", "n_ctx=16"], "error: prompt (12 tokens) + --tokens 8 = 20 exceeds the candidate's context of 16"),
+    (["--json", "."], "error: --json . is a folder; give a file path"),
+    (["--markdown", "/proc/report.md"], "error: --markdown /proc/report.md cannot be written"),
+])
+def test_bad_input_is_rejected_before_any_run(args, message, tmp_path):
+    proc = logitlab("ab", *SHORT, *args, "--log", str(tmp_path / "runs.jsonl"), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(message) and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stdout == "" and not (tmp_path / "runs.jsonl").exists()
+
+
+def test_prompt_file_that_is_not_utf8(tmp_path):
+    (tmp_path / "bin.txt").write_bytes(b"\xff\xfe")
+    proc = logitlab("ab", *RUN, "--prompt-file", "bin.txt", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --prompt-file bin.txt is not UTF-8 text")
+
+
+def test_env_knob_outside_process_isolation_is_noted_and_json_is_readable(tmp_path):
+    out = tmp_path / "out.json"
+    proc = logitlab("ab", *SHORT, "--candidate-env", "GGML_SCHED_MAX_COPIES=1", "--json", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    note = next(n for n in json.loads(out.read_text())["notes"] if n.startswith("environment knobs"))
+    assert "--isolation process" in note and "--isolation process" in proc.stdout
+    assert out.stat().st_mode & 0o044 == 0o044, oct(out.stat().st_mode)
+
+
+def test_ctrl_c_writes_the_partial_result_and_exits_130(tmp_path):
+    out = tmp_path / "out.json"
+    log = tmp_path / "out.runs.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "logitlab", "ab", "--prompt", SHORT_PROMPT, "--tokens", "8",
+                             "--repeats", "50", "--quiet", "--json", str(out)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not log.exists() or log.read_text().count("\n") < 3):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1].startswith("error: interrupted")
+    data = json.loads(out.read_text())
+    assert data["error"] == "interrupted" and len(data["runs"]) >= 3
 
 
 def test_not_a_gguf_file(tmp_path):

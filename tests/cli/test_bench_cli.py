@@ -102,9 +102,48 @@ def test_hyperfine_compare(tmp_path):
     (["calibrate", str(DATA / "llama-bench-base.json"), "--out", "n.json"], "at least 2 runs"),
     (["run", "--control", "true", "--candidate", "true", "--metric", "x=(\\d+)"], "--metric needs a direction"),
     (["run", "--control", "true"], "give --candidate CMD, or --aa"),
+    (["run", "--control", "true", "--candidate", "true", "--margin", "5"],
+     "--margin must be a fraction between 0 and 1 (0.02 = 2 %), got 5"),
+    (["compare", str(DATA / "llama-bench-base.json"), str(DATA / "llama-bench-pr.jsonl"), "--margin", "5"],
+     "--margin must be a fraction between 0 and 1 (0.02 = 2 %), got 5"),
+    (["run", "--control", "echo x=2", "--candidate", "echo x=2", "--metric", "x=[0-9]+", "--higher-is-better"],
+     "--metric 'x=[0-9]+' has no capture group"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     one_line_error(in_process(*args, cwd=tmp_path), message)
+
+
+def test_unwritable_outputs_exit_2_before_any_work(tmp_path):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("")
+    base, pr = str(DATA / "llama-bench-base.json"), str(DATA / "llama-bench-pr.jsonl")
+    one_line_error(in_process("compare", base, pr, "--json", "folder", cwd=tmp_path),
+                   "--json folder is a folder; give a file path")
+    one_line_error(in_process("compare", base, pr, "--markdown", "/proc/x.md", cwd=tmp_path),
+                   "--markdown /proc/x.md cannot be written: ")
+    one_line_error(in_process("calibrate", base, base, "--out", "file/noise.json", cwd=tmp_path),
+                   "--out file/noise.json cannot be written: ")
+    for option in ("--json", "--markdown"):
+        r = in_process("run", "--control", "touch ran", "--candidate", "touch ran", option, "/proc/r.out",
+                       "--quiet", cwd=tmp_path)
+        one_line_error(r, f"{option} /proc/r.out cannot be written: ")
+        assert not (tmp_path / "ran").exists()  # checked before any command ran
+
+
+def test_run_one_block_renders(tmp_path):
+    r = in_process("run", "--control", "sleep 0.01", "--candidate", "sleep 0.01", "--blocks", "1", "--warmup", "0",
+                   "--quiet", "--markdown", "one.md", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "n/a" in r.stdout and "a paired CI needs at least 2 blocks" in r.stdout
+    assert "a paired CI needs at least 2 blocks" in (tmp_path / "one.md").read_text()
+
+
+def test_help_has_no_doubled_percent_or_broken_words():
+    for command in ("run", "compare"):
+        r = in_process(command, "--help", cwd=Path.cwd())
+        text = " ".join(r.stdout.split())
+        assert r.returncode == 0 and "%%" not in text and ("0.02 = 2 %" in text or "0.05 = 5 %" in text), text
+        assert "geometric- mean" not in text
 
 
 def test_empty_and_unknown_files_exit_2(tmp_path):
@@ -127,6 +166,9 @@ def test_run_failing_candidate_exit_2_with_partial_json(tmp_path):
     r = logitlab("run", "--control", "true", "--candidate", "echo broken >&2; exit 7", "--blocks", "2",
                  "--json", str(tmp_path / "run.json"), "--quiet")
     one_line_error(r, "candidate command 'echo broken >&2; exit 7' failed (exit status 7): broken in a warmup run")
+    # no empty table, no dangling "δ from", the error only once (on stderr)
+    assert "no complete block: 0/8 timed runs done, 1 failed" in r.stdout
+    assert "δ from" not in r.stdout and "metric" not in r.stdout and "exit status 7" not in r.stdout
     data = json.loads((tmp_path / "run.json").read_text())
     assert data["runs"][-1]["exit_status"] == 7 and data["error"]
 

@@ -61,7 +61,7 @@ def test_speed_decision_over_blocks():
 
 def test_prompt_longer_than_context():
     cfg = config("n_ctx=16", "n_ctx=16")
-    with pytest.raises(InputError, match="exceeds the context of 16"):
+    with pytest.raises(InputError, match="exceeds the control's context of 16"):
         run_ab(cfg)
 
 

@@ -48,6 +48,19 @@ def test_metric_regex_checks():
         compile_metric("(")
     with pytest.raises(InputError, match="2 groups"):
         compile_metric(r"(a)=(\d+)")
+    with pytest.raises(InputError, match=r"--metric 'x=\[0-9\]\+' has no capture group: put parentheses"):
+        compile_metric("x=[0-9]+")
+    named = compile_metric(r"(tokens|toks)=(?P<value>[0-9.]+)")  # several groups, one named: the named one
+    assert run_command("echo toks=42", metric=named)["metric"] == 42.0
+
+
+def test_metric_that_is_not_a_number_blames_the_regex_not_the_command():
+    with pytest.raises(InputError) as e:
+        bench_run(BenchRunConfig(control="echo x=abc", candidate="echo x=abc", blocks=1, warmup=1,
+                                 metric_regex=r"x=(\w+)", metric_name="x"))
+    message = str(e.value)
+    assert message.startswith("--metric regex 'x=(\\\\w+)' captured 'abc', which is not a number"), message
+    assert "failed" not in message and "in the output of the control command" in message
 
 
 class FakeRunner:
@@ -127,6 +140,8 @@ def test_aa_mode_reports_false_positive_rate_and_suggests_margin():
     (dict(control="a", candidate="b", aa=True), "A/A mode runs the control on both sides"),
     (dict(control="a", candidate="b", timeout=-1.0), "--timeout"),
     (dict(control="a", candidate="b", metric_regex="("), "not a valid regular expression"),
+    (dict(control="a", candidate="b", margin=5.0), r"--margin must be a fraction between 0 and 1 \(0.02 = 2 %\), got 5$"),
+    (dict(control="a", candidate="b", margin=0.0), "--margin must be a fraction between 0 and 1"),
 ])
 def test_config_errors(kwargs, message):
     with pytest.raises(InputError, match=message):
@@ -140,3 +155,39 @@ def test_real_commands_two_blocks():
     assert len(result.runs) == 8 and all(r.ok for r in result.runs)
     assert result.primary.n_blocks == 2 and result.primary.ratio == 1.0  # the parsed metric is identical
     assert all(r.max_rss_bytes > 0 for r in result.runs)
+
+
+def _render(result, **kwargs):
+    from rich.console import Console
+
+    from logitlab.report.bench import display_run
+
+    console = Console(width=160, record=True)
+    display_run(result, console, **kwargs)
+    return console.export_text()
+
+
+def test_one_block_renders_with_ci_and_mde_not_available():
+    from logitlab.report.bench import format_run_markdown
+
+    result = bench_run(BenchRunConfig(control="ctl", candidate="cand", blocks=1, warmup=0, n_bootstrap=200),
+                       runner=FakeRunner(ratio=0.9))
+    assert result.primary.n_blocks == 1 and result.primary.position.p_value is None
+    text = _render(result)
+    assert "p=n/a" in text and "(n/a)" in text and "a paired CI needs at least 2 blocks" in text
+    md = format_run_markdown(result)
+    assert "| wall |" in md and "(p n/a)" in md
+
+
+def test_no_complete_block_prints_one_line_instead_of_the_table():
+    from logitlab.report.bench import format_run_markdown
+
+    with pytest.raises(InputError) as e:
+        bench_run(BenchRunConfig(control="ctl", candidate="cand", blocks=3), runner=FakeRunner(
+            fail=lambda n, cmd: cmd == "cand"))
+    text = _render(e.value.partial, show_error=False)
+    assert "no complete block: 0/12 timed runs done, 1 failed" in text
+    assert "metric" not in text and "δ from" not in text and "stopped early" not in text
+    md = format_run_markdown(e.value.partial)
+    assert "no complete block: 0/12 timed runs done, 1 failed (first: candidate warmup, exit status 1)" in md
+    assert "| metric |" not in md and "**Stopped early:**" in md

@@ -11,7 +11,9 @@ import click
 
 from logitlab.cli.common import (
     EXIT_CHECK_FAILED,
+    EXIT_INTERRUPTED,
     EXIT_OK,
+    check_output_paths,
     fail,
     handle_errors,
     make_progress,
@@ -57,7 +59,7 @@ REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
                    "first divergent tensor (layer, name, position).")
 @threshold_options
 @click.option("--margin", type=float, default=None,
-              help="Equivalence margin δ for the speed call, as a fraction (0.02 = 2 %%). Default: from the A/A.")
+              help="Equivalence margin δ for the speed call, as a fraction (0.02 = 2 %). Default: from the A/A.")
 @click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
               help="Exit 1 when the A/B verdict (or the A/A) is worse than this.")
 @click.option("--json", "json_path", type=str, default=None, help="Write the full result as JSON.")
@@ -101,11 +103,15 @@ def ab(**opts: Any) -> None:
         thresholds=thresholds_from(opts),
     )
     log_path = opts["log_path"] or _default_log_path(opts["json_path"])
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], log=log_path)
     result, error = _run_with_progress(config, log_path, opts["quiet"])
     _write_reports(result, opts["json_path"], opts["markdown_path"])
     _display(result)
     if not opts["quiet"]:
         click.echo(f"runs logged to {log_path}", err=True)
+    if isinstance(error, KeyboardInterrupt):
+        click.echo("error: interrupted; the runs measured so far are in the reports and the log", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     if error is not None:
         fail(str(error))
     sys.exit(_require_exit_code(result, opts["require"]))
@@ -117,7 +123,7 @@ def _default_log_path(json_path: str | None) -> str:
     return f"logitlab-runs/ab-{datetime.now():%Y%m%d-%H%M%S}.jsonl"
 
 
-def _run_with_progress(config: Any, log_path: str, quiet: bool) -> tuple[Any, LogitlabError | None]:
+def _run_with_progress(config: Any, log_path: str, quiet: bool) -> tuple[Any, BaseException | None]:
     from logitlab.experiments.ab import AbExperiment
 
     with make_progress(quiet) as progress:
@@ -136,7 +142,7 @@ def _run_with_progress(config: Any, log_path: str, quiet: bool) -> tuple[Any, Lo
 
         try:
             return AbExperiment(config, log_path=log_path, on_event=on_event).run(), None
-        except LogitlabError as exc:
+        except (LogitlabError, KeyboardInterrupt) as exc:
             partial = getattr(exc, "partial", None)
             if partial is None:
                 raise

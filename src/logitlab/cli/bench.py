@@ -10,7 +10,15 @@ from typing import Any
 
 import click
 
-from logitlab.cli.common import EXIT_CHECK_FAILED, EXIT_OK, fail, handle_errors, make_progress, report_console
+from logitlab.cli.common import (
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    check_output_paths,
+    fail,
+    handle_errors,
+    make_progress,
+    report_console,
+)
 from logitlab.errors import InputError, LogitlabError
 
 _FORMATS = ("gbench", "criterion", "pytest-benchmark", "pyperf", "hyperfine", "llama-bench")
@@ -44,14 +52,14 @@ def _metric_name(regex: str | None) -> str:
 @click.option("--randomize", is_flag=True, help="Seeded, balanced random order of block patterns.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --randomize and the bootstrap.")
 @click.option("--metric", "metric_regex", default=None, metavar="REGEX",
-              help="Parse the primary metric from the output: the first group of the last match, e.g. "
-                   "'tokens_per_second=([0-9.]+)'. Default: wall time.")
+              help="Parse the primary metric from the output: the one capture group (or the one named group) "
+                   "of the last match, e.g. 'tokens_per_second=([0-9.]+)'. Default: wall time.")
 @click.option("--metric-name", default=None, help="Name of the --metric (default: the text before '=' in REGEX).")
 @click.option("--unit", "metric_unit", default="", help="Unit of the --metric, for reports (e.g. tokens/s).")
 @click.option("--higher-is-better/--lower-is-better", "higher_is_better", default=None,
               help="Direction of the --metric (required with --metric).")
 @click.option("--margin", type=float, default=None,
-              help="Equivalence margin δ as a fraction (0.02 = 2 %%). Default: from the control's A/A slots.")
+              help="Equivalence margin δ as a fraction (0.02 = 2 %). Default: from the control's A/A slots.")
 @click.option("--timeout", type=float, default=None, help="Seconds per run; a run past it is killed and fails.")
 @click.option("--fail-on", type=click.Choice(["slower", "not-faster"]), default=None,
               help="Exit 1 when the call is slower (or anything but faster).")
@@ -64,9 +72,9 @@ def run_cmd(**opts: Any) -> None:
 
     Per run: wall time, user and system CPU time, peak RSS (from os.wait4 on
     the child), exit status, and optionally a number parsed from the output.
-    A block with a failed run is reported and left out. Decision: geometric-
-    mean ratio with a 95 % paired-t CI over blocks, faster / slower /
-    equivalent / inconclusive against δ, MDE, slot-position test.
+    A block with a failed run is reported and left out. Decision:
+    geometric-mean ratio with a 95 % paired-t CI over blocks, faster /
+    slower / equivalent / inconclusive against δ, MDE, slot-position test.
 
     \b
     Examples:
@@ -77,6 +85,7 @@ def run_cmd(**opts: Any) -> None:
     """
     from logitlab.perf.commands import BenchRunConfig, bench_run
 
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"])
     if opts["metric_regex"] and opts["higher_is_better"] is None:
         raise InputError("--metric needs a direction: add --higher-is-better (tokens/s) or --lower-is-better "
                          "(latency)")
@@ -113,7 +122,7 @@ def run_cmd(**opts: Any) -> None:
     _write(opts["json_path"], result.to_dict())
     if opts["markdown_path"]:
         _write_text(opts["markdown_path"], format_run_markdown(result))
-    display_run(result, report_console())
+    display_run(result, report_console(), show_error=error is None)
     if error is not None:
         fail(str(error))
     call = result.primary.call if result.primary else "inconclusive"
@@ -155,7 +164,7 @@ def _read_pair(base: str, candidate: str | None, fmt: str | None, baseline: str 
                                                "folder, compared with its latest run ('new').")
 @click.option("--format", "fmt", type=click.Choice(_FORMATS), default=None, help="Input format (default: detect).")
 @click.option("--noise", "noise_path", default=None, help="Per-scenario margins from `bench calibrate`.")
-@click.option("--margin", type=float, default=None, help="One margin δ for every scenario (0.05 = 5 %%); "
+@click.option("--margin", type=float, default=None, help="One margin δ for every scenario (0.05 = 5 %); "
                                                         "overrides --noise.")
 @click.option("--confidence", type=float, default=0.95, show_default=True, help="CI level.")
 @click.option("--bootstrap", "n_bootstrap", type=int, default=9999, show_default=True, help="Bootstrap resamples.")
@@ -181,9 +190,12 @@ def compare_cmd(**opts: Any) -> None:
       logitlab bench compare base.json pr.json --noise noise.json --fail-on regressed
     """
     from logitlab.manifest import host_info
-    from logitlab.perf.compare_files import NoiseProfile, compare_benchmarks
+    from logitlab.perf.compare_files import NoiseProfile, check_margin, compare_benchmarks
     from logitlab.report.bench import display_compare, format_compare_markdown
 
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"])
+    if opts["margin"] is not None:
+        check_margin(opts["margin"])
     base, candidate = _read_pair(opts["base"], opts["candidate"], opts["fmt"], opts["baseline"])
     noise = None
     if opts["noise_path"]:
@@ -236,6 +248,7 @@ def calibrate_cmd(**opts: Any) -> None:
     from logitlab.perf.readers import read_benchmark_file
     from logitlab.report.bench import display_calibration
 
+    check_output_paths(out=opts["out_path"])
     if opts["baselines"]:
         if len(opts["runs"]) != 1:
             raise InputError("--baseline reads several baselines of ONE criterion folder: give one path")

@@ -2,23 +2,26 @@
 
 Exit codes: 0 ok, 1 a ``--require`` / ``--fail-on`` check failed, 2 bad usage
 or bad input (one ``error:`` line on stderr; results measured before the error
-are kept).
+are kept), 130 interrupted (Ctrl-C; results measured so far are written).
 """
 
 from __future__ import annotations
 
 import functools
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any, Callable
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from logitlab.errors import LogitlabError
+from logitlab.errors import InputError, LogitlabError
 from logitlab.numerics import Thresholds
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report Ctrl-C
 
 
 def fail(message: str) -> None:
@@ -38,6 +41,29 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             fail(str(exc))
 
     return wrapper
+
+
+def check_output_paths(**paths: str | None) -> None:
+    """Check, before any work, that each output file can be written (option name → path).
+
+    Creates missing parent folders and probes them with a temporary file.
+
+    Raises:
+        InputError: a path is a folder, or its folder cannot be created or written.
+    """
+    for option, path in paths.items():
+        if not path:
+            continue
+        flag = "--" + option.replace("_", "-")
+        target = Path(path)
+        if target.is_dir():
+            raise InputError(f"{flag} {path} is a folder; give a file path")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=target.parent, prefix=".logitlab-probe-"):
+                pass
+        except OSError as exc:
+            raise InputError(f"{flag} {path} cannot be written: {exc.strerror or exc}") from None
 
 
 def threshold_options(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -8,8 +8,16 @@ from typing import Any
 
 import click
 
-from logitlab.cli.common import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, fail, handle_errors, make_progress, \
-    report_console
+from logitlab.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    check_output_paths,
+    fail,
+    handle_errors,
+    make_progress,
+    report_console,
+)
 from logitlab.engines import DEFAULT_ENGINE
 
 
@@ -54,14 +62,18 @@ def dump(**opts: Any) -> None:
       logitlab dump --control n_threads=1 --out a/ --names 'l_out,result_output' --layers 0-3
     """
     from logitlab.dumps.format import TensorFilter, format_bytes, parse_size
-    from logitlab.dumps.run import DEFAULT_DUMP_PROMPT, dump_pair, dump_variant
+    from logitlab.dumps.run import DEFAULT_DUMP_PROMPT, check_out_dir, dump_pair, dump_variant
     from logitlab.engines.variant import parse_env, parse_variant
     from logitlab.experiments.workload import load_prompt
     from logitlab.report.dumps import capture_lines
 
+    check_output_paths(json=opts["json_path"])
+    pair = opts["candidate"] is not None or bool(opts["candidate_env"])
+    out = Path(opts["out_dir"])
+    for folder in ((out / "control", out / "candidate") if pair else (out,)):
+        check_out_dir(folder, force=opts["force"])
     control = parse_variant(opts["control"], "control", default_engine=opts["engine"], default_model=opts["model"],
                             env=parse_env(opts["control_env"]))
-    pair = opts["candidate"] is not None or bool(opts["candidate_env"])
     candidate = parse_variant(opts["control"] if opts["candidate"] is None else opts["candidate"], "candidate",
                               default_engine=opts["engine"], default_model=opts["model"],
                               env=parse_env(opts["candidate_env"]))
@@ -104,7 +116,6 @@ def dump(**opts: Any) -> None:
         for line in capture_lines(name, result):
             click.echo(line)
     if pair:
-        out = Path(opts["out_dir"])
         click.echo(f"next: logitlab dump-diff {out / 'control'} {out / 'candidate'}")
     if opts["json_path"]:
         from logitlab.report.jsonio import write_json
@@ -165,6 +176,7 @@ def dump_diff(**opts: Any) -> None:
     from logitlab.dumps.readers import ShapeSpec, open_dump
     from logitlab.report.dumps import display_dump_diff, format_dump_diff_markdown
 
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"])
     shapes = ShapeSpec.parse(opts["shapes"])
     prefixes = list(opts["prefixes"])
     if len(prefixes) > 2:

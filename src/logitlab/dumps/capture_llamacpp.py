@@ -58,6 +58,7 @@ from logitlab.dumps.format import (
     TensorFilter,
     format_bytes,
     format_label,
+    format_ranges,
     np_dtype,
 )
 from logitlab.errors import EngineError, InputError
@@ -173,6 +174,10 @@ class LlamaCppCapture:
         self.bytes_written = 0
         self.stopped: str | None = None
         self.notes: list[str] = []
+        #: (name, layer) of every named tensor the last size probe saw, in graph order (kept or not).
+        self.seen: dict[tuple[str, int | None], None] = {}
+        #: (label, bytes) of the tensor --max-bytes refused before anything was stored, if it did.
+        self.refused_first: tuple[str, int] | None = None
         self._axis_memory: dict[tuple[str, int], int] = {}
         self._order = 0
         self._active = False
@@ -211,6 +216,7 @@ class LlamaCppCapture:
         The probe evaluates token 0 at position 0 and leaves the engine reset.
         """
         self._probe = 0
+        self.seen = {}
         self._start_graphs(0, 1)
         try:
             self.llama.reset()
@@ -347,6 +353,8 @@ class LlamaCppCapture:
         ne = [int(x) for x in head.ne]
         token_dim = self._token_dim((name, instance), ne, graph.n_tokens)
         dtype = GGML_DTYPES.get(int(head.type))
+        if self._probe is not None:
+            self.seen[(name, layer)] = None
         if not self.select.keeps_name(name, layer):
             return False
         if self._probe is None and not self.select.keeps_span(graph.start, graph.start + graph.n_tokens):
@@ -397,6 +405,8 @@ class LlamaCppCapture:
         if self.stopped:
             return
         if self.max_bytes is not None and self.bytes_written + array.nbytes > self.max_bytes:
+            if not self.entries:
+                self.refused_first = (format_label(info["name"], info["layer"], info["instance"]), array.nbytes)
             self.stopped = (f"--max-bytes {format_bytes(self.max_bytes)} reached at step {self._step.index} "
                             f"({self._step.kind}, positions {self._step.positions[0]}-"
                             f"{self._step.positions[1] - 1}), tensor {info['label']}: "
@@ -412,6 +422,29 @@ class LlamaCppCapture:
         self.bytes_written += array.nbytes
         self._step.n_tensors += 1
         self._step.nbytes += array.nbytes
+
+
+def check_filter_matches(select: TensorFilter, seen: Sequence[tuple[str, int | None]]) -> None:
+    """Raise if ``--names`` / ``--layers`` keep none of the graph's tensors ``seen`` (``(name, layer)``, in order).
+
+    Raises:
+        InputError: naming the filter and what the graph has (its layer range, a few names).
+    """
+    if not seen:
+        return
+    layers = sorted({layer for _, layer in seen if layer is not None})
+    names = list(dict.fromkeys(name for name, _ in seen))
+    shown = ", ".join(names[:12]) + (f", … ({len(names)} names)" if len(names) > 12 else "")
+    layer_text = f"layers {layers[0]}-{layers[-1]}" if layers else "no layers"
+    if select.layers is not None and not select.layers & set(layers):
+        raise InputError(f"--layers {format_ranges(select.layers)} matches no layer: the model has {layer_text}")
+    if not select.names or any(select.keeps_name(name, layer) for name, layer in seen):
+        return
+    patterns = ",".join(select.names)
+    if any(TensorFilter(select.names).keeps_name(name, layer) for name, layer in seen):
+        raise InputError(f"--names {patterns} with --layers {format_ranges(select.layers or ())} matches no tensor: "
+                         f"those names are in other layers ({layer_text})")
+    raise InputError(f"--names {patterns} matches no tensor; the graph has {shown}")
 
 
 def capture_llamacpp(
@@ -458,7 +491,9 @@ def capture_llamacpp(
     Raises
     ------
     InputError
-        ``replay`` too short, or the tokens do not fit the context.
+        ``replay`` too short, the tokens do not fit the context, a filter
+        (names, layers, positions) that keeps nothing, or ``max_bytes``
+        smaller than the first tensor (then nothing is written).
     EngineError
         llama.cpp failed, or tensors could not be assigned to positions.
     """
@@ -473,9 +508,14 @@ def capture_llamacpp(
     if not prompt_ids:
         raise InputError("the prompt has no tokens")
     check_context(engine, len(prompt_ids) + n_decode)
+    n_total = len(prompt_ids) + n_decode
+    positions = [p for p in range(n_total) if select.keeps_position(p)]
+    if not positions:
+        raise InputError(f"--positions {format_ranges(select.positions or ())} matches no position: this run has "
+                         f"positions 0-{n_total - 1} ({len(prompt_ids)} prompt + {n_decode} decode tokens)")
     capture = LlamaCppCapture(engine, select, out, max_bytes=max_bytes)
     per_token = capture.probe_bytes_per_token()
-    positions = [p for p in range(len(prompt_ids) + n_decode) if select.keeps_position(p)]
+    check_filter_matches(select, list(capture.seen))
     estimate = per_token * len(positions)
     if on_event:
         on_event("estimate", {"bytes": estimate, "bytes_per_token": per_token, "positions": len(positions)})
@@ -516,8 +556,15 @@ def capture_llamacpp(
             manifest.engine = {**manifest.engine, "capture_notes": capture.notes}
         if manifest.stopped is None and not manifest.complete:
             manifest.stopped = "the capture failed before the end (see the error it raised)"
-        manifest.write(out)
+        if capture.entries or capture.refused_first is None:  # else nothing stored: leave the folder empty
+            manifest.write(out)
+    if capture.refused_first is not None and not capture.entries:
+        label, size = capture.refused_first
+        raise InputError(f"--max-bytes {format_bytes(max_bytes or 0)} is smaller than the first tensor ({label}, "
+                         f"{format_bytes(size)}): nothing would be stored; raise it (the whole capture is "
+                         f"estimated at {format_bytes(estimate)})")
     return CaptureResult(out, manifest, np.concatenate(rows) if rows else np.zeros((0, engine.n_vocab), np.float32))
 
 
-__all__ = ["CaptureResult", "GGML_DTYPES", "LlamaCppCapture", "capture_llamacpp", "install_eval_callback"]
+__all__ = ["CaptureResult", "GGML_DTYPES", "LlamaCppCapture", "capture_llamacpp", "check_filter_matches",
+           "install_eval_callback"]

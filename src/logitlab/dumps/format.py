@@ -111,6 +111,17 @@ def parse_ranges(text: str | None, what: str) -> frozenset[int] | None:
     return frozenset(values)
 
 
+def format_ranges(values: Iterable[int]) -> str:
+    """The inverse of :func:`parse_ranges`: ``{0, 1, 2, 3, 7}`` -> ``"0-3,7"``."""
+    parts: list[list[int]] = []
+    for v in sorted(set(values)):
+        if parts and v == parts[-1][1] + 1:
+            parts[-1][1] = v
+        else:
+            parts.append([v, v])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)
+
+
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
 
 

@@ -289,7 +289,7 @@ def open_dump(path: str | Path, *, format: str = "auto", shapes: ShapeSpec | Non
     if p.is_dir():
         shapes = shapes.merged(_folder_shapes(p, dump.problems))
     if not files:
-        dump.problems.append(f"{path}: empty folder (no dump files)" if p.is_dir() else f"{path}: not a file")
+        dump.problems.append(f"{path}: empty folder (no dump files)" if p.is_dir() else _not_a_dump_file(p))
         return dump
     raw_dtype = {"raw-f32": "float32", "raw-i32": "int32"}.get(format)
     kinds: set[str] = set()
@@ -319,6 +319,24 @@ def open_dump(path: str | Path, *, format: str = "auto", shapes: ShapeSpec | Non
     if not dump.refs and not any("no tensors" in line for line in dump.problems):
         dump.problems.append(f"{path}: no tensors could be read")
     return dump
+
+
+def _not_a_dump_file(p: Path) -> str:
+    """Why a single file that is not read as tensors (a .json, a hidden or .part file) is no dump."""
+    try:
+        size = p.stat().st_size
+    except OSError as exc:
+        return f"{p}: cannot read ({exc.strerror})"
+    if size == 0:
+        return f"{p}: empty file, not a dump"
+    if p.suffix.lower() == ".json":
+        if p.name == MANIFEST_NAME and is_logitlab_dump(p.parent):
+            return f"{p}: a dump's manifest; give its folder, {p.parent}"
+        return (f"{p}: a JSON file, not a dump: give a dump folder, or a .bin/.f32/.i32/.npy/.safetensors "
+                "file")
+    if p.name.endswith(".part"):
+        return f"{p}: an unfinished step file (.part) of a capture that did not end, not a dump"
+    return f"{p}: a hidden file, not read as a dump"
 
 
 # --------------------------------------------------------------------------- logitlab

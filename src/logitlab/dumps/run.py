@@ -35,11 +35,16 @@ CAPTURE_ENGINES = ("llamacpp",)
 EventHook = Callable[[str, dict[str, Any]], None]
 
 
-def prepare_out_dir(path: str | Path, *, force: bool = False) -> Path:
-    """Create ``path`` or check it is empty; with ``force``, clear an earlier logitlab dump there.
+def check_out_dir(path: str | Path, *, force: bool = False, option: str = "--out") -> Path:
+    """Check, before any work, that ``path`` can hold a dump; changes nothing but creating the folder.
+
+    The folder (and its parents) is created if missing and probed with a
+    temporary file; an existing one must be empty, or hold an earlier
+    logitlab dump and ``force`` be given.
 
     Raises:
-        InputError: not a folder, or not empty (and not a dump ``force`` may clear).
+        InputError: not a folder, not empty (and not a dump ``force`` may
+            clear), or it cannot be created or written.
     """
     out = Path(path)
     if out.exists() and not out.is_dir():
@@ -48,13 +53,29 @@ def prepare_out_dir(path: str | Path, *, force: bool = False) -> Path:
         ours = (out / MANIFEST_NAME).exists() and all(
             f.name == MANIFEST_NAME or f.name.startswith("step-") for f in out.iterdir())
         if not force:
-            raise InputError(f"dump folder {out} is not empty; choose another --out or pass --force")
+            raise InputError(f"dump folder {out} is not empty; choose another {option} or pass --force")
         if not ours:
             raise InputError(f"dump folder {out} holds files that are not a logitlab dump; "
-                             "--force only replaces an earlier dump: choose another --out")
-        for f in out.iterdir():
-            f.unlink()
-    out.mkdir(parents=True, exist_ok=True)
+                             f"--force only replaces an earlier dump: choose another {option}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".logitlab-probe-"):
+            pass
+    except OSError as exc:
+        raise InputError(f"{option} {path} cannot be written: {exc.strerror or exc}") from None
+    return out
+
+
+def prepare_out_dir(path: str | Path, *, force: bool = False) -> Path:
+    """Create ``path`` or check it is empty; with ``force``, clear an earlier logitlab dump there.
+
+    Raises:
+        InputError: not a folder, not empty (and not a dump ``force`` may
+            clear), or it cannot be created or written.
+    """
+    out = check_out_dir(path, force=force)
+    for f in out.iterdir():  # empty, or (with force) an earlier dump
+        f.unlink()
     return out
 
 
@@ -138,6 +159,8 @@ def dump_pair(
     ``max_bytes`` applies to each side. Raises as :func:`dump_variant`.
     """
     out = Path(out_dir)
+    for side in ("control", "candidate"):  # both folders usable before the first capture
+        check_out_dir(out / side, force=force)
     if on_event:
         on_event("variant", {"label": control.label})
     first = dump_variant(control, prompt, n_decode, out / "control", replay=replay, select=select,
@@ -210,5 +233,5 @@ def localize(
             shutil.rmtree(root, ignore_errors=True)
 
 
-__all__ = ["DEFAULT_DUMP_PROMPT", "DEFAULT_DUMP_TOKENS", "DEFAULT_MAX_BYTES", "dump_pair", "dump_variant",
-           "localize", "prepare_out_dir"]
+__all__ = ["DEFAULT_DUMP_PROMPT", "DEFAULT_DUMP_TOKENS", "DEFAULT_MAX_BYTES", "check_out_dir", "dump_pair",
+           "dump_variant", "localize", "prepare_out_dir"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from logitlab.engines.base import Engine
 from logitlab.engines.variant import Variant
 from logitlab.errors import EngineError, InputError, LogitlabError
 from logitlab.experiments import crossengine
@@ -72,6 +74,7 @@ class AbConfig:
     def validate(self) -> None:
         if self.n_decode < 1:
             raise InputError(f"--tokens must be at least 1, got {self.n_decode}")
+        ab_schedule(self.repeats, warmup=self.warmup)  # raises on --repeats < 1 or --warmup < 0
         if self.isolation not in ISOLATION_LEVELS:
             raise InputError(f"unknown --isolation {self.isolation!r}; valid: {', '.join(ISOLATION_LEVELS)}")
         if self.top_k < 1:
@@ -234,58 +237,60 @@ class AbExperiment:
         """
         cfg = self.config
         variants = {CONTROL: cfg.control, CANDIDATE: cfg.candidate}
-        probe = load_engine(cfg.control)  # tokenizer, context size, manifest; detokenizes the greedy text
         with SlotRunner(variants, cfg.isolation) as runner:
-            if cfg.isolation == "session":
-                runner.adopt(CONTROL, probe)  # the runner closes it
+            # Both engines load before any run: bad options, a context too small or another
+            # tokenizer fail here, not after the control has run.
+            probe = load_engine(cfg.control)  # tokenizer, manifest; detokenizes the greedy text
+            engines = [probe]
             try:
-                result = self._start(probe)
-                self._check_cross_engine(probe, runner, result)
+                engines.append(candidate := load_engine(cfg.candidate))
+                if cfg.isolation == "session":  # reused for every slot; the runner closes them
+                    runner.adopt(CONTROL, probe)
+                    runner.adopt(CANDIDATE, candidate)
+                result = self._start(probe, candidate)
                 try:
                     self._run_blocks(runner, result)
                     self._finish(result)
-                except LogitlabError as exc:
-                    result.error = str(exc)
+                except (LogitlabError, KeyboardInterrupt) as exc:
+                    result.error = str(exc) or "interrupted"
                     exc.partial = result  # type: ignore[attr-defined]
                     raise
             finally:
-                if cfg.isolation != "session":
-                    probe.close()
+                if not runner.adopted(CONTROL):
+                    for engine in engines:
+                        engine.close()
         return result
 
     # -- steps --------------------------------------------------------------
-    def _start(self, probe) -> AbResult:
+    def _start(self, probe: Engine, candidate: Engine) -> AbResult:
         cfg = self.config
         prompt_ids = probe.tokenize(cfg.prompt)
         total = len(prompt_ids) + cfg.n_decode
-        if probe.n_ctx is not None and total > probe.n_ctx:
-            raise InputError(
-                f"prompt ({len(prompt_ids)} tokens) + --tokens {cfg.n_decode} = {total} exceeds the context of "
-                f"{probe.n_ctx}; shorten the prompt or --tokens, or pass n_ctx=... in both variants"
-            )
+        for label, engine in ((CONTROL, probe), (CANDIDATE, candidate)):
+            if engine.n_ctx is not None and total > engine.n_ctx:
+                raise InputError(
+                    f"prompt ({len(prompt_ids)} tokens) + --tokens {cfg.n_decode} = {total} exceeds the {label}'s "
+                    f"context of {engine.n_ctx}; shorten the prompt or --tokens, or raise n_ctx"
+                )
         self._probe_describe = probe.describe()
         self._detokenize = probe.detokenize
         manifest = build_manifest(self._probe_describe, cfg.control, cfg.candidate)
-        return AbResult(config=cfg.to_dict(), manifest=manifest, prompt_ids=prompt_ids,
-                        generated_ids=[], generated_text="")
+        result = AbResult(config=cfg.to_dict(), manifest=manifest, prompt_ids=prompt_ids,
+                          generated_ids=[], generated_text="")
+        if crossengine.needs_check(cfg.control, cfg.candidate):
+            self._check_cross_engine(probe, candidate, result)
+        if (cfg.control.env or cfg.candidate.env) and cfg.isolation != "process":
+            result.notes.append(
+                f"environment knobs are set around each slot inside this process (--isolation {cfg.isolation}): "
+                "a knob the engine reads at start-up (most GGML_* variables) only takes effect with "
+                "--isolation process")
+        return result
 
-    def _check_cross_engine(self, probe, runner: SlotRunner, result: AbResult) -> None:
+    def _check_cross_engine(self, probe: Engine, candidate: Engine, result: AbResult) -> None:
         """Other engine or model: same token ids (else InputError), vocab and arithmetic notes."""
-        cfg = self.config
-        if not crossengine.needs_check(cfg.control, cfg.candidate):
-            return
-        candidate = load_engine(cfg.candidate)
-        try:
-            crossengine.check_tokenizers(probe, candidate, cfg.prompt)
-            described = candidate.describe()
-            vocab = crossengine.vocab_note(probe.n_vocab, candidate.n_vocab)
-        except BaseException:
-            candidate.close()
-            raise
-        if cfg.isolation == "session":
-            runner.adopt(CANDIDATE, candidate)  # the runner closes it
-        else:
-            candidate.close()
+        crossengine.check_tokenizers(probe, candidate, self.config.prompt)
+        described = candidate.describe()
+        vocab = crossengine.vocab_note(probe.n_vocab, candidate.n_vocab)
         result.manifest["candidate_engine"] = described
         result.notes += ([vocab] if vocab else []) + crossengine.cross_engine_notes(self._probe_describe, described)
 
@@ -366,6 +371,9 @@ class AbExperiment:
             slot, verdict = max(self.candidate_verdicts, key=lambda sv: (VERDICTS.index(sv[1].word), -sv[0]))
             result.verdict, result.verdict_slot = verdict, slot
         result.speed = analyse_speed(result.runs, margin=cfg.margin, seed=cfg.seed)
+        busy = busy_machine_note()
+        if busy:
+            result.notes.append(busy)
         if cfg.localize:
             self._localize(result)
 
@@ -413,6 +421,19 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, (np.integer, np.floating, np.bool_)):
         return value.item()
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def busy_machine_note(factor: float = 1.5) -> str | None:
+    """A note when the 1-minute load average exceeds ``factor`` × the logical cores, else None."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return None
+    cores = os.cpu_count() or 1
+    if load <= factor * cores:
+        return None
+    return (f"machine busy: 1-minute load average {load:.1f} on {cores} cores at the end of the run; absolute "
+            "tokens/s are unreliable (the ABBA/BAAB pairing still protects the ratio, at the cost of a wider CI)")
 
 
 def speed_blocks(runs: Sequence[RunRecord], metric: str) -> list[Block]:

@@ -66,6 +66,10 @@ class SlotRunner:
         """Use an already loaded engine for ``label`` (``session`` isolation only)."""
         self._engines[label] = engine
 
+    def adopted(self, label: str) -> bool:
+        """Whether the runner holds (and will close) an engine for ``label``."""
+        return label in self._engines
+
     def close(self) -> None:
         for engine in self._engines.values():
             engine.close()

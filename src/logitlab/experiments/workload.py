@@ -42,6 +42,8 @@ def load_prompt(prompt: str | None, prompt_file: str | None) -> str:
             prompt = Path(prompt_file).read_text(encoding="utf-8")
         except OSError as exc:
             raise InputError(f"cannot read --prompt-file {prompt_file}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise InputError(f"--prompt-file {prompt_file} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     text = DEFAULT_PROMPT if prompt is None else prompt
     if not text.strip():
         raise InputError("the prompt is empty")

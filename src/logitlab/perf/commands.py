@@ -39,6 +39,7 @@ import numpy as np
 
 from logitlab.errors import InputError
 from logitlab.experiments.schedule import CANDIDATE, CONTROL, ab_schedule
+from logitlab.perf.compare_files import check_margin
 from logitlab.perf.paired import Block, PairedComparison, paired_comparison
 
 __all__ = ["SCHEMA_VERSION", "CommandRun", "BenchRunConfig", "AaReport", "BenchRunResult", "run_command",
@@ -106,12 +107,13 @@ class CommandRun:
 
 
 def compile_metric(regex: str | None) -> re.Pattern | None:
-    """Compile a metric regex; its first group (or the whole match) must be a number.
+    """Compile a metric regex: one capture group (or one named group) around the number.
 
     Raises
     ------
     InputError
-        If the regex does not compile or has more than one group.
+        If the regex does not compile, has no capture group, or has several
+        groups and not exactly one of them named.
     """
     if regex is None:
         return None
@@ -119,20 +121,34 @@ def compile_metric(regex: str | None) -> re.Pattern | None:
         pattern = re.compile(regex)
     except re.error as exc:
         raise InputError(f"--metric {regex!r} is not a valid regular expression ({exc})") from None
-    if pattern.groups > 1:
-        raise InputError(f"--metric {regex!r} has {pattern.groups} groups: use one group around the number")
+    if pattern.groups == 0:
+        raise InputError(f"--metric {regex!r} has no capture group: put parentheses around the number, "
+                         f"e.g. 'tokens_per_second=([0-9.]+)'")
+    if pattern.groups > 1 and len(pattern.groupindex) != 1:
+        raise InputError(f"--metric {regex!r} has {pattern.groups} groups: use one group around the number "
+                         "(or name it: (?P<value>[0-9.]+))")
     return pattern
+
+
+def _metric_group(pattern: re.Pattern) -> int | str:
+    """The group holding the number: the only group, or the only named one."""
+    return 1 if pattern.groups == 1 else next(iter(pattern.groupindex))
+
+
+#: Start of the error of a run whose metric regex captured something that is not a number.
+_NOT_A_NUMBER = "--metric regex "
 
 
 def _parse_metric(pattern: re.Pattern, stdout: str, stderr: str) -> tuple[float | None, str | None]:
     for text in (stdout, stderr):
         matches = list(pattern.finditer(text))
         if matches:
-            raw = matches[-1].group(1 if pattern.groups else 0)
+            raw = matches[-1].group(_metric_group(pattern))
             try:
                 value = float(raw)
             except (TypeError, ValueError):
-                return None, f"metric regex matched {raw!r}, which is not a number"
+                return None, (f"{_NOT_A_NUMBER}{pattern.pattern!r} captured {raw!r}, which is not a number: "
+                              "make its group match only the number, e.g. ([0-9.]+)")
             if not math.isfinite(value) or value <= 0:
                 return None, f"metric {value!r} is not positive and finite"
             return value, None
@@ -311,6 +327,8 @@ class BenchRunConfig:
             raise InputError(f"--blocks must be at least 1 (2 or more for a CI), got {self.blocks!r}")
         if self.timeout is not None and not self.timeout > 0:
             raise InputError(f"--timeout must be positive seconds, got {self.timeout!r}")
+        if self.margin is not None:
+            check_margin(self.margin)
         compile_metric(self.metric_regex)
 
     @property
@@ -476,10 +494,13 @@ def bench_run(
             tail = run.stderr_tail.strip().splitlines()[-1:] or [""]
             what = f"{slot.variant} command {commands[slot.variant]!r} failed ({run.error})" + (
                 f": {tail[0][:200]}" if tail[0] else "")
+            regex_fault = bool(run.error and run.error.startswith(_NOT_A_NUMBER))  # the regex's, not the command's
+            if regex_fault:
+                what = f"{run.error} (in the output of the {slot.variant} command)"
             if run.is_warmup:
-                error = f"{what} in a warmup run"
+                error = what if regex_fault else f"{what} in a warmup run"
             elif len(attempts[slot.variant]) >= 2 and not any(attempts[slot.variant]):
-                error = f"{what} on each of its first {len(attempts[slot.variant])} runs"
+                error = what if regex_fault else f"{what} on each of its first {len(attempts[slot.variant])} runs"
             if error:
                 break
     result = _analyse(config, runs, host, error)

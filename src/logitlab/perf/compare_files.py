@@ -44,6 +44,7 @@ __all__ = [
     "ScenarioNoise",
     "NoiseProfile",
     "holm_adjust",
+    "check_margin",
     "compare_benchmarks",
     "calibrate_noise",
 ]
@@ -366,6 +367,21 @@ def _status(worse_lo: float, worse_hi: float, bound: float, changed: bool, worse
     return "inconclusive"
 
 
+def check_margin(margin: Any) -> float:
+    """An equivalence margin δ from the command line: a fraction strictly between 0 and 1.
+
+    Raises
+    ------
+    InputError
+        Anything else (``--margin 5`` would mean ±500 %).
+    """
+    ok = isinstance(margin, (int, float)) and not isinstance(margin, bool) and 0 < margin < 1
+    if not ok:
+        shown = f"{margin:g}" if isinstance(margin, (int, float)) and not isinstance(margin, bool) else repr(margin)
+        raise InputError(f"--margin must be a fraction between 0 and 1 (0.02 = 2 %), got {shown}")
+    return float(margin)
+
+
 def compare_benchmarks(
     base: BenchmarkFile,
     candidate: BenchmarkFile,
@@ -384,7 +400,7 @@ def compare_benchmarks(
     base, candidate : BenchmarkFile
         Same format (see :func:`logitlab.perf.readers.read_benchmark_file`).
     margin : float, optional
-        Relative equivalence margin δ (> 0) for every scenario. Overrides
+        Relative equivalence margin δ (0 < δ < 1) for every scenario. Overrides
         ``noise``.
     noise : NoiseProfile, optional
         Per-scenario margins from :func:`calibrate_noise`; scenarios it lacks
@@ -439,9 +455,8 @@ def compare_benchmarks(
     confidence = _check_confidence(confidence)
     if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, int) or n_bootstrap < 100:
         raise InputError(f"n_bootstrap {n_bootstrap!r} must be an integer >= 100")
-    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))
-                               or not math.isfinite(margin) or margin <= 0):
-        raise InputError(f"margin {margin!r} is not a positive relative change: use e.g. 0.05 for 5 %")
+    if margin is not None:
+        check_margin(margin)
     if base.format != candidate.format:
         raise InputError(f"mixed formats: {base.path} is {base.format} output but {candidate.path} is "
                          f"{candidate.format}: compare files from the same tool")

@@ -214,12 +214,32 @@ def run_rows(result: BenchRunResult) -> list[tuple[str, ...]]:
         means = result.summaries.get(metric, {})
         pos = p.position
         pos_text = "n/a" if pos is None or pos.ratio is None else (
-            f"{pos.ratio:.3f} (p {pos.p_value:.2g}{', significant' if pos.significant else ''})")
+            f"{pos.ratio:.3f} (p {_p_text(pos.p_value, '.2g')}{', significant' if pos.significant else ''})")
         rows.append((metric, fmt_value(means.get("control"), p.unit), fmt_value(means.get("candidate"), p.unit),
                      "n/a" if p.ratio is None else f"{p.ratio:.3f}", fmt_ci(p.ci_low, p.ci_high), p.call,
                      f"{100 * p.margin:.1f}% ({p.margin_source})", "n/a" if p.mde is None else f"{100 * p.mde:.1f}%",
                      pos_text))
     return rows
+
+
+def _p_text(p_value: float | None, spec: str) -> str:
+    """A p-value, or n/a (one block gives no spread, so no test)."""
+    return "n/a" if p_value is None else format(p_value, spec)
+
+
+def no_block_line(result: BenchRunResult, *, detail: bool = False) -> str | None:
+    """``no complete block: …`` when nothing could be compared (None otherwise); ``detail``: name the
+    first failure (the command line leaves that to its ``error:`` line)."""
+    if result.comparisons:
+        return None
+    timed = [r for r in result.runs if not r.is_warmup]
+    failed = [r for r in result.runs if not r.ok]
+    first = failed[0] if failed else None
+    where = "" if first is None or not detail else (
+        f" (first: {first.variant} " + ("warmup" if first.is_warmup else f"block {first.block} slot {first.position}")
+        + f", {first.error})")
+    return (f"no complete block: {len(timed)}/{4 * result.config['blocks']} timed runs done, "
+            f"{len(failed)} failed{where}")
 
 
 _RUN_HEADER = ("metric", "control", "candidate", "ratio", "95% CI", "call", "δ", "MDE", "slot-position effect")
@@ -262,8 +282,12 @@ def format_run_markdown(result: BenchRunResult) -> str:
     p = result.primary
     head = f"## logitlab bench run: **{p.call if p else 'no result'}**" + (f" ({p.metric})" if p else "")
     out = [head, "", f"- control: `{cfg['control']}`", f"- candidate: `{cfg['candidate']}`"]
-    out += [f"- {fact}" for fact in _run_facts(result)]
-    out += [""] + _md_table(_RUN_HEADER, run_rows(result))
+    empty = no_block_line(result, detail=True)
+    if empty:
+        out += ["", empty]
+    else:
+        out += [f"- {fact}" for fact in _run_facts(result)]
+        out += [""] + _md_table(_RUN_HEADER, run_rows(result))
     if p:
         out += ["", p.reason]
     if result.aa:
@@ -277,18 +301,26 @@ def format_run_markdown(result: BenchRunResult) -> str:
     return "\n".join(out) + "\n"
 
 
-def run_renderables(result: BenchRunResult) -> list[RenderableType]:
+def run_renderables(result: BenchRunResult, *, show_error: bool = True) -> list[RenderableType]:
+    """The terminal report; ``show_error=False`` leaves out the "stopped early" line (the caller prints it)."""
     cfg = result.config
+    heading = Text(f"control:   {cfg['control']}\ncandidate: {cfg['candidate']}")
+    empty = no_block_line(result)
+    if empty:
+        out: list[RenderableType] = [heading, Text(empty, style="yellow")]
+        if result.error and show_error:
+            out.append(Text(f"stopped early: {result.error}", style="bold red"))
+        return out
     table = Table(title="logitlab bench run", box=box.SIMPLE_HEAD, pad_edge=False)
     for name in ("metric", "control", "candidate", "ratio (95% CI)", "call", "δ", "MDE", "slot pos."):
         table.add_column(name, justify="left" if name in ("metric", "call") else "right", no_wrap=True)
     for row, p in zip(run_rows(result), result.comparisons.values()):
         pos = p.position
         position = "n/a" if pos is None or pos.ratio is None else (
-            f"{pos.ratio:.3f} p={pos.p_value:.2f}{'*' if pos.significant else ''}")
+            f"{pos.ratio:.3f} p={_p_text(pos.p_value, '.2f')}{'*' if pos.significant else ''}")
         table.add_row(*row[:3], f"{row[3]} ({row[4]})", Text(row[5], style=CALL_STYLE.get(row[5], "")),
                       row[6].split(" ")[0], row[7], position)
-    out: list[RenderableType] = [Text(f"control:   {cfg['control']}\ncandidate: {cfg['candidate']}"), table]
+    out = [heading, table]
     sources = sorted({p.margin_source for p in result.comparisons.values()})
     notes = [f"δ from {', '.join(sources)}" + (" (the control's A/A slots)" if sources == ["a/a"] else "")]
     if any(p.position is not None and p.position.significant for p in result.comparisons.values()):
@@ -299,11 +331,11 @@ def run_renderables(result: BenchRunResult) -> list[RenderableType]:
     if result.primary:
         out.append(Text(result.primary.reason))
     out += [Text(line, style="bold") for line in _aa_lines(result)]
-    if result.error:
+    if result.error and show_error:
         out.append(Text(f"stopped early: {result.error}", style="bold red"))
     return out
 
 
-def display_run(result: BenchRunResult, console: Console) -> None:
-    for item in run_renderables(result):
+def display_run(result: BenchRunResult, console: Console, *, show_error: bool = True) -> None:
+    for item in run_renderables(result, show_error=show_error):
         console.print(item)

@@ -31,8 +31,19 @@ def write_json(path: str | Path, data: dict[str, Any]) -> None:
     """Write ``data`` to ``path`` as indented strict JSON, via a temp file and rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name, dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(to_jsonable(data), f, indent=1, allow_nan=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(to_jsonable(data), f, indent=1, allow_nan=False)
+            f.write("\n")
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file a normal file's mode
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

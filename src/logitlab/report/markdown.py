@@ -33,7 +33,9 @@ def format_ab_markdown(result: AbResult) -> str:
         "",
     ]
     controls = [r for r in result.measured(CONTROL) if not r.is_reference]
-    if result.control_reproducible:
+    if not controls:
+        out.append("**A/A:** not measured (no control run besides the reference finished).")
+    elif result.control_reproducible:
         out.append(f"**A/A:** control reproducible ({len(controls)}/{len(controls)} control runs bit-exact).")
     else:
         out.append(f"**A/A: control not reproducible** — {result.aa_diagnosis}.")

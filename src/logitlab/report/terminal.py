@@ -53,6 +53,8 @@ def _variant_text(variant: dict[str, Any]) -> str:
 def format_aa(result: AbResult) -> RenderableType:
     controls = [r for r in result.measured(CONTROL) if not r.is_reference]
     exact = sum(1 for r in controls if r.bit_exact)
+    if not controls:
+        return Text("A/A: not measured (no control run besides the reference finished)", style="yellow")
     if result.control_reproducible:
         line = Text(f"A/A: control reproducible — {exact}/{len(controls)} control runs bit-exact with the reference",
                     style="green")
