@@ -68,3 +68,19 @@ def test_describe_has_version_hash_and_options(engine):
     assert info["engine_version"].startswith("llama-cpp-python ")
     assert len(info["model_sha256"]) == 64
     assert info["effective"]["n_ctx"] == 512
+
+
+def test_truncate_rolls_back_the_kv_cache_bit_exactly(engine):
+    ids = engine.tokenize(SHORT_PROMPT)
+    with engine.open_session() as session:
+        session.prefill(ids)
+        straight = session.decode([11])
+    with engine.open_session() as session:
+        session.prefill(ids)
+        session.decode([42, 43, 44])  # an M=K block, then thrown away
+        session.truncate(len(ids))
+        assert session.n_past == len(ids)
+        again = session.decode([11])
+    assert np.array_equal(straight.view(np.uint32), again.view(np.uint32))
+    with engine.open_session() as session, pytest.raises(InputError, match="cannot roll back to position 999"):
+        session.truncate(999)

@@ -47,7 +47,7 @@ class ToySession(Session):
         self.batched: list[bool] = []
         self._verifying = False
 
-    def truncate(self, n_past: int) -> None:
+    def _truncate(self, n_past: int) -> None:
         del self.batched[n_past:]
 
     def verify(self, tokens):

@@ -60,6 +60,27 @@ class Session:
         """Append M decode tokens (M=1 greedy, M=K verify); ``(M, n_vocab)`` float32."""
         return self._append("decode", tokens)
 
+    def truncate(self, n_past: int) -> None:
+        """Drop every position ``>= n_past`` (roll the KV cache back), as speculative decoding needs.
+
+        Raises:
+            InputError: ``n_past`` outside ``[0, self.n_past]``.
+            InputError: the adapter cannot roll back (no ``_truncate`` hook).
+        """
+        if not 0 <= n_past <= self.n_past:
+            raise InputError(f"cannot roll back to position {n_past}: the session holds {self.n_past}")
+        if not self.can_truncate:
+            raise InputError(
+                f"{self.engine.name} sessions cannot roll back their KV cache, which speculative decoding "
+                "(and the near-tie guard) needs; the adapter must implement Session._truncate(n_past)"
+            )
+        self._truncate(n_past)
+        self.n_past = n_past
+
+    @property
+    def can_truncate(self) -> bool:
+        return type(self)._truncate is not Session._truncate
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
@@ -109,6 +130,9 @@ class Session:
         return self._decode(tokens)
 
     def _decode(self, tokens: list[int]) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _truncate(self, n_past: int) -> None:
         raise NotImplementedError
 
     def _close(self) -> None:

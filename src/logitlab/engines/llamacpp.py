@@ -61,6 +61,11 @@ class LlamaCppSession(Session):
             raise EngineError(f"llama.cpp failed to evaluate {len(tokens)} tokens at position {start}: {exc}") from exc
         return np.array(llama.scores[start : start + len(tokens)], dtype=np.float32, copy=True)
 
+    def _truncate(self, n_past: int) -> None:
+        # Llama.eval removes the KV cells from n_tokens on before its next decode
+        # (measured: an M=1 decode after a rollback is bit-exact with one without).
+        self.engine.llama.n_tokens = n_past
+
     def _close(self) -> None:
         self.engine.llama.reset()
 

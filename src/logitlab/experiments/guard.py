@@ -151,44 +151,18 @@ def check_block(rows: np.ndarray, inputs: Sequence[int], tau: float | None) -> B
 
 # -- rollback ----------------------------------------------------------------
 def supports_rollback(session: Session) -> bool:
-    """True if :func:`rollback` can shorten this session."""
-    return callable(getattr(session, "truncate", None)) or _llama(session) is not None
-
-
-def _llama(session: Session) -> Any:
-    try:
-        from logitlab.engines.llamacpp import LlamaCppSession
-    except ImportError:  # pragma: no cover
-        return None
-    return session.engine.llama if isinstance(session, LlamaCppSession) else None
+    """True if :func:`rollback` can shorten this session (its adapter implements ``_truncate``)."""
+    return session.can_truncate
 
 
 def rollback(session: Session, n_past: int) -> None:
-    """Drop every position ``>= n_past`` from the session (its KV cache).
-
-    Uses the session's ``truncate(n_past)`` method when it has one (the hook an
-    adapter adds to support speculative decoding). For llama.cpp sessions it
-    sets ``Llama.n_tokens``: ``Llama.eval`` removes the KV cells from
-    ``n_tokens`` on before its next decode (measured: an M=1 decode after a
-    rollback is bit-exact with one without).
+    """Drop every position ``>= n_past`` from the session (its KV cache): :meth:`Session.truncate`.
 
     Raises:
         InputError: ``n_past`` outside ``[0, session.n_past]``, or the engine
             cannot roll back.
     """
-    if not 0 <= n_past <= session.n_past:
-        raise InputError(f"cannot roll back to position {n_past}: the session holds {session.n_past}")
-    hook = getattr(session, "truncate", None)
-    if callable(hook):
-        hook(n_past)
-    elif (llama := _llama(session)) is not None:
-        llama.n_tokens = n_past
-    else:
-        raise InputError(
-            f"{session.engine.name} sessions cannot roll back their KV cache, which speculative decoding "
-            "(and the near-tie guard) needs; the adapter must implement Session.truncate(n_past)"
-        )
-    session.n_past = n_past
+    session.truncate(n_past)
 
 
 # -- the loop ----------------------------------------------------------------
