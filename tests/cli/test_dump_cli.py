@@ -30,14 +30,14 @@ def test_dump_flash_attn_pair_then_dump_diff(tmp_path):
     proc = logitlab("dump-diff", str(out / "control"), str(out / "candidate"), "--json", str(report),
                     "--markdown", str(md), "-q")
     assert proc.returncode == 0, proc.stderr
-    assert "verdict: divergent" in proc.stdout and "first divergence: kqv_out-0@pos" in proc.stdout
+    assert "verdict: differs" in proc.stdout and "first divergence: kqv_out-0@pos" in proc.stdout
     assert "only in A: kq (layers 0-3" in proc.stdout and "growth by layer" in proc.stdout
     data = json.loads(report.read_text())
     assert data["first_divergence"]["name"] == "kqv_out" and data["first_divergence"]["layer"] == 0
     assert data["first_divergence"]["kind"] == "attention" and len(data["tensors"]) == data["n_aligned"]
-    assert md.read_text().startswith("## logitlab dump-diff: **divergent**")
+    assert md.read_text().startswith("## logitlab dump-diff: **differs**")
     proc = logitlab("dump-diff", str(out / "control"), str(out / "candidate"), "--require", "bit-exact", "-q")
-    assert proc.returncode == 1 and "require bit-exact: the dump-diff verdict is divergent" in proc.stderr
+    assert proc.returncode == 1 and "require bit-exact: the dump-diff verdict is differs" in proc.stderr
     proc = logitlab("dump", "--out", str(out / "control"), "--tokens", "1")
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: dump folder {out / 'control'} is not empty; choose another --out or pass --force"
@@ -102,3 +102,53 @@ def test_dtype_mismatch_is_one_problem_line_and_the_rest_compared(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "l_out-0@pos0: dtype mismatch: A float32 vs B int32" in proc.stdout
     assert "verdict: incomplete" in proc.stdout
+
+
+def one_error_line(proc, message):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
+
+
+def test_unwritable_outputs_and_bad_prompt_files_fail_before_any_work(tmp_path):
+    a = write_folder(tmp_path / "a", base_tensors(), "p")
+    (tmp_path / "file").write_text("")
+    (tmp_path / "bin.txt").write_bytes(b"\xff\xfe")
+    one_error_line(logitlab("dump", "--out", "/proc/dumpx"), "--out /proc/dumpx cannot be written: ")
+    one_error_line(logitlab("dump", "--out", str(tmp_path / "file" / "d")), "cannot be written: ")
+    one_error_line(logitlab("dump", "--out", str(tmp_path / "file")), "exists and is not a folder")
+    one_error_line(logitlab("dump", "--out", str(tmp_path / "d"), "--json", "/proc/x.json"),
+                   "--json /proc/x.json cannot be written: ")
+    one_error_line(logitlab("dump", "--out", str(tmp_path / "p"), "--prompt-file", str(tmp_path / "bin.txt")),
+                   "is not UTF-8 text")
+    one_error_line(logitlab("dump-diff", str(a), str(a), "--markdown", "/proc/x.md", "-q"),
+                   "--markdown /proc/x.md cannot be written: ")
+    one_error_line(logitlab("dump-diff", str(a), str(a), "--json", str(tmp_path), "-q"),
+                   f"--json {tmp_path} is a folder; give a file path")
+    # a pair: both side folders are checked before the control is captured
+    (tmp_path / "pair" / "candidate").mkdir(parents=True)
+    (tmp_path / "pair" / "candidate" / "keep.txt").write_text("mine")
+    one_error_line(logitlab("dump", "--candidate", "flash_attn=1", "--out", str(tmp_path / "pair")),
+                   f"dump folder {tmp_path / 'pair' / 'candidate'} is not empty")
+    assert not any((tmp_path / "pair" / "control").iterdir())
+
+
+def test_dump_diff_of_an_empty_file_says_so(tmp_path):
+    a = write_folder(tmp_path / "a", base_tensors(), "p")
+    (tmp_path / "empty.json").write_text("")
+    proc = logitlab("dump-diff", str(a), str(tmp_path / "empty.json"), "-q")
+    assert proc.returncode == 2
+    assert f"B: {tmp_path / 'empty.json'}: empty file, not a dump" in proc.stdout and "not a file" not in proc.stdout
+
+
+@pytest.mark.engine
+def test_dump_filters_that_capture_nothing_are_one_error_line(tmp_path):
+    for i, (args, message) in enumerate([
+        (["--names", "nomatch_*"], "error: --names nomatch_* matches no tensor; the graph has embd, "),
+        (["--positions", "100"], "error: --positions 100 matches no position: this run has positions 0-15 "
+                                 "(12 prompt + 4 decode tokens)"),
+        (["--layers", "99"], "error: --layers 99 matches no layer: the model has layers 0-29"),
+        (["--max-bytes", "0", "-q"], "error: --max-bytes 0 B is smaller than the first tensor (embd, "),
+    ]):
+        one_error_line(logitlab("dump", "--out", str(tmp_path / str(i)), *args), message)
+        assert not any((tmp_path / str(i)).iterdir())

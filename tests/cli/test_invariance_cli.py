@@ -24,6 +24,7 @@ def test_llamacpp_batch_writes_json_and_markdown(tmp_path):
                     "--require", "bit-exact", "--json", str(out), "--markdown", str(md))
     assert proc.returncode == 0, proc.stderr
     assert "verdict: bit-exact" in proc.stdout and "parallel sequences (seq ids)" in proc.stdout
+    assert "--padding does not apply" not in proc.stdout  # not given: nothing to note
     data = json.loads(out.read_text())
     assert data["probe"] == "batch" and data["config"]["batch_sizes"] == [1, 2]
     assert [c["name"] for c in data["checks"]] == ["B=1 again", "B=2"]
@@ -64,6 +65,26 @@ def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
     assert proc.stderr.startswith("error: ")
+
+
+def test_unwritable_outputs_bad_prompt_files_and_long_prompts_are_one_line(tmp_path):
+    (tmp_path / "bin.txt").write_bytes(b"\xff\xfe")
+    (tmp_path / "long.txt").write_text("hello world " * 1000)  # 2001 tokens, the context is 512
+    cases = [
+        (["batch", "--json", str(tmp_path)], f"error: --json {tmp_path} is a folder; give a file path"),
+        (["prefill-decode", "--markdown", "/proc/x.md"], "error: --markdown /proc/x.md cannot be written: "),
+        (["determinism", "--json", "/proc/x.json"], "error: --json /proc/x.json cannot be written: "),
+        (["determinism", "--prompt-file", str(tmp_path / "bin.txt")], "is not UTF-8 text"),
+        (["batch", "--prompt-file", str(tmp_path / "long.txt")],
+         "error: the prompt (2001 tokens) exceeds the context of 512 tokens: shorten the prompt, or pass a larger "
+         "n_ctx=... in --variant"),
+        (["prefill-decode", "--prompt-file", str(tmp_path / "long.txt"), "--tokens", "4"],
+         "error: the prompt (2001 tokens) + --tokens 4 = 2005 tokens exceeds the context of 512 tokens"),
+    ]
+    for args, message in cases:
+        proc = logitlab("invariance", *args, "--quiet")
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and message in proc.stderr, (args, proc.stderr)
 
 
 def test_hf_device_that_is_not_there_is_exit_2():

@@ -57,7 +57,7 @@ def test_flash_attn_first_divergence_is_attention_in_layer_0(flash_attn_pair):
     _, root = flash_attn_pair
     result = diff_dumps(open_dump(root / "control"), open_dump(root / "candidate"))
     first = result.first_divergence
-    assert result.verdict == "divergent" and not result.problems
+    assert result.verdict == "differs" and not result.problems
     assert first.layer == 0 and first.kind == "attention" and first.name == "kqv_out", first.label
     # everything before it in execution order is bit-exact (embeddings, norms, Q/K/V of layer 0)
     assert all(not t.differs for t in result.tensors[: result.first_index])
@@ -101,6 +101,23 @@ def test_filters_and_max_bytes_stop(tmp_path):
     assert dump.problems and "incomplete dump" in dump.problems[0] and dump.refs
 
 
+def test_filters_that_keep_nothing_and_a_too_small_max_bytes_are_errors(tmp_path):
+    control = variant("", "control")
+    cases = [
+        (dict(select=TensorFilter.parse(positions="100")),
+         r"^--positions 100 matches no position: this run has positions 0-13 \(12 prompt \+ 2 decode tokens\)$"),
+        (dict(select=TensorFilter.parse(layers="99")), r"^--layers 99 matches no layer: the model has layers 0-29$"),
+        (dict(select=TensorFilter.parse("nomatch_*")),
+         r"^--names nomatch_\* matches no tensor; the graph has embd, .*attn_norm, .*\(20 names\)$"),
+        (dict(max_bytes=0), r"^--max-bytes 0 B is smaller than the first tensor \(embd, [0-9.]+ kB\): nothing would "
+                            r"be stored; raise it \(the whole capture is estimated at [0-9.]+ MB\)$"),
+    ]
+    for i, (kwargs, message) in enumerate(cases):
+        with pytest.raises(InputError, match=message):
+            dump_variant(control, SHORT_PROMPT, N_DECODE, tmp_path / str(i), **kwargs)
+        assert not any((tmp_path / str(i)).iterdir())  # nothing written, not even a manifest
+
+
 def test_out_dir_must_be_empty_and_engines_without_capture_are_named(tmp_path):
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "keep.txt").write_text("mine")
@@ -114,5 +131,5 @@ def test_localize_returns_a_json_summary():
     fa = variant("flash_attn=1")
     summary = localize(variant("", "control"), fa, [1, 504, 3458, 282, 4649, 314], [28, 2443],
                        select=TensorFilter.parse(layers="0-1"))
-    assert summary["verdict"] == "divergent" and summary["first_divergence"]["name"] == "kqv_out"
+    assert summary["verdict"] == "differs" and summary["first_divergence"]["name"] == "kqv_out"
     assert summary["dumps"] is None and json.dumps(summary, allow_nan=False)

@@ -26,7 +26,7 @@ def test_planted_first_divergence_is_found(tmp_path, start):
     first = result.first_divergence
     assert (first.name, first.layer, first.position) == (name, layer, pos)
     assert first.stats.max_ulp == 3 and first.stats.differing == WIDTH // 2
-    assert result.verdict == "divergent" and not result.problems and not result.only_left
+    assert result.verdict == "differs" and not result.problems and not result.only_left
     assert result.n_aligned == len(base)
     # growth: every later layer differs more than the first one
     rows = {row.layer: row for row in result.layers}
@@ -78,7 +78,7 @@ def test_result_round_trips_through_json(tmp_path):
     result = diff_dumps(open_dump(a), open_dump(b))
     data = json.loads(json.dumps(result.to_dict(), allow_nan=False, default=str))
     back = DumpDiffResult.from_dict(data)
-    assert back.first_divergence.label == "kqv_out-1@pos1" and back.verdict == "divergent"
+    assert back.first_divergence.label == "kqv_out-1@pos1" and back.verdict == "differs"
     assert [r.to_dict() for r in back.layers] == [r.to_dict() for r in result.layers]
     assert back.only_left[0].label == "attn_norm"
     assert json.dumps(result.summary(), allow_nan=False)
@@ -117,6 +117,23 @@ def test_bad_inputs_one_line_each_and_nothing_aligned(tmp_path):
     d = write_folder(tmp_path / "d", {("enigma", 0, 0): np.ones(4, np.float32)}, "p")
     result = diff_dumps(open_dump(c), open_dump(d))
     assert result.verdict == "nothing-aligned" and "no tensor name/layer/position is in both dumps" in result.problems[-1]
+
+
+def test_a_single_file_that_is_no_dump_says_why(tmp_path):
+    dump = write_folder(tmp_path / "a", base_tensors(), "p")
+    (tmp_path / "empty.json").write_text("")
+    (tmp_path / "other.json").write_text('{"some": "thing"}')
+    (tmp_path / "step.safetensors.part").write_bytes(b"x" * 16)
+    expected = {
+        "empty.json": "empty file, not a dump",
+        "other.json": "a JSON file, not a dump: give a dump folder, or a .bin/.f32/.i32/.npy/.safetensors file",
+        "step.safetensors.part": "an unfinished step file (.part) of a capture that did not end, not a dump",
+    }
+    for name, why in expected.items():
+        result = diff_dumps(open_dump(dump), open_dump(tmp_path / name))
+        assert result.verdict == "nothing-aligned"
+        assert result.problems == [f"B: {tmp_path / name}: {why}"], result.problems
+        assert not any("not a file" in p for p in result.problems)
 
 
 def test_dtype_mismatch_between_bin_and_i32(tmp_path):

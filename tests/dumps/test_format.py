@@ -13,6 +13,7 @@ from logitlab.dumps.format import (
     TensorEntry,
     TensorFilter,
     format_label,
+    format_ranges,
     parse_ranges,
     parse_size,
     read_manifest,
@@ -39,6 +40,23 @@ def test_ranges_and_sizes():
     assert parse_size("500MB") == 500_000_000 and parse_size("2GiB") == 2 * 1024**3 and parse_size("10") == 10
     with pytest.raises(InputError, match="bad size 'lots'"):
         parse_size("lots")
+    assert format_ranges({7, 0, 1, 2, 9, 10}) == "0-2,7,9-10" and format_ranges(parse_ranges("3", "x")) == "3"
+
+
+def test_filters_that_keep_no_tensor_are_named_with_what_exists():
+    from logitlab.dumps.capture_llamacpp import check_filter_matches
+
+    seen = [("embd", None)] + [(n, layer) for layer in range(30) for n in ("attn_norm", "kq", "l_out")] + [
+        ("result_output", None)]
+    check_filter_matches(TensorFilter.parse("l_out", "0-3"), seen)  # keeps something: fine
+    with pytest.raises(InputError, match=r"^--layers 99 matches no layer: the model has layers 0-29$"):
+        check_filter_matches(TensorFilter.parse(layers="99"), seen)
+    with pytest.raises(InputError, match=r"^--names nomatch_\* matches no tensor; the graph has embd, attn_norm, kq, "
+                                         r"l_out, result_output$"):
+        check_filter_matches(TensorFilter.parse("nomatch_*"), seen)
+    with pytest.raises(InputError, match=r"^--names kq-0 with --layers 3 matches no tensor: those names are in "
+                                         r"other layers \(layers 0-29\)$"):
+        check_filter_matches(TensorFilter.parse("kq-0", "3"), seen)
 
 
 def test_filter_names_layers_positions():

@@ -18,7 +18,7 @@ def _result(tmp_path):
 
 def test_markdown_report(tmp_path):
     text = format_dump_diff_markdown(_result(tmp_path), max_rows=2)
-    assert text.startswith("## logitlab dump-diff: **divergent**")
+    assert text.startswith("## logitlab dump-diff: **differs**")
     assert "**first divergence: kqv_out-2@pos0 (layer 2, attention, float32 [64])" in text
     assert "| tensor | kind | differing | max \\|Δ\\| |" in text
     assert "| 0…1 | 0/30 | 0 | 0 | 0 | 1 | (bit-exact) |" in text
@@ -31,5 +31,5 @@ def test_terminal_report_and_layer_rows(tmp_path):
     out = io.StringIO()
     display_dump_diff(result, Console(file=out, width=160))
     text = out.getvalue()
-    assert "verdict: divergent" in text and "growth by layer" in text and "where each position first differs" in text
+    assert "verdict: differs" in text and "growth by layer" in text and "where each position first differs" in text
     assert fmt_cos(1 - 2e-14).startswith("1-2.0e-14") and fmt_cos(0.5) == "0.500000"

@@ -134,7 +134,7 @@ def test_bad_config_values():
 def test_localize_names_the_first_divergent_tensor_of_flash_attention():
     result = run_ab(config("flash_attn=0", "flash_attn=1", localize=True))
     loc = result.localization
-    assert loc["pair"] == ["control", "candidate"] and loc["verdict"] == "divergent"
+    assert loc["pair"] == ["control", "candidate"] and loc["verdict"] == "differs"
     first = loc["first_divergence"]
     assert (first["layer"], first["kind"]) == (0, "attention"), first["label"]
     assert result.to_dict()["localization"]["first_divergence"]["label"] == first["label"]

@@ -73,7 +73,50 @@ def test_llamacpp_parallel_sequences_in_one_batch_vs_alone():
     assert len(result.checks[-1].details["copies_bit_exact"]) == 4
     # Measured on llama.cpp CPU with this 12-token prompt: no copy depends on the batch it is in.
     assert result.invariant and all(result.checks[-1].details["copies_bit_exact"])
-    assert "does not apply" in result.notes[0]
+    assert result.checks[-1].details["stacked"] == {"copies": 4, "length": n}
+    assert not result.notes and result.config["padding"] is None  # --padding not given: nothing to note
+
+
+def test_llamacpp_notes_that_padding_does_not_apply_only_when_given():
+    result = probe("batch", batch_sizes=(2,), padding=("left",))
+    assert len(result.notes) == 1 and "--padding does not apply" in result.notes[0]
+
+
+def test_stacked_batch_rows_are_reported_as_copy_and_position():
+    from logitlab.experiments.invariance import InvarianceResult, _check
+    from logitlab.report.invariance import check_rows, format_invariance_markdown
+
+    n, b = 5, 2
+    rng = np.random.default_rng(0)
+    alone = rng.normal(0, 1, (n, 40)).astype(np.float32)
+    alone[:, 7] = 10.0  # a confident argmax at every position
+    observed = np.tile(alone, (b, 1))
+    observed[n + 3, 9] = 20.0  # copy 1, position 3 flips (row 8 of the stack)
+    cfg = InvarianceConfig(probe="batch", variant=parse_variant("", "probe", default_engine="fake"), prompt="x")
+    check = _check("B=2", "the prompt alone (B=1)", "stacked", np.tile(alone, (b, 1)), observed, cfg,
+                   list(range(n)) * b, {"stacked": {"copies": b, "length": n}})
+    assert check.comparison["flips"][0]["position"] == n + 3
+    result = InvarianceResult(
+        probe="batch", config={"variant": {"engine": "fake", "options": {}, "env": {}}, "n_decode": 0},
+        manifest={"engine": {"engine": "fake", "model_sha256": "0" * 64},
+                  "host": {"cpu": "cpu", "cores": 1, "os": "os", "python": "3"}},
+        prompt_ids=list(range(n)), checks=[check])
+    assert "copy 1 pos 3 (margin" in check_rows(result)[0][-1]
+    md = format_invariance_markdown(result)
+    assert "| copy 1 pos 3 |" in md and "copy 1 position 3" in md
+    assert "pos 8" not in md and "position 8" not in md
+
+
+def test_prompt_longer_than_the_context_names_what_each_probe_needs():
+    long_prompt = "x" * 5000  # the fake engine: one token per character, a context of 4096
+    variant = parse_variant("", "probe", default_engine="fake")
+    with pytest.raises(InputError, match=r"^the prompt \(5000 tokens\) exceeds the context of 4096 tokens: "
+                                         r"shorten the prompt$"):
+        run_invariance(InvarianceConfig(probe="batch", variant=variant, prompt=long_prompt))
+    for name in ("prefill-decode", "determinism"):
+        with pytest.raises(InputError, match=r"^the prompt \(5000 tokens\) \+ --tokens 3 = 5003 tokens exceeds "
+                                             r"the context of 4096 tokens: shorten the prompt or --tokens$"):
+            run_invariance(InvarianceConfig(probe=name, variant=variant, prompt=long_prompt, n_decode=3))
 
 
 def test_hf_padded_batch_left_and_right():

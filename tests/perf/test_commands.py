@@ -140,7 +140,8 @@ def test_aa_mode_reports_false_positive_rate_and_suggests_margin():
     (dict(control="a", candidate="b", aa=True), "A/A mode runs the control on both sides"),
     (dict(control="a", candidate="b", timeout=-1.0), "--timeout"),
     (dict(control="a", candidate="b", metric_regex="("), "not a valid regular expression"),
-    (dict(control="a", candidate="b", margin=5.0), r"--margin must be a fraction between 0 and 1 \(0.02 = 2 %\), got 5$"),
+    (dict(control="a", candidate="b", margin=5.0),
+     r"--margin must be a fraction between 0 and 1 \(0.02 = 2 %\), got 5$"),
     (dict(control="a", candidate="b", margin=0.0), "--margin must be a fraction between 0 and 1"),
 ])
 def test_config_errors(kwargs, message):

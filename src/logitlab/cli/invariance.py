@@ -11,6 +11,7 @@ import click
 from logitlab.cli.common import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
+    check_output_paths,
     handle_errors,
     make_progress,
     report_console,
@@ -81,8 +82,9 @@ def _batch_sizes(values: tuple[str, ...], more: tuple[str, ...]) -> tuple[int, .
               help="Batch sizes (default 1 4); each B > 1 is compared with the prompt alone (B=1). "
                    "'--batch 1 4', '--batch 1,4' and '--batch 1 --batch 4' are the same.")
 @click.argument("more_sizes", nargs=-1, metavar="")
-@click.option("--padding", type=click.Choice(("left", "right", "both")), default="both", show_default=True,
-              help="Padding side on engines that pad (hf); llama.cpp batches by sequence id without padding.")
+@click.option("--padding", type=click.Choice(("left", "right", "both")), default=None,
+              help="Padding side on engines that pad (hf); default: both. llama.cpp batches by sequence id "
+                   "without padding.")
 @click.option("--fill", type=click.Choice(("same", "mixed")), default=None,
               help="The other sequences: copies of the prompt (same) or other lengths (mixed). "
                    "Default: mixed on hf (padding needs other lengths), same on llamacpp.")
@@ -101,7 +103,8 @@ def batch_command(**opts: Any) -> None:
       logitlab invariance batch --engine hf --batch 1 4 --padding left
       logitlab invariance batch --engine llamacpp --batch 1 2 8 --variant flash_attn=1
     """
-    padding = ("right", "left") if opts["padding"] == "both" else (opts["padding"],)
+    choice = opts["padding"]  # None: not given (both sides, and no note on engines that do not pad)
+    padding = None if choice is None else ("right", "left") if choice == "both" else (choice,)
     _run("batch", opts, batch_sizes=_batch_sizes(opts["batch"], opts["more_sizes"]), padding=padding,
          fill=opts["fill"])
 
@@ -149,6 +152,7 @@ def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
     from logitlab.report.invariance import display_invariance, format_invariance_markdown
     from logitlab.report.jsonio import write_json
 
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"])
     config = InvarianceConfig(
         probe=probe,
         variant=parse_variant(opts["spec"], "probe", default_engine=opts["engine"], default_model=opts["model"],

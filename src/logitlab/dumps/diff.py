@@ -9,6 +9,16 @@ shows how the difference grows from there. Tensors on one side only are
 grouped and listed; pairs that cannot be compared (truncated file, dtype or
 size mismatch) are listed as problems, one line each, and the rest of the diff
 goes on.
+
+Overall verdict: ``bit-exact``, ``differs`` (some compared tensors differ),
+``incomplete`` (none differs, but not everything could be compared) or
+``nothing-aligned``. (Not ``ab``'s verdict words: for ``ab``, *divergent*
+means a real bug, while a dump of flash attention vs not simply *differs*.)
+
+JSON format history (``schema_version`` of :meth:`DumpDiffResult.summary`):
+
+- 1: first version.
+- 2: the verdict for "some tensors differ" is ``differs`` (was ``divergent``).
 """
 
 from __future__ import annotations
@@ -22,7 +32,7 @@ from logitlab.dumps.readers import LAYER_AFTER, LAYER_BEFORE, Dump, TensorRef, l
 from logitlab.dumps.stats import TensorStats, tensor_stats
 from logitlab.errors import InputError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Names of attention tensors (llama.cpp), for saying what kind of tensor diverged first.
 ATTENTION_NAMES = frozenset({
@@ -238,12 +248,12 @@ class DumpDiffResult:
 
     @property
     def verdict(self) -> str:
-        """``nothing-aligned``, ``divergent``, ``bit-exact`` (all compared pairs) or ``incomplete``
+        """``nothing-aligned``, ``differs``, ``bit-exact`` (all compared pairs) or ``incomplete``
         (no difference found, but some pairs or one-side tensors could not be compared)."""
         if self.n_compared == 0:
             return "nothing-aligned"
         if self.n_differing:
-            return "divergent"
+            return "differs"
         if self.n_unresolved or self.only_left or self.only_right:
             return "incomplete"
         return "bit-exact"

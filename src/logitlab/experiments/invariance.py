@@ -61,7 +61,8 @@ class InvarianceConfig:
         prompt: prompt text.
         batch_sizes: ``batch``: batch sizes B (>= 1); each B > 1 is compared with B=1
             (B=1 alone: compared with a second B=1 run).
-        padding: ``batch``: padding sides run on engines that pad (``hf``).
+        padding: ``batch``: padding sides run on engines that pad (``hf``); None (not
+            chosen): both, and no note on engines that do not pad.
         fill: ``batch``: ``same`` or ``mixed``; None: ``mixed`` on engines that pad
             (padding needs other lengths), ``same`` on llama.cpp (parallel sequences).
         n_decode: ``prefill-decode`` and ``determinism``: greedy tokens after the prompt.
@@ -75,7 +76,7 @@ class InvarianceConfig:
     variant: Variant
     prompt: str
     batch_sizes: tuple[int, ...] = (1, 4)
-    padding: tuple[str, ...] = PADDINGS
+    padding: tuple[str, ...] | None = None
     fill: str | None = None
     n_decode: int = 16
     runs: int = 10
@@ -94,8 +95,8 @@ class InvarianceConfig:
             raise InputError(f"--batch sizes must be at least 1, got {bad[0]}")
         if max(self.batch_sizes) > 256:
             raise InputError(f"--batch sizes must be at most 256, got {max(self.batch_sizes)}")
-        unknown = [p for p in self.padding if p not in PADDINGS]
-        if unknown or not self.padding:
+        unknown = [p for p in self.padding or PADDINGS if p not in PADDINGS]
+        if unknown or self.padding == ():
             raise InputError(f"unknown --padding {unknown[0] if unknown else ''!r}; valid: left, right, both")
         if self.fill is not None and self.fill not in FILLS:
             raise InputError(f"unknown --fill {self.fill!r}; valid: {', '.join(FILLS)}")
@@ -111,7 +112,8 @@ class InvarianceConfig:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["variant"] = self.variant.to_dict()
-        data["batch_sizes"], data["padding"] = list(self.batch_sizes), list(self.padding)
+        data["batch_sizes"] = list(self.batch_sizes)
+        data["padding"] = None if self.padding is None else list(self.padding)
         return data
 
 
@@ -284,10 +286,15 @@ class InvarianceProbe:
         ids = engine.tokenize(cfg.prompt)
         if not ids:
             raise InputError("the prompt has no tokens")
-        total = len(ids) + (cfg.n_decode if cfg.probe != "batch" else 0)
-        if engine.n_ctx is not None and total > engine.n_ctx:
-            raise InputError(f"prompt ({len(ids)} tokens) + --tokens {cfg.n_decode} = {total} exceeds the "
-                             f"context of {engine.n_ctx}; shorten the prompt or --tokens, or pass n_ctx=...")
+        # batch runs the prompt alone (no --tokens); the other probes append --tokens greedy tokens.
+        bigger = ", or pass a larger n_ctx=... in --variant" if "n_ctx" in getattr(engine, "OPTIONS", {}) else ""
+        if engine.n_ctx is not None and cfg.probe == "batch" and len(ids) > engine.n_ctx:
+            raise InputError(f"the prompt ({len(ids)} tokens) exceeds the context of {engine.n_ctx} tokens: shorten "
+                             f"the prompt{bigger}")
+        total = len(ids) + cfg.n_decode
+        if engine.n_ctx is not None and cfg.probe != "batch" and total > engine.n_ctx:
+            raise InputError(f"the prompt ({len(ids)} tokens) + --tokens {cfg.n_decode} = {total} tokens exceeds "
+                             f"the context of {engine.n_ctx} tokens: shorten the prompt or --tokens{bigger}")
         self._detokenize = engine.detokenize
         manifest = build_manifest(engine.describe(), cfg.variant)
         return InvarianceResult(probe=cfg.probe, config=cfg.to_dict(), manifest=manifest, prompt_ids=list(ids))
@@ -303,7 +310,7 @@ class InvarianceProbe:
         max_tokens = max(sum(len(s) for s in seqs) for seqs in batches.values())
         backend = _BatchBackend(engine, max(sizes), max_tokens)
         try:
-            paddings = list(cfg.padding) if backend.pads else ["none"]
+            paddings = list(cfg.padding or PADDINGS) if backend.pads else ["none"]
             runs = [(b, padding) for b in sizes for padding in (paddings[:1] if b == 1 else paddings)]
             self.on_event("start", {"steps": 1 + len(runs)})
             alone = backend.run([list(ids)], paddings[0])[0]
@@ -323,6 +330,7 @@ class InvarianceProbe:
                     text = (f"all {b} copies of the prompt in one batch, stacked: row c×{len(ids)}+p is copy c, "
                             f"position p")
                     reference, observed, token_ids = np.tile(alone, (b, 1)), np.concatenate(rows), list(ids) * b
+                    details["stacked"] = {"copies": b, "length": len(ids)}
                     details["copies_bit_exact"] = [bool(np.array_equal(alone.view(np.uint32), r.view(np.uint32)))
                                                    for r in rows]
                 else:
@@ -334,7 +342,7 @@ class InvarianceProbe:
         finally:
             backend.close()
         result.details = {"fill": fill, "batch_sizes": sizes, "paddings": paddings, "backend": backend.params}
-        if not backend.pads:
+        if not backend.pads and cfg.padding is not None:
             result.notes.append("llama.cpp batches sequences by sequence id, without padding: --padding does not "
                                 "apply")
         return result

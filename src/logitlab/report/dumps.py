@@ -17,7 +17,7 @@ from logitlab.dumps.diff import DumpDiffResult, OneSideGroup, TensorDiff
 from logitlab.dumps.format import format_bytes
 from logitlab.dumps.stats import ULP_BIN_LABELS, ULP_NAN_MISMATCH
 
-VERDICT_STYLE = {"bit-exact": "bold green", "incomplete": "bold yellow", "divergent": "bold red",
+VERDICT_STYLE = {"bit-exact": "bold green", "incomplete": "bold yellow", "differs": "bold red",
                  "nothing-aligned": "bold red"}
 TENSOR_HEADER = ("tensor", "kind", "differing", "max |Δ|", "max ULP", "ULP " + "/".join(ULP_BIN_LABELS),
                  "NMSE", "cosine")

@@ -6,6 +6,7 @@ them, ``format_invariance_markdown`` returns Markdown text; none computes.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 from rich.console import Console, Group, RenderableType
@@ -19,6 +20,39 @@ from logitlab.report.text import VERDICT_STYLE, comparison_lines, flip_rows, fmt
 CHECK_HEADER = ("check", "verdict", "rows differing", "max |Δ|", "max ULP (row scale)", "top-1 agreement",
                 "KLD max (nats)", "flips")
 FLIP_HEADER = ("pos", "ref token (logit)", "obs token (logit)", "ref margin", "obs margin", "ref top-5", "obs top-5")
+
+
+def position_label(check: Any, position: int) -> str:
+    """A compared row as the user knows it: ``pos 33``, or ``copy 1 pos 33`` in a stacked batch check
+    (row c×n+p of B copies of an n-token prompt is copy c, position p)."""
+    stacked = check.details.get("stacked")
+    if not stacked:
+        return f"pos {position}"
+    copy, pos = divmod(int(position), int(stacked["length"]))
+    return f"copy {copy} pos {pos}"
+
+
+_POSITION = re.compile(r"\bposition (\d+)\b")
+
+
+def _rows_as_copies(check: Any, text: str) -> str:
+    """``position 90`` in a stacked check's text -> ``copy 1 position 33``."""
+    stacked = check.details.get("stacked")
+    if not stacked:
+        return text
+    n = int(stacked["length"])
+    return _POSITION.sub(lambda m: "copy {} position {}".format(*divmod(int(m.group(1)), n)), text)
+
+
+def _flip_rows(check: Any) -> list[tuple[str, ...]]:
+    rows = flip_rows(check.comparison)
+    if not check.details.get("stacked"):
+        return rows
+    return [(position_label(check, f["position"]), *row[1:]) for f, row in zip(check.comparison.get("flips", []), rows)]
+
+
+def _comparison_lines(check: Any) -> list[tuple[str, str]]:
+    return [(key, _rows_as_copies(check, value)) for key, value in comparison_lines(check.comparison)]
 
 
 def check_rows(result: InvarianceResult) -> list[tuple[str, ...]]:
@@ -35,7 +69,7 @@ def check_rows(result: InvarianceResult) -> list[tuple[str, ...]]:
             fmt_num(c["max_scaled_ulp"]),
             f"{100 * c['argmax_agreement']:.2f} %",
             fmt_num(c["kld"].get("max")),
-            ", ".join(f"pos {f['position']} (margin {f['margin_ref']:.3g})" for f in flips[:4])
+            ", ".join(f"{position_label(check, f['position'])} (margin {f['margin_ref']:.3g})" for f in flips[:4])
             + (" …" if len(flips) > 4 else "") if flips else "none",
         ))
     return rows
@@ -121,10 +155,11 @@ def format_invariance(result: InvarianceResult) -> list[RenderableType]:
         stats.add_column()
         stats.add_row("reference", worst.reference)
         stats.add_row("observed", worst.observed)
-        for key, value in comparison_lines(worst.comparison):
+        for key, value in _comparison_lines(worst):
             stats.add_row(key, value)
-        group: list[RenderableType] = [title, *[Text("  • " + e) for e in verdict.evidence], stats]
-        flips = flip_rows(worst.comparison)
+        group: list[RenderableType] = [title, *[Text("  • " + _rows_as_copies(worst, e)) for e in verdict.evidence],
+                                       stats]
+        flips = _flip_rows(worst)
         if flips:
             flip_table = Table(title="argmax flips")
             for name in FLIP_HEADER:
@@ -171,10 +206,10 @@ def format_invariance_markdown(result: InvarianceResult) -> str:
     if worst is not None:
         out += ["", f"**Verdict: `{word}`** (worst of {len(result.checks)} checks: {worst.name}; reference "
                     f"{worst.reference}, observed {worst.observed})", ""]
-        out += [f"- {line}" for line in verdict.evidence]
+        out += [f"- {_rows_as_copies(worst, line)}" for line in verdict.evidence]
         out.append("")
-        out += _table(("statistic", "value"), comparison_lines(worst.comparison))
-        flips = flip_rows(worst.comparison)
+        out += _table(("statistic", "value"), _comparison_lines(worst))
+        flips = _flip_rows(worst)
         if flips:
             out.append("")
             out += _table(FLIP_HEADER, flips[:20])
