@@ -35,6 +35,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from logitlab.engines.base import Engine, Session
+from logitlab.engines.options import positive_int, to_bool
 from logitlab.errors import EngineError, InputError
 from logitlab.models import check_gguf, default_model_path, file_sha256
 
@@ -44,22 +45,6 @@ PADDING_SIDES = ("left", "right")
 #: files of a Hugging Face model folder that hold weights (their hashes identify the model).
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 CACHE_FORMAT = 1
-
-
-def _bool(value: Any) -> bool:
-    text = str(value).strip().lower()
-    if text in ("1", "true", "on", "yes"):
-        return True
-    if text in ("0", "false", "off", "no"):
-        return False
-    raise ValueError("expected 1/0, true/false, on/off")
-
-
-def _positive_int(value: Any) -> int:
-    number = int(value)
-    if number < 1:
-        raise ValueError("must be at least 1")
-    return number
 
 
 def _choice(valid: tuple[str, ...]):
@@ -172,9 +157,9 @@ class HfEngine(Engine):
     OPTIONS = {
         "dtype": (_choice(DTYPES), "weights/activations dtype: float32 (default), bfloat16, float16"),
         "attn": (_choice(ATTN_IMPLEMENTATIONS), "attention implementation: sdpa (default) or eager"),
-        "threads": (_positive_int, "torch intra-op threads during engine calls (default: half the cores)"),
+        "threads": (positive_int, "torch intra-op threads during engine calls (default: half the cores)"),
         "device": (_device, "cpu (default), cuda, cuda:N, mps, xpu"),
-        "kv_cache": (_bool, "keep the KV cache between calls (1, default) or recompute (0)"),
+        "kv_cache": (to_bool, "keep the KV cache between calls (1, default) or recompute (0)"),
     }
 
     # -- loading ------------------------------------------------------------

@@ -15,27 +15,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from logitlab.engines.base import Engine, Session
+from logitlab.engines.options import positive_int, to_bool
 from logitlab.errors import EngineError, InputError
 from logitlab.models import check_gguf, default_model_path, file_sha256
 
 #: ggml tensor types accepted for the KV cache (``type_k`` / ``type_v``).
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
-
-
-def _bool(value: Any) -> bool:
-    text = str(value).strip().lower()
-    if text in ("1", "true", "on", "yes"):
-        return True
-    if text in ("0", "false", "off", "no"):
-        return False
-    raise ValueError("expected 1/0, true/false, on/off")
-
-
-def _positive_int(value: Any) -> int:
-    number = int(value)
-    if number < 1:
-        raise ValueError("must be at least 1")
-    return number
 
 
 def _kv_type(value: Any) -> str:
@@ -82,17 +67,17 @@ class LlamaCppEngine(Engine):
 
     name = "llamacpp"
     OPTIONS = {
-        "n_threads": (_positive_int, "threads for single-token decode"),
-        "n_threads_batch": (_positive_int, "threads for batched (prefill) evaluation"),
-        "n_batch": (_positive_int, "logical batch size (tokens per llama_decode call)"),
-        "n_ubatch": (_positive_int, "physical micro-batch size"),
-        "n_ctx": (_positive_int, "context length in tokens (default 512)"),
-        "flash_attn": (_bool, "flash attention on/off"),
+        "n_threads": (positive_int, "threads for single-token decode"),
+        "n_threads_batch": (positive_int, "threads for batched (prefill) evaluation"),
+        "n_batch": (positive_int, "logical batch size (tokens per llama_decode call)"),
+        "n_ubatch": (positive_int, "physical micro-batch size"),
+        "n_ctx": (positive_int, "context length in tokens (default 512)"),
+        "flash_attn": (to_bool, "flash attention on/off"),
         "type_k": (_kv_type, "KV cache type for K (f16 default)"),
         "type_v": (_kv_type, "KV cache type for V (f16 default)"),
         "n_gpu_layers": (int, "layers offloaded to a GPU (0 on CPU builds)"),
-        "offload_kqv": (_bool, "offload KQV ops to the GPU"),
-        "use_mmap": (_bool, "mmap the model file"),
+        "offload_kqv": (to_bool, "offload KQV ops to the GPU"),
+        "use_mmap": (to_bool, "mmap the model file"),
         "seed": (int, "RNG seed (greedy replay does not sample)"),
     }
     DEFAULT_N_CTX = 512

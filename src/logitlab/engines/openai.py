@@ -54,6 +54,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from logitlab.engines.base import Engine, Session, StepTiming
+from logitlab.engines.options import positive_int, to_bool
 from logitlab.errors import EngineError, InputError
 
 PROMPT_FORMATS = ("auto", "ids", "text")
@@ -65,13 +66,6 @@ def _url(value: Any) -> str:
     if not re.match(r"^https?://[^/\s]+", url):
         raise ValueError("expected http://HOST[:PORT]/v1")
     return url
-
-
-def _positive_int(value: Any) -> int:
-    number = int(value)
-    if number < 1:
-        raise ValueError("must be at least 1")
-    return number
 
 
 def _count(value: Any) -> int:
@@ -86,15 +80,6 @@ def _positive_float(value: Any) -> float:
     if not number > 0:
         raise ValueError("must be > 0")
     return number
-
-
-def _bool(value: Any) -> bool:
-    text = str(value).strip().lower()
-    if text in ("1", "true", "on", "yes"):
-        return True
-    if text in ("0", "false", "off", "no"):
-        return False
-    raise ValueError("expected 1/0, true/false, on/off")
 
 
 def _prompt_format(value: Any) -> str:
@@ -129,14 +114,14 @@ class OpenAIEngine(Engine):
     TARGET_OPTION = "url"
     OPTIONS = {
         "url": (_url, "base URL of the API, e.g. http://127.0.0.1:8080/v1 (--engine openai:URL)"),
-        "logprobs": (_positive_int, "log-probabilities asked per position (default 20; above --top-k)"),
+        "logprobs": (positive_int, "log-probabilities asked per position (default 20; above --top-k)"),
         "timeout": (_positive_float, "seconds per HTTP request (default 120)"),
         "retries": (_count, "retries of a failed request (default 3)"),
         "backoff": (_positive_float, "first retry delay in s, doubled per retry (default 0.5)"),
         "prompt_format": (_prompt_format, "ids, text or auto (default: ids if the server takes them)"),
         "tokenizer": (str, "GGUF file to tokenize with (default: the server's tokenize endpoint)"),
-        "fresh": (_bool, "a one-token reset request before each scoring request (default 1)"),
-        "decode_timing": (_bool, "time a greedy completion of n_decode tokens in every run (default 1)"),
+        "fresh": (to_bool, "a one-token reset request before each scoring request (default 1)"),
+        "decode_timing": (to_bool, "time a greedy completion of n_decode tokens in every run (default 1)"),
         "api_key": (str, "sent as 'Authorization: Bearer …' (default: $OPENAI_API_KEY if set)"),
     }
 

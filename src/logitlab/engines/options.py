@@ -1,0 +1,27 @@
+"""Converters for engine options given as command-line strings (``KEY=VALUE``).
+
+Each raises ValueError with a short reason; ``Engine.validate_options`` turns
+that into an InputError naming the option.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def to_bool(value: Any) -> bool:
+    """``1/0``, ``true/false``, ``on/off``, ``yes/no`` (any case) → bool."""
+    text = str(value).strip().lower()
+    if text in ("1", "true", "on", "yes"):
+        return True
+    if text in ("0", "false", "off", "no"):
+        return False
+    raise ValueError("expected 1/0, true/false, on/off")
+
+
+def positive_int(value: Any) -> int:
+    """An integer ≥ 1."""
+    number = int(value)
+    if number < 1:
+        raise ValueError("must be at least 1")
+    return number
