@@ -61,6 +61,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from logitlab.engines.base import Engine, Session, StepTiming
+from logitlab.engines.options import positive_float, positive_int
 from logitlab.errors import EngineError, InputError
 from logitlab.models import default_model_path, file_sha256
 
@@ -77,20 +78,6 @@ def _format(value: Any) -> str:
     if name not in FORMATS:
         raise ValueError(f"valid formats: {', '.join(FORMATS)}")
     return name
-
-
-def _positive_int(value: Any) -> int:
-    number = int(value)
-    if number < 1:
-        raise ValueError("must be at least 1")
-    return number
-
-
-def _positive_float(value: Any) -> float:
-    number = float(value)
-    if not number > 0:
-        raise ValueError("must be > 0")
-    return number
 
 
 def _timing_regex(value: Any) -> str:
@@ -245,10 +232,10 @@ class CommandEngine(Engine):
     OPTIONS = {
         "command": (str, "command template with {tokens} and {logits} (--engine 'cmd:TEMPLATE')"),
         "format": (_format, "logits file format: npy (default), safetensors, f32 (raw little-endian)"),
-        "vocab": (_positive_int, "columns per logits row (needed for raw f32 without a tokenizer)"),
+        "vocab": (positive_int, "columns per logits row (needed for raw f32 without a tokenizer)"),
         "tokenizer": (str, "GGUF file whose vocabulary tokenizes the prompt (default: the model)"),
         "timing_regex": (_timing_regex, "regex with named groups prefill/decode (s) or prefill_ms/decode_ms"),
-        "timeout": (_positive_float, "seconds one command run may take (default 600)"),
+        "timeout": (positive_float, "seconds one command run may take (default 600)"),
     }
 
     def _load(self) -> None:

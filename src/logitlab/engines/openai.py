@@ -54,7 +54,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from logitlab.engines.base import Engine, Session, StepTiming
-from logitlab.engines.options import positive_int, to_bool
+from logitlab.engines.options import positive_float, positive_int, to_bool
 from logitlab.errors import EngineError, InputError
 
 PROMPT_FORMATS = ("auto", "ids", "text")
@@ -72,13 +72,6 @@ def _count(value: Any) -> int:
     number = int(value)
     if number < 0:
         raise ValueError("must be 0 or more")
-    return number
-
-
-def _positive_float(value: Any) -> float:
-    number = float(value)
-    if not number > 0:
-        raise ValueError("must be > 0")
     return number
 
 
@@ -115,9 +108,9 @@ class OpenAIEngine(Engine):
     OPTIONS = {
         "url": (_url, "base URL of the API, e.g. http://127.0.0.1:8080/v1 (--engine openai:URL)"),
         "logprobs": (positive_int, "log-probabilities asked per position (default 20; above --top-k)"),
-        "timeout": (_positive_float, "seconds per HTTP request (default 120)"),
+        "timeout": (positive_float, "seconds per HTTP request (default 120)"),
         "retries": (_count, "retries of a failed request (default 3)"),
-        "backoff": (_positive_float, "first retry delay in s, doubled per retry (default 0.5)"),
+        "backoff": (positive_float, "first retry delay in s, doubled per retry (default 0.5)"),
         "prompt_format": (_prompt_format, "ids, text or auto (default: ids if the server takes them)"),
         "tokenizer": (str, "GGUF file to tokenize with (default: the server's tokenize endpoint)"),
         "fresh": (to_bool, "a one-token reset request before each scoring request (default 1)"),

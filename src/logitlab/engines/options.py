@@ -25,3 +25,11 @@ def positive_int(value: Any) -> int:
     if number < 1:
         raise ValueError("must be at least 1")
     return number
+
+
+def positive_float(value: Any) -> float:
+    """A number > 0."""
+    number = float(value)
+    if not number > 0:
+        raise ValueError("must be > 0")
+    return number
