@@ -261,6 +261,15 @@ def test_kld_ulp_noise_is_not_rounding_noise():
     np.testing.assert_allclose(kld_reference(a, b), ref, rtol=1e-3)  # scipy, coarser
 
 
+@pytest.mark.skipif(np.finfo(np.longdouble).eps > 1e-18, reason="needs 80-bit long double")
+@pytest.mark.parametrize("sigma", [2e-6, 1e-4, 3e-3, 2e-2, 0.3, 0.7, 4.0])
+def test_kld_is_accurate_to_1e6_relative(sigma):
+    # 0.3 and 0.7 straddle the kernel's switch from the expm1 series to exp
+    a = logits(8, 5000, scale=2.5)
+    b = noisy(a, sigma)
+    np.testing.assert_allclose(compare_logits(a, b).row_kld, kld_longdouble(a, b), rtol=1e-6)
+
+
 def test_kld_summary_statistics():
     a = logits(40, 300)
     b = noisy(a, 0.1)
@@ -362,9 +371,7 @@ def test_topk_matches_stable_sort_with_many_ties(v):
     b = (np.round(rng.standard_normal((12, v)) * 2) / 2).astype(np.float32)
     k = 5
     kk = min(max(k, 2) + 1, v)
-    res = K.new_result(12, kk)
-    ws = K.Workspace(12, v, a.dtype)
-    res = K.fast_chunk(ws, a, b, kk)
+    res = K.fast_chunk(a, b, kk)
     for x, top in ((a, res.top_ref), (b, res.top_obs)):
         expected = np.stack([np.lexsort((np.arange(v), -row))[:kk] for row in x])
         np.testing.assert_array_equal(top, expected)
@@ -396,8 +403,7 @@ def test_fast_path_agrees_with_exact_path(sigma):
     a = logits(6, 2048)
     b = noisy(a, sigma)
     kk = 6
-    ws = K.Workspace(6, 2048, a.dtype)
-    fast = K.fast_chunk(ws, a, b, kk)
+    fast = K.fast_chunk(a, b, kk)
     exact = K.new_result(6, kk)
     hist = sum(K.exact_row(exact, r, a[r], b[r], kk) for r in range(6))
     np.testing.assert_array_equal(fast.hist, hist)
@@ -405,12 +411,40 @@ def test_fast_path_agrees_with_exact_path(sigma):
         np.testing.assert_array_equal(getattr(fast, name), getattr(exact, name), err_msg=name)
     for name in ("max_abs", "sum_abs", "scaled_ulp", "topv_ref"):
         np.testing.assert_allclose(getattr(fast, name), getattr(exact, name), rtol=1e-5, err_msg=name)
-    # the observed list is exact up to kk-1 (the k-th gap is a reference quantity)
-    np.testing.assert_array_equal(fast.top_obs[:, :-1], exact.top_obs[:, :-1])
-    np.testing.assert_allclose(fast.topv_obs[:, :-1], exact.topv_obs[:, :-1], rtol=1e-6)
+    np.testing.assert_array_equal(fast.top_obs, exact.top_obs)
+    np.testing.assert_allclose(fast.topv_obs, exact.topv_obs, rtol=1e-6)
     np.testing.assert_allclose(fast.sum_diff, exact.sum_diff, rtol=1e-4, atol=1e-6 * np.abs(exact.sum_abs).max())
     np.testing.assert_allclose(fast.m2, exact.m2, rtol=1e-4)
     np.testing.assert_allclose(fast.kld, exact.kld, rtol=1e-4)
+
+
+def assert_chunk_agrees_with_exact_path(a, b, kk=6):
+    fast = K.fast_chunk(a, b, kk)
+    exact = K.new_result(a.shape[0], kk)
+    hist = sum(K.exact_row(exact, r, a[r], b[r], kk) for r in range(a.shape[0]))
+    np.testing.assert_array_equal(fast.hist, hist)
+    for name in ("differing", "max_ulp", "top_ref", "top_obs", "n_used"):
+        np.testing.assert_array_equal(getattr(fast, name), getattr(exact, name), err_msg=name)
+    for name in ("max_abs", "sum_abs", "scaled_ulp", "topv_ref", "topv_obs", "m2", "kld"):
+        np.testing.assert_allclose(getattr(fast, name), getattr(exact, name), rtol=1e-5, err_msg=name)
+    np.testing.assert_allclose(fast.sum_diff, exact.sum_diff, rtol=1e-5, atol=1e-6 * exact.sum_abs.max())
+
+
+@pytest.mark.parametrize("dtype", [F32, np.dtype(np.float16), BF16], ids=str)
+def test_kernel_edge_rows_agree_with_exact_path(dtype):
+    a = logits(7, 1000, seed=4, dtype=dtype)
+    b = a.copy()
+    top = np.argmax(a.astype(np.float32), axis=1)
+    b[0] = (a[0].astype(np.float32) + 0.25).astype(dtype)  # offset with an outlier at the top token:
+    b[0, top[0]] = a[0, top[0]] + dtype.type(5.0)  # Σ δ² about the top's Δ cancels, m2 is recomputed
+    b[1] = noisy(a[1:2], 1.5)[0]  # |δ| beyond the expm1 series' range
+    b[2, 10] = a[2, 10] + dtype.type(100.0)  # |δ| > 80: exp could overflow, float64 path
+    b[3, 20] = -a[3, 20]  # a sign crossing
+    b[4, 30] = a[4, 30] + dtype.type(np.spacing(np.float32(a[4, 30]))) if dtype == F32 else a[4, 31]
+    if dtype != np.float16:  # magnitudes of 2**50 and more take the float64 path
+        a[5, 40] = b[5, 40] = dtype.type(2.0**60)
+        b[5, 41] = a[5, 41] + dtype.type(1.0)
+    assert_chunk_agrees_with_exact_path(a, b)
 
 
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=str)

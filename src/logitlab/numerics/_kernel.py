@@ -1,15 +1,16 @@
 """Per-chunk maths behind :func:`logitlab.numerics.compare.compare_logits`.
 
 Private.  A chunk is a block of whole rows (positions) of the two logit
-arrays.  Each row is handled by one of three paths:
+arrays.  Each row takes one of two paths:
 
-* identical rows (every bit equal): only the reference's top-k is computed;
-* finite rows (every value of both rows finite): vectorised float32 maths on
-  the whole chunk at once, in preallocated buffers;
-* other rows (NaN or infinity present and the rows differ, or a result that
-  overflowed float32): :func:`exact_row`, float64 maths one row at a time.
+* safe rows (every value of both rows finite and of moderate magnitude): the
+  fused kernel of :mod:`logitlab.numerics._fused` (numba), one pass over the
+  bits and one over the values of differing rows;
+* other rows (NaN, infinities, magnitudes near the float32 limit, or a
+  difference too large for float32 exp): :func:`exact_row`, float64 numpy
+  maths one row at a time.
 
-Every path returns the same per-row quantities (:class:`ChunkResult`), so the
+Both paths give the same per-row quantities (:class:`ChunkResult`), so the
 caller only concatenates.  Nothing here prints, logs or warns.
 """
 
@@ -27,21 +28,18 @@ from logitlab.numerics.ulp import ulp_distance
 HIST_LABELS = ("0", "1", "2-4", "5-16", "17-256", ">256")
 _HIST_EDGES = (0, 1, 4, 16, 256)
 
-# KLD tiers by the row's max |delta| (x): expm1(x) - x = x**2/2 + x**3/6 +
-# x**4/24 + ...; 1 term up to 3e-5 (relative truncation error <= x/3 = 1e-5),
-# 2 terms up to 1e-2 (<= x**2/12 < 8.4e-6), 3 terms up to 0.05 (<= x**3/60 <
-# 2.1e-6); above, expm1 itself (cancellation ~ 2 eps/|x| < 5e-6 on the large
-# terms, which dominate the sum).
-_SERIES_LIMITS = (3e-5, 1e-2, 0.05)
-# Softmax without subtracting the row maximum is safe (no float32 overflow in
-# exp(a) * expm1(delta), no loss to underflow that matters) when every row
-# maximum lies in this window and max + max|delta| stays below _NOSHIFT_CAP.
-_NOSHIFT_LO, _NOSHIFT_HI, _NOSHIFT_CAP = -30.0, 60.0, 80.0
-# expm1 of a float32 overflows above ~88.7: such rows go to the exact path.
-_EXPM1_CAP = 80.0
-# Interleaved block size of the top-k candidate search.
-_BLOCK = 64
-_OFFSETS = np.arange(_BLOCK)
+# float32 exp overflows above ~88.7: rows whose max |delta| may exceed this
+# take the exact path.
+_EXP_CAP = 80.0
+# Safe rows: magnitudes below 2**50 (float32, bfloat16), so that no sum of
+# squares of 2**16 differences overflows float32; float16 is always finite-safe.
+_SAFE_EXP = 50
+# (bits dtype, sign bit, magnitude mask, first unsafe magnitude) per input dtype
+_LAYOUT = {
+    np.dtype(np.float32): (np.uint32, 0x80000000, 0x7FFFFFFF, (_SAFE_EXP + 127) << 23),
+    np.dtype(np.float16): (np.uint16, 0x8000, 0x7FFF, 0x7C00),
+    np.dtype(ml_dtypes.bfloat16): (np.uint16, 0x8000, 0x7FFF, (_SAFE_EXP + 127) << 7),
+}
 
 _MANT = {
     np.dtype(np.float32): (np.finfo(np.float32).nmant, np.finfo(np.float32).minexp),
@@ -84,15 +82,13 @@ class ChunkResult:
     kld: np.ndarray  # float64, nats
     top_ref: np.ndarray  # int64 (rows, kk), -1 padded
     topv_ref: np.ndarray  # float64 (rows, kk), nan padded
-    top_obs: np.ndarray  # as top_ref; the last column may be -1 (not computed)
-    topv_obs: np.ndarray  # when n_vocab > kk: the kk-1 first are always exact
+    top_obs: np.ndarray  # as top_ref
+    topv_obs: np.ndarray
     nan_ref: np.ndarray  # int64
     nan_obs: np.ndarray
     inf_ref: np.ndarray
     inf_obs: np.ndarray
     nonfinite_mismatch: np.ndarray  # int64
-    first_col: int  # column of the first differing entry of the first differing row, or -1
-    first_row: int  # row (within chunk) of it, or -1
     hist: np.ndarray  # int64 (6,)
 
 
@@ -105,7 +101,7 @@ def new_result(rows: int, kk: int) -> ChunkResult:
         top_ref=np.full((rows, kk), -1, np.int64), topv_ref=np.full((rows, kk), np.nan),
         top_obs=np.full((rows, kk), -1, np.int64), topv_obs=np.full((rows, kk), np.nan),
         nan_ref=zi(), nan_obs=zi(), inf_ref=zi(), inf_obs=zi(), nonfinite_mismatch=zi(),
-        first_col=-1, first_row=-1, hist=np.zeros(len(HIST_LABELS), np.int64),
+        hist=np.zeros(len(HIST_LABELS), np.int64),
     )
 
 
@@ -132,72 +128,6 @@ def hist_counts(u: np.ndarray, boolbuf: np.ndarray | None = None) -> np.ndarray:
     le.append(n)
     counts = np.diff(np.array([0] + le, dtype=np.int64))
     return counts
-
-
-def _topk_full(x: np.ndarray, kk: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-kk of finite rows: value descending, ties by lower index."""
-    rows, n = x.shape
-    take = min(kk, n)
-    idx = np.full((rows, kk), -1, np.int64)
-    val = np.full((rows, kk), np.nan)
-    work = np.array(x, dtype=x.dtype, copy=True)
-    rr = np.arange(rows)
-    for j in range(take):
-        p = work.argmax(axis=1)
-        idx[:, j] = p
-        val[:, j] = work[rr, p]
-        work[rr, p] = -np.inf
-    return idx, val
-
-
-def topk_finite(x: np.ndarray, kk: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top-kk indices and values of finite float32 rows ``x`` (rows, V).
-
-    Order: value descending, ties broken by the lower index (the rule of
-    ``np.argmax``).  Exact, without sorting or partitioning whole rows: the
-    row is cut into ``_BLOCK`` interleaved blocks (block j holds indices
-    j, j+nb, j+2nb, ...); the kk blocks with the largest maxima contain the kk
-    largest values (any value outside them is <= kk distinct block maxima),
-    so kk rounds of argmax over those blocks (plus the ragged tail) suffice.
-    Rows where a tie could make the choice depend on the tie-break are
-    recomputed on the full row.
-    """
-    rows, v = x.shape
-    nb = v // _BLOCK
-    if nb < 4 * kk or rows == 0:
-        return _topk_full(x, kk)
-    rr = np.arange(rows)
-    # (rows, _BLOCK, nb) view: block j is column j; max over axis 1 is a
-    # vectorised elementwise maximum of _BLOCK contiguous slices.
-    bmax = x[:, : nb * _BLOCK].reshape(rows, _BLOCK, nb).max(axis=1)
-    sel = np.empty((rows, kk), np.intp)
-    for j in range(kk):
-        p = bmax.argmax(axis=1)
-        sel[:, j] = p
-        bmax[rr, p] = -np.inf
-    rest_max = bmax.max(axis=1)  # largest value outside the chosen blocks
-    cidx = (sel[:, :, None] + _OFFSETS[None, None, :] * nb).reshape(rows, kk * _BLOCK)
-    tail = v - nb * _BLOCK
-    if tail:
-        cidx = np.concatenate([cidx, np.broadcast_to(np.arange(nb * _BLOCK, v), (rows, tail))], axis=1)
-    cand = x[rr[:, None], cidx]
-    pos = np.empty((rows, kk), np.intp)
-    val = np.empty((rows, kk), np.float64)
-    for j in range(kk):
-        p = cand.argmax(axis=1)
-        pos[:, j] = p
-        val[:, j] = cand[rr, p]
-        cand[rr, p] = -np.inf
-    idx = cidx[rr[:, None], pos].astype(np.int64)
-    # A tie anywhere in the top kk, or between the kk-th value and a value left
-    # out, makes the candidate order (not the index) decide: redo those rows.
-    tied = (val[:, :-1] == val[:, 1:]).any(axis=1)
-    tied |= cand.max(axis=1) >= val[:, -1]
-    tied |= rest_max >= val[:, -1]
-    if tied.any():
-        t = np.flatnonzero(tied)
-        idx[t], val[t] = _topk_full(x[t], kk)
-    return idx, val
 
 
 def topk_exact(x: np.ndarray, kk: int) -> tuple[np.ndarray, np.ndarray]:
@@ -239,10 +169,31 @@ def _log_softmax(x: np.ndarray) -> np.ndarray | None:
         return z - math.log(float(np.exp(z).sum()))
 
 
+# Largest |delta| for which the cancellation-free form is evaluated in float64
+# (exp(600) * 2**20 entries stays far below the float64 limit).
+_STABLE_CAP = 600.0
+
+
 def kld_exact(a: np.ndarray, b: np.ndarray) -> float:
-    """KL(softmax(a) || softmax(b)) in nats, float64, for one row of any values."""
-    la = _log_softmax(np.asarray(a, np.float64))
-    lb = _log_softmax(np.asarray(b, np.float64))
+    """KL(softmax(a) || softmax(b)) in nats, float64, for one row of any values.
+
+    Finite rows use the cancellation-free form of ``compare_logits``' notes
+    (log1p(B + S) - B, shifted by the difference at the reference's argmax);
+    rows with infinities or NaN use log-softmax with the limits.
+    """
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    if np.isfinite(a).all() and np.isfinite(b).all():
+        top = int(a.argmax())
+        d = (b - a) - (b[top] - a[top])
+        if np.abs(d).max() <= _STABLE_CAP:
+            p = np.exp(a - a[top])
+            p /= p.sum()
+            bsum = float(np.dot(p, d))
+            ssum = float(np.dot(p, np.expm1(d) - d))
+            return max(0.0, math.log1p(bsum + ssum) - bsum)
+    la = _log_softmax(a)
+    lb = _log_softmax(b)
     if la is None or lb is None:
         return math.nan
     p = np.exp(la)
@@ -297,255 +248,56 @@ def exact_row(res: ChunkResult, r: int, a_row: np.ndarray, b_row: np.ndarray, kk
 
 
 # --------------------------------------------------------------------------
-# fast (float32, whole chunk) path
+# fast path (the fused numba kernel)
 
 
-class Workspace:
-    """Preallocated buffers for chunks of at most ``rows`` rows (one per thread)."""
-
-    def __init__(self, rows: int, n_vocab: int, dtype: np.dtype):
-        shape = (rows, n_vocab)
-        self.u = np.empty(shape, np.uint32)
-        self.f1 = np.empty(shape, np.float32)
-        self.f2 = np.empty(shape, np.float32)
-        self.f3 = np.empty(shape, np.float32)
-        self.bb = np.empty(shape, np.bool_)
-        self.ones = np.ones(n_vocab, np.float32)
-        if np.dtype(dtype).itemsize < 4:
-            self.a32 = np.empty(shape, np.float32)
-            self.b32 = np.empty(shape, np.float32)
-
-
-def _row_counts(mask: np.ndarray) -> np.ndarray:
-    return np.fromiter((np.count_nonzero(m) for m in mask), np.int64, mask.shape[0])
-
-
-def _ordered32(bits16: np.ndarray) -> np.ndarray:
-    """int32 ordered integers of 16-bit float bit patterns (see ulp.ordered_int)."""
-    wide = bits16.astype(np.int32)
-    mag = wide & 0x7FFF
-    return np.where(wide < 0, -mag, mag)
-
-
-def _ulp_fast(ws: Workspace, a: np.ndarray, b: np.ndarray):
-    """ULP distances (uint32; None when all are 0), their row maxima, per-row
-    differing-bit counts, and how many differing entries are 0 ULP apart (+0 vs -0)."""
-    rows, v = a.shape
-    u, bb = ws.u[:rows], ws.bb[:rows]
-    i1 = u.view(np.int32)
-    if a.dtype.itemsize == 4:
-        ia, ib = a.view(np.int32), b.view(np.int32)
-        np.not_equal(ia, ib, out=bb)
-        differing = _row_counts(bb)
-        if not differing.any():  # bit-exact chunk: every distance is 0
-            return None, np.zeros(rows, np.int64), differing, 0
-        np.subtract(ib, ia, out=i1)  # wraps on sign crossings, fixed below
-        np.abs(i1, out=i1)  # |-2**31| stays -2**31, read as uint32 2**31
-        umax = u.max(axis=1).astype(np.int64)
-        # A sign crossing gives |ib - ia| >= 2**23 (as uint32): look for the
-        # crossings among those entries only.  There the distance is |a| + |b|.
-        signed_zero = 0
-        if umax.max() >= (1 << 23):
-            np.greater_equal(u, 1 << 23, out=bb)
-            flat = np.flatnonzero(bb)
-            flat = flat[(ia.ravel()[flat] ^ ib.ravel()[flat]) < 0]
-            if flat.size:
-                rr, cc = flat // v, flat % v
-                mag = (ia[rr, cc].astype(np.int64) & 0x7FFFFFFF) + (ib[rr, cc].astype(np.int64) & 0x7FFFFFFF)
-                u[rr, cc] = mag.astype(np.uint32)
-                signed_zero = int(np.count_nonzero(mag == 0))
-                fixed = rr[np.concatenate(([True], rr[1:] != rr[:-1]))]  # rr is sorted
-                if fixed.size * 4 > rows:
-                    umax = u.max(axis=1).astype(np.int64)
-                else:
-                    umax[fixed] = [u[r].max() for r in fixed]
-    else:
-        ia, ib = a.view(np.int16), b.view(np.int16)
-        np.not_equal(ia, ib, out=bb)
-        differing = _row_counts(bb)
-        oa, ob = _ordered32(ia), _ordered32(ib)
-        np.subtract(ob, oa, out=i1)
-        np.abs(i1, out=i1)
-        umax = u.max(axis=1).astype(np.int64)
-        signed_zero = int(np.count_nonzero(bb)) - int(np.count_nonzero(i1))
-    return u, umax, differing, signed_zero
-
-
-def _hist_fast(u: np.ndarray | None, top: int, zeros: int, bb: np.ndarray, scratch: np.ndarray) -> np.ndarray:
-    """Histogram counts of a chunk, knowing its maximum and its count of zeros.
-
-    When few entries lie in 1..256 ULPs (noise well above ULP level), those
-    are gathered and binned; otherwise one compare-and-count pass per edge.
-    """
-    n = bb.size
-    if top > 256:
-        np.subtract(u, 1, out=scratch)  # 0 wraps to 2**32 - 1
-        np.less_equal(scratch, 255, out=bb)  # 1 <= u <= 256
-        small = np.flatnonzero(bb) if np.count_nonzero(bb) <= n // 64 else None
-        if small is not None:
-            vals = u.ravel()[small]
-            le = [zeros] + [zeros + int(np.count_nonzero(vals <= e)) for e in _HIST_EDGES[1:]] + [n]
-            return np.diff(np.array([0] + le, dtype=np.int64))
-    le = [zeros]
-    for edge in _HIST_EDGES[1:]:
-        if top <= edge:
-            le.append(n)
-        else:
-            np.less_equal(u, edge, out=bb)
-            le.append(int(np.count_nonzero(bb)))
-    le.append(n)
-    return np.diff(np.array([0] + le, dtype=np.int64))
-
-
-def _to32(x: np.ndarray, buf: np.ndarray) -> np.ndarray:
-    out = buf[: x.shape[0]]
-    out[...] = x
-    return out
-
-
-def _first_bits(a_row: np.ndarray, b_row: np.ndarray) -> int:
-    int_dtype = np.int32 if a_row.dtype.itemsize == 4 else np.int16
-    return int(np.flatnonzero(a_row.view(int_dtype) != b_row.view(int_dtype))[0])
-
-
-def fast_chunk(ws: Workspace, a_nat: np.ndarray, b_nat: np.ndarray, kk: int) -> ChunkResult:
+def fast_chunk(a_nat: np.ndarray, b_nat: np.ndarray, kk: int) -> ChunkResult:
     """All per-row results of one chunk of C-contiguous native-dtype rows.
 
     ``kk`` is the length of the top lists: ``min(max(top_k, 2) + 1, n_vocab)``.
     """
+    from logitlab.numerics import _fused as F  # numba: imported on first comparison
+
     rows, v = a_nat.shape
+    bits, sign, mag, limit = _LAYOUT[a_nat.dtype]
+    wide = a_nat.dtype.itemsize == 4
+    fa = a_nat if wide else a_nat.astype(np.float32)
+    fb = b_nat if wide else b_nat.astype(np.float32)
+    out_i = np.zeros((rows, F.N_I), np.int64)
+    out_f = np.zeros((rows, F.N_F), np.float64)
+    top_a = np.full((rows, kk), -1, np.int64)
+    top_b = np.full((rows, kk), -1, np.int64)
+    F.chunk(a_nat.view(bits), b_nat.view(bits), fa, fb, np.uint32(sign), np.uint32(mag),
+            np.uint32(limit), kk, _EXP_CAP, out_i, out_f, top_a, top_b)
+
     res = new_result(rows, kk)
-    with np.errstate(all="ignore"):
-        u, umax, differing, signed_zero = _ulp_fast(ws, a_nat, b_nat)
-        res.differing[:] = differing
-        res.max_ulp[:] = umax
-        res.n_used[:] = v
-        zeros = rows * v - int(differing.sum()) + signed_zero
-        res.hist[:] = _hist_fast(u, int(umax.max()), zeros, ws.bb[:rows], ws.f3[:rows].view(np.uint32))
-        diff_rows = np.flatnonzero(differing)
-        same_rows = np.flatnonzero(differing == 0)
-        if diff_rows.size:
-            r0 = int(diff_rows[0])
-            res.first_row, res.first_col = r0, _first_bits(a_nat[r0], b_nat[r0])
-
-        wide = a_nat.dtype.itemsize < 4
-        a32 = _to32(a_nat, ws.a32) if wide else a_nat
-        b32 = _to32(b_nat, ws.b32) if wide and diff_rows.size else b_nat
-        slow: list[int] = []
-        if same_rows.size:
-            sa = a32 if same_rows.size == rows else a32[same_rows]
-            idx, val = topk_finite(sa, kk)
-            finite = np.isfinite(val[:, 0]) & np.isfinite(sa.min(axis=1))
-            res.top_ref[same_rows], res.topv_ref[same_rows] = idx, val
-            res.top_obs[same_rows], res.topv_obs[same_rows] = idx, val
-            slow.extend(int(r) for r in same_rows[~finite])
-        if diff_rows.size:
-            if diff_rows.size == rows:
-                da, db = a32, b32
-            else:
-                da, db = a32[diff_rows], b32[diff_rows]
-            slow.extend(_fast_differing(ws, res, diff_rows, da, db, kk, a_nat.dtype))
-
-        for r in slow:
-            res.hist -= hist_counts(u[r] if u is not None else np.zeros(v, np.uint32))
-            res.hist += exact_row(res, r, a_nat[r], b_nat[r], kk)
+    differing = out_i[:, F.I_DIFFERING]
+    safe = out_i[:, F.I_SAFE].astype(bool) & np.isfinite(out_f[:, F.F_KLD])
+    ok = np.flatnonzero(safe)
+    res.differing[:] = differing
+    res.n_used[ok] = v
+    res.max_ulp[ok] = out_i[ok, F.I_MAX_ULP]
+    res.sum_diff[ok] = out_f[ok, F.F_SUM_DIFF]
+    res.sum_abs[ok] = out_f[ok, F.F_SUM_ABS]
+    res.max_abs[ok] = out_f[ok, F.F_MAX_ABS]
+    res.m2[ok] = out_f[ok, F.F_M2]
+    res.kld[ok] = out_f[ok, F.F_KLD]
+    scale = out_i[ok, F.I_MAG_REF].astype(bits).view(a_nat.dtype).astype(np.float64)
+    res.scaled_ulp[ok] = res.max_abs[ok] / spacing(scale, a_nat.dtype)
+    same = differing[ok] == 0
+    obs_top = np.where(same[:, None], top_a[ok], top_b[ok])
+    res.top_ref[ok] = top_a[ok]
+    res.top_obs[ok] = obs_top
+    res.topv_ref[ok] = fa[ok[:, None], top_a[ok]]  # a gather: fa[ok] would copy the rows
+    res.topv_obs[ok] = fb[ok[:, None], obs_top]
+    le = out_i[ok][:, [F.I_LE0, F.I_LE1, F.I_LE4, F.I_LE16, F.I_LE256]].sum(axis=0)
+    res.hist[:] = np.diff(np.concatenate(([0], le, [ok.size * v])))
+    for r in np.flatnonzero(~safe):
+        res.hist += exact_row(res, int(r), a_nat[r], b_nat[r], kk)
     return res
 
 
-def _fast_differing(ws, res, rows_idx, a, b, kk, dtype) -> list[int]:
-    """Float32 maths for differing rows; returns the rows needing the exact path."""
-    n, v = a.shape
-    ones = ws.ones
-    d = np.subtract(b, a, out=ws.f1[:n])
-    ad = np.abs(d, out=ws.f2[:n])
-    max_abs = ad.max(axis=1).astype(np.float64)
-    sum_abs = np.vecdot(ad, ones).astype(np.float64)
-    sum_diff = np.vecdot(d, ones).astype(np.float64)
-    good = np.isfinite(sum_abs) & np.isfinite(sum_diff)
-    mean = sum_diff / v
-    np.subtract(d, mean.astype(np.float32)[:, None], out=d)  # d is now δ = Δ - row mean
-    m2 = np.vecdot(d, d).astype(np.float64)
-
-    all_good = bool(good.all())
-    top_a, topv_a = _topk_rows(a, kk, good, all_good)
-    amax = topv_a[:, 0]
-    amin = a.min(axis=1).astype(np.float64)
-    scale = np.maximum(np.abs(amax), np.abs(amin))
-    scaled = max_abs / spacing(scale, dtype)
-
-    # Observed top list.  Where every gap between consecutive reference top
-    # values exceeds 2 max|Δ|, no observed value can change rank among them or
-    # pass the k-th: the observed top kk-1 are the reference's tokens.
-    slack = 2.0 * max_abs * (1.0 + 1e-6) + 1e-37
-    keep = good & (np.diff(topv_a, axis=1) < -slack[:, None]).all(axis=1)
-    top_b = top_a.copy()
-    topv_b = np.take_along_axis(b, np.maximum(top_a, 0), axis=1).astype(np.float64)
-    if kk < v:  # the observed kk-th is not known there: mark it unknown
-        top_b[keep, -1] = -1
-        topv_b[keep, -1] = np.nan
-    redo = good & ~keep
-    if redo.any():
-        ri = np.flatnonzero(redo)
-        top_b[ri], topv_b[ri] = topk_finite(b[ri], kk)
-
-    # KL(P_ref || P_obs).  For δ_i = Δ_i - c (any constant c):
-    #   KL = log Σ p_i exp(δ_i) - Σ p_i δ_i = log1p(B + S) - B,
-    #   B = Σ p_i δ_i,  S = Σ p_i (expm1(δ_i) - δ_i)  (terms >= 0).
-    bound = (max_abs + np.abs(mean)) * (1.0 + 1e-6)  # >= max |δ|
-    good &= bound <= _EXPM1_CAP
-    # Per-row decision, so that results do not depend on the chunking.
-    shift = good & ~((amax >= _NOSHIFT_LO) & (amax <= _NOSHIFT_HI) & (amax + bound <= _NOSHIFT_CAP))
-    e = ws.f2[:n]
-    if shift.any():
-        np.subtract(a, np.where(shift, amax, 0.0).astype(np.float32)[:, None], out=e)
-        np.exp(e, out=e)
-    else:
-        np.exp(a, out=e)
-    z = np.vecdot(e, ones).astype(np.float64)
-    bsum = np.vecdot(e, d).astype(np.float64) / z
-    ssum = np.zeros(n)
-    # Terms of the series of expm1(x) - x needed for the row's max |δ|; 0: use expm1.
-    terms = np.select([bound <= lim for lim in _SERIES_LIMITS], [1, 2, 3], 0)
-    for nterms in (1, 2, 3, 0):
-        rows = np.flatnonzero(terms == nterms)
-        if rows.size == 0:
-            continue
-        te = e if rows.size == n else e[rows]
-        td = d if rows.size == n else d[rows]
-        w = ws.f3[: rows.size]
-        if nterms == 0:
-            np.expm1(td, out=w)  # Σ p expm1(δ) = B + S
-            ssum[rows] = np.vecdot(te, w).astype(np.float64) / z[rows] - bsum[rows]
-            continue
-        q = np.multiply(td, td, out=w)
-        s = np.vecdot(te, q).astype(np.float64) / 2  # Σ e δ²/2
-        if nterms >= 2:
-            np.multiply(te, q, out=te)  # e δ²; e is not needed after this
-            s += np.vecdot(te, td).astype(np.float64) / 6
-            if nterms == 3:
-                s += np.vecdot(te, q).astype(np.float64) / 24
-        ssum[rows] = s / z[rows]
-    kld = np.maximum(np.log1p(bsum + ssum) - bsum, 0.0)
-    good &= np.isfinite(kld) & np.isfinite(z) & (z > 0)
-
-    res.max_abs[rows_idx] = max_abs
-    res.sum_abs[rows_idx] = sum_abs
-    res.sum_diff[rows_idx] = sum_diff
-    res.m2[rows_idx] = m2
-    res.scaled_ulp[rows_idx] = scaled
-    res.kld[rows_idx] = kld
-    res.top_ref[rows_idx], res.topv_ref[rows_idx] = top_a, topv_a
-    res.top_obs[rows_idx], res.topv_obs[rows_idx] = top_b, topv_b
-    return [int(r) for r in rows_idx[~good]]
-
-
-def _topk_rows(x, kk, good, all_good):
-    """topk_finite on the rows flagged good; placeholders elsewhere."""
-    if all_good:
-        return topk_finite(x, kk)
-    idx = np.full((x.shape[0], kk), 0, np.int64)
-    val = np.full((x.shape[0], kk), np.nan)
-    g = np.flatnonzero(good)
-    if g.size:
-        idx[g], val[g] = topk_finite(x[g], kk)
-    return idx, val
+def first_differing_column(a_row: np.ndarray, b_row: np.ndarray) -> int:
+    """Index of the first entry whose bits differ (the rows must differ)."""
+    int_dtype = np.int32 if a_row.dtype.itemsize == 4 else np.int16
+    return int(np.flatnonzero(a_row.view(int_dtype) != b_row.view(int_dtype))[0])

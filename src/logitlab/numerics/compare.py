@@ -6,16 +6,17 @@ and rows differ, by how many ULPs, by how much in logits, whether the mean
 difference is an offset, whether argmax and the top-k set survive, at what
 margins, and the KL divergence of the softmax distributions.
 
-The work is vectorised numpy over blocks of rows ("chunks"), so the extra
-memory stays a small fraction of the inputs.  Rows whose bits are identical
-skip everything except the reference's top-k.
+The work is a fused kernel compiled with numba, row by row over blocks of
+rows ("chunks") shared among threads, so the extra memory stays a small
+fraction of the inputs.  Rows whose bits are identical skip everything
+except the reference's top-k.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import queue
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -49,9 +50,11 @@ KLD_STATS: tuple[tuple[str, float | None], ...] = (
     ("p90", 90.0), ("median", 50.0), ("p10", 10.0), ("p5", 5.0), ("p1", 1.0), ("min", 0.0),
 )
 
-# Chunk size target in elements: two float32 inputs plus ~6 work buffers of
-# this many elements per thread stay inside a shared last-level cache.
+# Chunk size target in elements: the kernel works row by row, so this only
+# sets the granularity of the threads and of the float32 copies of 16-bit inputs.
 _CHUNK_ELEMENTS = 1 << 19
+# Default thread count cap.
+_MAX_WORKERS = 8
 
 
 def _f(x) -> float | None:
@@ -277,10 +280,8 @@ def compare_logits(
     token_ids : sequence of int, optional
         The token id fed at each position, stored for reports.
     workers : int, optional
-        Threads working on chunks (numpy releases the GIL in its loops).
-        Default 1: on a 2-vCPU machine more threads did not help (memory and
-        cache bound); try more on machines with idle cores.  Results do not
-        depend on it.
+        Threads working on chunks (the compiled kernel releases the GIL).
+        Default: the CPU count, at most 8.  Results do not depend on it.
 
     Returns
     -------
@@ -296,18 +297,22 @@ def compare_logits(
 
     Notes
     -----
-    Cost and memory: about 6-10x one ``np.array_equal`` of the same arrays
-    when every row differs (some 20 vectorised passes over each cache-sized
-    chunk; see ``benchmarks/bench_compare.py``), about 3x when the arrays
-    are bit-exact (identical rows only get the reference's top-k, for the
-    margins).  Rows holding NaN or Inf take a float64 path row by row, about
-    10x slower per row.  Peak extra memory is about
-    ``workers * 21 * chunk_rows * n_vocab`` bytes plus the per-row results,
-    independent of n_positions (a few percent of the inputs).
+    Cost and memory: rows are handled by a fused kernel compiled with numba
+    (``numerics/_fused.py``): one vectorised pass over the bits of both
+    rows, one over the values of rows that differ, the top-k from block
+    maxima.  On one thread that is about 4x one ``np.array_equal`` of the
+    same arrays when every row differs (``benchmarks/bench_compare.py``);
+    the first call in a process loads the compiled kernel from numba's
+    cache (about 0.5 s; 3-4 s to compile it when there is no cache).
+    Rows holding NaN, infinities or magnitudes of 2**50 and more (float32,
+    bfloat16) take a float64 numpy path row by row, about 10x slower per
+    row.  Peak extra memory is the per-row results, plus for float16 and
+    bfloat16 a float32 copy of one chunk per worker: well under 1 % of the
+    inputs for float32.
 
-    Δ statistics use float32 element-wise maths, per-row float32 dot
-    products, and float64 across rows.  ULP distances are computed on the
-    bits, in the input dtype.
+    Δ statistics use float32 element-wise maths, float32 partial sums over
+    blocks of 256 entries and float64 across blocks.  ULP distances are
+    computed on the bits, in the input dtype.
 
     KL divergence per position, in nats, as llama.cpp's ``llama-perplexity
     --kl-divergence`` reports it (``tools/perplexity/perplexity.cpp``)::
@@ -318,10 +323,11 @@ def compare_logits(
     It is evaluated without cancellation: with δ_i = Δ_i − mean(Δ),
     ``KL = log1p(B + S) − B`` where ``B = Σ p_i δ_i`` and
     ``S = Σ p_i (expm1(δ_i) − δ_i)`` (a sum of non-negative terms; for
-    |δ| <= 0.05 its terms use the series δ²/2 + δ³/6 + δ⁴/24).  p uses the
-    log-sum-exp shift.  Relative error about 1e-5 or better, also for
-    ULP-level differences where a direct ``lse(Q) − lse(P) − Σ pΔ`` in
-    float32 would return rounding noise.  Rows with NaN or infinities use
+    |δ| <= 0.5 its terms use the series δ²/2 + δ³/6 + ... + δ⁹/9!).  p uses
+    the log-sum-exp shift.  Relative error about 1e-6 or better (tested
+    against 80-bit long double), also for ULP-level differences where a
+    direct ``lse(Q) − lse(P) − Σ pΔ`` in float32 would return rounding
+    noise and scipy's float64 ``rel_entr`` is off by ~1e-4.  Rows with NaN or infinities use
     float64 with the limits (softmax of +inf entries is uniform over them;
     a token with p > 0 and q = 0 gives +inf; NaN gives None).
 
@@ -346,27 +352,19 @@ def compare_logits(
     rows = int(chunk_rows) if chunk_rows is not None else max(1, _CHUNK_ELEMENTS // v)
     rows = min(rows, n)
     starts = list(range(0, n, rows))
-    nworkers = min(int(workers) if workers is not None else 1, len(starts))
-
-    spaces: queue.SimpleQueue = queue.SimpleQueue()
-    for _ in range(nworkers):
-        spaces.put(K.Workspace(rows, v, ref.dtype))
+    nworkers = min(int(workers) if workers is not None else min(os.cpu_count() or 1, _MAX_WORKERS), len(starts))
 
     def run(start: int) -> K.ChunkResult:
-        ws = spaces.get()
-        try:
-            a = np.ascontiguousarray(ref[start:start + rows])
-            b = np.ascontiguousarray(obs[start:start + rows])
-            return K.fast_chunk(ws, a, b, kk)
-        finally:
-            spaces.put(ws)
+        a = np.ascontiguousarray(ref[start:start + rows])
+        b = np.ascontiguousarray(obs[start:start + rows])
+        return K.fast_chunk(a, b, kk)
 
     if nworkers > 1:
         with ThreadPoolExecutor(max_workers=nworkers) as pool:
             chunks = list(pool.map(run, starts))
     else:
         chunks = [run(s) for s in starts]
-    return _assemble(ref, obs, chunks, starts, top_k, kk, ids)
+    return _assemble(ref, obs, chunks, top_k, kk, ids)
 
 
 def _cat(chunks, name):
@@ -395,7 +393,7 @@ def _kld_summary(kld: np.ndarray) -> dict:
     return out
 
 
-def _assemble(ref, obs, chunks, starts, top_k, kk, ids) -> LogitComparison:
+def _assemble(ref, obs, chunks, top_k, kk, ids) -> LogitComparison:
     n, v = ref.shape
     differing = _cat(chunks, "differing")
     n_used = _cat(chunks, "n_used")
@@ -451,22 +449,22 @@ def _assemble(ref, obs, chunks, starts, top_k, kk, ids) -> LogitComparison:
         })
 
     first = None
-    for start, c in zip(starts, chunks):
-        if c.first_row >= 0:
-            pos, col = start + c.first_row, c.first_col
-            rv, ov = ref[pos, col], obs[pos, col]
-            first = {
-                "position": int(pos),
-                "token_id": int(col),
-                "reference_hex": float_hex(rv),
-                "observed_hex": float_hex(ov),
-                "reference_bits": float_bits(rv),
-                "observed_bits": float_bits(ov),
-                "reference": _f(rv),
-                "observed": _f(ov),
-                "ulp": int(ulp_distance(ref[pos, col:col + 1], obs[pos, col:col + 1])[0]),
-            }
-            break
+    diff_rows = np.flatnonzero(differing)
+    if diff_rows.size:
+        pos = int(diff_rows[0])
+        col = K.first_differing_column(ref[pos], obs[pos])
+        rv, ov = ref[pos, col], obs[pos, col]
+        first = {
+            "position": pos,
+            "token_id": col,
+            "reference_hex": float_hex(rv),
+            "observed_hex": float_hex(ov),
+            "reference_bits": float_bits(rv),
+            "observed_bits": float_bits(ov),
+            "reference": _f(rv),
+            "observed": _f(ov),
+            "ulp": int(ulp_distance(ref[pos, col:col + 1], obs[pos, col:col + 1])[0]),
+        }
 
     return LogitComparison(
         n_positions=int(n),
