@@ -92,12 +92,8 @@ def _key(x, sign, mag):
 
 
 @nb.njit(**_EXACT)
-def _exp(x):
-    """exp of a float32, clamped to [-87, 88], about 1 ULP; branch-free so it vectorises."""
-    x = x if x > _EXP_MIN else _EXP_MIN  # ternaries: numba's float min/max do not vectorise
-    x = x if x < _EXP_MAX else _EXP_MAX
-    t = x * _LOG2E
-    n = np.int32(t + (np.float32(0.5) if t >= 0 else np.float32(-0.5)))
+def _exp_reduced(x, n):
+    """exp(x) given n = round(x / ln 2), x in [-87, 88]: 2**n times a polynomial."""
     fn = np.float32(n)
     r = x - fn * _LN2_HI - fn * _LN2_LO
     p = _P[0]
@@ -108,6 +104,22 @@ def _exp(x):
     p = p * r + _P[5]
     y = p * r * r + r + np.float32(1.0)
     return y * _from_bits(np.uint32(n + 127) << np.uint32(23))
+
+
+@nb.njit(**_EXACT)
+def _exp(x):
+    """exp of a float32, clamped to [-87, 88], about 1 ULP; branch-free so it vectorises."""
+    x = x if x > _EXP_MIN else _EXP_MIN  # ternaries: numba's float min/max do not vectorise
+    x = x if x < _EXP_MAX else _EXP_MAX
+    t = x * _LOG2E
+    return _exp_reduced(x, np.int32(t + (np.float32(0.5) if t >= 0 else np.float32(-0.5))))
+
+
+@nb.njit(**_EXACT)
+def _exp_neg(x):
+    """_exp for x <= 0 (softmax weights): one clamp, and rounding needs no sign test."""
+    x = x if x > _EXP_MIN else _EXP_MIN
+    return _exp_reduced(x, np.int32(x * _LOG2E - np.float32(0.5)))
 
 
 @nb.njit(**_EXACT)
@@ -263,7 +275,7 @@ def _block_values(fa, fb, c, amax):
         a = fa[t]
         d = fb[t] - a
         e = _delta(a, fb[t], c)
-        w = _exp(a - amax)
+        w = _exp_neg(a - amax)
         sd += e
         sa += abs(d)
         s2 += e * e
@@ -283,7 +295,7 @@ def _block_expm1(fa, fb, c, amax):
         a = fa[t]
         e = _delta(a, fb[t], c)
         g = _series(e) if abs(e) <= _SERIES_MAX else _exp(e) - np.float32(1.0) - e
-        se += _exp(a - amax) * g
+        se += _exp_neg(a - amax) * g
     return se
 
 
