@@ -119,9 +119,14 @@ def test_vocab_mismatch_compares_the_common_prefix_and_says_so():
     assert result.runs[1].comparison["n_vocab"] == 257
 
 
-def test_localize_needs_llamacpp():
-    with pytest.raises(InputError, match="--localize dumps graph tensors through llama.cpp only; these variants use fake"):
+def test_localize_needs_an_engine_with_dump_capture():
+    with pytest.raises(InputError, match="--localize dumps tensors through llamacpp or hf only; these variants use fake"):
         run_ab(config(engine="fake", localize=True))
+
+
+def test_localize_accepts_every_engine_with_dump_capture():
+    for control, candidate in (("hf", "hf"), ("llamacpp", "hf")):
+        config(f"{control}:", f"{candidate}:", localize=True).validate()
 
 
 def test_bad_config_values():

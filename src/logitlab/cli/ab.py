@@ -55,7 +55,7 @@ REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --randomize and the bootstrap.")
 @click.option("--no-escalate", is_flag=True, help="Do not repeat a failing A/A at stronger isolation.")
 @click.option("--localize", is_flag=True,
-              help="When not bit-exact, dump both sides of the first differing pair (llama.cpp) and report the "
+              help="When not bit-exact, dump both sides of the first differing pair (llamacpp, hf) and report the "
                    "first divergent tensor (layer, name, position).")
 @threshold_options
 @click.option("--margin", type=float, default=None,

@@ -23,7 +23,8 @@ from logitlab.engines import DEFAULT_ENGINE
 
 @click.command()
 @click.option("--model", type=str, default=None, help="Model file (default: the embedded SmolLM2-135M Q4_1 GGUF).")
-@click.option("--engine", "engine", default=DEFAULT_ENGINE, show_default=True, help="Engine of both variants.")
+@click.option("--engine", "engine", default=DEFAULT_ENGINE, show_default=True,
+              help="Engine of both variants (with dump capture: llamacpp, hf).")
 @click.option("--control", default="", help="Control spec: KEY=VALUE[,KEY=VALUE] engine options, or "
                                              "[ENGINE:][MODEL][?KEY=VALUE&...].")
 @click.option("--candidate", default=None, help="Candidate spec, same form. Without it only the control is dumped.")
@@ -51,18 +52,22 @@ def dump(**opts: Any) -> None:
 
     Runs one prefill and --tokens decode steps and stores every named tensor
     of llama.cpp's graph (attn_norm-3, kqv_out-0, ffn_out-3, l_out-3,
-    result_output …) that passes --names/--layers/--positions: one
-    safetensors file per step plus manifest.json. The control decodes
-    greedily; the candidate replays its tokens, so both see the same inputs.
+    result_output …), or with --engine hf the outputs and inputs of the
+    transformers modules under the same names, that passes
+    --names/--layers/--positions: one safetensors file per step plus
+    manifest.json. The control decodes greedily; the candidate replays its
+    tokens, so both see the same inputs.
 
     \b
     Examples:
       logitlab dump --candidate flash_attn=1 --out dumps/
       logitlab dump-diff dumps/control dumps/candidate
       logitlab dump --control n_threads=1 --out a/ --names 'l_out,result_output' --layers 0-3
+      logitlab dump --engine hf --control dtype=float32 --candidate dtype=bfloat16 --out hf/
+      logitlab dump --control llamacpp: --candidate hf: --layers 0-3 --out cross/
     """
     from logitlab.dumps.format import TensorFilter, format_bytes, parse_size
-    from logitlab.dumps.run import DEFAULT_DUMP_PROMPT, check_out_dir, dump_pair, dump_variant
+    from logitlab.dumps.run import DEFAULT_DUMP_PROMPT, capture_function, check_out_dir, dump_pair, dump_variant
     from logitlab.engines.variant import parse_env, parse_variant
     from logitlab.experiments.workload import load_prompt
     from logitlab.report.dumps import capture_lines
@@ -70,8 +75,6 @@ def dump(**opts: Any) -> None:
     check_output_paths(json=opts["json_path"])
     pair = opts["candidate"] is not None or bool(opts["candidate_env"])
     out = Path(opts["out_dir"])
-    for folder in ((out / "control", out / "candidate") if pair else (out,)):
-        check_out_dir(folder, force=opts["force"])
     control = parse_variant(opts["control"], "control", default_engine=opts["engine"], default_model=opts["model"],
                             env=parse_env(opts["control_env"]))
     candidate = parse_variant(opts["control"] if opts["candidate"] is None else opts["candidate"], "candidate",
@@ -83,6 +86,10 @@ def dump(**opts: Any) -> None:
         prompt = load_prompt(opts["prompt"], opts["prompt_file"])
     select = TensorFilter.parse(opts["names"], opts["layers"], opts["positions"])
     max_bytes = parse_size(opts["max_bytes"])
+    for variant in (control, candidate) if pair else (control,):
+        capture_function(variant.engine)  # an engine without capture fails before any folder is made
+    for folder in ((out / "control", out / "candidate") if pair else (out,)):
+        check_out_dir(folder, force=opts["force"])
     quiet = opts["quiet"]
     label = ["control"]
 

@@ -1,7 +1,11 @@
 """Dumps of intermediate tensors and dump-diff: where two runs part.
 
 - :mod:`~logitlab.dumps.format`: the dump folder (manifest + one safetensors file per step).
+- :mod:`~logitlab.dumps.capture`: what every capture shares (step files, filters, ``--max-bytes``, the
+  prefill + decode driver).
 - :mod:`~logitlab.dumps.capture_llamacpp`: capture from llama.cpp through ggml's eval callback.
+- :mod:`~logitlab.dumps.capture_hf`: capture from transformers through forward hooks, under llama.cpp's
+  tensor names where the two correspond.
 - :mod:`~logitlab.dumps.readers`: open logitlab dumps and dumps made elsewhere (raw f32/i32, .npy, .safetensors).
 - :mod:`~logitlab.dumps.stats`: per-tensor statistics (bit-exact, ULP histogram, NMSE, cosine).
 - :mod:`~logitlab.dumps.diff`: align, compare in execution order, first divergence, per-layer growth.

@@ -44,24 +44,21 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from logitlab.dumps.format import (
-    DumpManifest,
-    StepInfo,
-    StepWriter,
-    TensorEntry,
-    TensorFilter,
-    format_bytes,
-    format_label,
-    format_ranges,
-    np_dtype,
+from logitlab.dumps.capture import (
+    CaptureResult,
+    StepRecorder,
+    check_capture_inputs,
+    check_filter_matches,
+    run_capture,
 )
-from logitlab.errors import EngineError, InputError
+from logitlab.dumps.format import StepInfo, TensorFilter, np_dtype
+from logitlab.errors import EngineError
 
 #: ggml type id -> numpy dtype name (types a dump can hold).
 GGML_DTYPES = {0: "float32", 1: "float16", 26: "int32", 30: "bfloat16"}
@@ -136,54 +133,24 @@ class _Graph:
     n_tokens: int
 
 
-@dataclass
-class CaptureResult:
-    """A finished (or stopped) capture.
-
-    Attributes:
-        path: the dump folder.
-        manifest: what was written (also in ``path/manifest.json``).
-        logits: ``(n_positions, n_vocab)`` float32 logits of the run.
-    """
-
-    path: Path
-    manifest: DumpManifest
-    logits: np.ndarray = field(repr=False, default=None)  # type: ignore[assignment]
-
-    @property
-    def stopped(self) -> str | None:
-        return self.manifest.stopped
-
-
-class LlamaCppCapture:
+class LlamaCppCapture(StepRecorder):
     """Observe and store named tensors of a :class:`LlamaCppEngine` while it evaluates.
 
     Use :meth:`probe_bytes_per_token` for the size estimate, then
-    :meth:`begin_step` / engine call / :meth:`end_step` around each engine call.
+    :meth:`begin_step` / engine call / :meth:`end_step` around each engine call
+    (storage, filters and ``--max-bytes``: :class:`~logitlab.dumps.capture.StepRecorder`).
     """
 
+    callback_where = "the ggml eval callback"
+
     def __init__(self, engine: Any, select: TensorFilter, out_dir: Path, *, max_bytes: int | None = None):
+        super().__init__(select, out_dir, max_bytes=max_bytes)
         self.engine = engine
         self.llama = engine.llama
-        self.select = select
-        self.out_dir = out_dir
-        self.max_bytes = max_bytes
         self.lib = _ggml_library()
-        self.entries: list[TensorEntry] = []
-        self.steps: list[StepInfo] = []
-        self.bytes_written = 0
-        self.stopped: str | None = None
-        self.notes: list[str] = []
-        #: (name, layer) of every named tensor the last size probe saw, in graph order (kept or not).
-        self.seen: dict[tuple[str, int | None], None] = {}
-        #: (label, bytes) of the tensor --max-bytes refused before anything was stored, if it did.
-        self.refused_first: tuple[str, int] | None = None
         self._axis_memory: dict[tuple[str, int], int] = {}
-        self._order = 0
         self._active = False
         self._probe: int | None = None
-        self._error: BaseException | None = None
-        self._writer: StepWriter | None = None
         self._graphs: list[_Graph] = []
         self._graph_index = -1
         self._graph_done = True
@@ -226,7 +193,7 @@ class LlamaCppCapture:
         finally:
             self._active = False
             self.llama.reset()
-        self._raise_callback_error()
+        self.raise_pending_error()
         size, self._probe = self._probe, None
         return int(size)
 
@@ -239,9 +206,7 @@ class LlamaCppCapture:
 
     def begin_step(self, index: int, kind: str, start: int, n_tokens: int) -> None:
         """Prepare for one engine call appending ``n_tokens`` at positions ``start``…"""
-        name = f"step-{index:04d}-{kind}.safetensors"
-        self._step = StepInfo(index, kind, (start, start + n_tokens), name)
-        self._writer = None if self.stopped else StepWriter(self.out_dir / name)
+        super().begin_step(index, kind, start, n_tokens)
         self._start_graphs(start, n_tokens)
 
     def end_step(self) -> StepInfo:
@@ -251,50 +216,27 @@ class LlamaCppCapture:
             EngineError: an error inside the callback, or the ubatch accounting failed.
         """
         self._active = False
-        try:
-            self._raise_callback_error()
-            if self._graph_index + 1 != len(self._graphs):
-                raise EngineError(
-                    f"llama.cpp computed {self._graph_index + 1} graphs for step {self._step.index}, "
-                    f"{len(self._graphs)} expected from n_batch/n_ubatch; positions cannot be assigned")
-        except BaseException:
-            if self._writer is not None:
-                self._writer.abort()
-            raise
-        step = self._step
-        if self._writer is not None:
-            if step.n_tensors:
-                self._writer.close({"format": "logitlab-dump", "step": str(step.index), "kind": step.kind})
-                self.steps.append(step)
-            else:
-                self._writer.abort()
-        self._writer = None
-        return step
+        if not self.failed and self._graph_index + 1 != len(self._graphs):
+            self.fail(EngineError(
+                f"llama.cpp computed {self._graph_index + 1} graphs for step {self._step.index}, "
+                f"{len(self._graphs)} expected from n_batch/n_ubatch; positions cannot be assigned"))
+        return super().end_step()
 
     def abort(self) -> None:
         self._active = False
-        if self._writer is not None:
-            self._writer.abort()
-            self._writer = None
-
-    def _raise_callback_error(self) -> None:
-        if self._error is not None:
-            error, self._error = self._error, None
-            if isinstance(error, (EngineError, InputError)):
-                raise error
-            raise EngineError(f"dump capture failed inside the ggml eval callback: {error!r}") from error
+        super().abort()
 
     # -- the callback ----------------------------------------------------------------
     def _callback(self, tensor: int, ask: bool, _user_data: int) -> bool:
         try:
-            if not self._active or self._error is not None:
+            if not self._active or self.failed:
                 return not ask
             if ask:
                 return self._ask(tensor)
             self._observe(tensor)
             return True
         except BaseException as exc:  # never let an exception cross into C
-            self._error = exc
+            self.fail(exc)
             return False
 
     def _next_graph(self) -> None:
@@ -393,58 +335,7 @@ class LlamaCppCapture:
         array = np.ndarray(shape, dtype=np_dtype(info["dtype"]), buffer=raw, strides=strides).copy()
         axis = keep - 1 - token_dim if token_dim is not None else None
         graph = self._graphs[self._graph_index]
-        span = (graph.start, graph.start + graph.n_tokens)
-        if self.select.positions is None or axis is None:
-            self._write(info, array, span, axis)
-            return
-        for i, pos in enumerate(range(*span)):
-            if pos in self.select.positions:
-                self._write(info, np.take(array, [i], axis=axis), (pos, pos + 1), axis)
-
-    def _write(self, info: dict[str, Any], array: np.ndarray, span: tuple[int, int], axis: int | None) -> None:
-        if self.stopped:
-            return
-        if self.max_bytes is not None and self.bytes_written + array.nbytes > self.max_bytes:
-            if not self.entries:
-                self.refused_first = (format_label(info["name"], info["layer"], info["instance"]), array.nbytes)
-            self.stopped = (f"--max-bytes {format_bytes(self.max_bytes)} reached at step {self._step.index} "
-                            f"({self._step.kind}, positions {self._step.positions[0]}-"
-                            f"{self._step.positions[1] - 1}), tensor {info['label']}: "
-                            f"{format_bytes(self.bytes_written)} written")
-            return
-        key = f"{self._order:06d}/{format_label(info['name'], info['layer'], info['instance'])}@{span[0]}"
-        self._writer.add(key, array)
-        self.entries.append(TensorEntry(
-            key=key, name=info["name"], layer=info["layer"], instance=info["instance"], positions=span,
-            token_axis=axis, dtype=array.dtype.name, shape=tuple(array.shape), order=self._order,
-            step=self._step.index, file=self._step.file, op=info["op"]))
-        self._order += 1
-        self.bytes_written += array.nbytes
-        self._step.n_tensors += 1
-        self._step.nbytes += array.nbytes
-
-
-def check_filter_matches(select: TensorFilter, seen: Sequence[tuple[str, int | None]]) -> None:
-    """Raise if ``--names`` / ``--layers`` keep none of the graph's tensors ``seen`` (``(name, layer)``, in order).
-
-    Raises:
-        InputError: naming the filter and what the graph has (its layer range, a few names).
-    """
-    if not seen:
-        return
-    layers = sorted({layer for _, layer in seen if layer is not None})
-    names = list(dict.fromkeys(name for name, _ in seen))
-    shown = ", ".join(names[:12]) + (f", … ({len(names)} names)" if len(names) > 12 else "")
-    layer_text = f"layers {layers[0]}-{layers[-1]}" if layers else "no layers"
-    if select.layers is not None and not select.layers & set(layers):
-        raise InputError(f"--layers {format_ranges(select.layers)} matches no layer: the model has {layer_text}")
-    if not select.names or any(select.keeps_name(name, layer) for name, layer in seen):
-        return
-    patterns = ",".join(select.names)
-    if any(TensorFilter(select.names).keeps_name(name, layer) for name, layer in seen):
-        raise InputError(f"--names {patterns} with --layers {format_ranges(select.layers or ())} matches no tensor: "
-                         f"those names are in other layers ({layer_text})")
-    raise InputError(f"--names {patterns} matches no tensor; the graph has {shown}")
+        self.store(info, array, (graph.start, graph.start + graph.n_tokens), axis)
 
 
 def capture_llamacpp(
@@ -482,7 +373,8 @@ def capture_llamacpp(
         The variant description stored in the manifest.
     on_event : callable, optional
         ``on_event("estimate", {"bytes", "bytes_per_token", "positions"})``
-        before capture, ``on_event("step", {"step": StepInfo})`` after each step.
+        before capture, ``on_event("step", {"step": StepInfo, "total": n_steps})``
+        after each step.
 
     Returns
     -------
@@ -497,73 +389,12 @@ def capture_llamacpp(
     EngineError
         llama.cpp failed, or tensors could not be assigned to positions.
     """
-    from logitlab import __version__
-    from logitlab.engines.llamacpp import check_context
-    from logitlab.manifest import now_utc
-
     select = select or TensorFilter()
-    out = Path(out_dir)
-    if replay is not None and len(replay) < n_decode:
-        raise InputError(f"replay has {len(replay)} tokens, {n_decode} needed")
-    if not prompt_ids:
-        raise InputError("the prompt has no tokens")
-    check_context(engine, len(prompt_ids) + n_decode)
-    n_total = len(prompt_ids) + n_decode
-    positions = [p for p in range(n_total) if select.keeps_position(p)]
-    if not positions:
-        raise InputError(f"--positions {format_ranges(select.positions or ())} matches no position: this run has "
-                         f"positions 0-{n_total - 1} ({len(prompt_ids)} prompt + {n_decode} decode tokens)")
-    capture = LlamaCppCapture(engine, select, out, max_bytes=max_bytes)
-    per_token = capture.probe_bytes_per_token()
-    check_filter_matches(select, list(capture.seen))
-    estimate = per_token * len(positions)
-    if on_event:
-        on_event("estimate", {"bytes": estimate, "bytes_per_token": per_token, "positions": len(positions)})
-    manifest = DumpManifest(engine=engine.describe(), variant=dict(variant or {}), prompt_ids=list(prompt_ids),
-                            generated=[], filter=select.to_dict(), estimate_bytes=estimate,
-                            created_at=now_utc(), logitlab_version=__version__, complete=False)
-    rows: list[np.ndarray] = []
-    try:
-        with engine.open_session() as session:
-            calls = [("prefill", list(prompt_ids))] + [("decode", None)] * n_decode
-            for index, (kind, tokens) in enumerate(calls):
-                if tokens is None:
-                    step = index - 1
-                    token = int(replay[step]) if replay is not None else int(np.argmax(rows[-1][-1]))
-                    manifest.generated.append(token)
-                    tokens = [token]
-                capture.begin_step(index, kind, session.n_past, len(tokens))
-                try:
-                    logits = session.prefill(tokens) if kind == "prefill" else session.decode(tokens)
-                except BaseException:
-                    capture.abort()
-                    capture._raise_callback_error()
-                    raise
-                info = capture.end_step()
-                rows.append(logits)
-                if on_event:
-                    on_event("step", {"step": info, "total": len(calls)})
-                if capture.stopped:
-                    break
-        manifest.complete = capture.stopped is None
-    finally:
-        capture.abort()
-        manifest.stopped = capture.stopped
-        manifest.steps = capture.steps
-        manifest.tensors = capture.entries
-        manifest.bytes_written = capture.bytes_written
-        if capture.notes:
-            manifest.engine = {**manifest.engine, "capture_notes": capture.notes}
-        if manifest.stopped is None and not manifest.complete:
-            manifest.stopped = "the capture failed before the end (see the error it raised)"
-        if capture.entries or capture.refused_first is None:  # else nothing stored: leave the folder empty
-            manifest.write(out)
-    if capture.refused_first is not None and not capture.entries:
-        label, size = capture.refused_first
-        raise InputError(f"--max-bytes {format_bytes(max_bytes or 0)} is smaller than the first tensor ({label}, "
-                         f"{format_bytes(size)}): nothing would be stored; raise it (the whole capture is "
-                         f"estimated at {format_bytes(estimate)})")
-    return CaptureResult(out, manifest, np.concatenate(rows) if rows else np.zeros((0, engine.n_vocab), np.float32))
+    positions = check_capture_inputs(engine, prompt_ids, n_decode, replay, select,
+                                     context_hint=", or pass n_ctx=... in the variant")
+    capture = LlamaCppCapture(engine, select, Path(out_dir), max_bytes=max_bytes)
+    return run_capture(engine, capture, prompt_ids, n_decode, positions, replay=replay, variant=variant,
+                       on_event=on_event)
 
 
 __all__ = ["CaptureResult", "GGML_DTYPES", "LlamaCppCapture", "capture_llamacpp", "check_filter_matches",

@@ -34,19 +34,22 @@ from logitlab.errors import InputError
 
 SCHEMA_VERSION = 2
 
-#: Names of attention tensors (llama.cpp), for saying what kind of tensor diverged first.
+#: Names of attention tensors (llama.cpp's, and the hf capture's own ``q_proj``/``k_proj``), for saying what
+#: kind of tensor diverged first.
 ATTENTION_NAMES = frozenset({
     "Qcur", "Kcur", "Vcur", "Qcur_normed", "Kcur_normed", "q", "k", "v", "wqkv", "bqkv", "kq", "kq_scaled",
     "kq_masked", "kq_soft_max", "kq_soft_max_ext", "__fattn__", "fattn", "kqv", "kqv_merged", "kqv_merged_cont",
-    "kqv_out", "kqv_wo", "attn_out",
+    "kqv_out", "kqv_wo", "attn_out", "q_proj", "k_proj",
 })
+#: FFN tensors of the hf capture without a llama.cpp name.
+HF_FFN_NAMES = frozenset({"act_fn", "down_proj_in"})
 
 
 def tensor_kind(name: str) -> str:
     """``attention``, ``ffn``, ``norm``, ``residual``, ``embedding``, ``output`` or ``other``."""
     if name in ATTENTION_NAMES or name.startswith("attn_") and name != "attn_norm":
         return "attention"
-    if name.startswith("ffn_") and name != "ffn_norm":
+    if name.startswith("ffn_") and name != "ffn_norm" or name in HF_FFN_NAMES:
         return "ffn"
     if name.endswith("norm") or name == "norm":
         return "norm"

@@ -18,7 +18,9 @@ both RMS norms of a layer ``norm-L``), ``positions`` (the half-open range of
 token positions the tensor covers), ``token_axis`` (the numpy axis that runs
 over those positions, or None when it could not be told), ``dtype``,
 ``shape`` (numpy order: ggml's ``ne`` reversed), ``order`` (execution order
-over the whole capture), ``step`` and ``op`` (the ggml op).
+over the whole capture), ``step`` and ``op`` (the ggml op; for the hf engine,
+the module and side the tensor was taken from, e.g.
+``model.layers.3.self_attn.o_proj:input``).
 
 Step files are written by :class:`StepWriter`, which streams each tensor to
 disk as it arrives and writes the safetensors header at the end (the

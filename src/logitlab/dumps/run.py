@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from logitlab.dumps.capture_llamacpp import CaptureResult
+from logitlab.dumps.capture import CaptureResult
 from logitlab.dumps.format import MANIFEST_NAME, TensorFilter
 from logitlab.engines import canonical_engine_name, engine_class
 from logitlab.engines.variant import Variant
@@ -30,9 +30,30 @@ from logitlab.experiments.workload import environment
 DEFAULT_DUMP_PROMPT = "The capital of France is Paris. The capital of Italy is"
 DEFAULT_DUMP_TOKENS = 4
 DEFAULT_MAX_BYTES = 2 * 1000**3
-CAPTURE_ENGINES = ("llamacpp",)
+#: Engines with a dump capture, and the function that runs it (module:function).
+CAPTURE_FUNCTIONS = {"llamacpp": "logitlab.dumps.capture_llamacpp:capture_llamacpp",
+                     "hf": "logitlab.dumps.capture_hf:capture_hf"}
+CAPTURE_ENGINES = tuple(CAPTURE_FUNCTIONS)
 
 EventHook = Callable[[str, dict[str, Any]], None]
+
+
+def capture_function(engine: str) -> Callable[..., CaptureResult]:
+    """The capture function of ``engine`` (a name or alias), e.g. :func:`~logitlab.dumps.capture_hf.capture_hf`.
+
+    Raises:
+        InputError: an unknown engine, or one without dump capture (the message lists those with one).
+    """
+    import importlib
+
+    name = canonical_engine_name(engine)
+    if name is None:
+        raise InputError(f"unknown engine {engine!r}; engines with dump capture: {', '.join(CAPTURE_ENGINES)}")
+    target = CAPTURE_FUNCTIONS.get(name)
+    if target is None:
+        raise InputError(f"dump capture is implemented for {', '.join(CAPTURE_ENGINES)}, not {engine!r}")
+    module, _, function = target.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def check_out_dir(path: str | Path, *, force: bool = False, option: str = "--out") -> Path:
@@ -104,7 +125,8 @@ def dump_variant(
     out_dir : path
         Folder for the dump (created; must be empty unless ``force``).
     replay, select, max_bytes, on_event :
-        As for :func:`logitlab.dumps.capture_llamacpp.capture_llamacpp`;
+        As for :func:`logitlab.dumps.capture_llamacpp.capture_llamacpp` (and
+        :func:`logitlab.dumps.capture_hf.capture_hf`, which takes the same);
         ``on_event("loaded", {"variant": ..., "seconds": ...})`` is sent first.
 
     Returns
@@ -114,17 +136,13 @@ def dump_variant(
     Raises
     ------
     InputError
-        An engine without dump capture (only llama.cpp has one so far), bad
+        An engine without dump capture (llamacpp and hf have one), bad
         options, a non-empty ``out_dir``.
     EngineError
         The engine failed to load or run.
     """
+    capture = capture_function(variant.engine)
     engine_name = canonical_engine_name(variant.engine) or variant.engine
-    if engine_name not in CAPTURE_ENGINES:
-        raise InputError(f"dump capture is implemented for {', '.join(CAPTURE_ENGINES)}, not {variant.engine!r} "
-                         "(hf capture needs the hf engine adapter, which does not exist yet)")
-    from logitlab.dumps.capture_llamacpp import capture_llamacpp
-
     out = prepare_out_dir(out_dir, force=force)
     cls = engine_class(engine_name)
     with environment(variant.env):
@@ -133,8 +151,8 @@ def dump_variant(
             if on_event:
                 on_event("loaded", {"variant": variant.label, "seconds": engine.load_seconds})
             prompt_ids = engine.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
-            return capture_llamacpp(engine, prompt_ids, n_decode, out, replay=replay, select=select,
-                                    max_bytes=max_bytes, variant=variant.to_dict(), on_event=on_event)
+            return capture(engine, prompt_ids, n_decode, out, replay=replay, select=select,
+                           max_bytes=max_bytes, variant=variant.to_dict(), on_event=on_event)
         finally:
             engine.close()
 
@@ -159,7 +177,9 @@ def dump_pair(
     ``max_bytes`` applies to each side. Raises as :func:`dump_variant`.
     """
     out = Path(out_dir)
-    for side in ("control", "candidate"):  # both folders usable before the first capture
+    for variant in (control, candidate):  # both engines have a capture, both folders are usable: before any work
+        capture_function(variant.engine)
+    for side in ("control", "candidate"):
         check_out_dir(out / side, force=force)
     if on_event:
         on_event("variant", {"label": control.label})
@@ -233,5 +253,5 @@ def localize(
             shutil.rmtree(root, ignore_errors=True)
 
 
-__all__ = ["DEFAULT_DUMP_PROMPT", "DEFAULT_DUMP_TOKENS", "DEFAULT_MAX_BYTES", "check_out_dir", "dump_pair",
-           "dump_variant", "localize", "prepare_out_dir"]
+__all__ = ["CAPTURE_ENGINES", "DEFAULT_DUMP_PROMPT", "DEFAULT_DUMP_TOKENS", "DEFAULT_MAX_BYTES", "capture_function",
+           "check_out_dir", "dump_pair", "dump_variant", "localize", "prepare_out_dir"]

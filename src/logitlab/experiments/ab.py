@@ -53,7 +53,7 @@ class AbConfig:
         thresholds: verdict thresholds.
         margin: equivalence margin δ for the speed call (relative); None: from the A/A.
         localize: when the A/A or A/B is not bit-exact, dump both sides of the first differing
-            pair up to the first differing position and attach the dump-diff summary (llama.cpp).
+            pair up to the first differing position and attach the dump-diff summary (llamacpp, hf).
     """
 
     control: Variant
@@ -81,10 +81,14 @@ class AbConfig:
             raise InputError(f"--top-k must be at least 1, got {self.top_k}")
         if self.margin is not None and not 0 < self.margin < 1:
             raise InputError(f"--margin must be a fraction between 0 and 1 (0.02 = 2 %), got {self.margin}")
-        engines = {self.control.engine, self.candidate.engine}
-        if self.localize and engines != {"llamacpp"}:
-            raise InputError(f"--localize dumps graph tensors through llama.cpp only; these variants use "
-                             f"{', '.join(sorted(engines))}")
+        if self.localize:
+            from logitlab.dumps.run import CAPTURE_ENGINES
+            from logitlab.engines import canonical_engine_name
+
+            engines = {canonical_engine_name(v.engine) or v.engine for v in (self.control, self.candidate)}
+            if not engines <= set(CAPTURE_ENGINES):
+                raise InputError(f"--localize dumps tensors through {' or '.join(CAPTURE_ENGINES)} only; these "
+                                 f"variants use {', '.join(sorted(engines))}")
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

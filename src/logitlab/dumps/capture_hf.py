@@ -1,0 +1,342 @@
+"""Capture named intermediate tensors from Hugging Face transformers (the ``hf`` engine).
+
+How tensors are observed
+------------------------
+PyTorch forward hooks (``Module.register_forward_hook``) on the modules of a
+Llama-style causal LM — ``model.embed_tokens``, each decoder layer
+``model.layers[i]`` and its sub-modules, ``model.norm`` and ``lm_head`` — see
+each module's input and output as the engine's own forward pass runs (the
+session, its KV cache and its thread setting are the engine's, untouched).
+Hooks are registered when the capture starts and removed when it ends. A hook
+never raises into the forward pass: an error is kept and raised once the
+engine call returns.
+
+Names: llama.cpp's where the two correspond
+-------------------------------------------
+Each tap gets the name llama.cpp's graph gives the same quantity
+(``attn_norm-3``, ``kqv_out-3``, ``l_out-3``, ``result_output``), so a dump
+from hf and one from llama.cpp align in ``dump-diff`` by (name, layer,
+position). Checked on the embedded SmolLM2 (LlamaForCausalLM) against a
+llama.cpp dump of the same tokens: every mapped pair has cosine similarity
+above 0.9997 in layer 0 (llama.cpp runs the Q4_1 weights, hf their float32
+de-quantisation, so they are never bit-exact; ``embd`` is).
+
+=============================================  ======================  =========================
+hf module (per decoder layer ``i``)            taken from               name in the dump
+=============================================  ======================  =========================
+``model.embed_tokens``                         output                   ``embd``
+``model.layers.i.input_layernorm``             output                   ``attn_norm-i``
+``model.layers.i.self_attn.q_proj``            output                   ``q_proj-i`` (hf only)
+``model.layers.i.self_attn.k_proj``            output                   ``k_proj-i`` (hf only)
+``model.layers.i.self_attn.v_proj``            output                   ``Vcur-i``
+``model.layers.i.self_attn.o_proj``            input                    ``kqv_out-i``
+``model.layers.i.self_attn.o_proj``            output                   ``attn_out-i``
+``model.layers.i.post_attention_layernorm``    input (residual sum)     ``ffn_inp-i``
+``model.layers.i.post_attention_layernorm``    output                   ``ffn_norm-i``
+``model.layers.i.mlp.gate_proj``               output                   ``ffn_gate-i``
+``model.layers.i.mlp.act_fn``                  output                   ``act_fn-i`` (hf only)
+``model.layers.i.mlp.up_proj``                 output                   ``ffn_up-i``
+``model.layers.i.mlp.down_proj``               input                    ``ffn_swiglu-i`` (SiLU
+                                                                        models; ``ffn_geglu-i``
+                                                                        GELU; else
+                                                                        ``down_proj_in-i``)
+``model.layers.i.mlp.down_proj``               output                   ``ffn_out-i``
+``model.layers.i``                             output                   ``l_out-i``
+``model.norm``                                 output                   ``result_norm``
+``lm_head``                                    output                   ``result_output``
+=============================================  ======================  =========================
+
+Not mapped, on purpose: ``q_proj``/``k_proj`` outputs are llama.cpp's
+``Qcur``/``Kcur`` before RoPE only up to a permutation of the rows of each
+head: llama.cpp's GGUF converter reorders the Q and K weights of Llama models
+for its RoPE layout, and transformers undoes that when it loads a GGUF (on
+the embedded model, cosine 0.07 as stored, 0.999997 once permuted). The
+permutation depends on the architecture, so these keep hf names rather than
+a transformed copy. llama.cpp's un-weighted RMS norms (``norm-i``,
+``norm-i#1``, ``norm``), the RoPE'd Q/K and the attention internals
+(``kq``, ``kq_soft_max``, ``kqv``) have no hf module and are not captured;
+they show as "only in" one dump in a cross-engine dump-diff.
+
+Layout and dtype
+----------------
+One row per token position, like the llama.cpp capture: a module output of
+shape ``(1, T, features)`` is stored as ``(n, features)`` float32 with
+``token_axis`` 0 and positions ``[start, start + n)`` of the engine call
+(``n`` new tokens; with ``kv_cache=0`` the engine recomputes the whole
+sequence and only the last ``n`` rows, the new positions, are stored). With a
+position filter each kept position is stored as ``(1, features)``.
+
+Every tensor is **stored as float32**, whatever the engine's ``dtype``:
+bfloat16 and float16 values are widened exactly (no rounding), so a float32
+run and a bfloat16 run compare tensor by tensor in ``dump-diff`` (it compares
+only equal dtypes), with max |Δ|, NMSE and cosine in real units and ULP
+distances counted in float32 ULPs. A run that computed in another dtype says
+so in the manifest's ``capture_notes``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from logitlab.dumps.capture import CaptureResult, StepRecorder, check_capture_inputs, run_capture
+from logitlab.dumps.format import StepInfo, TensorFilter, format_label
+from logitlab.errors import EngineError, InputError
+
+#: Taps inside each decoder layer: (sub-module path, "input" or "output", name). ``""`` is the layer itself.
+#: The name of ``mlp.down_proj``'s input depends on the activation (:func:`down_proj_input_name`).
+LAYER_TAPS: tuple[tuple[str, str, str], ...] = (
+    ("input_layernorm", "output", "attn_norm"),
+    ("self_attn.q_proj", "output", "q_proj"),
+    ("self_attn.k_proj", "output", "k_proj"),
+    ("self_attn.v_proj", "output", "Vcur"),
+    ("self_attn.o_proj", "input", "kqv_out"),
+    ("self_attn.o_proj", "output", "attn_out"),
+    ("post_attention_layernorm", "input", "ffn_inp"),
+    ("post_attention_layernorm", "output", "ffn_norm"),
+    ("mlp.gate_proj", "output", "ffn_gate"),
+    ("mlp.act_fn", "output", "act_fn"),
+    ("mlp.up_proj", "output", "ffn_up"),
+    ("mlp.down_proj", "input", "<down_proj input>"),
+    ("mlp.down_proj", "output", "ffn_out"),
+    ("", "output", "l_out"),
+)
+#: Taps outside the layers: (module path from the causal LM, side, name).
+MODEL_TAPS: tuple[tuple[str, str, str], ...] = (
+    ("model.embed_tokens", "output", "embd"),
+    ("model.norm", "output", "result_norm"),
+    ("lm_head", "output", "result_output"),
+)
+#: Names that exist only in hf dumps (no llama.cpp tensor holds the same values in the same layout).
+HF_ONLY_NAMES = frozenset({"q_proj", "k_proj", "act_fn", "down_proj_in"})
+STORED_DTYPE = "float32"
+
+
+def down_proj_input_name(hidden_act: str | None) -> str:
+    """llama.cpp's name for ``act(gate) * up`` (the input of ``down_proj``) under activation ``hidden_act``.
+
+    ``silu``/``swish`` -> ``ffn_swiglu``; ``gelu*`` -> ``ffn_geglu``; anything
+    else -> ``down_proj_in`` (an hf-only name).
+    """
+    act = (hidden_act or "").lower()
+    if act in ("silu", "swish"):
+        return "ffn_swiglu"
+    if act.startswith("gelu"):
+        return "ffn_geglu"
+    return "down_proj_in"
+
+
+def _first_tensor(value: Any) -> Any:
+    """The tensor of a module output: itself, or the first item of a tuple/list (older decoder layers)."""
+    while isinstance(value, (tuple, list)):
+        if not value:
+            return None
+        value = value[0]
+    return value
+
+
+class HfCapture(StepRecorder):
+    """Observe and store tensors of an :class:`~logitlab.engines.hf.HfEngine` through forward hooks.
+
+    Use :meth:`probe_bytes_per_token` for the size estimate, then
+    :meth:`begin_step` / engine call / :meth:`end_step` around each engine call;
+    :meth:`close` removes the hooks. Names and layout: see the module docstring.
+
+    Raises:
+        InputError: the model is not Llama-style (no ``model.layers`` of
+            decoder layers with ``self_attn`` and ``mlp``).
+    """
+
+    callback_where = "a transformers forward hook"
+
+    def __init__(self, engine: Any, select: TensorFilter, out_dir: Path, *, max_bytes: int | None = None):
+        super().__init__(select, out_dir, max_bytes=max_bytes)
+        self.engine = engine
+        self.torch = engine.torch
+        self._active = False
+        self._probe: int | None = None
+        self._handles: list[Any] = []
+        self._span = (0, 0)
+        dtype = getattr(engine, "dtype_name", STORED_DTYPE)
+        if dtype != STORED_DTYPE:
+            self.notes.append(f"hf computed in {dtype}; tensors are stored as {STORED_DTYPE} (widened exactly), "
+                              f"so ULP distances are float32 ULPs")
+        self._install(engine.hf_model)
+
+    # -- hooks --------------------------------------------------------------------
+    def _install(self, model: Any) -> None:
+        base = getattr(model, "model", None)
+        layers = getattr(base, "layers", None)
+        arch = type(model).__name__
+        if layers is None or not len(layers) or not all(
+                hasattr(layer, "self_attn") and hasattr(layer, "mlp") for layer in layers):
+            raise InputError(f"hf dump capture needs a Llama-style model (model.layers[i] with self_attn and mlp, "
+                             f"as LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM); {arch} has not")
+        hidden_act = getattr(getattr(model, "config", None), "hidden_act", None)
+        swiglu = down_proj_input_name(hidden_act)
+        taps: dict[int, tuple[Any, str, list[tuple[str, str, int | None]]]] = {}
+        missing: dict[str, None] = {}
+        # (path, side, name, layer) of every tap; hooks fire in execution order whatever the order here
+        wanted = [(path, side, name, None) for path, side, name in MODEL_TAPS]
+        for i in range(len(layers)):
+            wanted += [(f"model.layers.{i}" + (f".{sub}" if sub else ""), side,
+                        swiglu if name == "<down_proj input>" else name, i) for sub, side, name in LAYER_TAPS]
+        for path, side, name, layer in wanted:
+            try:
+                module = model.get_submodule(path)
+            except AttributeError:
+                missing[path if layer is None else "model.layers.*" + path[len(f"model.layers.{layer}"):]] = None
+                continue
+            taps.setdefault(id(module), (module, path, []))[2].append((side, name, layer))
+        for path in missing:
+            self.notes.append(f"{arch} has no module {path}: its tensor is not captured")
+        for module, path, specs in taps.values():
+            specs.sort(key=lambda spec: spec[0] != "input")  # a module's input comes before its output
+            self._handles.append(module.register_forward_hook(self._hook_for(path, specs), with_kwargs=True))
+
+    def close(self) -> None:
+        """Remove every hook (idempotent)."""
+        self._active = False
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def _hook_for(self, path: str, specs: list[tuple[str, str, int | None]]) -> Callable[..., None]:
+        def hook(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+            if not self._active or self.failed:
+                return
+            try:
+                for side, name, layer in specs:
+                    if side == "input":
+                        value = args[0] if args else next(iter(kwargs.values()), None)
+                    else:
+                        value = output
+                    self._observe(f"{path}:{side}", name, layer, _first_tensor(value))
+            except BaseException as exc:  # never unwind transformers' forward from a hook
+                self.fail(exc)
+
+        return hook
+
+    # -- size estimate ----------------------------------------------------------
+    def probe_bytes_per_token(self) -> int:
+        """Bytes the filter keeps for one token (float32), from a 1-token forward that stores nothing.
+
+        The probe evaluates token 0 at position 0 without a KV cache; the
+        engine's sessions are not touched.
+
+        Raises:
+            EngineError: the forward failed.
+        """
+        torch, engine = self.torch, self.engine
+        self._probe = 0
+        self.seen = {}
+        self._span = (0, 1)
+        self._active = True
+        try:
+            with engine.threads(), torch.inference_mode():
+                engine.forward(torch.tensor([[0]], dtype=torch.long, device=engine.device), use_cache=False)
+        except RuntimeError as exc:
+            raise EngineError(f"hf failed on the 1-token probe: {str(exc).splitlines()[0]}") from exc
+        finally:
+            self._active = False
+        self.raise_pending_error()
+        size, self._probe = self._probe, None
+        return int(size)
+
+    # -- steps --------------------------------------------------------------------
+    def begin_step(self, index: int, kind: str, start: int, n_tokens: int) -> None:
+        super().begin_step(index, kind, start, n_tokens)
+        self._span = (start, start + n_tokens)
+        self._active = True
+
+    def end_step(self) -> StepInfo:
+        """Finish the step file (see :meth:`StepRecorder.end_step`)."""
+        self._active = False
+        return super().end_step()
+
+    def abort(self) -> None:
+        self._active = False
+        super().abort()
+
+    # -- one tensor ------------------------------------------------------------------
+    def _observe(self, where: str, name: str, layer: int | None, tensor: Any) -> None:
+        label = format_label(name, layer)
+        if self._probe is not None:
+            self.seen[(name, layer)] = None
+        if not self.select.keeps_name(name, layer):
+            return
+        if self._probe is None and (self.stopped or self._writer is None or not self.select.keeps_span(*self._span)):
+            return
+        torch = self.torch
+        if not isinstance(tensor, torch.Tensor) or tensor.dim() < 2:
+            raise EngineError(f"{label} ({where}) is {type(tensor).__name__} "
+                              f"{tuple(getattr(tensor, 'shape', ()))}, not a (batch, tokens, ...) tensor")
+        if tensor.shape[0] != 1:
+            raise EngineError(f"{label} ({where}) has batch size {tensor.shape[0]}; dump capture runs one sequence")
+        start, stop = self._span
+        n_new, rows = stop - start, int(tensor.shape[1])
+        if rows not in (n_new, stop):
+            raise EngineError(f"{label} ({where}) has {rows} token rows; the engine call appends {n_new} tokens at "
+                              f"positions {start}-{stop - 1}: positions cannot be assigned")
+        if self._probe is not None:
+            per_row = int(tensor[0, 0].numel())
+            self._probe += per_row * 4  # float32
+            return
+        array = tensor.detach()[0, rows - n_new:].to(dtype=torch.float32).cpu().numpy()
+        info = {"name": name, "layer": layer, "instance": 0, "op": where, "label": label}
+        self.store(info, array, self._span, 0)
+
+
+def capture_hf(
+    engine: Any,
+    prompt_ids: Sequence[int],
+    n_decode: int,
+    out_dir: str | Path,
+    *,
+    replay: Sequence[int] | None = None,
+    select: TensorFilter | None = None,
+    max_bytes: int | None = None,
+    variant: dict[str, Any] | None = None,
+    on_event: Callable[[str, dict[str, Any]], None] | None = None,
+) -> CaptureResult:
+    """Run prefill + ``n_decode`` M=1 decode steps on a loaded hf engine and dump tensors.
+
+    Parameters
+    ----------
+    engine : HfEngine
+        Loaded; hooks are added for the capture and removed afterwards.
+    prompt_ids : sequence of int
+        Prompt token ids (one prefill call).
+    n_decode : int
+        Decode steps, one token each; greedy unless ``replay`` gives the ids.
+    out_dir : path
+        Existing, empty folder for the step files and ``manifest.json``.
+    replay, select, max_bytes, variant, on_event :
+        As for :func:`logitlab.dumps.capture_llamacpp.capture_llamacpp`.
+
+    Returns
+    -------
+    CaptureResult
+        Tensors stored as float32 rows, ``(n_positions, features)`` per step
+        (see the module docstring for names and layout); ``logits`` is
+        ``(n_positions, n_vocab)`` float32, equal to the stored ``result_output``.
+
+    Raises
+    ------
+    InputError
+        ``replay`` too short, the tokens exceed the model's
+        ``max_position_embeddings``, a filter that keeps nothing, ``max_bytes``
+        smaller than the first tensor (then nothing is written), or a model
+        that is not Llama-style.
+    EngineError
+        transformers failed, or a tensor had an unexpected shape.
+    """
+    select = select or TensorFilter()
+    positions = check_capture_inputs(engine, prompt_ids, n_decode, replay, select)
+    capture = HfCapture(engine, select, Path(out_dir), max_bytes=max_bytes)
+    return run_capture(engine, capture, prompt_ids, n_decode, positions, replay=replay, variant=variant,
+                       on_event=on_event)
+
+
+__all__ = ["HF_ONLY_NAMES", "HfCapture", "LAYER_TAPS", "MODEL_TAPS", "STORED_DTYPE", "capture_hf",
+           "down_proj_input_name"]
