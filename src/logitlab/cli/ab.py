@@ -17,12 +17,13 @@ from logitlab.cli.common import (
     fail,
     handle_errors,
     make_progress,
+    prompt_options,
     report_console,
     threshold_options,
     thresholds_from,
+    variant_pair,
+    variant_pair_options,
 )
-from logitlab.engines import DEFAULT_ENGINE
-from logitlab.engines.variant import parse_env, parse_variant
 from logitlab.errors import LogitlabError
 from logitlab.experiments.isolation import ISOLATION_LEVELS
 from logitlab.numerics import VERDICTS
@@ -31,19 +32,14 @@ REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
 
 
 @click.command()
-@click.option("--model", type=str, default=None, help="Model file (default: the embedded SmolLM2-135M Q4_1 GGUF).")
-@click.option("--engine", "engine", default=DEFAULT_ENGINE, show_default=True,
-              help="Engine of both variants: NAME, or NAME:TARGET for 'cmd:COMMAND TEMPLATE' and "
-                   "'openai:http://HOST:PORT/v1'.")
+@variant_pair_options(
+    engine_help="Engine of both variants: NAME, or NAME:TARGET for 'cmd:COMMAND TEMPLATE' and "
+                "'openai:http://HOST:PORT/v1'.",
+    candidate_help="Candidate spec, same form (default: same as the control: an A/A).",
+    slots="{side} slots")
 @click.option("--control-model", default=None, help="Model of the control only (openai: the served model name).")
 @click.option("--candidate-model", default=None, help="Model of the candidate only.")
-@click.option("--control", default="", help="Control spec: KEY=VALUE[,KEY=VALUE] engine options, or "
-                                             "[ENGINE:][MODEL][?KEY=VALUE&...].")
-@click.option("--candidate", default=None, help="Candidate spec, same form (default: same as the control: an A/A).")
-@click.option("--control-env", multiple=True, metavar="NAME[=VALUE]", help="Environment knob for control slots.")
-@click.option("--candidate-env", multiple=True, metavar="NAME[=VALUE]", help="Environment knob for candidate slots.")
-@click.option("--prompt", default=None, help="Prompt text (default: a built-in prose prompt).")
-@click.option("--prompt-file", type=str, default=None, help="Read the prompt from a file.")
+@prompt_options("a built-in prose prompt")
 @click.option("--tokens", "n_decode", type=int, default=64, show_default=True, help="Greedy decode steps.")
 @click.option("--repeats", type=int, default=5, show_default=True, help="ABBA/BAAB blocks (4 timed slots each).")
 @click.option("--warmup", type=int, default=1, show_default=True, help="Untimed runs per variant first.")
@@ -89,13 +85,10 @@ def ab(**opts: Any) -> None:
     from logitlab.experiments.ab import AbConfig
     from logitlab.experiments.workload import load_prompt
 
+    control, candidate = variant_pair(opts)
     config = AbConfig(
-        control=parse_variant(opts["control"], "control", default_engine=opts["engine"],
-                              default_model=opts["control_model"] or opts["model"],
-                              env=parse_env(opts["control_env"])),
-        candidate=parse_variant(opts["control"] if opts["candidate"] is None else opts["candidate"], "candidate",
-                                default_engine=opts["engine"], default_model=opts["candidate_model"] or opts["model"],
-                                env=parse_env(opts["candidate_env"])),
+        control=control,
+        candidate=candidate,
         prompt=load_prompt(opts["prompt"], opts["prompt_file"]),
         n_decode=opts["n_decode"], repeats=opts["repeats"], warmup=opts["warmup"],
         isolation=opts["isolation"], randomize=opts["randomize"], seed=opts["seed"],

@@ -66,6 +66,69 @@ def check_output_paths(**paths: str | None) -> None:
             raise InputError(f"{flag} {path} cannot be written: {exc.strerror or exc}") from None
 
 
+MODEL_HELP = "Model file (default: the embedded SmolLM2-135M Q4_1 GGUF)."
+SPEC_HELP = "KEY=VALUE[,KEY=VALUE] engine options, or [ENGINE:][MODEL][?KEY=VALUE&...]"
+
+
+def _apply(func: Callable[..., Any], options: list[Callable[..., Any]]) -> Callable[..., Any]:
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def variant_pair_options(*, engine_help: str, candidate_help: str,
+                         slots: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--model --engine --control --candidate --control-env --candidate-env`` (read by :func:`variant_pair`).
+
+    ``slots`` names where an environment knob applies ("control slots", "the control").
+    """
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        from logitlab.engines import DEFAULT_ENGINE
+
+        return _apply(func, [
+            click.option("--model", type=str, default=None, help=MODEL_HELP),
+            click.option("--engine", "engine", default=DEFAULT_ENGINE, show_default=True, help=engine_help),
+            click.option("--control", default="", help=f"Control spec: {SPEC_HELP}."),
+            click.option("--candidate", default=None, help=candidate_help),
+            click.option("--control-env", multiple=True, metavar="NAME[=VALUE]",
+                         help=f"Environment knob for {slots.format(side='control')}."),
+            click.option("--candidate-env", multiple=True, metavar="NAME[=VALUE]",
+                         help=f"Environment knob for {slots.format(side='candidate')}."),
+        ])
+    return decorate
+
+
+def variant_pair(opts: dict[str, Any]) -> tuple[Any, Any]:
+    """The control and candidate :class:`~logitlab.engines.variant.Variant` of :func:`variant_pair_options`.
+
+    Without ``--candidate`` the candidate is the control's spec (an A/A).
+    ``--control-model`` / ``--candidate-model``, where a command has them,
+    override ``--model`` for one side.
+
+    Raises:
+        InputError: a malformed spec or environment knob.
+    """
+    from logitlab.engines.variant import parse_env, parse_variant
+
+    def side(name: str, spec: str) -> Any:
+        model = opts.get(f"{name}_model") or opts["model"]
+        return parse_variant(spec, name, default_engine=opts["engine"], default_model=model,
+                             env=parse_env(opts[f"{name}_env"]))
+
+    return side("control", opts["control"]), side("candidate", opts["control"] if opts["candidate"] is None
+                                                   else opts["candidate"])
+
+
+def prompt_options(default_help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--prompt`` and ``--prompt-file``; ``default_help`` says what runs without them."""
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        return _apply(func, [
+            click.option("--prompt", default=None, help=f"Prompt text (default: {default_help})."),
+            click.option("--prompt-file", type=str, default=None, help="Read the prompt from a file."),
+        ])
+    return decorate
+
+
 def threshold_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Verdict thresholds (``--max-ulp``, ``--near-tie-margin``, ``--offset-ratio``, ``--top-k``)."""
     defaults = Thresholds()
@@ -79,9 +142,7 @@ def threshold_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="systematic-offset: |mean Δ| at least this many standard deviations of Δ."),
         click.option("--top-k", type=int, default=5, show_default=True, help="k of the top-k set agreement."),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    return _apply(func, options)
 
 
 def thresholds_from(opts: dict[str, Any]) -> Thresholds:

@@ -16,22 +16,19 @@ from logitlab.cli.common import (
     fail,
     handle_errors,
     make_progress,
+    prompt_options,
     report_console,
+    variant_pair,
+    variant_pair_options,
 )
-from logitlab.engines import DEFAULT_ENGINE
 
 
 @click.command()
-@click.option("--model", type=str, default=None, help="Model file (default: the embedded SmolLM2-135M Q4_1 GGUF).")
-@click.option("--engine", "engine", default=DEFAULT_ENGINE, show_default=True,
-              help="Engine of both variants (with dump capture: llamacpp, hf).")
-@click.option("--control", default="", help="Control spec: KEY=VALUE[,KEY=VALUE] engine options, or "
-                                             "[ENGINE:][MODEL][?KEY=VALUE&...].")
-@click.option("--candidate", default=None, help="Candidate spec, same form. Without it only the control is dumped.")
-@click.option("--control-env", multiple=True, metavar="NAME[=VALUE]", help="Environment knob for the control.")
-@click.option("--candidate-env", multiple=True, metavar="NAME[=VALUE]", help="Environment knob for the candidate.")
-@click.option("--prompt", default=None, help="Prompt text (default: a short built-in prompt, ~12 tokens).")
-@click.option("--prompt-file", type=str, default=None, help="Read the prompt from a file.")
+@variant_pair_options(
+    engine_help="Engine of both variants (with dump capture: llamacpp, hf).",
+    candidate_help="Candidate spec, same form. Without it only the control is dumped.",
+    slots="the {side}")
+@prompt_options("a short built-in prompt, ~12 tokens")
 @click.option("--tokens", "n_decode", type=click.IntRange(0), default=4, show_default=True,
               help="Decode steps (M=1): greedy for the control, replayed by the candidate.")
 @click.option("--names", default=None, metavar="GLOB[,GLOB]",
@@ -68,18 +65,13 @@ def dump(**opts: Any) -> None:
     """
     from logitlab.dumps.format import TensorFilter, format_bytes, parse_size
     from logitlab.dumps.run import DEFAULT_DUMP_PROMPT, capture_function, check_out_dir, dump_pair, dump_variant
-    from logitlab.engines.variant import parse_env, parse_variant
     from logitlab.experiments.workload import load_prompt
     from logitlab.report.dumps import capture_lines
 
     check_output_paths(json=opts["json_path"])
     pair = opts["candidate"] is not None or bool(opts["candidate_env"])
     out = Path(opts["out_dir"])
-    control = parse_variant(opts["control"], "control", default_engine=opts["engine"], default_model=opts["model"],
-                            env=parse_env(opts["control_env"]))
-    candidate = parse_variant(opts["control"] if opts["candidate"] is None else opts["candidate"], "candidate",
-                              default_engine=opts["engine"], default_model=opts["model"],
-                              env=parse_env(opts["candidate_env"]))
+    control, candidate = variant_pair(opts)
     if opts["prompt"] is None and opts["prompt_file"] is None:
         prompt = DEFAULT_DUMP_PROMPT
     else:

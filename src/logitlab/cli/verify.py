@@ -10,6 +10,7 @@ import click
 
 from logitlab.cli.common import (
     EXIT_CHECK_FAILED,
+    MODEL_HELP,
     EXIT_OK,
     fail,
     handle_errors,
@@ -73,7 +74,7 @@ def _guard(value: str | None) -> float | str | None:
 
 
 @click.command()
-@click.option("--model", type=str, default=None, help="Model file (default: the embedded SmolLM2-135M Q4_1 GGUF).")
+@click.option("--model", type=str, default=None, help=MODEL_HELP)
 @click.option("--engine", default=DEFAULT_ENGINE, show_default=True,
               help="Engine; its sessions must decode K tokens in one call (the M=K verify path).")
 @click.option("--options", "options", default="", metavar="SPEC",
