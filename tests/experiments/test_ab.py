@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from logitlab.engines.variant import Variant, parse_variant
+from logitlab.engines.variant import parse_variant
 from logitlab.errors import EngineError, InputError
 from logitlab.experiments.ab import AbConfig, run_ab
 

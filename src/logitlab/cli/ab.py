@@ -16,6 +16,7 @@ from logitlab.cli.common import (
     check_output_paths,
     fail,
     handle_errors,
+    keep_partial,
     make_progress,
     prompt_options,
     report_console,
@@ -23,6 +24,7 @@ from logitlab.cli.common import (
     thresholds_from,
     variant_pair,
     variant_pair_options,
+    write_reports,
 )
 from logitlab.errors import LogitlabError
 from logitlab.experiments.isolation import ISOLATION_LEVELS
@@ -98,7 +100,9 @@ def ab(**opts: Any) -> None:
     log_path = opts["log_path"] or _default_log_path(opts["json_path"])
     check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], log=log_path)
     result, error = _run_with_progress(config, log_path, opts["quiet"])
-    _write_reports(result, opts["json_path"], opts["markdown_path"])
+    from logitlab.report.markdown import format_ab_markdown
+
+    write_reports(result, opts["json_path"], opts["markdown_path"], format_ab_markdown)
     _display(result)
     if not opts["quiet"]:
         click.echo(f"runs logged to {log_path}", err=True)
@@ -133,23 +137,8 @@ def _run_with_progress(config: Any, log_path: str, quiet: bool) -> tuple[Any, Ba
             elif kind == "escalate":
                 progress.update(task, description=f"A/A at {data['isolation']} isolation")
 
-        try:
-            return AbExperiment(config, log_path=log_path, on_event=on_event).run(), None
-        except (LogitlabError, KeyboardInterrupt) as exc:
-            partial = getattr(exc, "partial", None)
-            if partial is None:
-                raise
-            return partial, exc
-
-
-def _write_reports(result: Any, json_path: str | None, markdown_path: str | None) -> None:
-    from logitlab.report.jsonio import write_json
-    from logitlab.report.markdown import format_ab_markdown
-
-    if json_path:
-        write_json(json_path, result.to_dict())
-    if markdown_path:
-        Path(markdown_path).write_text(format_ab_markdown(result), encoding="utf-8")
+        return keep_partial(AbExperiment(config, log_path=log_path, on_event=on_event).run,
+                            (LogitlabError, KeyboardInterrupt))
 
 
 def _display(result: Any) -> None:

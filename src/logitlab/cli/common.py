@@ -66,6 +66,34 @@ def check_output_paths(**paths: str | None) -> None:
             raise InputError(f"{flag} {path} cannot be written: {exc.strerror or exc}") from None
 
 
+def keep_partial(run: Callable[[], Any], catch: tuple[type[BaseException], ...] = (LogitlabError,),
+                 ) -> tuple[Any, BaseException | None]:
+    """``(run(), None)``; or ``(partial, error)`` when ``run`` raises one of ``catch`` carrying ``.partial``.
+
+    Experiments attach what they measured before an error as ``exc.partial``,
+    so the caller can write it before reporting the error.  Errors without a
+    partial result are re-raised.
+    """
+    try:
+        return run(), None
+    except catch as exc:
+        partial = getattr(exc, "partial", None)
+        if partial is None:
+            raise
+        return partial, exc
+
+
+def write_reports(result: Any, json_path: str | None, markdown_path: str | None,
+                  markdown: Callable[[Any], str]) -> None:
+    """Write ``result.to_dict()`` as JSON and ``markdown(result)`` where the paths are given."""
+    from logitlab.report.jsonio import write_json
+
+    if json_path:
+        write_json(json_path, result.to_dict())
+    if markdown_path:
+        Path(markdown_path).write_text(markdown(result), encoding="utf-8")
+
+
 MODEL_HELP = "Model file (default: the embedded SmolLM2-135M Q4_1 GGUF)."
 SPEC_HELP = "KEY=VALUE[,KEY=VALUE] engine options, or [ENGINE:][MODEL][?KEY=VALUE&...]"
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any, Callable
 
 import click
@@ -17,6 +16,7 @@ from logitlab.cli.common import (
     report_console,
     threshold_options,
     thresholds_from,
+    write_reports,
 )
 from logitlab.engines import DEFAULT_ENGINE
 from logitlab.engines.variant import parse_env, parse_variant
@@ -150,7 +150,6 @@ def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
     from logitlab.experiments.invariance import InvarianceConfig, InvarianceProbe
     from logitlab.experiments.workload import load_prompt
     from logitlab.report.invariance import display_invariance, format_invariance_markdown
-    from logitlab.report.jsonio import write_json
 
     check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"])
     config = InvarianceConfig(
@@ -171,10 +170,7 @@ def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
                 progress.update(task, advance=1, description=f"{probe}: {data['what']}")
 
         result = InvarianceProbe(config, on_event=on_event).run()
-    if opts["json_path"]:
-        write_json(opts["json_path"], result.to_dict())
-    if opts["markdown_path"]:
-        Path(opts["markdown_path"]).write_text(format_invariance_markdown(result), encoding="utf-8")
+    write_reports(result, opts["json_path"], opts["markdown_path"], format_invariance_markdown)
     display_invariance(result, report_console())
     sys.exit(_require_exit_code(result, opts["require"]))
 

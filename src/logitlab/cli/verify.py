@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -14,10 +13,12 @@ from logitlab.cli.common import (
     EXIT_OK,
     fail,
     handle_errors,
+    keep_partial,
     make_progress,
     report_console,
     threshold_options,
     thresholds_from,
+    write_reports,
 )
 from logitlab.engines import DEFAULT_ENGINE
 from logitlab.engines.variant import parse_env, parse_variant
@@ -149,8 +150,9 @@ def verify(**opts: Any) -> None:
         calibration_prompts=tuple(calibration),
     )
     result, error = _run_with_progress(config, opts["quiet"])
-    _write_reports(result, opts["json_path"], opts["markdown_path"])
-    from logitlab.report.verify import display_verify
+    from logitlab.report.verify import display_verify, format_verify_markdown
+
+    write_reports(result, opts["json_path"], opts["markdown_path"], format_verify_markdown)
 
     display_verify(result, report_console())
     if error is not None:
@@ -170,23 +172,7 @@ def _run_with_progress(config: Any, quiet: bool) -> tuple[Any, LogitlabError | N
             elif kind == "step":
                 progress.update(task, advance=1, description=data["description"])
 
-        try:
-            return VerifyExperiment(config, on_event=on_event).run(), None
-        except LogitlabError as exc:
-            partial = getattr(exc, "partial", None)
-            if partial is None:
-                raise
-            return partial, exc
-
-
-def _write_reports(result: Any, json_path: str | None, markdown_path: str | None) -> None:
-    from logitlab.report.jsonio import write_json
-    from logitlab.report.verify import format_verify_markdown
-
-    if json_path:
-        write_json(json_path, result.to_dict())
-    if markdown_path:
-        Path(markdown_path).write_text(format_verify_markdown(result), encoding="utf-8")
+        return keep_partial(VerifyExperiment(config, on_event=on_event).run)
 
 
 def _exit_code(result: Any, require: str | None, require_identical: bool) -> int:
