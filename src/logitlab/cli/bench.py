@@ -193,7 +193,8 @@ def compare_cmd(**opts: Any) -> None:
     from logitlab.perf.compare_files import NoiseProfile, check_margin, compare_benchmarks
     from logitlab.report.bench import display_compare, format_compare_markdown
 
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"])
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"],
+                       inputs=[opts["base"], opts["candidate"], opts["noise_path"]])
     if opts["margin"] is not None:
         check_margin(opts["margin"])
     base, candidate = _read_pair(opts["base"], opts["candidate"], opts["fmt"], opts["baseline"])
@@ -248,7 +249,7 @@ def calibrate_cmd(**opts: Any) -> None:
     from logitlab.perf.readers import read_benchmark_file
     from logitlab.report.bench import display_calibration
 
-    check_output_paths(out=opts["out_path"])
+    check_output_paths(out=opts["out_path"], inputs=list(opts["runs"]))
     if opts["baselines"]:
         if len(opts["runs"]) != 1:
             raise InputError("--baseline reads several baselines of ONE criterion folder: give one path")

@@ -11,7 +11,7 @@ import functools
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import click
 from rich.console import Console
@@ -43,27 +43,60 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def check_output_paths(**paths: str | None) -> None:
-    """Check, before any work, that each output file can be written (option name → path).
+def check_output_paths(*, inputs: Iterable[str | None] = (), folders: dict[str, str] | None = None,
+                       **paths: str | None) -> None:
+    """Check, before any work, that each output file can be written without destroying anything.
 
-    Creates missing parent folders and probes them with a temporary file.
+    ``paths`` maps option names to output files (``json="out.json"``);
+    ``inputs`` are the files and folders the command reads (model, prompt
+    file, dumps, benchmark files); ``folders`` maps option names to output
+    folders the command fills (``out="dumps/"``).  Creates missing parent
+    folders of the outputs and probes them with a temporary file.
 
     Raises:
-        InputError: a path is a folder, or its folder cannot be created or written.
+        InputError: two outputs are the same file; an output is an input or
+            lies inside an input folder or an output folder; a path is a
+            folder; or its folder cannot be created or written.
     """
-    for option, path in paths.items():
-        if not path:
-            continue
-        flag = "--" + option.replace("_", "-")
+    given = {"--" + option.replace("_", "-"): path for option, path in paths.items() if path}
+    _check_distinct(given, [p for p in inputs if p], {"--" + k.replace("_", "-"): v
+                                                      for k, v in (folders or {}).items() if v})
+    for flag, path in given.items():
         target = Path(path)
         if target.is_dir():
             raise InputError(f"{flag} {path} is a folder; give a file path")
+        blocker = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            raise InputError(f"{flag} {path} cannot be written: {blocker} is a file, not a folder")
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=target.parent, prefix=".logitlab-probe-"):
                 pass
         except OSError as exc:
             raise InputError(f"{flag} {path} cannot be written: {exc.strerror or exc}") from None
+
+
+def _check_distinct(outputs: dict[str, str], inputs: list[str], folders: dict[str, str]) -> None:
+    """Raise InputError when an output would overwrite an input, another output, or land in an output folder."""
+    resolved = {flag: Path(path).resolve() for flag, path in outputs.items()}
+    seen: dict[Path, str] = {}
+    for flag, target in resolved.items():
+        if target in seen:
+            raise InputError(f"{seen[target]} and {flag} are the same file ({outputs[flag]}); give each its own path")
+        seen[target] = flag
+    for source in inputs:
+        where = Path(source).resolve()
+        for flag, target in resolved.items():
+            if target == where or where.is_dir() and where in target.parents:
+                what = "is" if target == where else "lies inside"
+                raise InputError(f"{flag} {outputs[flag]} {what} the input {source}: it would be overwritten; "
+                                 f"choose another path")
+    for option, folder in folders.items():
+        root = Path(folder).resolve()
+        for flag, target in resolved.items():
+            if target == root or root in target.parents:
+                raise InputError(f"{flag} {outputs[flag]} lies inside the {option} folder {folder}; "
+                                 f"choose a path outside it")
 
 
 def keep_partial(run: Callable[[], Any], catch: tuple[type[BaseException], ...] = (LogitlabError,),

@@ -68,10 +68,11 @@ def dump(**opts: Any) -> None:
     from logitlab.experiments.workload import load_prompt
     from logitlab.report.dumps import capture_lines
 
-    check_output_paths(json=opts["json_path"])
     pair = opts["candidate"] is not None or bool(opts["candidate_env"])
     out = Path(opts["out_dir"])
     control, candidate = variant_pair(opts)
+    check_output_paths(json=opts["json_path"], inputs=[control.model, candidate.model, opts["prompt_file"]],
+                       folders={"out": opts["out_dir"]})
     if opts["prompt"] is None and opts["prompt_file"] is None:
         prompt = DEFAULT_DUMP_PROMPT
     else:
@@ -175,7 +176,8 @@ def dump_diff(**opts: Any) -> None:
     from logitlab.dumps.readers import ShapeSpec, open_dump
     from logitlab.report.dumps import display_dump_diff, format_dump_diff_markdown
 
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"])
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"],
+                       inputs=[opts["dump_a"], opts["dump_b"]])
     shapes = ShapeSpec.parse(opts["shapes"])
     prefixes = list(opts["prefixes"])
     if len(prefixes) > 2:

@@ -151,11 +151,13 @@ def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
     from logitlab.experiments.workload import load_prompt
     from logitlab.report.invariance import display_invariance, format_invariance_markdown
 
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"])
+    variant = parse_variant(opts["spec"], "probe", default_engine=opts["engine"], default_model=opts["model"],
+                            env=parse_env(opts["env"]))
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"],
+                       inputs=[variant.model, opts["prompt_file"]])
     config = InvarianceConfig(
         probe=probe,
-        variant=parse_variant(opts["spec"], "probe", default_engine=opts["engine"], default_model=opts["model"],
-                              env=parse_env(opts["env"])),
+        variant=variant,
         prompt=load_prompt(opts["prompt"], opts["prompt_file"]),
         top_k=opts["top_k"], thresholds=thresholds_from(opts), **fields,
     )

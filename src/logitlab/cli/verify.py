@@ -10,6 +10,7 @@ import click
 from logitlab.cli.common import (
     EXIT_CHECK_FAILED,
     MODEL_HELP,
+    check_output_paths,
     EXIT_OK,
     fail,
     handle_errors,
@@ -141,9 +142,12 @@ def verify(**opts: Any) -> None:
     calibration = (load_prompts(opts["calibration_prompts"]) if opts["calibration_prompts"]
                    else builtin_prompts("calibration"))
     fallback = opts["guard_fallback"]
+    variant = parse_variant(opts["options"], "verify", default_engine=opts["engine"], default_model=opts["model"],
+                            env=parse_env(opts["env"]))
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"],
+                       inputs=[variant.model, opts["prompts_file"], opts["calibration_prompts"]])
     config = VerifyConfig(
-        variant=parse_variant(opts["options"], "verify", default_engine=opts["engine"], default_model=opts["model"],
-                              env=parse_env(opts["env"])),
+        variant=variant,
         prompts=tuple(prompts), ks=_ks(opts["ks"]) or DEFAULT_KS, n_decode=opts["n_decode"], top_k=opts["top_k"],
         thresholds=thresholds_from(opts), guard=_guard(opts["guard"]), guard_k=opts["guard_k"],
         guard_safety=opts["guard_safety"], guard_fallbacks=FALLBACKS if fallback == "both" else (fallback,),

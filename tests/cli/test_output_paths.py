@@ -1,0 +1,64 @@
+"""Outputs are checked against inputs and each other before any work: nothing is overwritten."""
+
+import subprocess
+import sys
+
+import pytest
+
+from logitlab.cli.common import check_output_paths
+from logitlab.errors import InputError
+
+sys.path.insert(0, __file__.rsplit("/cli/", 1)[0] + "/dumps")
+from rawdumps import base_tensors, write_folder  # noqa: E402
+
+
+def logitlab(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "logitlab", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def one_error_line(proc, message):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
+
+
+def test_two_outputs_on_one_file_are_refused(tmp_path):
+    with pytest.raises(InputError, match=r"^--json and --markdown are the same file \(.*x\); give each its own path$"):
+        check_output_paths(json=str(tmp_path / "x"), markdown=str(tmp_path / "sub" / ".." / "x"))
+    assert not (tmp_path / "sub").exists()
+
+
+def test_an_output_that_is_an_input_or_inside_an_input_folder_is_refused(tmp_path):
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    with pytest.raises(InputError, match=r"^--json .*m.gguf is the input .*m.gguf: it would be overwritten"):
+        check_output_paths(json=str(model), inputs=[None, str(model)])
+    with pytest.raises(InputError, match=r"^--markdown .*manifest.json lies inside the input .*dump: it would be"):
+        check_output_paths(markdown=str(dump / "manifest.json"), inputs=[str(dump)])
+    with pytest.raises(InputError, match=r"^--json .*out/summary.json lies inside the --out folder .*out; choose"):
+        check_output_paths(json=str(tmp_path / "out" / "summary.json"), folders={"out": str(tmp_path / "out")})
+    assert model.read_bytes() == b"GGUF" and not (tmp_path / "out").exists()
+    check_output_paths(json=str(tmp_path / "elsewhere.json"), inputs=[str(model), str(dump)])  # fine
+
+
+def test_a_parent_that_is_a_file_is_named(tmp_path):
+    (tmp_path / "f").write_text("")
+    with pytest.raises(InputError, match=r"^--json .*f/x.json cannot be written: .*f is a file, not a folder$"):
+        check_output_paths(json=str(tmp_path / "f" / "x.json"))
+
+
+def test_cli_commands_refuse_to_overwrite_their_inputs(tmp_path):
+    a = write_folder(tmp_path / "a", base_tensors(), "p")
+    one_error_line(logitlab("dump-diff", str(a), str(a), "--json", str(a / "x.json"), "-q"),
+                   f"--json {a / 'x.json'} lies inside the input {a}")
+    one_error_line(logitlab("dump", "--out", str(tmp_path / "d"), "--json", str(tmp_path / "d" / "manifest.json")),
+                   "lies inside the --out folder")
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"not a model, but an input all the same")
+    one_error_line(logitlab("ab", "--model", str(model), "--json", str(model)), "it would be overwritten")
+    one_error_line(logitlab("ab", "--json", str(tmp_path / "r"), "--log", str(tmp_path / "r")),
+                   "--json and --log are the same file")
+    assert model.read_bytes() == b"not a model, but an input all the same"
+    assert not (tmp_path / "r").exists() and not (tmp_path / "d").exists()
