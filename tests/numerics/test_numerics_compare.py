@@ -218,6 +218,16 @@ def test_constant_offset_row_has_zero_spread():
     assert c.row_kld[1] < 1e-12  # softmax is shift invariant
 
 
+def test_scaled_ulp_of_an_all_zero_reference_row_uses_the_smallest_subnormal():
+    a = np.zeros((2, 64), np.float32)
+    b = a.copy()
+    b[0, 3] = 1e-6
+    b[1, 3] = np.nextafter(np.float32(0), np.float32(1))
+    c = compare_logits(a, b)
+    tiny = float(np.spacing(np.float32(0)))  # 2**-149
+    assert c.row_scaled_ulp == [pytest.approx(float(np.float32(1e-6)) / tiny), 1.0]
+
+
 @pytest.mark.parametrize("dtype", [np.float16, BF16], ids=str)
 def test_scaled_ulp_uses_the_input_dtype(dtype):
     a = np.full((1, 32), 1.5, dtype=dtype)
@@ -291,7 +301,7 @@ def test_kld_with_masked_tokens_and_infinities():
     b[2, 0] = np.inf  # observed puts all mass on token 0
     c = compare_logits(a, b)
     ref = kld_reference(a[:2], b[:2])
-    np.testing.assert_allclose(c.row_kld[:2], ref, rtol=1e-9)
+    np.testing.assert_allclose(c.row_kld[:2], ref, rtol=1e-6)  # rows 0, 1: the fast kernel (masked tokens)
     assert c.row_kld[2] == float("inf")
     assert c.inf_ref == 30 and c.inf_obs == 31 and c.nonfinite_mismatch == 1
     assert c.kld["max"] == float("inf")
@@ -423,7 +433,7 @@ def assert_chunk_agrees_with_exact_path(a, b, kk=6):
     exact = K.new_result(a.shape[0], kk)
     hist = sum(K.exact_row(exact, r, a[r], b[r], kk) for r in range(a.shape[0]))
     np.testing.assert_array_equal(fast.hist, hist)
-    for name in ("differing", "max_ulp", "top_ref", "top_obs", "n_used"):
+    for name in ("differing", "max_ulp", "top_ref", "top_obs", "n_used", "inf_ref", "inf_obs", "nan_ref"):
         np.testing.assert_array_equal(getattr(fast, name), getattr(exact, name), err_msg=name)
     for name in ("max_abs", "sum_abs", "scaled_ulp", "topv_ref", "topv_obs", "m2", "kld"):
         np.testing.assert_allclose(getattr(fast, name), getattr(exact, name), rtol=1e-5, err_msg=name)
@@ -432,7 +442,7 @@ def assert_chunk_agrees_with_exact_path(a, b, kk=6):
 
 @pytest.mark.parametrize("dtype", [F32, np.dtype(np.float16), BF16], ids=str)
 def test_kernel_edge_rows_agree_with_exact_path(dtype):
-    a = logits(7, 1000, seed=4, dtype=dtype)
+    a = logits(8, 1000, seed=4, dtype=dtype)
     b = a.copy()
     top = np.argmax(a.astype(np.float32), axis=1)
     b[0] = (a[0].astype(np.float32) + 0.25).astype(dtype)  # offset with an outlier at the top token:
@@ -441,6 +451,9 @@ def test_kernel_edge_rows_agree_with_exact_path(dtype):
     b[2, 10] = a[2, 10] + dtype.type(100.0)  # |δ| > 80: exp could overflow, float64 path
     b[3, 20] = -a[3, 20]  # a sign crossing
     b[4, 30] = a[4, 30] + dtype.type(np.spacing(np.float32(a[4, 30]))) if dtype == F32 else a[4, 31]
+    a[6, 50:60] = b[6, 50:60] = -np.inf  # masked tokens: fast kernel, Δ = 0 and p = 0 there
+    b[6, 0] = a[6, 0] + dtype.type(0.5)
+    a[7] = b[7] = -np.inf  # fully masked: softmax undefined, float64 path
     if dtype != np.float16:  # magnitudes of 2**50 and more take the float64 path
         a[5, 40] = b[5, 40] = dtype.type(2.0**60)
         b[5, 41] = a[5, 41] + dtype.type(1.0)

@@ -53,8 +53,8 @@ _EXACT = dict(nogil=True, cache=True, boundscheck=False, error_model="numpy", fa
 BLOCK = 256  # entries per pass-1 block, per float32 partial sum and per top-k group
 
 # out_i columns
-I_DIFFERING, I_SAFE, I_MAX_ULP, I_LE0, I_LE1, I_LE4, I_LE16, I_LE256, I_MAG_REF = range(9)
-N_I = 9
+I_DIFFERING, I_SAFE, I_MAX_ULP, I_LE0, I_LE1, I_LE4, I_LE16, I_LE256, I_MAG_REF, I_MASKED = range(10)
+N_I = 10
 # out_f columns
 F_SUM_DIFF, F_SUM_ABS, F_MAX_ABS, F_M2, F_KLD, F_Z = range(6)
 N_F = 6
@@ -128,9 +128,23 @@ def _exp_neg(x):
 
 
 @nb.njit(**_EXACT)
+def _diff(a, b):
+    """b - a, and 0 where both are the same infinity (a masked token: the same on both sides)."""
+    d = b - a
+    return d if d == d else np.float32(0.0)
+
+
+@nb.njit(**_EXACT)
 def _delta(a, b, mean):
-    """(b - a) - mean, rounded once per step (b - a is exact for close values)."""
-    return (b - a) - mean
+    """Δ - mean with Δ = _diff(a, b), rounded once per step (b - a is exact for close values)."""
+    return _diff(a, b) - mean
+
+
+@nb.njit(**_EXACT)
+def _weight(a, amax):
+    """exp(a - amax), and exactly 0 below exp(-87) (masked tokens: a = -inf)."""
+    x = a - amax
+    return _exp_neg(x) if x > _EXP_MIN else np.float32(0.0)
 
 
 @nb.njit(**_EXACT)
@@ -147,23 +161,27 @@ def _series(d):
 
 
 @nb.njit(**_INLINE)
-def _block_bits(ia, ib, sign, mag, u):
+def _block_bits(ia, ib, sign, mag, masked, u):
     """ULP distances of two blocks into u (int32, clamped to 257).
 
-    Returns differing count, max distance, max magnitude (bits) of a and of
-    b, max key of a and of b.  (Histogram counts are a separate loop over u:
-    in this one they spill registers and cost more than that loop.)
+    Entries equal to ``masked`` (the bits of -inf) on both sides are masked
+    tokens: they count, and their magnitude is left out of the maxima.
+    Returns differing count, masked count, max distance, max magnitude
+    (bits) of a and of b, max key of a and of b.  (Histogram counts are a
+    separate loop over u: in this one they spill registers and cost more.)
     """
-    nd = _I(0)
+    nd = nm = _I(0)
     umax = mag_a = mag_b = key_a = key_b = _U(0)
     for t in range(ia.size):
         xa = _U(ia[t])
         xb = _U(ib[t])
         nd = _I(nd + _I(xa != xb))
+        both = (xa == masked) & (xb == masked)
+        nm = _I(nm + _I(both))
         ma = _U(xa & mag)
         mb = _U(xb & mag)
-        mag_a = _U(max(mag_a, ma))
-        mag_b = _U(max(mag_b, mb))
+        mag_a = _U(max(mag_a, _U(0) if both else ma))
+        mag_b = _U(max(mag_b, _U(0) if both else mb))
         a = _U(sign - ma) if xa & sign else _U(sign + ma)
         b = _U(sign - mb) if xb & sign else _U(sign + mb)
         d = _U(_U(max(a, b)) - _U(min(a, b)))
@@ -171,7 +189,7 @@ def _block_bits(ia, ib, sign, mag, u):
         key_b = _U(max(key_b, b))
         u[t] = _I(min(d, _U(257)))  # clamped: the histogram loop compares signed ints
         umax = _U(max(umax, d))
-    return nd, umax, mag_a, mag_b, key_a, key_b
+    return nd, nm, umax, mag_a, mag_b, key_a, key_b
 
 
 @nb.njit(**_INLINE)
@@ -197,19 +215,21 @@ def _block_hist(u, n, nd, le):
 
 
 @nb.njit(**_JIT)
-def _pass_bits(ia, ib, sign, mag, u, kmax_a, kmax_b, out_i):
+def _pass_bits(ia, ib, sign, mag, masked, u, kmax_a, kmax_b, out_i):
     """Pass 1 over one row: bits, ULPs, histogram edges, magnitudes, block maxima of the keys.
 
     Returns the largest magnitude (bits) in either row.
     """
     v = ia.size
-    nd = 0
+    nd = nm = 0
     umax = mag_a = mag_b = np.uint32(0)
     le = np.zeros(5, np.int64)
     for blk in range((v + BLOCK - 1) // BLOCK):
         lo = blk * BLOCK
         hi = min(lo + BLOCK, v)
-        bnd, bumax, bma, bmb, kmax_a[blk], kmax_b[blk] = _block_bits(ia[lo:hi], ib[lo:hi], sign, mag, u)
+        bnd, bnm, bumax, bma, bmb, kmax_a[blk], kmax_b[blk] = _block_bits(ia[lo:hi], ib[lo:hi], sign, mag,
+                                                                          masked, u)
+        nm += bnm
         _block_hist(u, hi - lo, bnd, le)
         nd += bnd
         umax = max(umax, bumax)
@@ -220,6 +240,7 @@ def _pass_bits(ia, ib, sign, mag, u, kmax_a, kmax_b, out_i):
     for j in range(5):
         out_i[I_LE0 + j] = le[j]
     out_i[I_MAG_REF] = mag_a
+    out_i[I_MASKED] = nm
     return max(mag_a, mag_b)
 
 
@@ -278,9 +299,9 @@ def _block_values(fa, fb, c, amax):
     dmax = emax = np.uint32(0)
     for t in range(fa.size):
         a = fa[t]
-        d = fb[t] - a
+        d = _diff(a, fb[t])
         e = _delta(a, fb[t], c)
-        w = _exp_neg(a - amax)
+        w = _weight(a, amax)
         sd += e
         sa += abs(d)
         s2 += e * e
@@ -300,7 +321,7 @@ def _block_expm1(fa, fb, c, amax):
         a = fa[t]
         e = _delta(a, fb[t], c)
         g = _series(e) if abs(e) <= _SERIES_MAX else _exp(e) - np.float32(1.0) - e
-        se += _exp_neg(a - amax) * g
+        se += _weight(a, amax) * g
     return se
 
 
@@ -369,7 +390,7 @@ def _pass_values(fa, fb, top, kld_cap, out_f):
 
 
 @nb.njit(**_JIT)
-def chunk(ia, ib, fa, fb, sign, mag, limit, kk, kld_cap, out_i, out_f, top_a, top_b):
+def chunk(ia, ib, fa, fb, sign, mag, masked, limit, kk, kld_cap, out_i, out_f, top_a, top_b):
     """Fill per-row results for a chunk of rows.
 
     Parameters
@@ -377,7 +398,8 @@ def chunk(ia, ib, fa, fb, sign, mag, limit, kk, kld_cap, out_i, out_f, top_a, to
     ia, ib : (rows, V) uint32 or uint16, bit patterns of reference and observed.
     fa, fb : (rows, V) float32, their values.
     sign, mag : uint32, the dtype's sign bit and magnitude mask.
-    limit : uint32, magnitude bits from which a row is not safe.
+    masked : uint32, the bits of -inf: such entries on both sides are masked tokens (Δ = 0, p = 0).
+    limit : uint32, magnitude bits from which a row is not safe (other infinities and NaN included).
     kk : int, length of the top lists (<= V).
     kld_cap : float, rows whose max |δ| may exceed this are not safe (exp overflow).
     out_i : (rows, N_I) int64;  out_f : (rows, N_F) float64 (outputs).
@@ -392,8 +414,8 @@ def chunk(ia, ib, fa, fb, sign, mag, limit, kk, kld_cap, out_i, out_f, top_a, to
     u = np.empty(BLOCK, np.int32)
     for r in range(rows):
         oi = out_i[r]
-        magmax = _pass_bits(ia[r], ib[r], sign, mag, u, kmax_a, kmax_b, oi)
-        oi[I_SAFE] = magmax < limit
+        magmax = _pass_bits(ia[r], ib[r], sign, mag, masked, u, kmax_a, kmax_b, oi)
+        oi[I_SAFE] = magmax < limit and oi[I_MASKED] < v  # a fully masked row: softmax undefined
         if not oi[I_SAFE]:
             continue
         _topk(ia[r], sign, mag, kk, kmax_a, top_a[r])

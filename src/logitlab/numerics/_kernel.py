@@ -3,7 +3,8 @@
 Private.  A chunk is a block of whole rows (positions) of the two logit
 arrays.  Each row takes one of two paths:
 
-* safe rows (every value of both rows finite and of moderate magnitude): the
+* safe rows (every value of both rows finite and of moderate magnitude, or
+  -inf on both sides: a masked token): the
   fused kernel of :mod:`logitlab.numerics._fused` (numba), one pass over the
   bits and one over the values of differing rows;
 * other rows (NaN, infinities, magnitudes near the float32 limit, or a
@@ -34,11 +35,11 @@ _EXP_CAP = 80.0
 # Safe rows: magnitudes below 2**50 (float32, bfloat16), so that no sum of
 # squares of 2**16 differences overflows float32; float16 is always finite-safe.
 _SAFE_EXP = 50
-# (bits dtype, sign bit, magnitude mask, first unsafe magnitude) per input dtype
+# (bits dtype, sign bit, magnitude mask, bits of -inf, first unsafe magnitude) per input dtype
 _LAYOUT = {
-    np.dtype(np.float32): (np.uint32, 0x80000000, 0x7FFFFFFF, (_SAFE_EXP + 127) << 23),
-    np.dtype(np.float16): (np.uint16, 0x8000, 0x7FFF, 0x7C00),
-    np.dtype(ml_dtypes.bfloat16): (np.uint16, 0x8000, 0x7FFF, (_SAFE_EXP + 127) << 7),
+    np.dtype(np.float32): (np.uint32, 0x80000000, 0x7FFFFFFF, 0xFF800000, (_SAFE_EXP + 127) << 23),
+    np.dtype(np.float16): (np.uint16, 0x8000, 0x7FFF, 0xFC00, 0x7C00),
+    np.dtype(ml_dtypes.bfloat16): (np.uint16, 0x8000, 0x7FFF, 0xFF80, (_SAFE_EXP + 127) << 7),
 }
 
 _MANT = {
@@ -62,7 +63,7 @@ def spacing(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     nmant, minexp = _MANT[np.dtype(dtype)]
     x = np.asarray(x, dtype=np.float64)
     _, exp = np.frexp(x)  # x = m * 2**exp, 0.5 <= m < 1, so floor(log2 x) = exp - 1
-    exp = np.maximum(exp - 1, minexp)
+    exp = np.where(x == 0, minexp, np.maximum(exp - 1, minexp))  # frexp(0) gives exp 0
     out = np.ldexp(1.0, exp - nmant)
     return np.where(np.isfinite(x), out, np.nan)
 
@@ -259,7 +260,7 @@ def fast_chunk(a_nat: np.ndarray, b_nat: np.ndarray, kk: int) -> ChunkResult:
     from logitlab.numerics import _fused as F  # numba: imported on first comparison
 
     rows, v = a_nat.shape
-    bits, sign, mag, limit = _LAYOUT[a_nat.dtype]
+    bits, sign, mag, masked, limit = _LAYOUT[a_nat.dtype]
     wide = a_nat.dtype.itemsize == 4
     fa = a_nat if wide else a_nat.astype(np.float32)
     fb = b_nat if wide else b_nat.astype(np.float32)
@@ -267,7 +268,7 @@ def fast_chunk(a_nat: np.ndarray, b_nat: np.ndarray, kk: int) -> ChunkResult:
     out_f = np.zeros((rows, F.N_F), np.float64)
     top_a = np.full((rows, kk), -1, np.int64)
     top_b = np.full((rows, kk), -1, np.int64)
-    F.chunk(a_nat.view(bits), b_nat.view(bits), fa, fb, np.uint32(sign), np.uint32(mag),
+    F.chunk(a_nat.view(bits), b_nat.view(bits), fa, fb, np.uint32(sign), np.uint32(mag), np.uint32(masked),
             np.uint32(limit), kk, _EXP_CAP, out_i, out_f, top_a, top_b)
 
     res = new_result(rows, kk)
@@ -282,6 +283,7 @@ def fast_chunk(a_nat: np.ndarray, b_nat: np.ndarray, kk: int) -> ChunkResult:
     res.max_abs[ok] = out_f[ok, F.F_MAX_ABS]
     res.m2[ok] = out_f[ok, F.F_M2]
     res.kld[ok] = out_f[ok, F.F_KLD]
+    res.inf_ref[ok] = res.inf_obs[ok] = out_i[ok, F.I_MASKED]
     scale = out_i[ok, F.I_MAG_REF].astype(bits).view(a_nat.dtype).astype(np.float64)
     res.scaled_ulp[ok] = res.max_abs[ok] / spacing(scale, a_nat.dtype)
     same = differing[ok] == 0

@@ -304,9 +304,9 @@ def compare_logits(
     same arrays when every row differs (``benchmarks/bench_compare.py``);
     the first call in a process loads the compiled kernel from numba's
     cache (about 0.5 s; 3-4 s to compile it when there is no cache).
-    Rows holding NaN, infinities or magnitudes of 2**50 and more (float32,
-    bfloat16) take a float64 numpy path row by row, about 10x slower per
-    row.  Peak extra memory is the per-row results, plus for float16 and
+    Rows holding NaN, +inf, -inf on one side only, or magnitudes of 2**50
+    and more (float32, bfloat16) take a float64 numpy path row by row,
+    20-50x slower per row.  Peak extra memory is the per-row results, plus for float16 and
     bfloat16 a float32 copy of one chunk per worker: well under 1 % of the
     inputs for float32.
 
@@ -329,7 +329,10 @@ def compare_logits(
     direct ``lse(Q) − lse(P) − Σ pΔ`` in float32 would return rounding
     noise and scipy's float64 ``rel_entr`` is off by ~1e-4.  Rows with NaN or infinities use
     float64 with the limits (softmax of +inf entries is uniform over them;
-    a token with p > 0 and q = 0 gives +inf; NaN gives None).
+    a token with p > 0 and q = 0 gives +inf; NaN gives None, except in rows
+    whose bits are identical, which have KLD 0).  Tokens that are -inf in
+    both rows (masked vocabulary) have p = q = 0 and Δ = 0, and stay on the
+    fast path.
 
     Top-k order is value descending, ties broken by the lower token id (as
     ``np.argmax``); NaN ranks below every number.  Margins are top-1 minus
