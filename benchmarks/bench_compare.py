@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--positions", type=int, default=2048)
     p.add_argument("--vocab", type=int, default=49152)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--workers", type=int, default=None)
     p.add_argument("--chunk-rows", type=int, default=None)
     p.add_argument("--kind", choices=["ulp", "abs", "both"], default="both")

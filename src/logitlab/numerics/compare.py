@@ -52,7 +52,7 @@ KLD_STATS: tuple[tuple[str, float | None], ...] = (
 
 # Chunk size target in elements: the kernel works row by row, so this only
 # sets the granularity of the threads and of the float32 copies of 16-bit inputs.
-_CHUNK_ELEMENTS = 1 << 19
+_CHUNK_ELEMENTS = 1 << 21
 # Default thread count cap.
 _MAX_WORKERS = 8
 
@@ -275,8 +275,8 @@ def compare_logits(
         k of the top-k set statistics, >= 1; larger than n_vocab means
         n_vocab (and is stored so).  Default 5.
     chunk_rows : int, optional
-        Rows processed at once.  Default: about 2**19 entries per chunk
-        (``max(1, 2**19 // n_vocab)``).  Results do not depend on it.
+        Rows processed at once.  Default: about 2**21 entries per chunk
+        (``max(1, 2**21 // n_vocab)``).  Results do not depend on it.
     token_ids : sequence of int, optional
         The token id fed at each position, stored for reports.
     workers : int, optional
