@@ -47,6 +47,9 @@ def test_aa_passes_require_bit_exact(tmp_path):
     (["--control", "n_ctx=16", "--candidate", "n_ctx=16"], "exceeds the control's context of 16"),
     (["--tokens", "0"], "error: --tokens must be at least 1"),
     (["--prompt", "a", "--prompt-file", "p.txt"], "error: give --prompt or --prompt-file, not both"),
+    (["--candidate", "nosuch:"], "error: unknown engine 'nosuch' in --candidate spec 'nosuch:' (engines: cmd, "),
+    (["--candidate", "flash_attn=1,flash_attn=0"], "error: option 'flash_attn' given twice in "),
+    (["--candidate-env", "X=1", "--candidate-env", "X=2"], "error: environment knob 'X' given twice (X=1, X=2)"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     if "--prompt" not in args:
@@ -55,6 +58,12 @@ def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     assert proc.returncode == 2
     assert message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_error_line_without_quiet_is_not_preceded_by_an_empty_line(tmp_path):
+    proc = logitlab("ab", "--prompt", SHORT_PROMPT, "--tokens", "8", "--model", "/nonexistent/model.gguf", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr == "error: model file /nonexistent/model.gguf does not exist\n"
 
 
 def test_missing_prompt_file(tmp_path):
@@ -123,5 +132,6 @@ def test_crash_in_process_slot_writes_partial_json(tmp_path):
                     "--json", str(out), cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: candidate slot crashed in its subprocess")
+    assert "stopped early" not in proc.stdout  # the error is said once, on stderr
     data = json.loads(out.read_text())
     assert data["error"] and [r["variant"] for r in data["runs"]] == ["control"]

@@ -11,7 +11,7 @@ import pytest
 from conftest import SHORT_PROMPT
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dumps"))
-from rawdumps import base_tensors, plant, raw_path, write_folder  # noqa: E402
+from rawdumps import base_tensors, plant, raw_path, write_folder, write_logitlab_dump  # noqa: E402
 
 
 def logitlab(*args, cwd=None):
@@ -86,7 +86,7 @@ def test_bad_options_give_one_error_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: bad --shape 'axb': expected DIMS like 576 or 9x64, optionally NAME=DIMS"
     proc = logitlab("dump-diff", str(tmp_path), str(tmp_path), "--layers", "3-1")
-    assert proc.returncode == 2 and proc.stderr.strip().startswith("error: bad layer range '3-1'")
+    assert proc.returncode == 2 and proc.stderr.strip().startswith("error: bad --layers range '3-1'")
     proc = logitlab("dump", "--out", str(tmp_path / "x"), "--engine", "fake", "--max-bytes", "lots")
     assert proc.returncode == 2 and proc.stderr.strip().startswith("error: bad size 'lots'")
 
@@ -130,7 +130,8 @@ def test_unwritable_outputs_and_bad_prompt_files_fail_before_any_work(tmp_path):
     (tmp_path / "pair" / "candidate" / "keep.txt").write_text("mine")
     one_error_line(logitlab("dump", "--candidate", "flash_attn=1", "--out", str(tmp_path / "pair")),
                    f"dump folder {tmp_path / 'pair' / 'candidate'} is not empty")
-    assert not any((tmp_path / "pair" / "control").iterdir())
+    assert not (tmp_path / "pair" / "control").exists()  # made by the command, so removed again
+    assert (tmp_path / "pair" / "candidate" / "keep.txt").read_text() == "mine"
 
 
 def test_dump_diff_of_an_empty_file_says_so(tmp_path):
@@ -151,4 +152,60 @@ def test_dump_filters_that_capture_nothing_are_one_error_line(tmp_path):
         (["--max-bytes", "0", "-q"], "error: --max-bytes 0 B is smaller than the first tensor (embd, "),
     ]):
         one_error_line(logitlab("dump", "--out", str(tmp_path / str(i)), *args), message)
-        assert not any((tmp_path / str(i)).iterdir())
+        assert not (tmp_path / str(i)).exists()  # the folder the command made is gone again
+
+
+def test_a_dump_that_fails_before_writing_removes_only_the_folders_it_made(tmp_path):
+    new = tmp_path / "new" / "dumps"
+    proc = logitlab("dump", "--control", "bogus=1", "--out", str(new))  # no --quiet: no empty line before error:
+    assert proc.returncode == 2 and proc.stderr.startswith("error: unknown llamacpp option 'bogus'")
+    assert len(proc.stderr.splitlines()) == 1 and not (tmp_path / "new").exists()
+    one_error_line(logitlab("dump", "--control", "bogus=1", "--candidate", "flash_attn=1", "--out",
+                            str(tmp_path / "pair"), "-q"), "unknown llamacpp option 'bogus'")
+    assert not (tmp_path / "pair").exists()
+    (tmp_path / "mine").mkdir()
+    one_error_line(logitlab("dump", "--control", "flash_attn=banana", "--out", str(tmp_path / "mine"), "-q"),
+                   "bad value 'banana' for llamacpp option 'flash_attn'")
+    assert (tmp_path / "mine").is_dir()
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--positions", "0,,2", "error: --positions '0,,2' has an empty item"),
+    ("--positions", ",", "error: --positions ',' is empty"),
+    ("--positions", "99999999999999999999", "error: bad --positions item '99999999999999999999': beyond "),
+    ("--layers", "", "error: --layers '' is empty"),
+    ("--names", "", "error: --names '' is empty"),
+    ("--names", "[", "error: bad --names glob '[': '[' without a closing ']'"),
+])
+def test_malformed_filters_are_one_error_line_in_dump_and_dump_diff(tmp_path, option, value, message):
+    a = write_folder(tmp_path / "a", base_tensors(), "p")
+    one_error_line(logitlab("dump-diff", str(a), str(a), option, value, "-q"), message)
+    one_error_line(logitlab("dump", "--out", str(tmp_path / "d"), option, value, "-q"), message)
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--layers", "99"], "error: --layers 99 matches no layer: the dumps have layers 0-3"),
+    (["--positions", "7-9"], "error: --positions 7-9 matches no position: the dumps have positions 0-2"),
+    (["--names", "nomatch*"], "error: --names nomatch* matches no tensor; the dumps have attn_norm, kqv_out, "),
+    (["--names", "kqv_out", "--layers", "9,0-1"], None),
+])
+def test_dump_diff_filters_that_match_nothing_in_the_dumps_exit_2(tmp_path, args, message):
+    base = base_tensors()
+    a = write_folder(tmp_path / "a", base, "p")
+    b = write_folder(tmp_path / "b", plant(base, ("kqv_out", 1, 0)), "q")
+    proc = logitlab("dump-diff", str(a), str(b), *args, "-q")
+    if message is None:  # layer 9 is not in the dumps, but 0-1 are: a filter that keeps something is fine
+        assert proc.returncode == 0 and "(1 name, 2 layers, 3 positions)" in proc.stdout, proc.stderr
+    else:
+        one_error_line(proc, message)
+
+
+def test_dump_diff_of_a_dump_with_a_cut_short_manifest(tmp_path):
+    a = write_logitlab_dump(tmp_path / "a", base_tensors())
+    b = write_logitlab_dump(tmp_path / "b", base_tensors())
+    (b / "manifest.json").write_text((b / "manifest.json").read_text()[:300])
+    proc = logitlab("dump-diff", str(a), str(b), "-q")
+    one_error_line(proc, "error: nothing could be compared between")
+    assert f"B: manifest.json of {b} is not valid JSON (" in proc.stdout
+    assert "not a readable logitlab dump" in proc.stdout and "shapes" not in proc.stdout

@@ -54,3 +54,27 @@ def write_folder(folder: Path, tensors: dict, prefix: str, *, ext: str = ".bin")
 
 def raw_path(folder: Path, prefix: str, name: str, layer: int | None, pos: int, ext: str = ".bin") -> Path:
     return folder / (f"{prefix}_{name}" + (f"-{layer}" if layer is not None else "") + f"_pos{pos}{ext}")
+
+
+def write_logitlab_dump(folder: Path, tensors: dict) -> Path:
+    """A logitlab dump of ``tensors``: one step file per position (prefill of position 0, then decode steps),
+    each tensor stored as one row ``(1, width)`` in execution order, as a capture writes them."""
+    from logitlab.dumps.format import DumpManifest, StepInfo, StepWriter, TensorEntry, TensorFilter
+
+    folder.mkdir(parents=True, exist_ok=True)
+    entries, steps = [], []
+    for pos in range(N_POS):
+        kind = "prefill" if pos == 0 else "decode"
+        file = f"step-{pos:04d}-{kind}.safetensors"
+        writer = StepWriter(folder / file)
+        for (name, layer, p), value in tensors.items():
+            if p == pos:
+                key = f"{len(entries):06d}/{name}" + (f"-{layer}" if layer is not None else "")
+                writer.add(key, value.reshape(1, -1))
+                entries.append(TensorEntry(key, name, layer, 0, (pos, pos + 1), 0, "float32", (1, value.size),
+                                           len(entries), pos, file))
+        writer.close()
+        steps.append(StepInfo(pos, kind, (pos, pos + 1), file))
+    DumpManifest(engine={"engine": "crafted"}, variant={}, prompt_ids=[1], generated=list(range(2, N_POS + 1)),
+                 filter=TensorFilter().to_dict(), steps=steps, tensors=entries).write(folder)
+    return folder

@@ -115,7 +115,11 @@ def test_filters_that_keep_nothing_and_a_too_small_max_bytes_are_errors(tmp_path
     for i, (kwargs, message) in enumerate(cases):
         with pytest.raises(InputError, match=message):
             dump_variant(control, SHORT_PROMPT, N_DECODE, tmp_path / str(i), **kwargs)
-        assert not any((tmp_path / str(i)).iterdir())  # nothing written, not even a manifest
+        assert not (tmp_path / str(i)).exists()  # nothing written, not even a manifest: the folder it made is gone
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(InputError, match="--layers 99 matches no layer"):
+        dump_variant(control, SHORT_PROMPT, N_DECODE, tmp_path / "mine", select=TensorFilter.parse(layers="99"))
+    assert (tmp_path / "mine").is_dir() and not any((tmp_path / "mine").iterdir())  # a folder given empty stays
 
 
 def test_out_dir_must_be_empty_and_engines_without_capture_are_named(tmp_path):

@@ -50,7 +50,7 @@ def test_missing_and_truncated_files_are_reported_and_the_plant_still_found(tmp_
     assert first.label == "ffn_out-2@pos1"
     assert [g.to_dict() for g in result.only_left] == [
         {"side": "left", "name": "kqv_out", "instance": 0, "label": "kqv_out", "layers": "0", "positions": "2",
-         "count": 1}]
+         "count": 1, "other_side_has_name": True}]
     assert not result.only_right
     assert [t.label for t in result.unresolved_before_first] == ["ffn_inp-1@pos0"]
     problems = "\n".join(result.problems)

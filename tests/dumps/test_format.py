@@ -31,16 +31,41 @@ def test_labels_round_trip():
 
 
 def test_ranges_and_sizes():
-    assert parse_ranges("0-2,7", "layer") == {0, 1, 2, 7}
-    assert parse_ranges(None, "layer") is None
-    with pytest.raises(InputError, match="bad layer 'x'"):
-        parse_ranges("x", "layer")
-    with pytest.raises(InputError, match="range '3-1'"):
-        parse_ranges("3-1", "layer")
+    assert parse_ranges("0-2,7", "--layers") == {0, 1, 2, 7}
+    assert parse_ranges(None, "--layers") is None
+    with pytest.raises(InputError, match="bad --layers item 'x'"):
+        parse_ranges("x", "--layers")
+    with pytest.raises(InputError, match="bad --layers range '3-1'"):
+        parse_ranges("3-1", "--layers")
     assert parse_size("500MB") == 500_000_000 and parse_size("2GiB") == 2 * 1024**3 and parse_size("10") == 10
     with pytest.raises(InputError, match="bad size 'lots'"):
         parse_size("lots")
-    assert format_ranges({7, 0, 1, 2, 9, 10}) == "0-2,7,9-10" and format_ranges(parse_ranges("3", "x")) == "3"
+    assert format_ranges({7, 0, 1, 2, 9, 10}) == "0-2,7,9-10" and format_ranges(parse_ranges("3", "--x")) == "3"
+
+
+@pytest.mark.parametrize("args, message", [
+    (dict(positions="0,,2"), r"^--positions '0,,2' has an empty item: give ranges like 0-3,7, one comma between"),
+    (dict(positions=","), r"^--positions ',' is empty: give ranges like 0-3,7, or leave --positions out for all$"),
+    (dict(layers=""), r"^--layers '' is empty: give ranges like 0-3,7, or leave --layers out for all$"),
+    (dict(layers=" "), r"^--layers ' ' is empty"),
+    (dict(positions="99999999999999999999"),
+     r"^bad --positions item '99999999999999999999': beyond 2147483647, the largest layer or position \(int32\)$"),
+    (dict(positions="0-2147483647"), r"^--positions 0-2147483647 covers more than 1048576 values"),
+    (dict(positions="-3"), r"^bad --positions item '-3': expected N or A-B"),
+    (dict(names=""), r"^--names '' is empty: give globs like 'attn_\*,l_out', or leave --names out for all$"),
+    (dict(names="l_out,,kq"), r"^--names 'l_out,,kq' has an empty item"),
+    (dict(names="["), r"^bad --names glob '\[': '\[' without a closing '\]'$"),
+    (dict(names="l_out,attn_[!]"), r"^bad --names glob 'attn_\[!\]'"),
+])
+def test_empty_and_malformed_filters_name_the_option(args, message):
+    with pytest.raises(InputError, match=message):
+        TensorFilter.parse(**args)
+
+
+def test_well_formed_filters_still_parse():
+    f = TensorFilter.parse("attn_[nk]*, l_out ,[!x]*", " 0-1, 3 ", "2")
+    assert f.names == ("attn_[nk]*", "l_out", "[!x]*") and f.layers == {0, 1, 3} and f.positions == {2}
+    assert TensorFilter.parse(layers="1048575").layers == {1048575}
 
 
 def test_filters_that_keep_no_tensor_are_named_with_what_exists():

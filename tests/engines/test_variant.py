@@ -39,3 +39,34 @@ def test_bad_option_item():
 def test_unknown_engine_lists_valid_ones():
     with pytest.raises(InputError, match="unknown engine 'nope'; valid engines: .*llamacpp"):
         engine_class("nope")
+
+
+def test_unknown_engine_prefix_names_the_engine_and_lists_the_known_ones():
+    message = (r"^unknown engine 'nosuch' in --candidate spec 'nosuch:' \(engines: cmd, .*hf, llamacpp, openai\); "
+               r"a model path with ':' must exist$")
+    with pytest.raises(InputError, match=message):
+        parse_variant("nosuch:", "candidate", default_engine="llamacpp")
+    with pytest.raises(InputError, match=r"^unknown engine 'lamacpp' in --options spec 'lamacpp:m.gguf\?a=1'"):
+        parse_variant("lamacpp:m.gguf?a=1", "verify", default_engine="llamacpp", option="--options")
+
+
+def test_model_paths_with_colons_still_work(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run:2.gguf").write_bytes(b"")
+    assert parse_variant("run:2.gguf", "c", default_engine="llamacpp").model == "run:2.gguf"
+    v = parse_variant("run:2.gguf?flash_attn=1", "c", default_engine="llamacpp")
+    assert (v.model, v.options) == ("run:2.gguf", {"flash_attn": "1"})
+    assert parse_variant("models/a:b.gguf", "c", default_engine="llamacpp").model == "models/a:b.gguf"
+    assert parse_variant("timing_regex=t:([0-9.]+)", "c", default_engine="cmd").options == {
+        "timing_regex": "t:([0-9.]+)"}
+
+
+def test_repeated_option_keys_and_environment_knobs_are_errors():
+    with pytest.raises(InputError, match=r"^option 'flash_attn' given twice in 'flash_attn=1,flash_attn=0'"):
+        parse_variant("flash_attn=1,flash_attn=0", "candidate", default_engine="llamacpp")
+    with pytest.raises(InputError, match="option 'a' given twice"):
+        parse_variant("llamacpp:m.gguf?a=1&a=1", "candidate", default_engine="llamacpp")
+    with pytest.raises(InputError, match=r"^environment knob 'X' given twice \(X=1, X=2\)"):
+        parse_env(["X=1", "X=2"])
+    with pytest.raises(InputError, match="environment knob 'X' given twice"):
+        parse_env(["X", "X=1"])

@@ -104,7 +104,7 @@ def ab(**opts: Any) -> None:
     from logitlab.report.markdown import format_ab_markdown
 
     write_reports(result, opts["json_path"], opts["markdown_path"], format_ab_markdown)
-    _display(result)
+    _display(result, show_error=error is None)  # else the error: line below says it
     if not opts["quiet"]:
         click.echo(f"runs logged to {log_path}", err=True)
     if isinstance(error, KeyboardInterrupt):
@@ -142,10 +142,10 @@ def _run_with_progress(config: Any, log_path: str, quiet: bool) -> tuple[Any, Ba
                             (LogitlabError, KeyboardInterrupt))
 
 
-def _display(result: Any) -> None:
+def _display(result: Any, *, show_error: bool) -> None:
     from logitlab.report.terminal import display_ab
 
-    display_ab(result, report_console())
+    display_ab(result, report_console(), show_error=show_error)
 
 
 def _require_exit_code(result: Any, require: str | None) -> int:

@@ -213,10 +213,15 @@ def thresholds_from(opts: dict[str, Any]) -> Thresholds:
 
 
 def make_progress(quiet: bool) -> Progress:
-    """A progress bar on stderr (disabled by ``--quiet``), removed when done."""
+    """A progress bar on stderr, removed when done; off with ``--quiet`` and when stderr is not a terminal.
+
+    Off a terminal rich draws no bar but ends with an empty line (which then stood before an
+    ``error:`` line); its console still prints, so lines sent through it appear either way.
+    """
+    console = Console(stderr=True)
     return Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=Console(stderr=True), disable=quiet, transient=True,
+        console=console, disable=quiet or not console.is_interactive, transient=True,
     )
 
 

@@ -63,8 +63,8 @@ def dump(**opts: Any) -> None:
       logitlab dump --engine hf --control dtype=float32 --candidate dtype=bfloat16 --out hf/
       logitlab dump --control llamacpp: --candidate hf: --layers 0-3 --out cross/
     """
-    from logitlab.dumps.format import TensorFilter, format_bytes, parse_size
-    from logitlab.dumps.run import DEFAULT_DUMP_PROMPT, capture_function, check_out_dir, dump_pair, dump_variant
+    from logitlab.dumps.format import TensorFilter, parse_size
+    from logitlab.dumps.run import DEFAULT_DUMP_PROMPT, capture_function, check_out_dir, removed_if_unused
     from logitlab.experiments.workload import load_prompt
     from logitlab.report.dumps import capture_lines
 
@@ -81,37 +81,11 @@ def dump(**opts: Any) -> None:
     max_bytes = parse_size(opts["max_bytes"])
     for variant in (control, candidate) if pair else (control,):
         capture_function(variant.engine)  # an engine without capture fails before any folder is made
-    for folder in ((out / "control", out / "candidate") if pair else (out,)):
-        check_out_dir(folder, force=opts["force"])
-    quiet = opts["quiet"]
-    label = ["control"]
-
-    with make_progress(quiet) as progress:
-        task = progress.add_task("loading", total=None)
-
-        def on_event(kind: str, data: dict[str, Any]) -> None:
-            if kind == "variant":
-                label[0] = data["label"]
-                progress.update(task, completed=0, total=None, description=f"{label[0]}: loading")
-            elif kind == "estimate":
-                if not quiet:
-                    line = (f"{label[0]}: estimated dump size {format_bytes(data['bytes'])} "
-                            f"({format_bytes(data['bytes_per_token'])} per position × {data['positions']} positions)")
-                    if max_bytes is not None and data["bytes"] > max_bytes:
-                        line += f"; more than --max-bytes {format_bytes(max_bytes)}: the capture will stop early"
-                    progress.console.print(line, markup=False, highlight=False, soft_wrap=True)
-            elif kind == "step":
-                step = data["step"]
-                progress.update(task, total=data["total"], advance=1,
-                                description=f"{label[0]}: {step.kind} {step.positions[0]}-{step.positions[1] - 1}")
-
-        if pair:
-            results = dict(zip(("control", "candidate"),
-                               dump_pair(control, candidate, prompt, opts["n_decode"], opts["out_dir"], select=select,
-                                         max_bytes=max_bytes, force=opts["force"], on_event=on_event)))
-        else:
-            results = {"control": dump_variant(control, prompt, opts["n_decode"], opts["out_dir"], select=select,
-                                               max_bytes=max_bytes, force=opts["force"], on_event=on_event)}
+    folders = (out / "control", out / "candidate") if pair else (out,)
+    with removed_if_unused(*folders):  # a folder made here goes again when the command fails before writing to it
+        for folder in folders:
+            check_out_dir(folder, force=opts["force"])
+        results = _capture(opts, control, candidate if pair else None, prompt, select, max_bytes)
     for name, result in results.items():
         for line in capture_lines(name, result):
             click.echo(line)
@@ -122,6 +96,41 @@ def dump(**opts: Any) -> None:
 
         write_json(opts["json_path"], {name: _capture_summary(r) for name, r in results.items()})
     sys.exit(EXIT_OK)
+
+
+def _capture(opts: dict[str, Any], control: Any, candidate: Any, prompt: Any, select: Any,
+             max_bytes: int | None) -> dict[str, Any]:
+    """Dump the control (and the candidate, if not None) under a progress bar: {label: CaptureResult}."""
+    from logitlab.dumps.format import format_bytes
+    from logitlab.dumps.run import dump_pair, dump_variant
+    from logitlab.report.text import plural
+
+    quiet = opts["quiet"]
+    label = ["control"]
+    with make_progress(quiet) as progress:
+        task = progress.add_task("loading", total=None)
+
+        def on_event(kind: str, data: dict[str, Any]) -> None:
+            if kind == "variant":
+                label[0] = data["label"]
+                progress.update(task, completed=0, total=None, description=f"{label[0]}: loading")
+            elif kind == "estimate" and not quiet:
+                line = (f"{label[0]}: estimated dump size {format_bytes(data['bytes'])} "
+                        f"({format_bytes(data['bytes_per_token'])} per position × "
+                        f"{plural(data['positions'], 'position')})")
+                if max_bytes is not None and data["bytes"] > max_bytes:
+                    line += f"; more than --max-bytes {format_bytes(max_bytes)}: the capture will stop early"
+                progress.console.print(line, markup=False, highlight=False, soft_wrap=True)
+            elif kind == "step":
+                step = data["step"]
+                progress.update(task, total=data["total"], advance=1,
+                                description=f"{label[0]}: {step.kind} {step.positions[0]}-{step.positions[1] - 1}")
+
+        common = dict(select=select, max_bytes=max_bytes, force=opts["force"], on_event=on_event)
+        if candidate is None:
+            return {"control": dump_variant(control, prompt, opts["n_decode"], opts["out_dir"], **common)}
+        return dict(zip(("control", "candidate"),
+                        dump_pair(control, candidate, prompt, opts["n_decode"], opts["out_dir"], **common)))
 
 
 def _capture_summary(result: Any) -> dict[str, Any]:

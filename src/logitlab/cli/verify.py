@@ -143,7 +143,7 @@ def verify(**opts: Any) -> None:
                    else builtin_prompts("calibration"))
     fallback = opts["guard_fallback"]
     variant = parse_variant(opts["options"], "verify", default_engine=opts["engine"], default_model=opts["model"],
-                            env=parse_env(opts["env"]))
+                            env=parse_env(opts["env"]), option="--options")
     check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"],
                        inputs=[variant.model, opts["prompts_file"], opts["calibration_prompts"]])
     config = VerifyConfig(
@@ -158,7 +158,7 @@ def verify(**opts: Any) -> None:
 
     write_reports(result, opts["json_path"], opts["markdown_path"], format_verify_markdown)
 
-    display_verify(result, report_console())
+    display_verify(result, report_console(), show_error=error is None)  # else the error: line below says it
     if error is not None:
         fail(str(error))
     sys.exit(_exit_code(result, opts["require"], opts["require_identical"]))

@@ -61,8 +61,11 @@ class CaptureResult:
         return self.manifest.stopped
 
 
-def check_filter_matches(select: TensorFilter, seen: Sequence[tuple[str, int | None]]) -> None:
+def check_filter_matches(select: TensorFilter, seen: Sequence[tuple[str, int | None]], *,
+                         have: str | None = None) -> None:
     """Raise if ``--names`` / ``--layers`` keep none of the graph's tensors ``seen`` (``(name, layer)``, in order).
+
+    ``have`` says whose tensors ``seen`` are in messages (default: "the model has" layers, "the graph has" names).
 
     Raises:
         InputError: naming the filter and what the graph has (its layer range, a few names).
@@ -74,14 +77,15 @@ def check_filter_matches(select: TensorFilter, seen: Sequence[tuple[str, int | N
     shown = ", ".join(names[:12]) + (f", … ({len(names)} names)" if len(names) > 12 else "")
     layer_text = f"layers {layers[0]}-{layers[-1]}" if layers else "no layers"
     if select.layers is not None and not select.layers & set(layers):
-        raise InputError(f"--layers {format_ranges(select.layers)} matches no layer: the model has {layer_text}")
+        raise InputError(f"--layers {format_ranges(select.layers)} matches no layer: {have or 'the model has'} "
+                         f"{layer_text}")
     if not select.names or any(select.keeps_name(name, layer) for name, layer in seen):
         return
     patterns = ",".join(select.names)
     if any(TensorFilter(select.names).keeps_name(name, layer) for name, layer in seen):
         raise InputError(f"--names {patterns} with --layers {format_ranges(select.layers or ())} matches no tensor: "
                          f"those names are in other layers ({layer_text})")
-    raise InputError(f"--names {patterns} matches no tensor; the graph has {shown}")
+    raise InputError(f"--names {patterns} matches no tensor; {have or 'the graph has'} {shown}")
 
 
 class StepRecorder:

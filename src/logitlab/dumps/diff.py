@@ -19,6 +19,8 @@ JSON format history (``schema_version`` of :meth:`DumpDiffResult.summary`):
 
 - 1: first version.
 - 2: the verdict for "some tensors differ" is ``differs`` (was ``divergent``).
+- 3: one-side groups say whether the other dump has the name at other layers or positions
+  (``other_side_has_name``); layer rows count the tensor-positions not compared (``not_compared``).
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from logitlab.dumps.format import TensorFilter, format_label
+from logitlab.dumps.capture import check_filter_matches
+from logitlab.dumps.format import TensorFilter, format_label, format_ranges
 from logitlab.dumps.readers import LAYER_AFTER, LAYER_BEFORE, Dump, TensorRef, layer_sort_key
 from logitlab.dumps.stats import TensorStats, tensor_stats
 from logitlab.errors import InputError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Names of attention tensors (llama.cpp's, and the hf capture's own ``q_proj``/``k_proj``), for saying what
 #: kind of tensor diverged first.
@@ -119,6 +122,7 @@ class LayerRow:
 
     Attributes:
         compared: tensor-positions compared; differing: of which not bit-exact.
+        not_compared: aligned tensor-positions that could not be compared (dtype, size, unreadable).
         max_abs_diff, max_ulp, max_nmse, min_cosine: worst over the layer.
         first: label of the layer's first differing tensor-position (execution order).
     """
@@ -127,6 +131,7 @@ class LayerRow:
     where: str
     compared: int = 0
     differing: int = 0
+    not_compared: int = 0
     max_abs_diff: float = 0.0
     max_ulp: int = 0
     max_nmse: float = 0.0
@@ -140,6 +145,7 @@ class LayerRow:
     def add(self, diff: TensorDiff) -> None:
         s = diff.stats
         if s is None:
+            self.not_compared += 1
             return
         self.compared += 1
         if s.bit_exact:
@@ -157,13 +163,17 @@ class LayerRow:
 
     def to_dict(self) -> dict[str, Any]:
         return {"layer": self.layer, "label": self.label, "compared": self.compared, "differing": self.differing,
-                "max_abs_diff": self.max_abs_diff, "max_ulp": self.max_ulp, "max_nmse": self.max_nmse,
-                "min_cosine": self.min_cosine, "first": self.first}
+                "not_compared": self.not_compared, "max_abs_diff": self.max_abs_diff, "max_ulp": self.max_ulp,
+                "max_nmse": self.max_nmse, "min_cosine": self.min_cosine, "first": self.first}
 
 
 @dataclass
 class OneSideGroup:
-    """Tensors present in one dump only, grouped by name and instance."""
+    """Tensors present in one dump only, grouped by name and instance.
+
+    ``other_side_has_name``: the other dump has this name and instance at other layers or positions
+    (it misses some, e.g. a step file is missing), rather than not at all (e.g. fused away).
+    """
 
     side: str
     name: str
@@ -171,6 +181,7 @@ class OneSideGroup:
     layers: list[int]
     positions: list[int]
     count: int
+    other_side_has_name: bool = False
 
     @property
     def label(self) -> str:
@@ -179,7 +190,7 @@ class OneSideGroup:
     def to_dict(self) -> dict[str, Any]:
         return {"side": self.side, "name": self.name, "instance": self.instance, "label": self.label,
                 "layers": compress_ranges(self.layers), "positions": compress_ranges(self.positions),
-                "count": self.count}
+                "count": self.count, "other_side_has_name": self.other_side_has_name}
 
 
 def compress_ranges(values: list[int]) -> str:
@@ -307,7 +318,8 @@ class DumpDiffResult:
             groups = []
             for g in data.get(key, []):
                 groups.append(OneSideGroup(side, g["name"], int(g["instance"]), _expand(g["layers"]),
-                                           _expand(g["positions"]), int(g["count"])))
+                                           _expand(g["positions"]), int(g["count"]),
+                                           bool(g.get("other_side_has_name", False))))
             setattr(result, key, groups)
         result.layers = layer_table(result.tensors)
         return result
@@ -336,20 +348,19 @@ def layer_table(tensors: list[TensorDiff]) -> list[LayerRow]:
                   else (LAYER_BEFORE if r.where == "before" else LAYER_AFTER))
 
 
-def _group_one_side(refs: list[TensorRef], side: str) -> list[OneSideGroup]:
+def _group_one_side(refs: list[TensorRef], side: str, other: list[TensorRef]) -> list[OneSideGroup]:
+    """Group one dump's unmatched ``refs`` by name and instance; ``other``: the other dump's tensors."""
+    other_names = {(ref.name, ref.instance) for ref in other}
     groups: dict[tuple, OneSideGroup] = {}
     for ref in refs:
         key = (ref.name, ref.instance)
         group = groups.get(key)
         if group is None:
-            group = groups[key] = OneSideGroup(side, ref.name, ref.instance, [], [], 0)
+            group = groups[key] = OneSideGroup(side, ref.name, ref.instance, [], [], 0, key in other_names)
         group.count += 1
         if ref.layer is not None:
             group.layers.append(ref.layer)
-        if ref.position is not None:
-            group.positions.append(ref.position)
-        elif ref.span is not None:
-            group.positions.extend(range(*ref.span))
+        group.positions.extend(ref.positions)
     for group in groups.values():
         group.layers = sorted(set(group.layers))
         group.positions = sorted(set(group.positions))
@@ -422,18 +433,16 @@ def diff_dumps(left: Dump, right: Dump, *, select: TensorFilter | None = None,
         Never raises for bad files: their problems are in ``problems``
         (both dumps' opening problems first). ``verdict`` is
         ``nothing-aligned`` when no pair could be compared.
+
+    Raises
+    ------
+    InputError
+        A ``select`` option (``--names``, ``--layers``, ``--positions``)
+        matches none of the tensors of either dump, or together they keep none.
     """
     select = select or TensorFilter()
-
-    def keep(ref: TensorRef) -> bool:
-        if not select.keeps_name(ref.name, ref.layer):
-            return False
-        if ref.position is not None:
-            return select.keeps_position(ref.position)
-        return ref.span is None or select.keeps_span(*ref.span)
-
-    a_refs = [r for r in left.refs if keep(r)]
-    b_refs = [r for r in right.refs if keep(r)]
+    a_refs, b_refs = filter_refs(left.refs, select), filter_refs(right.refs, select)
+    check_filter(select, left.refs + right.refs, kept=bool(a_refs or b_refs))
     problems = [f"A: {p}" for p in left.problems] + [f"B: {p}" for p in right.problems]
     _check_inputs(left, right, problems)
     b_by_key: dict[tuple, TensorRef] = {}
@@ -456,14 +465,44 @@ def diff_dumps(left: Dump, right: Dump, *, select: TensorFilter | None = None,
         if on_progress is not None and (i % 256 == 0 or i == total - 1):
             on_progress(i + 1, total)
     only_right = [r for r in b_refs if r.key not in matched]
-    result.only_left = _group_one_side(only_left, "left")
-    result.only_right = _group_one_side(only_right, "right")
+    result.only_left = _group_one_side(only_left, "left", b_refs)
+    result.only_right = _group_one_side(only_right, "right", a_refs)
     if not result.tensors and a_refs and b_refs:
         problems.append("no tensor name/layer/position is in both dumps: check the names (A has "
                         f"{_sample(a_refs)}, B has {_sample(b_refs)}), or give --prefix")
     result.problems = problems
     result.layers = layer_table(result.tensors)
     return result
+
+
+def filter_refs(refs: list[TensorRef], select: TensorFilter) -> list[TensorRef]:
+    """The tensors ``select`` keeps (by name and layer, and by position when the tensor has any)."""
+    def keep(ref: TensorRef) -> bool:
+        if not select.keeps_name(ref.name, ref.layer):
+            return False
+        if ref.position is not None:
+            return select.keeps_position(ref.position)
+        return ref.span is None or select.keeps_span(*ref.span)
+
+    return [ref for ref in refs if keep(ref)]
+
+
+def check_filter(select: TensorFilter, refs: list[TensorRef], *, kept: bool) -> None:
+    """Raise when an option of ``select`` matches none of ``refs`` (both dumps' tensors), or when, together,
+    they keep nothing (``kept`` False). Empty ``refs`` (unreadable dumps) pass: their problems say why.
+
+    Raises:
+        InputError: naming the option that matches nothing and what the dumps hold.
+    """
+    if not refs or select == TensorFilter():
+        return
+    check_filter_matches(select, list(dict.fromkeys((r.name, r.layer) for r in refs)), have="the dumps have")
+    positions = {p for ref in refs for p in ref.positions}
+    if select.positions is not None and positions and not select.positions & positions:
+        raise InputError(f"--positions {format_ranges(select.positions)} matches no position: the dumps have "
+                         f"positions {format_ranges(positions)}")
+    if not kept:
+        raise InputError("--names, --layers and --positions together keep no tensor of either dump")
 
 
 def _sample(refs: list[TensorRef]) -> str:

@@ -88,29 +88,78 @@ def format_label(name: str, layer: int | None, instance: int = 0, position: int 
 
 
 # --------------------------------------------------------------------------- ranges and sizes
-def parse_ranges(text: str | None, what: str) -> frozenset[int] | None:
-    """Parse ``"0-3,7,10-12"`` into a set of ints; None or empty -> None (everything).
+#: Largest layer or position a filter takes (llama.cpp's positions, ``llama_pos``, and layer indices are int32).
+MAX_INDEX = 2**31 - 1
+#: Most values one ``--layers``/``--positions`` filter may cover (it is held as a set; no dump has that many).
+MAX_FILTER_VALUES = 2**20
+
+
+def parse_ranges(text: str | None, option: str) -> frozenset[int] | None:
+    """Parse ``"0-3,7,10-12"`` (the value of ``option``, e.g. ``--layers``) into a set of ints; None -> None (all).
 
     Raises:
-        InputError: a part that is not an int or an ``A-B`` range with A <= B.
+        InputError: naming ``option``: an empty value or item, a part that is not N or A-B with
+            0 <= A <= B <= MAX_INDEX, or more than MAX_FILTER_VALUES values in all.
     """
-    if text is None or not str(text).strip():
+    if text is None:
         return None
-    values: set[int] = set()
-    for part in str(text).split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, sep, hi = part.partition("-")
-        try:
-            start = int(lo)
-            stop = int(hi) if sep else start
-        except ValueError:
-            raise InputError(f"bad {what} {part!r}: expected N or A-B, e.g. 0-3,7") from None
-        if start < 0 or stop < start:
-            raise InputError(f"bad {what} range {part!r}: expected 0 <= A <= B")
-        values.update(range(start, stop + 1))
-    return frozenset(values)
+    parts = _items(str(text), option, "ranges like 0-3,7")
+    spans = [_span(part, option) for part in parts]
+    if sum(stop - start + 1 for start, stop in spans) > MAX_FILTER_VALUES:
+        raise InputError(f"{option} {text} covers more than {MAX_FILTER_VALUES} values: give the ranges you need")
+    return frozenset(v for start, stop in spans for v in range(start, stop + 1))
+
+
+def _items(text: str, option: str, example: str) -> list[str]:
+    """The comma-separated items of an option's value, stripped.
+
+    Raises:
+        InputError: the value or one item is empty.
+    """
+    items = [item.strip() for item in text.split(",")]
+    if not any(items):
+        raise InputError(f"{option} {text!r} is empty: give {example}, or leave {option} out for all")
+    if not all(items):
+        raise InputError(f"{option} {text!r} has an empty item: give {example}, one comma between items")
+    return items
+
+
+def _span(part: str, option: str) -> tuple[int, int]:
+    """``"3"`` -> (3, 3), ``"0-3"`` -> (0, 3).
+
+    Raises:
+        InputError: not N or A-B with 0 <= A <= B <= MAX_INDEX.
+    """
+    lo, sep, hi = part.partition("-")
+    try:
+        start = int(lo)
+        stop = int(hi) if sep else start
+    except ValueError:
+        raise InputError(f"bad {option} item {part!r}: expected N or A-B, e.g. 0-3,7") from None
+    if start < 0 or stop < start:
+        raise InputError(f"bad {option} range {part!r}: expected 0 <= A <= B")
+    if stop > MAX_INDEX:
+        raise InputError(f"bad {option} item {part!r}: beyond {MAX_INDEX}, the largest layer or position (int32)")
+    return start, stop
+
+
+def _check_glob(pattern: str) -> str:
+    """``pattern`` if it is a well-formed glob.
+
+    Raises:
+        InputError: a ``[`` without its closing ``]`` (fnmatch would match a literal ``[``, which no tensor
+            name holds).
+    """
+    i = 0
+    while i < len(pattern):
+        if pattern[i] == "[":
+            j = i + 1 + (pattern[i + 1 : i + 2] == "!")
+            j = pattern.find("]", j + (pattern[j : j + 1] == "]"))
+            if j < 0:
+                raise InputError(f"bad --names glob {pattern!r}: '[' without a closing ']'")
+            i = j
+        i += 1
+    return pattern
 
 
 def format_ranges(values: Iterable[int]) -> str:
@@ -178,11 +227,18 @@ class TensorFilter:
     @classmethod
     def parse(cls, names: str | Sequence[str] | None = None, layers: str | None = None,
               positions: str | None = None) -> "TensorFilter":
-        """Build from command-line text: ``names`` comma-separated globs, ``layers``/``positions`` ranges."""
+        """Build from command-line text: ``names`` comma-separated globs, ``layers``/``positions`` ranges.
+
+        None means everything; an empty value is an error.
+
+        Raises:
+            InputError: an empty value or item, a malformed glob or range (naming the option).
+        """
         if isinstance(names, str):
             names = [names]
-        patterns = tuple(p.strip() for item in (names or ()) for p in item.split(",") if p.strip())
-        return cls(patterns, parse_ranges(layers, "layer"), parse_ranges(positions, "position"))
+        patterns = tuple(_check_glob(p) for item in (names or ()) for p in _items(item, "--names", "globs like "
+                                                                                    "'attn_*,l_out'"))
+        return cls(patterns, parse_ranges(layers, "--layers"), parse_ranges(positions, "--positions"))
 
     def keeps_name(self, name: str, layer: int | None) -> bool:
         if self.layers is not None and layer is not None and layer not in self.layers:
@@ -328,6 +384,21 @@ def is_logitlab_dump(path: str | Path) -> bool:
         return False
 
 
+def claims_logitlab_dump(path: str | Path) -> bool:
+    """True if ``path`` is a logitlab dump folder, or one whose ``manifest.json`` is not valid JSON while it
+    names the format or sits among ``step-*.safetensors`` files (a dump whose manifest was cut short)."""
+    if is_logitlab_dump(path):
+        return True
+    try:
+        text = (Path(path) / MANIFEST_NAME).read_text(encoding="utf-8", errors="replace")
+        json.loads(text)
+    except OSError:
+        return False
+    except ValueError:
+        return FORMAT_NAME in text or any(Path(path).glob("step-*.safetensors"))
+    return False
+
+
 def read_manifest(folder: str | Path) -> DumpManifest:
     """Read a logitlab dump's manifest.
 
@@ -341,7 +412,8 @@ def read_manifest(folder: str | Path) -> DumpManifest:
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror}") from None
     except ValueError as exc:
-        raise InputError(f"{path} is not valid JSON ({exc}); the dump may have been cut short") from None
+        raise InputError(f"{MANIFEST_NAME} of {folder} is not valid JSON ({exc}): not a readable logitlab dump "
+                         "(cut short?)") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
         raise InputError(f"{path} is not a logitlab dump manifest (no \"format\": \"{FORMAT_NAME}\")")
     if int(data.get("schema_version", 0)) > SCHEMA_VERSION:

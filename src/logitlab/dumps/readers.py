@@ -4,7 +4,9 @@
 Accepted inputs (``open_dump(path, format=...)``):
 
 - a **logitlab dump** folder (``manifest.json`` with ``"format":
-  "logitlab-dump"``, one safetensors file per step);
+  "logitlab-dump"``, one safetensors file per step; a folder whose
+  ``manifest.json`` is not valid JSON but names that format or sits among
+  ``step-*.safetensors`` files is one too, reported as unreadable);
 - a **folder of raw files** as the dump-diff protocol of the first seed report
   writes them: ``<prefix>_<name>-<layer>_pos<pos>.bin`` (little-endian
   float32) or ``.i32`` (little-endian int32); ``-<layer>`` and ``_pos<pos>``
@@ -51,6 +53,7 @@ from logitlab.dumps.format import (
     MANIFEST_NAME,
     NP_DTYPES,
     DumpManifest,
+    claims_logitlab_dump,
     format_label,
     is_logitlab_dump,
     np_dtype,
@@ -179,6 +182,13 @@ class TensorRef:
         return (self.name, self.layer, self.instance, where)
 
     @property
+    def positions(self) -> range:
+        """The token positions this tensor covers (empty when not known)."""
+        if self.position is not None:
+            return range(self.position, self.position + 1)
+        return range(*self.span) if self.span is not None else range(0)
+
+    @property
     def label(self) -> str:
         text = format_label(self.name, self.layer, self.instance, self.position)
         if self.position is None and self.span is not None:
@@ -277,7 +287,7 @@ def open_dump(path: str | Path, *, format: str = "auto", shapes: ShapeSpec | Non
     p = Path(path)
     if not p.exists():
         return Dump(str(path), "missing", problems=[f"{path}: no such file or folder"])
-    if p.is_dir() and format in ("auto", "logitlab") and is_logitlab_dump(p):
+    if p.is_dir() and format in ("auto", "logitlab") and claims_logitlab_dump(p):
         return _open_logitlab(p)
     if format == "logitlab":
         return Dump(str(path), "logitlab", problems=[f"{path}: not a logitlab dump (no {MANIFEST_NAME} with "

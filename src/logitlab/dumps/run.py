@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from logitlab.dumps.capture import CaptureResult
 from logitlab.dumps.format import MANIFEST_NAME, TensorFilter
@@ -87,6 +88,30 @@ def check_out_dir(path: str | Path, *, force: bool = False, option: str = "--out
     return out
 
 
+@contextmanager
+def removed_if_unused(*folders: str | Path) -> Iterator[None]:
+    """On an error inside the block, remove those of ``folders`` (and their parents) it created, if empty.
+
+    A folder that existed before the block is never removed, nor one that holds anything (a dump
+    written before the error stays).
+    """
+    created: set[Path] = set()
+    for folder in map(Path, folders):
+        for path in (folder.absolute(), *folder.absolute().parents):
+            if path.exists():
+                break
+            created.add(path)
+    try:
+        yield
+    except BaseException:
+        for path in sorted(created, key=lambda p: len(p.parts), reverse=True):  # deepest first
+            try:
+                path.rmdir()
+            except OSError:  # not empty, or already gone
+                pass
+        raise
+
+
 def prepare_out_dir(path: str | Path, *, force: bool = False) -> Path:
     """Create ``path`` or check it is empty; with ``force``, clear an earlier logitlab dump there.
 
@@ -143,16 +168,24 @@ def dump_variant(
     """
     capture = capture_function(variant.engine)
     engine_name = canonical_engine_name(variant.engine) or variant.engine
-    out = prepare_out_dir(out_dir, force=force)
-    cls = engine_class(engine_name)
+    with removed_if_unused(out_dir):
+        out = prepare_out_dir(out_dir, force=force)
+        return _load_and_capture(engine_class(engine_name), variant, capture, prompt, n_decode, out,
+                                 replay=replay, select=select, max_bytes=max_bytes, on_event=on_event)
+
+
+def _load_and_capture(cls: type, variant: Variant, capture: Callable[..., CaptureResult],
+                      prompt: str | Sequence[int], n_decode: int, out: Path, *, on_event: EventHook | None,
+                      **options: Any) -> CaptureResult:
+    """Load the engine with the variant's knobs set and run ``capture`` into ``out`` (``options``: the capture's)."""
     with environment(variant.env):
         engine = cls(model=variant.model, options=dict(variant.options))
         try:
             if on_event:
                 on_event("loaded", {"variant": variant.label, "seconds": engine.load_seconds})
             prompt_ids = engine.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
-            return capture(engine, prompt_ids, n_decode, out, replay=replay, select=select,
-                           max_bytes=max_bytes, variant=variant.to_dict(), on_event=on_event)
+            return capture(engine, prompt_ids, n_decode, out, variant=variant.to_dict(), on_event=on_event,
+                           **options)
         finally:
             engine.close()
 
@@ -179,18 +212,19 @@ def dump_pair(
     out = Path(out_dir)
     for variant in (control, candidate):  # both engines have a capture, both folders are usable: before any work
         capture_function(variant.engine)
-    for side in ("control", "candidate"):
-        check_out_dir(out / side, force=force)
-    if on_event:
-        on_event("variant", {"label": control.label})
-    first = dump_variant(control, prompt, n_decode, out / "control", replay=replay, select=select,
-                         max_bytes=max_bytes, force=force, on_event=on_event)
-    generated = first.manifest.generated
-    n_second = len(generated)  # fewer than n_decode if the control stopped at --max-bytes
-    if on_event:
-        on_event("variant", {"label": candidate.label})
-    second = dump_variant(candidate, first.manifest.prompt_ids, n_second, out / "candidate", replay=generated,
-                          select=select, max_bytes=max_bytes, force=force, on_event=on_event)
+    with removed_if_unused(out / "control", out / "candidate"):
+        for side in ("control", "candidate"):
+            check_out_dir(out / side, force=force)
+        if on_event:
+            on_event("variant", {"label": control.label})
+        first = dump_variant(control, prompt, n_decode, out / "control", replay=replay, select=select,
+                             max_bytes=max_bytes, force=force, on_event=on_event)
+        generated = first.manifest.generated
+        n_second = len(generated)  # fewer than n_decode if the control stopped at --max-bytes
+        if on_event:
+            on_event("variant", {"label": candidate.label})
+        second = dump_variant(candidate, first.manifest.prompt_ids, n_second, out / "candidate", replay=generated,
+                              select=select, max_bytes=max_bytes, force=force, on_event=on_event)
     return first, second
 
 
@@ -254,4 +288,4 @@ def localize(
 
 
 __all__ = ["CAPTURE_ENGINES", "DEFAULT_DUMP_PROMPT", "DEFAULT_DUMP_TOKENS", "DEFAULT_MAX_BYTES", "capture_function",
-           "check_out_dir", "dump_pair", "dump_variant", "localize", "prepare_out_dir"]
+           "check_out_dir", "dump_pair", "dump_variant", "localize", "prepare_out_dir", "removed_if_unused"]

@@ -57,6 +57,12 @@ def canonical_engine_name(name: str) -> str | None:
     return name if name in ENGINES else None
 
 
+def known_engines() -> str:
+    """The registered engine names, sorted and comma-separated (for error messages)."""
+    _load_entry_points()
+    return ", ".join(sorted(ENGINES))
+
+
 def engine_class(name: str) -> type[Engine]:
     """Import and return the adapter class registered as ``name``.
 
@@ -66,7 +72,7 @@ def engine_class(name: str) -> type[Engine]:
     """
     canonical = canonical_engine_name(name)
     if canonical is None:
-        raise InputError(f"unknown engine {name!r}; valid engines: {', '.join(sorted(ENGINES))}")
+        raise InputError(f"unknown engine {name!r}; valid engines: {known_engines()}")
     return import_engine(ENGINES[canonical], canonical)
 
 
@@ -109,5 +115,6 @@ __all__ = [
     "engine_class",
     "engine_target",
     "import_engine",
+    "known_engines",
     "register_engine",
 ]

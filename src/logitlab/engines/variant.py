@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from logitlab.engines import canonical_engine_name, engine_class
+from logitlab.engines import canonical_engine_name, engine_class, known_engines
 from logitlab.errors import InputError
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: What may be an engine name before ``:`` in a spec (``llamacpp``, ``llama.cpp``, ``hf-transformers``).
+_ENGINE_PREFIX = re.compile(r"^[A-Za-z][A-Za-z0-9_.+-]*$")
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ def parse_options(text: str, separators: str = ",&") -> dict[str, str]:
     """Parse ``k=v,k=v`` (or ``&``-separated) into a dict of strings.
 
     Raises:
-        InputError: an item without ``=`` or with an empty key.
+        InputError: an item without ``=``, with an empty key, or a key given twice.
     """
     options: dict[str, str] = {}
     for item in re.split(f"[{re.escape(separators)}]", text):
@@ -71,6 +74,8 @@ def parse_options(text: str, separators: str = ",&") -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise InputError(f"bad option {item!r}: expected KEY=VALUE")
+        if key.strip() in options:
+            raise InputError(f"option {key.strip()!r} given twice in {text!r}: give each option once")
         options[key.strip()] = value.strip()
     return options
 
@@ -79,13 +84,16 @@ def parse_env(items: list[str] | tuple[str, ...]) -> dict[str, str]:
     """Parse ``NAME[=VALUE]`` knobs; ``NAME`` alone means ``NAME=1``.
 
     Raises:
-        InputError: a name that is not a valid environment variable name.
+        InputError: a name that is not a valid environment variable name, or a name given twice.
     """
     env: dict[str, str] = {}
     for item in items:
         name, sep, value = item.partition("=")
         if not _ENV_NAME.match(name):
             raise InputError(f"bad environment knob {item!r}: expected NAME or NAME=VALUE")
+        if name in env:
+            raise InputError(f"environment knob {name!r} given twice ({name}={env[name]}, {item}): give each "
+                             "knob once")
         env[name] = value if sep else "1"
     return env
 
@@ -101,18 +109,23 @@ def parse_variant(
     default_engine: str,
     default_model: str | None = None,
     env: dict[str, str] | None = None,
+    option: str | None = None,
 ) -> Variant:
     """Parse a variant spec string (see the module docstring).
 
+    ``option`` names the spec's command-line option in messages (default ``--LABEL``).
+
     Raises:
-        InputError: malformed options.
+        InputError: malformed or repeated options, or ``NAME:`` naming no engine (and no existing path).
     """
     text = (text or "").strip()
     engine, default_target = _split_engine(default_engine)
     default_target, _, default_query = default_target.partition("?")
     model, options, target = default_model, {}, ""
     prefix, colon, rest = text.partition(":")
-    if colon and canonical_engine_name(prefix) is not None:
+    if colon and canonical_engine_name(prefix) is None:
+        _reject_unknown_engine(prefix, text, option or f"--{label}")
+    elif colon:
         spec_engine, text = canonical_engine_name(prefix), rest
         if _target_option(spec_engine) is not None:
             target, sep, query = text.partition("?")
@@ -138,6 +151,13 @@ def parse_variant(
         else:
             options = {key: target, **options}
     return Variant(label=label, engine=engine, model=model, options=options, env=dict(env or {}))
+
+
+def _reject_unknown_engine(prefix: str, text: str, option: str) -> None:
+    """Raise when ``text`` starts with ``NAME:`` and is no existing path (a model path may hold a colon)."""
+    if _ENGINE_PREFIX.match(prefix) and not Path(text.partition("?")[0]).exists():
+        raise InputError(f"unknown engine {prefix!r} in {option} spec {text!r} (engines: {known_engines()}); "
+                         "a model path with ':' must exist")
 
 
 def _split_engine(text: str) -> tuple[str, str]:

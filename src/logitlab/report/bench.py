@@ -16,6 +16,7 @@ from rich.text import Text
 
 from logitlab.perf.commands import BenchRunResult
 from logitlab.perf.compare_files import FileComparison, NoiseProfile, ScenarioComparison
+from logitlab.report.text import plural
 
 STATUS_ICON = {"regressed": "🔴", "improved": "🟢", "unchanged": "✅", "inconclusive": "⚪"}
 STATUS_STYLE = {"regressed": "bold red", "improved": "bold green", "unchanged": "green", "inconclusive": "yellow"}
@@ -248,7 +249,7 @@ _RUN_HEADER = ("metric", "control", "candidate", "ratio", "95% CI", "call", "δ"
 def _run_facts(result: BenchRunResult) -> list[str]:
     cfg = result.config
     n_valid = result.primary.n_blocks if result.primary else 0
-    facts = [f"{cfg['blocks']} ABBA/BAAB blocks ({'random' if cfg['randomize'] else 'alternating'} order), "
+    facts = [f"{plural(cfg['blocks'], 'ABBA/BAAB block')} ({'random' if cfg['randomize'] else 'alternating'} order), "
              f"{cfg['warmup']} untimed warmup(s) per variant; {n_valid} block(s) compared"]
     if result.failed_blocks:
         failed = [r for r in result.runs if not r.ok and r.block in result.failed_blocks]
@@ -268,7 +269,7 @@ def _aa_lines(result: BenchRunResult) -> list[str]:
     lines = [f"A/A: the same command on both sides; the paired call is {call}"
              + (" — a false positive (expected in 5% of A/A runs)" if aa.false_positive else " (no false positive)")]
     if aa.suggested_margin is not None:
-        lines.append(f"suggested δ for {result.config['blocks']} blocks on this machine: "
+        lines.append(f"suggested δ for {plural(result.config['blocks'], 'block')} on this machine: "
                      f"--margin {aa.suggested_margin:.3f} ({100 * aa.suggested_margin:.1f}%)")
     lines.append("one run vs one run with a fixed threshold would flag this A/A in "
                  + ", ".join(f"{v * 100:.0f}% of pairs at ±{k}" for k, v in aa.single_run_fpr.items())

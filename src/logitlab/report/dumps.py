@@ -13,9 +13,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from logitlab.dumps.diff import DumpDiffResult, OneSideGroup, TensorDiff
+from logitlab.dumps.diff import DumpDiffResult, LayerRow, OneSideGroup, TensorDiff
 from logitlab.dumps.format import format_bytes
 from logitlab.dumps.stats import ULP_BIN_LABELS, ULP_NAN_MISMATCH
+from logitlab.report.text import plural
 
 VERDICT_STYLE = {"bit-exact": "bold green", "incomplete": "bold yellow", "differs": "bold red",
                  "nothing-aligned": "bold red"}
@@ -74,27 +75,35 @@ def tensor_row(t: TensorDiff) -> list[str]:
 
 
 def layer_rows(result: DumpDiffResult) -> list[list[str]]:
-    """Rows of the growth table: layers before the first differing one collapse into one row."""
+    """Rows of the growth table: bit-exact layers before the first differing one collapse into one row;
+    a layer where nothing could be compared says so."""
     rows: list[list[str]] = []
-    exact: list[str] = []
-    exact_count = 0
+    exact: list[LayerRow] = []
     started = False
     for row in result.layers:
-        if not started and row.differing == 0:
-            exact.append(row.label)
-            exact_count += row.compared
+        if not started and row.compared and not row.differing:
+            exact.append(row)
             continue
-        if exact:
-            label = exact[0] if len(exact) == 1 else f"{exact[0]}…{exact[-1]}"
-            rows.append([label, f"0/{exact_count}", "0", "0", "0", "1", "(bit-exact)"])
-            exact = []
-        started = True
-        rows.append([row.label, f"{row.differing}/{row.compared}", fmt_float(row.max_abs_diff), fmt_ulp(row.max_ulp),
-                     fmt_float(row.max_nmse), fmt_cos(row.min_cosine), row.first or ""])
-    if exact:
-        label = exact[0] if len(exact) == 1 else f"{exact[0]}…{exact[-1]}"
-        rows.append([label, f"0/{exact_count}", "0", "0", "0", "1", "(bit-exact)"])
-    return rows
+        rows += _exact_rows(exact)
+        exact = []
+        started = started or row.differing > 0
+        rows.append(_layer_row(row))
+    return rows + _exact_rows(exact)
+
+
+def _exact_rows(rows: list[LayerRow]) -> list[list[str]]:
+    """One row for a run of bit-exact layers (none for an empty run)."""
+    if not rows:
+        return []
+    label = rows[0].label if len(rows) == 1 else f"{rows[0].label}…{rows[-1].label}"
+    return [[label, f"0/{sum(r.compared for r in rows)}", "0", "0", "0", "1", "(bit-exact)"]]
+
+
+def _layer_row(row: LayerRow) -> list[str]:
+    if not row.compared:
+        return [row.label, "0/0", "", "", "", "", f"not compared ({plural(row.not_compared, 'tensor-position')})"]
+    return [row.label, f"{row.differing}/{row.compared}", fmt_float(row.max_abs_diff), fmt_ulp(row.max_ulp),
+            fmt_float(row.max_nmse), fmt_cos(row.min_cosine), row.first or ""]
 
 
 def one_side_lines(groups: Sequence[OneSideGroup]) -> list[str]:
@@ -133,7 +142,7 @@ def headline(result: DumpDiffResult) -> str:
     positions = {t.position for t in result.tensors if t.position is not None}
     layers = {t.layer for t in result.tensors if t.layer is not None}
     names = {t.name for t in result.tensors}
-    text += f" ({len(names)} names, {len(layers)} layers, {len(positions)} positions)"
+    text += f" ({plural(len(names), 'name')}, {plural(len(layers), 'layer')}, {plural(len(positions), 'position')})"
     return text
 
 
@@ -156,11 +165,17 @@ def first_lines(result: DumpDiffResult) -> list[str]:
                    "the divergence may start there")
     earlier_only = [g for g in result.only_left if g.layers and first.layer is not None
                     and min(g.layers) <= first.layer]
-    if earlier_only:
-        names = ", ".join(g.label for g in earlier_only)
+    lacking = [g for g in earlier_only if not g.other_side_has_name]
+    if lacking:
+        names = ", ".join(g.label for g in lacking)
         out.append(f"only in A at or before layer {first.layer}: {names} — B lacks these (not computed, not "
                    "dumped, or named otherwise, e.g. fused into flash attention); the first divergence is the first "
                    "tensor both sides have")
+    gaps = [g for g in earlier_only if g.other_side_has_name]
+    if gaps:
+        out.append(f"missing positions in B at or before layer {first.layer}: {'; '.join(one_side_lines(gaps))} — "
+                   "B has these names at other positions or layers (a missing or truncated step file?); what B "
+                   "misses is not compared")
     return out
 
 
@@ -239,7 +254,7 @@ def format_dump_diff_markdown(result: DumpDiffResult, *, max_rows: int = 10) -> 
 def capture_lines(label: str, result: Any) -> list[str]:
     """Summary lines of one finished capture (a CaptureResult)."""
     m = result.manifest
-    lines = [f"{label}: {result.path}: {len(m.tensors)} tensors in {len(m.steps)} step files, "
+    lines = [f"{label}: {result.path}: {plural(len(m.tensors), 'tensor')} in {plural(len(m.steps), 'step file')}, "
              f"{format_bytes(m.bytes_written)} (estimate {format_bytes(m.estimate_bytes or 0)}); "
              f"{len(m.prompt_ids)} prompt + {len(m.generated)} decode tokens"]
     if m.stopped:

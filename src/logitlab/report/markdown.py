@@ -6,7 +6,15 @@ from typing import Sequence
 
 from logitlab.experiments.ab import AbResult
 from logitlab.experiments.schedule import CANDIDATE, CONTROL
-from logitlab.report.text import SPEED_HEADER, aa_signature_rows, comparison_lines, flip_rows, localization_lines, speed_rows
+from logitlab.report.text import (
+    SPEED_HEADER,
+    aa_signature_rows,
+    comparison_lines,
+    flip_rows,
+    localization_lines,
+    plural,
+    speed_rows,
+)
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -25,7 +33,7 @@ def format_ab_markdown(result: AbResult) -> str:
         f"{engine.get('engine_version', engine['engine'])}",
         f"- control: `{_opts(cfg['control'])}` · candidate: `{_opts(cfg['candidate'])}`",
         f"- workload: {len(result.prompt_ids)} prompt tokens + {cfg['n_decode']} greedy decode tokens (replayed); "
-        f"{cfg['repeats']} ABBA/BAAB blocks, isolation `{cfg['isolation']}`",
+        f"{plural(cfg['repeats'], 'ABBA/BAAB block')}, isolation `{cfg['isolation']}`",
         f"- host: {host['cpu']}, {host['cores']} cores, {host['os']}, Python {host['python']}",
         *[f"- candidate engine: {c.get('engine_version', c['engine'])}"
           for c in [result.manifest.get("candidate_engine")] if c],
@@ -36,7 +44,8 @@ def format_ab_markdown(result: AbResult) -> str:
     if not controls:
         out.append("**A/A:** not measured (no control run besides the reference finished).")
     elif result.control_reproducible:
-        out.append(f"**A/A:** control reproducible ({len(controls)}/{len(controls)} control runs bit-exact).")
+        out.append(f"**A/A:** control reproducible ({len(controls)}/{plural(len(controls), 'control run')} "
+                   "bit-exact).")
     else:
         out.append(f"**A/A: control not reproducible** — {result.aa_diagnosis}.")
         out.append("")
@@ -45,7 +54,8 @@ def format_ab_markdown(result: AbResult) -> str:
     out.append("")
     if result.verdict is not None:
         run = next(r for r in result.runs if r.slot == result.verdict_slot)
-        out.append(f"**A/B verdict: `{verdict}`** (worst of {len(result.measured(CANDIDATE))} candidate runs)")
+        runs = plural(len(result.measured(CANDIDATE)), "candidate run")
+        out.append(f"**A/B verdict: `{verdict}`** (worst of {runs})")
         out.append("")
         out += [f"- {line}" for line in result.verdict.evidence]
         out.append("")

@@ -18,6 +18,7 @@ from logitlab.report.text import (
     comparison_lines,
     flip_rows,
     localization_lines,
+    plural,
     SPEED_HEADER,
     speed_rows,
 )
@@ -37,7 +38,7 @@ def format_header(result: AbResult) -> RenderableType:
     table.add_row("candidate", _variant_text(cfg["candidate"]))
     table.add_row("workload", f"{len(result.prompt_ids)} prompt tokens + {cfg['n_decode']} greedy decode tokens, "
                               f"replayed in every run")
-    table.add_row("schedule", f"{cfg['warmup']} warmup/variant, {cfg['repeats']} ABBA/BAAB blocks, "
+    table.add_row("schedule", f"{cfg['warmup']} warmup/variant, {plural(cfg['repeats'], 'ABBA/BAAB block')}, "
                               f"isolation={cfg['isolation']}")
     table.add_row("greedy text", repr(result.generated_text[:120]))
     for note in getattr(result, "notes", []):
@@ -56,8 +57,8 @@ def format_aa(result: AbResult) -> RenderableType:
     if not controls:
         return Text("A/A: not measured (no control run besides the reference finished)", style="yellow")
     if result.control_reproducible:
-        line = Text(f"A/A: control reproducible — {exact}/{len(controls)} control runs bit-exact with the reference",
-                    style="green")
+        line = Text(f"A/A: control reproducible — {exact}/{plural(len(controls), 'control run')} bit-exact with the "
+                    "reference", style="green")
         return line
     table = Table(title="A/A: CONTROL NOT REPRODUCIBLE — slot-order signature", title_style="bold red")
     for name in ("slot", "block", "pos", "rows differing", "max D/V per row", "max ULP", "argmax kept", "top-k kept"):
@@ -66,7 +67,8 @@ def format_aa(result: AbResult) -> RenderableType:
         table.add_row(*row)
     lines = [table, Text(f"diagnosis: {result.aa_diagnosis}", style="bold")]
     for e in result.escalations:
-        lines.append(Text(f"  escalated to {e.isolation} isolation: {e.bit_exact_runs}/{e.runs} runs bit-exact"))
+        lines.append(Text(f"  escalated to {e.isolation} isolation: {e.bit_exact_runs}/{plural(e.runs, 'run')} "
+                          "bit-exact"))
     lines.append(Text("The A/B verdict below compares against a control that does not reproduce itself.",
                       style="yellow"))
     return Group(*lines)
@@ -78,7 +80,7 @@ def format_verdict(result: AbResult) -> RenderableType:
     run = next(r for r in result.runs if r.slot == result.verdict_slot)
     word = result.verdict.word
     title = Text.assemble(("A/B verdict: ", "bold"), (word, VERDICT_STYLE.get(word, "bold")),
-                          f"  (worst of {len(result.measured(CANDIDATE))} candidate runs; slot {run.slot})")
+                          f"  (worst of {plural(len(result.measured(CANDIDATE)), 'candidate run')}; slot {run.slot})")
     evidence = [Text("  • " + line) for line in result.verdict.evidence]
     stats = Table.grid(padding=(0, 2))
     stats.add_column(style="bold")
@@ -113,20 +115,21 @@ def format_speed(result: AbResult) -> RenderableType:
     return Group(table, *reasons)
 
 
-def format_ab(result: AbResult) -> list[RenderableType]:
-    """All sections of the report, in reading order."""
+def format_ab(result: AbResult, *, show_error: bool = True) -> list[RenderableType]:
+    """All sections of the report, in reading order; ``show_error=False`` leaves out the "stopped early" line
+    (the caller prints the error)."""
     parts = [format_header(result), format_aa(result), format_verdict(result), format_speed(result)]
     if result.localization:
         parts.append(Panel("\n".join(localization_lines(result.localization)), title="where it starts (dump-diff)",
                            expand=False))
-    if result.error:
+    if result.error and show_error:
         parts.append(Text(f"stopped early: {result.error}", style="bold red"))
     return parts
 
 
-def display_ab(result: AbResult, console: Console | None = None) -> None:
+def display_ab(result: AbResult, console: Console | None = None, *, show_error: bool = True) -> None:
     console = console or Console()
-    for part in format_ab(result):
+    for part in format_ab(result, show_error=show_error):
         console.print(part)
         console.print()
 

@@ -17,6 +17,11 @@ VERDICT_STYLE = {
 }
 
 
+def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
+    """``1 layer``, ``2 layers``, ``0 layers``; ``plural_noun`` for irregular plurals (``1 entry``, ``3 entries``)."""
+    return f"{count} {noun if count == 1 else plural_noun or noun + 's'}"
+
+
 def fmt_num(value: float | None, digits: int = 4) -> str:
     if value is None:
         return "n/a"
@@ -43,7 +48,7 @@ def comparison_lines(c: dict[str, Any]) -> list[tuple[str, str]]:
     n_entries = c["n_positions"] * c["n_vocab"]
     lines = [
         ("differing entries", f"{c['differing_entries']:,} of {n_entries:,} "
-                              f"({c['n_positions']} positions × {width})"),
+                              f"({plural(c['n_positions'], 'position')} × {width})"),
         ("rows differing", f"{c['differing_rows']} of {c['n_positions']}"),
     ]
     first = c.get("first_mismatch")

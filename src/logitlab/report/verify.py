@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from logitlab.experiments.verify import SweepEntry, VerifyResult
-from logitlab.report.text import VERDICT_STYLE, fmt_num
+from logitlab.report.text import VERDICT_STYLE, fmt_num, plural
 
 SWEEP_HEADER = ("K", "rows", "bit-exact", "flips", "first divergence", "max |Δ|", "mean |Δ|", "mean Δ",
                 "min flip margin", "max flip margin", "verdict")
@@ -227,8 +227,8 @@ def format_header(result: VerifyResult) -> RenderableType:
     variant = cfg["variant"]
     opts = [f"{k}={v}" for k, v in variant["options"].items()] + [f"env {k}={v}" for k, v in variant["env"].items()]
     grid.add_row("variant", variant["engine"] + (": " + ", ".join(opts) if opts else ": defaults"))
-    grid.add_row("workload", f"{len(cfg['prompts'])} prompts × {cfg['n_decode']} greedy M=1 tokens, replayed as M=K "
-                             f"verify blocks, K = {' '.join(map(str, cfg['ks']))}")
+    grid.add_row("workload", f"{plural(len(cfg['prompts']), 'prompt')} × {cfg['n_decode']} greedy M=1 tokens, "
+                             f"replayed as M=K verify blocks, K = {' '.join(map(str, cfg['ks']))}")
     grid.add_row("τ", f"near-tie margin {fmt_num(cfg['thresholds']['near_tie_margin'])} logits (--near-tie-margin)")
     return Panel(grid, title="logitlab verify", expand=False)
 
@@ -242,7 +242,7 @@ def format_classification(result: VerifyResult) -> RenderableType:
     return Group(title, *[Text("  • " + line) for line in c.evidence], Text("  scaling: " + c.scaling))
 
 
-def format_verify(result: VerifyResult, max_flips: int = 40) -> RenderableType:
+def format_verify(result: VerifyResult, max_flips: int = 40, *, show_error: bool = True) -> RenderableType:
     parts: list[RenderableType] = [format_header(result)]
     if result.totals:
         parts.append(_table("K sweep — all prompts", SWEEP_HEADER, sweep_rows(result.totals)))
@@ -267,13 +267,14 @@ def format_verify(result: VerifyResult, max_flips: int = 40) -> RenderableType:
         if len(result.prompts) > 1:
             parts.append(_table(None, GUARD_PROMPT_HEADER, guard_prompt_rows(result)))
         parts += [Text("  • " + line) for line in guard_guarantee_lines(result)]
-    if result.error:
+    if result.error and show_error:
         parts.append(Text(f"stopped early: {result.error}", style="bold red"))
     return Group(*parts)
 
 
-def display_verify(result: VerifyResult, console: Console) -> None:
-    console.print(format_verify(result))
+def display_verify(result: VerifyResult, console: Console, *, show_error: bool = True) -> None:
+    """Print the report; ``show_error=False`` leaves out the "stopped early" line (the caller prints the error)."""
+    console.print(format_verify(result, show_error=show_error))
 
 
 # -- Markdown ----------------------------------------------------------------------------
@@ -294,8 +295,8 @@ def format_verify_markdown(result: VerifyResult) -> str:
     out += [
         f"- model: `{engine['model'].rsplit('/', 1)[-1]}` (sha256 `{engine.get('model_sha256', '?')[:12]}`), "
         f"{engine.get('engine_version', engine['engine'])}",
-        f"- workload: {len(cfg['prompts'])} prompts × {cfg['n_decode']} greedy M=1 tokens, replayed as M=K verify "
-        f"blocks, K = {' '.join(map(str, cfg['ks']))}; τ = {fmt_num(cfg['thresholds']['near_tie_margin'])}",
+        f"- workload: {plural(len(cfg['prompts']), 'prompt')} × {cfg['n_decode']} greedy M=1 tokens, replayed as M=K "
+        f"verify blocks, K = {' '.join(map(str, cfg['ks']))}; τ = {fmt_num(cfg['thresholds']['near_tie_margin'])}",
         f"- host: {host['cpu']}, {host['cores']} cores, {host['os']}, Python {host['python']}",
         "",
     ]
