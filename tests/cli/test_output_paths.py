@@ -62,3 +62,24 @@ def test_cli_commands_refuse_to_overwrite_their_inputs(tmp_path):
                    "--json and --log are the same file")
     assert model.read_bytes() == b"not a model, but an input all the same"
     assert not (tmp_path / "r").exists() and not (tmp_path / "d").exists()
+
+
+def test_probing_leaves_no_folder_behind_and_the_writers_create_it(tmp_path):
+    from logitlab.cli.common import write_reports
+
+    target = tmp_path / "new" / "deeper" / "r.json"
+    check_output_paths(json=str(target), markdown=str(tmp_path / "new" / "r.md"))
+    assert not (tmp_path / "new").exists()
+
+    class Result:
+        def to_dict(self):
+            return {"ok": True}
+
+    write_reports(Result(), str(target), str(tmp_path / "new" / "r.md"), lambda r: "# ok\n")
+    assert target.read_text().strip() == '{\n "ok": true\n}' and (tmp_path / "new" / "r.md").read_text() == "# ok\n"
+
+
+def test_a_command_failing_on_bad_input_leaves_no_output_folder(tmp_path):
+    one_error_line(logitlab("ab", "--candidate", "flash_attn=banana", "--json", str(tmp_path / "o" / "r.json")),
+                   "bad value 'banana'")
+    assert list(tmp_path.iterdir()) == []

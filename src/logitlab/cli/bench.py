@@ -20,6 +20,7 @@ from logitlab.cli.common import (
     report_console,
 )
 from logitlab.errors import InputError, LogitlabError
+from logitlab.report.jsonio import write_text
 
 _FORMATS = ("gbench", "criterion", "pytest-benchmark", "pyperf", "hyperfine", "llama-bench")
 
@@ -121,7 +122,7 @@ def run_cmd(**opts: Any) -> None:
 
     _write(opts["json_path"], result.to_dict())
     if opts["markdown_path"]:
-        _write_text(opts["markdown_path"], format_run_markdown(result))
+        write_text(opts["markdown_path"], format_run_markdown(result))
     display_run(result, report_console(), show_error=error is None)
     if error is not None:
         fail(str(error))
@@ -137,11 +138,6 @@ def _write(path: str | None, data: dict[str, Any]) -> None:
         from logitlab.report.jsonio import write_json
 
         write_json(path, data)
-
-
-def _write_text(path: str, text: str) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(text, encoding="utf-8")
 
 
 def _read_pair(base: str, candidate: str | None, fmt: str | None, baseline: str | None) -> tuple[Any, Any]:
@@ -208,7 +204,7 @@ def compare_cmd(**opts: Any) -> None:
                                 confidence=opts["confidence"], n_bootstrap=opts["n_bootstrap"], seed=opts["seed"])
     _write(opts["json_path"], result.to_dict())
     if opts["markdown_path"]:
-        _write_text(opts["markdown_path"], format_compare_markdown(result, host_info()))
+        write_text(opts["markdown_path"], format_compare_markdown(result, host_info()))
     display_compare(result, report_console())
     bad = {"regressed": ("regressed",), "inconclusive": ("regressed", "inconclusive")}.get(opts["fail_on"] or "", ())
     hits = [s.name for s in result.scenarios if s.status in bad]

@@ -50,8 +50,9 @@ def check_output_paths(*, inputs: Iterable[str | None] = (), folders: dict[str, 
     ``paths`` maps option names to output files (``json="out.json"``);
     ``inputs`` are the files and folders the command reads (model, prompt
     file, dumps, benchmark files); ``folders`` maps option names to output
-    folders the command fills (``out="dumps/"``).  Creates missing parent
-    folders of the outputs and probes them with a temporary file.
+    folders the command fills (``out="dumps/"``).  Probes each output's
+    folder with a temporary file; missing folders are created for the probe
+    and removed again (the writers create them when they write).
 
     Raises:
         InputError: two outputs are the same file; an output is an input or
@@ -69,11 +70,24 @@ def check_output_paths(*, inputs: Iterable[str | None] = (), folders: dict[str, 
         if blocker is not None:
             raise InputError(f"{flag} {path} cannot be written: {blocker} is a file, not a folder")
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=target.parent, prefix=".logitlab-probe-"):
-                pass
+            _probe_folder(target.parent)
         except OSError as exc:
             raise InputError(f"{flag} {path} cannot be written: {exc.strerror or exc}") from None
+
+
+def _probe_folder(folder: Path) -> None:
+    """Create ``folder`` if missing, write and delete a temporary file there, and remove what was created."""
+    created = [p for p in (folder, *folder.parents) if not p.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".logitlab-probe-"):
+            pass
+    finally:
+        for path in created:  # deepest first
+            try:
+                path.rmdir()
+            except OSError:
+                pass
 
 
 def _check_distinct(outputs: dict[str, str], inputs: list[str], folders: dict[str, str]) -> None:
@@ -119,12 +133,12 @@ def keep_partial(run: Callable[[], Any], catch: tuple[type[BaseException], ...] 
 def write_reports(result: Any, json_path: str | None, markdown_path: str | None,
                   markdown: Callable[[Any], str]) -> None:
     """Write ``result.to_dict()`` as JSON and ``markdown(result)`` where the paths are given."""
-    from logitlab.report.jsonio import write_json
+    from logitlab.report.jsonio import write_json, write_text
 
     if json_path:
         write_json(json_path, result.to_dict())
     if markdown_path:
-        Path(markdown_path).write_text(markdown(result), encoding="utf-8")
+        write_text(markdown_path, markdown(result))
 
 
 MODEL_HELP = "Model file (default: the embedded SmolLM2-135M Q4_1 GGUF)."

@@ -20,6 +20,7 @@ from logitlab.cli.common import (
     report_console,
     variant_pair,
     variant_pair_options,
+    write_reports,
 )
 
 
@@ -200,13 +201,8 @@ def dump_diff(**opts: Any) -> None:
         task = progress.add_task("dump-diff", total=len(left.refs) or None)
         result = diff_dumps(left, right, select=select,
                             on_progress=lambda done, total: progress.update(task, completed=done, total=total))
-    if opts["json_path"]:
-        from logitlab.report.jsonio import write_json
-
-        write_json(opts["json_path"], result.to_dict())
-    if opts["markdown_path"]:
-        Path(opts["markdown_path"]).write_text(format_dump_diff_markdown(result, max_rows=opts["rows"]),
-                                               encoding="utf-8")
+    write_reports(result, opts["json_path"], opts["markdown_path"],
+                  lambda r: format_dump_diff_markdown(r, max_rows=opts["rows"]))
     display_dump_diff(result, report_console(), max_rows=opts["rows"], all_tensors=opts["all_tensors"])
     if result.verdict == "nothing-aligned":
         click.echo(f"error: nothing could be compared between {opts['dump_a']} and {opts['dump_b']} "

@@ -27,6 +27,13 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
+def write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path``, creating missing parent folders."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
 def write_json(path: str | Path, data: dict[str, Any]) -> None:
     """Write ``data`` to ``path`` as indented strict JSON, via a temp file and rename."""
     path = Path(path)
