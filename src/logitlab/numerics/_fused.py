@@ -122,7 +122,10 @@ def _exp(x):
 
 @nb.njit(**_EXACT)
 def _exp_neg(x):
-    """_exp for x <= 0 (softmax weights): one clamp, and rounding needs no sign test."""
+    """_exp for x <= 0 (softmax weights): one clamp, and rounding needs no sign test.
+
+    x = -inf (a masked token) gives exp(-87) ~ 1.6e-38 instead of 0: negligible next to exp(0) = 1.
+    """
     x = x if x > _EXP_MIN else _EXP_MIN
     return _exp_reduced(x, np.int32(x * _LOG2E - np.float32(0.5)))
 
@@ -138,13 +141,6 @@ def _diff(a, b):
 def _delta(a, b, mean):
     """Δ - mean with Δ = _diff(a, b), rounded once per step (b - a is exact for close values)."""
     return _diff(a, b) - mean
-
-
-@nb.njit(**_EXACT)
-def _weight(a, amax):
-    """exp(a - amax), and exactly 0 below exp(-87) (masked tokens: a = -inf)."""
-    x = a - amax
-    return _exp_neg(x) if x > _EXP_MIN else np.float32(0.0)
 
 
 @nb.njit(**_EXACT)
@@ -293,15 +289,15 @@ def _block_values(fa, fb, c, amax):
     """Sums over two blocks, with Δ = b - a, δ = Δ - c, e = exp(a - amax).
 
     Returns float32 Σ δ, Σ |Δ|, Σ δ², Σ e, Σ e δ, Σ e·series(δ) and the bits
-    of max |Δ| and of max |δ|.
+    of max |Δ|.
     """
     sd = sa = s2 = z = be = se = np.float32(0.0)
-    dmax = emax = np.uint32(0)
+    dmax = np.uint32(0)
     for t in range(fa.size):
         a = fa[t]
         d = _diff(a, fb[t])
         e = _delta(a, fb[t], c)
-        w = _weight(a, amax)
+        w = _exp_neg(a - amax)
         sd += e
         sa += abs(d)
         s2 += e * e
@@ -309,8 +305,7 @@ def _block_values(fa, fb, c, amax):
         be += w * e
         se += w * _series(e)
         dmax = _U(max(dmax, _bits(abs(d))))
-        emax = _U(max(emax, _bits(abs(e))))
-    return sd, sa, s2, z, be, se, dmax, emax
+    return sd, sa, s2, z, be, se, dmax
 
 
 @nb.njit(**_INLINE)
@@ -321,7 +316,7 @@ def _block_expm1(fa, fb, c, amax):
         a = fa[t]
         e = _delta(a, fb[t], c)
         g = _series(e) if abs(e) <= _SERIES_MAX else _exp(e) - np.float32(1.0) - e
-        se += _weight(a, amax) * g
+        se += _exp_neg(a - amax) * g
     return se
 
 
@@ -347,7 +342,7 @@ def _pass_values(fa, fb, top, kld_cap, out_f):
     amax = fa[top]
     c = fb[top] - amax
     sd = sa = s2 = z = be = se = 0.0
-    dmax = emax = np.uint32(0)
+    dmax = np.uint32(0)
     for lo in range(0, v, BLOCK):
         hi = min(lo + BLOCK, v)
         r = _block_values(fa[lo:hi], fb[lo:hi], c, amax)
@@ -358,8 +353,7 @@ def _pass_values(fa, fb, top, kld_cap, out_f):
         be += r[4]
         se += r[5]
         dmax = max(dmax, r[6])
-        emax = max(emax, r[7])
-    bound = _from_bits(emax)
+    bound = (_from_bits(dmax) + abs(c)) * (1.0 + 1e-6)  # >= max |δ|
     if bound > kld_cap:
         return False  # exp(δ) could overflow: the caller takes the float64 path
     if bound > _SERIES_MAX:  # some terms are beyond the series' range
