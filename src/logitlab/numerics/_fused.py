@@ -2,28 +2,30 @@
 
 Private; :func:`logitlab.numerics._kernel.fast_chunk` is the only caller.
 :func:`chunk` handles rows whose values are all finite and of magnitude
-below a limit (2**50 for float32: no overflow anywhere below); it marks the
-other rows not safe, and the caller sends those to the float64 path.
+below a limit (2**50 for float32: no overflow anywhere below), except for
+tokens that are -inf on both sides (masked vocabulary: Δ = 0, p ~ 0); it
+marks the other rows not safe, and the caller sends those to the float64 path.
 
-Per row, two passes; the second reads data the first left in the cache:
+Per row, two passes; the second reads data the first left in the L2 cache:
 
-1. per block of 256 entries: differing bits, ULP distances (max and the
-   histogram counts), the maximum of each block (for the top-k search),
-   Δ = b - a (sum, sum of |Δ|, max |Δ|), magnitudes;
-2. for rows that differ: Σ (Δ - mean)², and the sums behind the KL
-   divergence (see ``compare_logits``' notes) with an exp that vectorises.
+1. bits, per block of 256 entries: differing bits, ULP distances (max and
+   the histogram counts), magnitudes, masked tokens, and the maximum key of
+   each block (for the top-k search);
+2. values, for rows that differ: Δ = b - a (sum, sum of |Δ|, max |Δ|),
+   Σ (Δ - mean)², and the sums behind the KL divergence (see
+   ``compare_logits``' notes) with an exp that vectorises.
 
 Top-k lists come from the block maxima: every entry outside the blocks whose
 maximum reaches the kk-th largest block maximum is smaller than kk entries
 inside them, so only those few blocks are scanned again.
 
-Loops are written so that LLVM vectorises them (checked by
-``benchmarks/bench_compare.py``): maxima are taken on integer bit patterns,
-never on floats (numba's float max checks for NaN and does not vectorise);
-inner loops index slices from 0 (an offset index keeps numba's negative-index
-check and the loop scalar); integer results are cast back to 32 bits (numba
-widens them to 64); sums are float32 within a block, float64 across
-blocks.  Nothing depends on the chunking, so results do not either.
+Loops are written so that LLVM vectorises them (``benchmarks/bench_compare.py``
+measures the result): maxima are taken on integer bit patterns, never on
+floats (numba's float max checks for NaN and does not vectorise); inner loops
+index slices from 0 (an offset index keeps numba's negative-index check and
+the loop scalar); integer results are cast back to 32 bits (numba widens
+them to 64); sums are float32 within a block, float64 across blocks.
+Nothing depends on the chunking, so results do not either.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ _JIT = dict(nogil=True, cache=True, boundscheck=False, error_model="numpy",
 _INLINE = dict(_JIT, inline="always")
 # numba types uint32 & uint32, int32 + int32 ... as 64-bit: integer loops cast
 # every result back to 32 bits (_U, _I) so that LLVM keeps 4 lanes per SSE
-# register instead of 2 (measured: the bits pass 1.9x -> 1.1x array_equal).
+# register instead of 2 (measured: the bits pass ~2.1x -> ~1.2x array_equal).
 _U, _I = np.uint32, np.int32
 # Element maths whose rounding matters ((b - a) - mean must not become
 # b - (a + mean); exp's range reduction must not be regrouped): compiled
@@ -59,7 +61,9 @@ N_I = 10
 F_SUM_DIFF, F_SUM_ABS, F_MAX_ABS, F_M2, F_KLD, F_Z = range(6)
 N_F = 6
 
-# Cephes expf: exp(x) = 2**n exp(r), r = x - n ln2 in [-ln2/2, ln2/2].
+# expf of the Cephes Mathematical Library (S. L. Moshier, cephes/single/expf.c):
+# exp(x) = 2**n exp(r), r = x - n ln2 in [-ln2/2, ln2/2], ln2 split in two
+# parts, a degree-5 minimax polynomial for (exp(r) - 1 - r) / r**2.
 _LOG2E = np.float32(1.44269504088896341)
 _LN2_HI = np.float32(0.693359375)
 _LN2_LO = np.float32(-2.12194440e-4)
