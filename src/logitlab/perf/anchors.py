@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from scipy import stats
@@ -86,6 +86,14 @@ def _direction(change: float, higher_is_better: bool) -> str:
     return "faster" if (change > 0) == higher_is_better else "slower"
 
 
+def _result(a: np.ndarray, b: np.ndarray, flag: Callable[[float], bool], p: float | None,
+            higher_is_better: bool) -> AnchorResult:
+    """The anchor's call: ``flag(change)`` decides, change = mean ratio candidate/control - 1."""
+    change = float(b.mean() / a.mean() - 1.0)
+    flagged = bool(flag(change))
+    return AnchorResult(flagged, _direction(change, higher_is_better) if flagged else None, p, change)
+
+
 def mann_whitney_anchor(control: Sequence[float], candidate: Sequence[float], *, higher_is_better: bool,
                         alpha: float = 0.05) -> AnchorResult:
     """Google Benchmark compare.py's U test on two runs' repetitions.
@@ -114,9 +122,7 @@ def mann_whitney_anchor(control: Sequence[float], candidate: Sequence[float], *,
     """
     a, b = _samples(control, candidate)
     p = float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
-    change = float(b.mean() / a.mean() - 1.0)
-    flagged = p < alpha
-    return AnchorResult(flagged, _direction(change, higher_is_better) if flagged else None, p, change)
+    return _result(a, b, lambda _: p < alpha, p, higher_is_better)
 
 
 def student_t_anchor(control: Sequence[float], candidate: Sequence[float], *, higher_is_better: bool,
@@ -147,9 +153,7 @@ def student_t_anchor(control: Sequence[float], candidate: Sequence[float], *, hi
     """
     a, b = _samples(control, candidate)
     p = float(stats.ttest_ind(a, b, equal_var=True).pvalue)
-    change = float(b.mean() / a.mean() - 1.0)
-    flagged = bool(p < alpha)
-    return AnchorResult(flagged, _direction(change, higher_is_better) if flagged else None, p, change)
+    return _result(a, b, lambda _: p < alpha, p, higher_is_better)
 
 
 def fixed_threshold_anchor(control: Sequence[float], candidate: Sequence[float], *, higher_is_better: bool,
@@ -169,9 +173,7 @@ def fixed_threshold_anchor(control: Sequence[float], candidate: Sequence[float],
     AnchorResult
     """
     a, b = _samples(control, candidate)
-    change = float(b.mean() / a.mean() - 1.0)
-    flagged = abs(change) >= threshold
-    return AnchorResult(flagged, _direction(change, higher_is_better) if flagged else None, None, change)
+    return _result(a, b, lambda change: abs(change) >= threshold, None, higher_is_better)
 
 
 @dataclass(frozen=True)

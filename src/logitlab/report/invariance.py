@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from logitlab.experiments.invariance import InvarianceResult
-from logitlab.report.text import VERDICT_STYLE, comparison_lines, flip_rows, fmt_num
+from logitlab.report.text import VERDICT_STYLE, comparison_lines, engine_rows, flip_rows, fmt_num
 
 CHECK_HEADER = ("check", "verdict", "rows differing", "max |Δ|", "max ULP (row scale)", "top-1 agreement",
                 "KLD max (nats)", "flips")
@@ -131,8 +131,8 @@ def format_invariance(result: InvarianceResult) -> list[RenderableType]:
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
-    head.add_row("model", f"{engine.get('model') or 'default'} (sha256 {engine.get('model_sha256', '?')[:12]}…)")
-    head.add_row("engine", engine.get("engine_version", engine["engine"]))
+    for row in engine_rows(engine):
+        head.add_row(*row)
     head.add_row("variant", _variant_text(result.config["variant"]))
     head.add_row("prompt", f"{len(result.prompt_ids)} tokens")
     for label, value in summary_lines(result):

@@ -16,6 +16,7 @@ from logitlab.report.text import (
     VERDICT_STYLE,
     aa_signature_rows,
     comparison_lines,
+    engine_rows,
     flip_rows,
     localization_lines,
     plural,
@@ -29,8 +30,8 @@ def format_header(result: AbResult) -> RenderableType:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("model", f"{engine['model']} (sha256 {engine.get('model_sha256', '?')[:12]}…)")
-    table.add_row("engine", engine.get("engine_version", engine["engine"]))
+    for row in engine_rows(engine):
+        table.add_row(*row)
     if "candidate_engine" in result.manifest:  # cross-engine ab
         candidate = result.manifest["candidate_engine"]
         table.add_row("candidate engine", candidate.get("engine_version", candidate["engine"]))

@@ -22,6 +22,13 @@ def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
     return f"{count} {noun if count == 1 else plural_noun or noun + 's'}"
 
 
+def engine_rows(engine: dict[str, Any]) -> list[tuple[str, str]]:
+    """``model`` and ``engine`` header rows from a manifest's ``engine`` entry."""
+    model = engine.get("model") or "default"
+    return [("model", f"{model} (sha256 {engine.get('model_sha256', '?')[:12]}…)"),
+            ("engine", engine.get("engine_version", engine["engine"]))]
+
+
 def fmt_num(value: float | None, digits: int = 4) -> str:
     if value is None:
         return "n/a"

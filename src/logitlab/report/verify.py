@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from logitlab.experiments.verify import SweepEntry, VerifyResult
-from logitlab.report.text import VERDICT_STYLE, fmt_num, plural
+from logitlab.report.text import VERDICT_STYLE, engine_rows, fmt_num, plural
 
 SWEEP_HEADER = ("K", "rows", "bit-exact", "flips", "first divergence", "max |Δ|", "mean |Δ|", "mean Δ",
                 "min flip margin", "max flip margin", "verdict")
@@ -222,8 +222,8 @@ def format_header(result: VerifyResult) -> RenderableType:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
-    grid.add_row("model", f"{engine['model']} (sha256 {engine.get('model_sha256', '?')[:12]}…)")
-    grid.add_row("engine", engine.get("engine_version", engine["engine"]))
+    for row in engine_rows(engine):
+        grid.add_row(*row)
     variant = cfg["variant"]
     opts = [f"{k}={v}" for k, v in variant["options"].items()] + [f"env {k}={v}" for k, v in variant["env"].items()]
     grid.add_row("variant", variant["engine"] + (": " + ", ".join(opts) if opts else ": defaults"))
