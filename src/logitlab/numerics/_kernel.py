@@ -110,25 +110,10 @@ def new_result(rows: int, kk: int) -> ChunkResult:
 # histogram and top-k helpers
 
 
-def hist_counts(u: np.ndarray, boolbuf: np.ndarray | None = None) -> np.ndarray:
+def hist_counts(u: np.ndarray) -> np.ndarray:
     """Counts of ULP distances per :data:`HIST_LABELS` bin (u: non-negative ints)."""
-    n = u.size
-    if n == 0:
-        return np.zeros(len(HIST_LABELS), np.int64)
-    top = int(u.max())
-    le = []
-    for edge in _HIST_EDGES:
-        if top <= edge:
-            le.append(n)
-        else:
-            if boolbuf is not None and boolbuf.shape == u.shape:
-                np.less_equal(u, edge, out=boolbuf)
-                le.append(int(np.count_nonzero(boolbuf)))
-            else:
-                le.append(int(np.count_nonzero(u <= edge)))
-    le.append(n)
-    counts = np.diff(np.array([0] + le, dtype=np.int64))
-    return counts
+    le = [int(np.count_nonzero(u <= edge)) for edge in _HIST_EDGES]
+    return np.diff(np.array([0, *le, u.size], dtype=np.int64))
 
 
 def topk_exact(x: np.ndarray, kk: int) -> tuple[np.ndarray, np.ndarray]:
