@@ -27,7 +27,8 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from logitlab.engines import engine_class  # noqa: E402
-from logitlab.experiments.workload import DEFAULT_PROMPT, run_workload  # noqa: E402
+from logitlab.engines.workload import run_workload  # noqa: E402
+from logitlab.experiments.prompts import DEFAULT_PROMPT  # noqa: E402
 
 
 def bare_llamacpp(engine, prompt_ids, tokens) -> float:

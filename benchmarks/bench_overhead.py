@@ -24,7 +24,7 @@ import llama_cpp
 
 from logitlab.engines.variant import Variant
 from logitlab.experiments.ab import AbConfig, run_ab
-from logitlab.experiments.workload import DEFAULT_PROMPT
+from logitlab.experiments.prompts import DEFAULT_PROMPT
 from logitlab.models import default_model_path
 
 

@@ -4,11 +4,28 @@
 (bad input, a missing model, an engine that crashed). The command line catches
 them at the boundary and prints one ``error:`` line with exit code 2.
 ``InternalError`` is a bug in logitlab itself and is never caught quietly.
+
+An experiment that stops on an error keeps what it measured: the error's
+``partial`` holds the result so far (a typed result object), and the command
+line writes it before it reports the error.
 """
+
+from __future__ import annotations
+
+from typing import Any
 
 
 class LogitlabError(Exception):
-    """Base of every error a user can act on."""
+    """Base of every error a user can act on.
+
+    Attributes:
+        partial: the result measured before the error (e.g. an ``AbResult``
+            whose ``error`` says what stopped it), or None.
+    """
+
+    def __init__(self, *args: Any, partial: Any = None):
+        super().__init__(*args)
+        self.partial = partial
 
 
 class InputError(LogitlabError):
@@ -17,6 +34,10 @@ class InputError(LogitlabError):
 
 class EngineError(LogitlabError):
     """An engine failed to load, crashed or returned unusable output."""
+
+
+class Interrupted(LogitlabError):
+    """The run was interrupted (Ctrl-C); ``partial`` holds what was measured. Exit code 130."""
 
 
 class InternalError(Exception):

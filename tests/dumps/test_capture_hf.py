@@ -180,7 +180,7 @@ def test_cli_dump_float32_vs_bfloat16_then_dump_diff(tmp_path):
     proc = subprocess.run(run + ["dump", "--engine", "openai", "--out", str(tmp_path / "x")], capture_output=True,
                           text=True)
     assert proc.returncode == 2 and not (tmp_path / "x").exists()
-    assert proc.stderr.strip() == "error: dump capture is implemented for llamacpp, hf, not 'openai'"
+    assert proc.stderr.strip() == "error: dump capture is implemented for hf, llamacpp, not 'openai'"
 
 
 def test_a_model_without_llama_style_layers_is_refused_in_one_line(tmp_path):

@@ -127,7 +127,7 @@ def test_out_dir_must_be_empty_and_engines_without_capture_are_named(tmp_path):
     (tmp_path / "x" / "keep.txt").write_text("mine")
     with pytest.raises(InputError, match="is not empty"):
         dump_variant(variant("", "control"), SHORT_PROMPT, 1, tmp_path / "x")
-    with pytest.raises(InputError, match="^dump capture is implemented for llamacpp, hf, not 'fake'$"):
+    with pytest.raises(InputError, match="^dump capture is implemented for hf, llamacpp, not 'fake'$"):
         dump_variant(parse_variant("", "control", default_engine="fake"), SHORT_PROMPT, 1, tmp_path / "y")
 
 

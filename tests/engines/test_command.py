@@ -20,7 +20,7 @@ from logitlab.engines.variant import parse_variant
 from logitlab.errors import EngineError, InputError
 from logitlab.experiments.ab import AbConfig, run_ab
 from logitlab.experiments.isolation import load_engine
-from logitlab.experiments.workload import run_workload
+from logitlab.engines.workload import run_workload
 
 from conftest import SHORT_PROMPT
 

@@ -23,7 +23,7 @@ from logitlab.engines.variant import parse_variant
 from logitlab.errors import EngineError
 from logitlab.experiments.ab import AbConfig, AbExperiment, run_ab
 from logitlab.experiments.isolation import load_engine
-from logitlab.experiments.workload import run_workload
+from logitlab.engines.workload import run_workload
 
 
 PY = sys.executable

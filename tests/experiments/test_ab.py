@@ -120,7 +120,7 @@ def test_vocab_mismatch_compares_the_common_prefix_and_says_so():
 
 
 def test_localize_needs_an_engine_with_dump_capture():
-    with pytest.raises(InputError, match="--localize dumps tensors through llamacpp or hf only; these variants use fake"):
+    with pytest.raises(InputError, match="--localize dumps tensors through hf or llamacpp only; these variants use fake"):
         run_ab(config(engine="fake", localize=True))
 
 

@@ -178,7 +178,7 @@ def test_verify_with_guard_auto_on_a_history_engine_reports_what_is_exact(tmp_pa
 
     from logitlab.experiments.prompts import Prompt
     from logitlab.experiments.verify import VerifyExperiment
-    from logitlab.report.jsonio import write_json
+    from logitlab.jsonio import write_json
     from logitlab.report.verify import display_verify, format_verify_markdown
 
     engine = ToyEngine(model="toy", options={"mode": "history", "eps": 0.1})

@@ -12,7 +12,7 @@ from logitlab.errors import InputError
 from logitlab.experiments.invariance import InvarianceConfig, filler_sequences, run_invariance
 from logitlab.numerics import VERDICTS
 from logitlab.report.invariance import format_invariance_markdown
-from logitlab.report.jsonio import write_json
+from logitlab.jsonio import write_json
 
 from conftest import SHORT_PROMPT, FakeEngine, FakeSession
 

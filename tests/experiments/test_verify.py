@@ -16,10 +16,10 @@ from logitlab.experiments.prompts import Prompt, builtin_prompts, load_prompts
 from logitlab.experiments.verify import (
     VerifyConfig,
     VerifyExperiment,
-    merge_comparisons,
     run_verify,
 )
 from logitlab.numerics import compare_logits
+from logitlab.numerics.compare import merge_comparisons
 
 VOCAB = 64
 #: One thread for batched (M=K) evaluation: on a busy 2-core runner two threads contend and make
@@ -99,6 +99,7 @@ def base_row(position: int, token: int) -> np.ndarray:
 
 class ToyEngine(Engine):
     name = "toy"
+    ABILITIES = frozenset({"logits", "sessions", "rollback"})
     OPTIONS = {"mode": (str, "fault"), "eps": (float, "noise size"), "row": (int, "offset row"),
                "shift": (float, "offset"), "n_ctx": (int, "context")}
 
@@ -253,7 +254,7 @@ def test_context_too_small_names_the_prompt_and_keeps_no_partial_work():
 
 @pytest.mark.engine
 def test_llamacpp_k_sweep_is_near_tie_noise():
-    from logitlab.experiments.workload import DEFAULT_PROMPT
+    from logitlab.experiments.prompts import DEFAULT_PROMPT
 
     config = VerifyConfig(variant=Variant("verify", "llamacpp", options=ONE_BATCH_THREAD),
                           prompts=(Prompt("story", DEFAULT_PROMPT),),

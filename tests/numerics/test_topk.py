@@ -9,7 +9,8 @@ import pytest
 
 from logitlab.errors import InputError
 from logitlab.numerics import Thresholds
-from logitlab.numerics.topk import TopKRows, classify_topk, compare_topk, kld_lower_bound
+from logitlab.engines.topk import TopKRows
+from logitlab.numerics.topk import classify_topk, compare_topk, kld_lower_bound
 
 
 def log_softmax(x):

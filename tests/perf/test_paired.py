@@ -10,6 +10,7 @@ import pytest
 from scipy import stats
 
 from logitlab.errors import InputError
+from logitlab.report.speed_text import paired_reason
 from logitlab.perf import (
     MAX_AA_MARGIN,
     Block,
@@ -189,7 +190,7 @@ def test_bootstrap_cross_check_is_scipy_bca_seeded():
     assert res.bootstrap_ci_low == pytest.approx(math.exp(lo), rel=1e-12)
     assert res.bootstrap_ci_high == pytest.approx(math.exp(hi), rel=1e-12)
     assert res.bootstrap_ci_low < res.ratio < res.bootstrap_ci_high
-    assert "Bootstrap (BCa)" in res.reason and "agrees" in res.reason
+    assert "Bootstrap (BCa)" in paired_reason(res) and "agrees" in paired_reason(res)
     again = compare(blocks_with_ratios(r), n_bootstrap=2000, seed=7)
     assert again == res
 
@@ -204,7 +205,7 @@ def test_lower_is_better_flips_orientation():
     assert res.speedup == pytest.approx(1 / res.ratio, rel=1e-13)
     assert res.speedup_ci_low == pytest.approx(1 / res.ci_high, rel=1e-13)
     assert res.speedup_ci_high == pytest.approx(1 / res.ci_low, rel=1e-13)
-    assert "worse side of 1 (above 1" in res.reason
+    assert "worse side of 1 (above 1" in paired_reason(res)
     fast = compare(blocks_with_ratios([-x for x in r]), higher_is_better=False,
                    metric="wall", unit="s", n_bootstrap=0)
     assert fast.call == "faster"
@@ -232,8 +233,8 @@ def test_call_rule(ratios, margin, call):
     res = compare(blocks_with_ratios(ratios), margin=margin, n_bootstrap=0)
     assert res.call == call
     assert res.margin == margin and res.margin_source == "option"
-    assert res.reason.startswith(call + ":")
-    assert f"{res.ci_low:.4g}-{res.ci_high:.4g}" in res.reason
+    assert paired_reason(res).startswith(call + ":")
+    assert f"{res.ci_low:.4g}-{res.ci_high:.4g}" in paired_reason(res)
     b = math.log1p(margin)
     lo, hi = math.log(res.ci_low), math.log(res.ci_high)
     assert (call == "equivalent") == (-b < lo and hi < b)
@@ -243,7 +244,7 @@ def test_inconclusive_reason_gives_blocks_needed():
     res = compare(blocks_with_ratios([-0.05, 0.05, 0.10, -0.08, 0.02]), margin=0.02,
                   n_bootstrap=0)
     need = blocks_needed(res.sd_log_ratio, 0.02)
-    assert f"about {need} blocks would detect a 2.0% change" in res.reason
+    assert f"about {need} blocks would detect a 2.0% change" in paired_reason(res)
     assert need > 5
 
 
@@ -251,7 +252,7 @@ def test_inconclusive_reason_gives_blocks_needed():
 def test_fewer_than_two_blocks_is_inconclusive(n):
     res = compare(blocks_with_ratios([0.1] * n))
     assert res.call == "inconclusive" and res.n_blocks == n
-    assert "needs at least 2 blocks" in res.reason
+    assert "needs at least 2 blocks" in paired_reason(res)
     assert res.ci_low is None and res.sd_log_ratio is None and res.mde is None
     assert res.margin_source == "default" and res.margin == 0.02
     if n == 1:
@@ -271,7 +272,7 @@ def test_degenerate_identical_blocks_warn_free_and_say_so():
     assert res.ci_low == res.ci_high == res.ratio == 1.0
     assert res.call == "equivalent" and res.p_value == 1.0
     assert res.bootstrap_method == "degenerate"
-    assert "identical (sd 0)" in res.reason and "zero width" in res.reason
+    assert "identical (sd 0)" in paired_reason(res) and "zero width" in paired_reason(res)
     assert res.margin_source == "a/a" and res.margin == 0.01  # A/A sd 0 -> floor
     assert pe.significant is False and pe.p_value == 1.0
 
@@ -306,7 +307,7 @@ def test_margin_from_aa_rule():
     assert res.aa_log_ratios == pytest.approx(list(aa), abs=1e-15)
     assert res.aa_mean_log == pytest.approx(aa.mean(), abs=1e-15)
     assert res.aa_sd_log == pytest.approx(aa.std(ddof=1), rel=1e-12)
-    assert "from a/a" in res.reason
+    assert "from a/a" in paired_reason(res)
 
 
 def test_margin_sources():
@@ -383,7 +384,7 @@ def test_json_round_trip():
     r = [0.05, 0.07, 0.04, 0.08, 0.06, 0.055]
     res = compare(blocks_with_ratios(r), n_bootstrap=500)
     data = json.loads(json.dumps(res.to_dict(), allow_nan=False))
-    assert data["schema_version"] == 1 and isinstance(data["position"], dict)
+    assert data["schema_version"] == 2 and isinstance(data["position"], dict)
     back = PairedComparison.from_dict(data)
     assert back == res and isinstance(back.position, PositionEffect)
     empty = compare([])

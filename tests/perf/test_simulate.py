@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from logitlab.errors import InputError
+from logitlab.report.speed_text import paired_reason
 from logitlab.perf import (
     block_log_ratios,
     minimum_detectable_effect,
@@ -156,5 +157,5 @@ def test_single_experiment_reason_mentions_position_effect():
     res = paired_comparison(blocks, higher_is_better=True, metric="decode", unit="tokens/s",
                             n_bootstrap=999)
     assert res.call == "faster" and res.position.significant
-    assert "Slot position effect" in res.reason and "(5 vs 5 here)" in res.reason
+    assert "Slot position effect" in paired_reason(res) and "(5 vs 5 here)" in paired_reason(res)
     assert res.position.ratio == pytest.approx(1 / math.sqrt(1 - PENALTY), abs=0.01)

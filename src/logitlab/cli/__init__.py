@@ -29,3 +29,5 @@ from logitlab.cli.invariance import invariance  # noqa: E402
 main.add_command(invariance)
 from logitlab.cli.verify import verify  # noqa: E402
 main.add_command(verify)
+from logitlab.cli.report import report  # noqa: E402
+main.add_command(report)

@@ -18,15 +18,16 @@ from logitlab.cli.common import (
     handle_errors,
     keep_partial,
     make_progress,
+    output_options,
     prompt_options,
-    report_console,
+    show_report,
     threshold_options,
     thresholds_from,
     variant_pair,
     variant_pair_options,
     write_reports,
 )
-from logitlab.errors import LogitlabError
+from logitlab.errors import Interrupted
 from logitlab.experiments.isolation import ISOLATION_LEVELS
 from logitlab.numerics import VERDICTS
 
@@ -60,12 +61,10 @@ REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
               help="Equivalence margin δ for the speed call, as a fraction (0.02 = 2 %). Default: from the A/A.")
 @click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
               help="Exit 1 when the A/B verdict (or the A/A) is worse than this.")
-@click.option("--json", "json_path", type=str, default=None, help="Write the full result as JSON.")
-@click.option("--markdown", "markdown_path", type=str, default=None, help="Write a Markdown report (PR comment).")
+@output_options()
 @click.option("--log", "log_path", type=str, default=None,
               help="JSONL file each run is appended to as it finishes (default: next to --json, else "
                    "./logitlab-runs/ab-TIMESTAMP.jsonl).")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @handle_errors
 def ab(**opts: Any) -> None:
     """Counterbalanced A/B of two engine variants: bit-exactness, verdict, speed.
@@ -85,7 +84,7 @@ def ab(**opts: Any) -> None:
       logitlab ab --engine openai:http://127.0.0.1:8080/v1 --control-model a --candidate-model b
     """
     from logitlab.experiments.ab import AbConfig
-    from logitlab.experiments.workload import load_prompt
+    from logitlab.experiments.prompts import load_prompt
 
     control, candidate = variant_pair(opts)
     config = AbConfig(
@@ -101,13 +100,11 @@ def ab(**opts: Any) -> None:
     check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], log=log_path,
                        inputs=[control.model, candidate.model, opts["prompt_file"]])
     result, error = _run_with_progress(config, log_path, opts["quiet"])
-    from logitlab.report.markdown import format_ab_markdown
-
-    write_reports(result, opts["json_path"], opts["markdown_path"], format_ab_markdown)
-    _display(result, show_error=error is None)  # else the error: line below says it
+    write_reports(result, opts)
+    show_report(result, show_error=error is None)  # else the error: line below says it
     if not opts["quiet"]:
         click.echo(f"runs logged to {log_path}", err=True)
-    if isinstance(error, KeyboardInterrupt):
+    if isinstance(error, Interrupted):
         click.echo("error: interrupted; the runs measured so far are in the reports and the log", err=True)
         sys.exit(EXIT_INTERRUPTED)
     if error is not None:
@@ -138,21 +135,14 @@ def _run_with_progress(config: Any, log_path: str, quiet: bool) -> tuple[Any, Ba
             elif kind == "escalate":
                 progress.update(task, description=f"A/A at {data['isolation']} isolation")
 
-        return keep_partial(AbExperiment(config, log_path=log_path, on_event=on_event).run,
-                            (LogitlabError, KeyboardInterrupt))
-
-
-def _display(result: Any, *, show_error: bool) -> None:
-    from logitlab.report.terminal import display_ab
-
-    display_ab(result, report_console(), show_error=show_error)
+        return keep_partial(AbExperiment(config, log_path=log_path, on_event=on_event).run)
 
 
 def _require_exit_code(result: Any, require: str | None) -> int:
     """Exit 1 when the A/A or the A/B verdict is worse than ``require``."""
     if require is None:
         return EXIT_OK
-    if require == "bit-exact" and not result.control_reproducible:
+    if require == "bit-exact" and result.control_reproducible is False:
         click.echo("require bit-exact: the control does not reproduce itself", err=True)
         return EXIT_CHECK_FAILED
     word = result.verdict.word if result.verdict else "bit-exact"

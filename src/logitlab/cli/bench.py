@@ -20,7 +20,7 @@ from logitlab.cli.common import (
     report_console,
 )
 from logitlab.errors import InputError, LogitlabError
-from logitlab.report.jsonio import write_text
+from logitlab.jsonio import write_text
 
 _FORMATS = ("gbench", "criterion", "pytest-benchmark", "pyperf", "hyperfine", "llama-bench")
 
@@ -135,7 +135,7 @@ def run_cmd(**opts: Any) -> None:
 
 def _write(path: str | None, data: dict[str, Any]) -> None:
     if path:
-        from logitlab.report.jsonio import write_json
+        from logitlab.jsonio import write_json
 
         write_json(path, data)
 
@@ -186,13 +186,14 @@ def compare_cmd(**opts: Any) -> None:
       logitlab bench compare base.json pr.json --noise noise.json --fail-on regressed
     """
     from logitlab.manifest import host_info
-    from logitlab.perf.compare_files import NoiseProfile, check_margin, compare_benchmarks
+    from logitlab.perf.compare_files import NoiseProfile, compare_benchmarks
+    from logitlab.perf.equivalence import check_margin
     from logitlab.report.bench import display_compare, format_compare_markdown
 
     check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"],
                        inputs=[opts["base"], opts["candidate"], opts["noise_path"]])
     if opts["margin"] is not None:
-        check_margin(opts["margin"])
+        check_margin(opts["margin"], option="--margin")
     base, candidate = _read_pair(opts["base"], opts["candidate"], opts["fmt"], opts["baseline"])
     noise = None
     if opts["noise_path"]:

@@ -113,9 +113,8 @@ def _check_distinct(outputs: dict[str, str], inputs: list[str], folders: dict[st
                                  f"choose a path outside it")
 
 
-def keep_partial(run: Callable[[], Any], catch: tuple[type[BaseException], ...] = (LogitlabError,),
-                 ) -> tuple[Any, BaseException | None]:
-    """``(run(), None)``; or ``(partial, error)`` when ``run`` raises one of ``catch`` carrying ``.partial``.
+def keep_partial(run: Callable[[], Any]) -> tuple[Any, LogitlabError | None]:
+    """``(run(), None)``; or ``(partial, error)`` when ``run`` raises a LogitlabError with a ``partial`` result.
 
     Experiments attach what they measured before an error as ``exc.partial``,
     so the caller can write it before reporting the error.  Errors without a
@@ -123,22 +122,42 @@ def keep_partial(run: Callable[[], Any], catch: tuple[type[BaseException], ...] 
     """
     try:
         return run(), None
-    except catch as exc:
-        partial = getattr(exc, "partial", None)
-        if partial is None:
+    except LogitlabError as exc:
+        if exc.partial is None:
             raise
-        return partial, exc
+        return exc.partial, exc
 
 
-def write_reports(result: Any, json_path: str | None, markdown_path: str | None,
-                  markdown: Callable[[Any], str]) -> None:
-    """Write ``result.to_dict()`` as JSON and ``markdown(result)`` where the paths are given."""
-    from logitlab.report.jsonio import write_json, write_text
+def output_options(*, json_help: str = "Write the full result as JSON.", markdown: bool = True,
+                   quiet_help: str = "No progress bar.") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--json PATH``, ``--markdown PATH`` (unless ``markdown=False``) and ``--quiet``: one group for every command."""
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        options = [click.option("--json", "json_path", type=str, default=None, help=json_help)]
+        if markdown:
+            options.append(click.option("--markdown", "markdown_path", type=str, default=None,
+                                        help="Write the report as Markdown (a PR comment)."))
+        options.append(click.option("--quiet", "-q", is_flag=True, help=quiet_help))
+        return _apply(func, options)
+    return decorate
 
-    if json_path:
-        write_json(json_path, result.to_dict())
-    if markdown_path:
-        write_text(markdown_path, markdown(result))
+
+def write_reports(result: Any, opts: dict[str, Any]) -> None:
+    """Write ``result.to_dict()`` as JSON (``--json``) and its Markdown report (``--markdown``) where asked."""
+    from logitlab import report
+    from logitlab.jsonio import write_json, write_text
+
+    if opts.get("json_path"):
+        write_json(opts["json_path"], result.to_dict())
+    if opts.get("markdown_path"):
+        write_text(opts["markdown_path"], report.markdown(result))
+
+
+def show_report(result: Any, *, show_error: bool = True) -> None:
+    """Print the result's report on the terminal (120 columns at least); ``show_error=False`` leaves out
+    the "stopped early" line when the caller prints the error itself."""
+    from logitlab import report
+
+    report.display(result, report_console(), show_error=show_error)
 
 
 MODEL_HELP = "Model file (default: the embedded SmolLM2-135M Q4_1 GGUF)."

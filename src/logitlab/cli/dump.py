@@ -66,7 +66,7 @@ def dump(**opts: Any) -> None:
     """
     from logitlab.dumps.format import TensorFilter, parse_size
     from logitlab.dumps.run import DEFAULT_DUMP_PROMPT, capture_function, check_out_dir, removed_if_unused
-    from logitlab.experiments.workload import load_prompt
+    from logitlab.experiments.prompts import load_prompt
     from logitlab.report.dumps import capture_lines
 
     pair = opts["candidate"] is not None or bool(opts["candidate_env"])
@@ -93,7 +93,7 @@ def dump(**opts: Any) -> None:
     if pair:
         click.echo(f"next: logitlab dump-diff {out / 'control'} {out / 'candidate'}")
     if opts["json_path"]:
-        from logitlab.report.jsonio import write_json
+        from logitlab.jsonio import write_json
 
         write_json(opts["json_path"], {name: _capture_summary(r) for name, r in results.items()})
     sys.exit(EXIT_OK)

@@ -148,7 +148,7 @@ def determinism_command(**opts: Any) -> None:
 
 def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
     from logitlab.experiments.invariance import InvarianceConfig, InvarianceProbe
-    from logitlab.experiments.workload import load_prompt
+    from logitlab.experiments.prompts import load_prompt
     from logitlab.report.invariance import display_invariance, format_invariance_markdown
 
     variant = parse_variant(opts["spec"], "probe", default_engine=opts["engine"], default_model=opts["model"],

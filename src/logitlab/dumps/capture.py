@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -37,9 +37,7 @@ from logitlab.dumps.format import (
     format_ranges,
 )
 from logitlab.errors import EngineError, InputError
-
-EventHook = Callable[[str, dict[str, Any]], None]
-
+from logitlab.events import Event
 
 @dataclass
 class CaptureResult:
@@ -268,7 +266,7 @@ def run_capture(
     *,
     replay: Sequence[int] | None = None,
     variant: dict[str, Any] | None = None,
-    on_event: EventHook | None = None,
+    on_event: Event | None = None,
 ) -> CaptureResult:
     """Drive a capture: size probe, one prefill, ``n_decode`` M=1 decode steps, manifest.
 
@@ -365,5 +363,5 @@ def run_capture(
     return CaptureResult(out, manifest, np.concatenate(rows) if rows else np.zeros((0, engine.n_vocab), np.float32))
 
 
-__all__ = ["CaptureResult", "EventHook", "StepRecorder", "check_capture_inputs", "check_filter_matches",
+__all__ = ["CaptureResult", "StepRecorder", "check_capture_inputs", "check_filter_matches",
            "run_capture"]

@@ -21,21 +21,23 @@ JSON format history (``schema_version`` of :meth:`DumpDiffResult.summary`):
 - 2: the verdict for "some tensors differ" is ``differs`` (was ``divergent``).
 - 3: one-side groups say whether the other dump has the name at other layers or positions
   (``other_side_has_name``); layer rows count the tensor-positions not compared (``not_compared``).
+- 4: ``kind`` (``"dump-diff"``), so that ``logitlab report`` knows the result.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from logitlab.dumps.capture import check_filter_matches
 from logitlab.dumps.format import TensorFilter, format_label, format_ranges
 from logitlab.dumps.readers import LAYER_AFTER, LAYER_BEFORE, Dump, TensorRef, layer_sort_key
 from logitlab.dumps.stats import TensorStats, tensor_stats
 from logitlab.errors import InputError
+from logitlab.jsonio import ResultRecord
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: Names of attention tensors (llama.cpp's, and the hf capture's own ``q_proj``/``k_proj``), for saying what
 #: kind of tensor diverged first.
@@ -207,7 +209,7 @@ def compress_ranges(values: list[int]) -> str:
 
 
 @dataclass
-class DumpDiffResult:
+class DumpDiffResult(ResultRecord):
     """What a dump-diff found. Round-trips through JSON (``to_dict``/``from_dict``).
 
     Attributes:
@@ -217,6 +219,9 @@ class DumpDiffResult:
         problems: one line per problem (files, pairs, inputs).
         layers: the per-layer table, in execution order.
     """
+
+    KIND: ClassVar[str] = "dump-diff"
+    SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
 
     left: dict[str, Any]
     right: dict[str, Any]
@@ -284,6 +289,7 @@ class DumpDiffResult:
         """A compact JSON-able summary: counts, first divergence, layer table, one-side groups, problems."""
         first = self.first_divergence
         return {
+            "kind": self.KIND,
             "schema_version": SCHEMA_VERSION,
             "verdict": self.verdict,
             "left": {k: v for k, v in self.left.items() if k != "input_ids"},
@@ -310,7 +316,23 @@ class DumpDiffResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "DumpDiffResult":
-        """Rebuild from :meth:`to_dict` output (the layer table and groups are recomputed)."""
+        """Rebuild from :meth:`to_dict` output (the layer table and groups are recomputed).
+
+        Raises:
+            InputError: not a dump-diff result of this schema version, or damaged.
+        """
+        if not isinstance(data, dict) or data.get("kind") != cls.KIND:
+            raise InputError("this is not a dump-diff result (no \"kind\": \"dump-diff\")")
+        if data.get("schema_version") != SCHEMA_VERSION:
+            raise InputError(f"this dump-diff result has schema_version {data.get('schema_version')!r}; this "
+                             f"logitlab reads {SCHEMA_VERSION}: run dump-diff again")
+        try:
+            return cls._from_dict(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"damaged dump-diff result: {exc!r}") from None
+
+    @classmethod
+    def _from_dict(cls, data: dict[str, Any]) -> "DumpDiffResult":
         result = cls(dict(data["left"]), dict(data["right"]),
                      [TensorDiff.from_dict(t) for t in data.get("tensors", [])],
                      problems=list(data.get("problems", [])))

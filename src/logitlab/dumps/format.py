@@ -365,7 +365,7 @@ class DumpManifest:
 
     def write(self, folder: str | Path) -> Path:
         """Write ``manifest.json`` into ``folder`` (atomically: temp file + rename)."""
-        from logitlab.report.jsonio import write_json
+        from logitlab.jsonio import write_json
 
         path = Path(folder) / MANIFEST_NAME
         write_json(path, self.to_dict())

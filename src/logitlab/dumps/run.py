@@ -21,39 +21,31 @@ from typing import Any, Callable, Iterator, Sequence
 
 from logitlab.dumps.capture import CaptureResult
 from logitlab.dumps.format import MANIFEST_NAME, TensorFilter
-from logitlab.engines import canonical_engine_name, engine_class
+from logitlab.engines import canonical_engine_name, engine_class, engines_with
 from logitlab.engines.variant import Variant
 from logitlab.errors import InputError
-from logitlab.experiments.workload import environment
+from logitlab.events import Event
+from logitlab.engines.workload import environment
 
 #: Default capture size: a short prompt and a few decode steps keep dumps small (≈2 MB per token
 #: for the embedded model with every tensor).
 DEFAULT_DUMP_PROMPT = "The capital of France is Paris. The capital of Italy is"
 DEFAULT_DUMP_TOKENS = 4
 DEFAULT_MAX_BYTES = 2 * 1000**3
-#: Engines with a dump capture, and the function that runs it (module:function).
-CAPTURE_FUNCTIONS = {"llamacpp": "logitlab.dumps.capture_llamacpp:capture_llamacpp",
-                     "hf": "logitlab.dumps.capture_hf:capture_hf"}
-CAPTURE_ENGINES = tuple(CAPTURE_FUNCTIONS)
-
-EventHook = Callable[[str, dict[str, Any]], None]
-
-
 def capture_function(engine: str) -> Callable[..., CaptureResult]:
-    """The capture function of ``engine`` (a name or alias), e.g. :func:`~logitlab.dumps.capture_hf.capture_hf`.
+    """The capture function of ``engine`` (a name or alias): the ``CAPTURE`` its adapter declares.
 
     Raises:
-        InputError: an unknown engine, or one without dump capture (the message lists those with one).
+        InputError: an unknown engine, or one without the ``dump`` ability (the message lists those with it).
     """
     import importlib
 
-    name = canonical_engine_name(engine)
-    if name is None:
-        raise InputError(f"unknown engine {engine!r}; engines with dump capture: {', '.join(CAPTURE_ENGINES)}")
-    target = CAPTURE_FUNCTIONS.get(name)
-    if target is None:
-        raise InputError(f"dump capture is implemented for {', '.join(CAPTURE_ENGINES)}, not {engine!r}")
-    module, _, function = target.partition(":")
+    if canonical_engine_name(engine) is None:
+        raise InputError(f"unknown engine {engine!r}; engines with dump capture: {', '.join(engines_with('dump'))}")
+    cls = engine_class(engine)
+    if not cls.supports("dump") or not cls.CAPTURE:
+        raise InputError(f"dump capture is implemented for {', '.join(engines_with('dump'))}, not {engine!r}")
+    module, _, function = cls.CAPTURE.partition(":")
     return getattr(importlib.import_module(module), function)
 
 
@@ -135,7 +127,7 @@ def dump_variant(
     select: TensorFilter | None = None,
     max_bytes: int | None = DEFAULT_MAX_BYTES,
     force: bool = False,
-    on_event: EventHook | None = None,
+    on_event: Event | None = None,
 ) -> CaptureResult:
     """Load ``variant``'s engine and dump its tensors for one prefill + ``n_decode`` decode steps.
 
@@ -175,7 +167,7 @@ def dump_variant(
 
 
 def _load_and_capture(cls: type, variant: Variant, capture: Callable[..., CaptureResult],
-                      prompt: str | Sequence[int], n_decode: int, out: Path, *, on_event: EventHook | None,
+                      prompt: str | Sequence[int], n_decode: int, out: Path, *, on_event: Event | None,
                       **options: Any) -> CaptureResult:
     """Load the engine with the variant's knobs set and run ``capture`` into ``out`` (``options``: the capture's)."""
     with environment(variant.env):
@@ -201,7 +193,7 @@ def dump_pair(
     select: TensorFilter | None = None,
     max_bytes: int | None = DEFAULT_MAX_BYTES,
     force: bool = False,
-    on_event: EventHook | None = None,
+    on_event: Event | None = None,
 ) -> tuple[CaptureResult, CaptureResult]:
     """Dump the control into ``out_dir/control`` and the candidate into ``out_dir/candidate``.
 
@@ -237,7 +229,7 @@ def localize(
     select: TensorFilter | None = None,
     max_bytes: int | None = DEFAULT_MAX_BYTES,
     out_dir: str | Path | None = None,
-    on_event: EventHook | None = None,
+    on_event: Event | None = None,
 ) -> dict[str, Any]:
     """Dump both variants on the same inputs and return the dump-diff summary (for ``ab --localize``).
 
@@ -287,5 +279,5 @@ def localize(
             shutil.rmtree(root, ignore_errors=True)
 
 
-__all__ = ["CAPTURE_ENGINES", "DEFAULT_DUMP_PROMPT", "DEFAULT_DUMP_TOKENS", "DEFAULT_MAX_BYTES", "capture_function",
+__all__ = ["DEFAULT_DUMP_PROMPT", "DEFAULT_DUMP_TOKENS", "DEFAULT_MAX_BYTES", "capture_function",
            "check_out_dir", "dump_pair", "dump_variant", "localize", "prepare_out_dir", "removed_if_unused"]

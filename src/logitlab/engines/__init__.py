@@ -76,6 +76,19 @@ def engine_class(name: str) -> type[Engine]:
     return import_engine(ENGINES[canonical], canonical)
 
 
+def engines_with(ability: str) -> list[str]:
+    """Sorted names of the registered engines that declare ``ability`` (those whose package is installed)."""
+    _load_entry_points()
+    names = []
+    for name, target in ENGINES.items():
+        try:
+            if import_engine(target, name).supports(ability):
+                names.append(name)
+        except InputError:  # its optional dependency is missing
+            continue
+    return sorted(names)
+
+
 def engine_target(name: str) -> str:
     """The ``"module:Class"`` registered for ``name`` (so a subprocess can import it without the registry).
 
@@ -114,6 +127,7 @@ __all__ = [
     "canonical_engine_name",
     "engine_class",
     "engine_target",
+    "engines_with",
     "import_engine",
     "known_engines",
     "register_engine",

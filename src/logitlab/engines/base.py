@@ -21,6 +21,19 @@ import numpy as np
 
 from logitlab.errors import EngineError, InputError
 
+#: The optional abilities an engine can declare in ``Engine.ABILITIES``; code outside
+#: ``engines/`` asks :meth:`Engine.supports` instead of testing an engine's name.
+ABILITIES: dict[str, str] = {
+    "logits": "returns the full vocabulary of logits per position (without it: top-k log-probabilities only)",
+    "sessions": "open_session(): prefill, then decode M=1 or M=K tokens per call (M=K is the verify path)",
+    "rollback": "Session.truncate(n): rolls the KV cache back (speculative decoding, the near-tie guard)",
+    "batch": "open_batch(): several sequences in one forward pass (invariance batch)",
+    "padded-batch": "its batches pad the sequences to one length (left or right padding)",
+    "recompute": "open_recompute_session(): a session that recomputes the whole sequence on every call",
+    "dump": "intermediate tensors can be captured: CAPTURE names the capture function",
+    "workload": "run_workload(): runs a whole workload in one go (a process, a request)",
+}
+
 
 @dataclass(frozen=True)
 class StepTiming:
@@ -161,6 +174,32 @@ class Engine:
     #: option that ``--engine NAME:TARGET`` fills (``cmd``: the command, ``openai``: the URL);
     #: None: TARGET is the model.
     TARGET_OPTION: ClassVar[str | None] = None
+    #: what the engine can do beyond the contract's minimum (keys of :data:`ABILITIES`).
+    ABILITIES: ClassVar[frozenset[str]] = frozenset({"logits", "sessions"})
+    #: ``"module:function"`` of the dump capture for this engine (with the ``dump`` ability);
+    #: the function lives in ``logitlab.dumps`` and is imported only when a dump is taken.
+    CAPTURE: ClassVar[str | None] = None
+
+    @classmethod
+    def supports(cls, ability: str) -> bool:
+        """Does this engine declare ``ability`` (a key of :data:`ABILITIES`)?
+
+        Raises:
+            InputError: ``ability`` is not a known ability (the message lists them).
+        """
+        if ability not in ABILITIES:
+            raise InputError(f"unknown engine ability {ability!r}; known: {', '.join(ABILITIES)}")
+        return ability in cls.ABILITIES
+
+    @classmethod
+    def require(cls, ability: str, what: str) -> None:
+        """Raise InputError naming the engines that can do ``what``, unless this one declares ``ability``."""
+        if not cls.supports(ability):
+            from logitlab.engines import engines_with
+
+            able = engines_with(ability)
+            names = " and ".join([", ".join(able[:-1]), able[-1]] if len(able) > 1 else able) or "no"
+            raise InputError(f"{what} supports the {names} engine{'s' if len(able) != 1 else ''}, not {cls.name!r}")
 
     def __post_init__(self) -> None:
         self.options = self.validate_options(self.options)
@@ -185,20 +224,43 @@ class Engine:
         return converted
 
     def open_session(self) -> Session:
-        """Start a fresh sequence (empty KV cache)."""
+        """Start a fresh sequence (empty KV cache).
+
+        Raises:
+            InputError: the engine has no ``sessions`` ability (it only runs whole workloads).
+        """
+        self.require("sessions", "step-by-step prefill/decode (a session)")
         return self._open_session()
 
     def run_workload(self, prompt_ids: Sequence[int], n_decode: int, replay: Sequence[int] | None) -> Any:
-        """Optional fast path: run a whole workload in one go.
+        """A whole workload in one go (the ``workload`` ability).
 
-        :func:`logitlab.experiments.workload.run_workload` calls this first and
-        uses sessions only when it returns None (the default). Engines whose
+        :func:`logitlab.engines.workload.run_workload` calls this for engines
+        that declare ``workload`` and uses sessions otherwise. Engines whose
         unit of work is a whole sequence (a process, an HTTP request) return a
         ``RunOutput`` here with the same meaning as the session path: one row
         per input position (prompt, then ``n_decode`` greedy or replayed
         tokens), and prefill/decode timings.
         """
-        return None
+        raise NotImplementedError
+
+    def open_batch(self, max_sequences: int, max_tokens: int) -> "BatchRun":
+        """A runner for several sequences in one forward pass (the ``batch`` ability).
+
+        Args:
+            max_sequences: most sequences in one :meth:`BatchRun.run`.
+            max_tokens: most tokens in one run, over all its sequences.
+
+        Raises:
+            InputError: the engine has no batch ability, or the sizes are out of range.
+        """
+        self.require("batch", "a batch of sequences")
+        raise NotImplementedError
+
+    def open_recompute_session(self) -> Session:
+        """A session that recomputes the whole sequence on every call (the ``recompute`` ability)."""
+        self.require("recompute", "a recomputing session")
+        raise NotImplementedError
 
     def close(self) -> None:
         """Release the engine's resources."""
@@ -225,5 +287,39 @@ class Engine:
         return None
 
     def describe(self) -> dict[str, Any]:
-        """Name, version, options and model identity for the run manifest."""
+        """Name, version, options and model identity for the run manifest.
+
+        Adapters add ``engine_version`` and ``model_sha256``, and may add
+        ``arithmetic``: one sentence on how the engine computes (the weights'
+        and activations' types), which cross-engine reports quote.
+        """
         return {"engine": self.name, "model": self.model, "options": dict(self.options)}
+
+
+class BatchRun:
+    """Several sequences through one forward pass of an engine (``Engine.open_batch``).
+
+    Attributes:
+        pads: True when the engine pads the sequences to one length (then
+            ``run`` takes a padding side), False when it runs them unpadded
+            (llama.cpp's parallel sequences).
+        params: what the batch was run with, for the report.
+
+    Use as a context manager, or call :meth:`close`.
+    """
+
+    pads: bool = False
+    params: dict[str, Any] = {}
+
+    def run(self, sequences: Sequence[Sequence[int]], padding: str = "right") -> list[np.ndarray]:
+        """Logits of every position of every sequence: one ``(len(seq), n_vocab)`` float32 array each."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the batch's resources."""
+
+    def __enter__(self) -> "BatchRun":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

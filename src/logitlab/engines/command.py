@@ -44,7 +44,6 @@ exit raises :class:`~logitlab.errors.EngineError` with the last stderr lines.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -62,6 +61,7 @@ import numpy as np
 
 from logitlab.engines.base import Engine, Session, StepTiming
 from logitlab.engines.options import positive_float, positive_int
+from logitlab.engines.tokenizers import GgufTokenizer
 from logitlab.errors import EngineError, InputError
 from logitlab.models import default_model_path, file_sha256
 
@@ -89,46 +89,6 @@ def _timing_regex(value: Any) -> str:
     if not set(groups) & set(_TIMING_GROUPS):
         raise ValueError(f"needs a named group among {', '.join(_TIMING_GROUPS)}")
     return pattern
-
-
-class GgufTokenizer:
-    """Tokenizer of a GGUF file (llama.cpp's vocabulary-only load), as the llamacpp engine tokenizes.
-
-    Raises:
-        InputError: the file is not a readable GGUF, or llama-cpp-python is missing.
-    """
-
-    def __init__(self, path: str | Path):
-        from logitlab.models import check_gguf
-
-        self.path = str(check_gguf(path))
-        try:
-            import llama_cpp
-        except ImportError:
-            raise InputError("tokenizing with a GGUF vocabulary needs llama-cpp-python: "
-                             "pip install 'logitlab[llamacpp]'") from None
-        try:
-            from llama_cpp._utils import suppress_stdout_stderr
-
-            quiet: Any = suppress_stdout_stderr(disable=False)
-        except ImportError:  # pragma: no cover - other llama-cpp-python versions
-            quiet = contextlib.nullcontext()
-        try:
-            # vocab_only still prints a context-size warning on stderr: silence it.
-            with quiet:
-                self._llama = llama_cpp.Llama(model_path=self.path, vocab_only=True, verbose=False, n_ctx=16)
-        except Exception as exc:
-            raise InputError(f"cannot load the vocabulary of {self.path}: {exc}") from None
-
-    def tokenize(self, text: str) -> list[int]:
-        return list(self._llama.tokenize(text.encode("utf-8"), add_bos=True, special=False))
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        return self._llama.detokenize(list(tokens)).decode("utf-8", errors="replace")
-
-    @property
-    def n_vocab(self) -> int:
-        return int(self._llama.n_vocab())
 
 
 def read_logits(path: Path, vocab: int | None) -> np.ndarray:
@@ -228,6 +188,7 @@ class CommandEngine(Engine):
     """
 
     name = "cmd"
+    ABILITIES = frozenset({"logits", "sessions", "workload"})
     TARGET_OPTION = "command"
     OPTIONS = {
         "command": (str, "command template with {tokens} and {logits} (--engine 'cmd:TEMPLATE')"),
@@ -318,7 +279,7 @@ class CommandEngine(Engine):
             InputError: ``replay`` shorter than ``n_decode``.
             EngineError: the command failed, timed out, or wrote bad logits.
         """
-        from logitlab.experiments.workload import RunOutput
+        from logitlab.engines.workload import RunOutput
 
         prompt = [int(t) for t in prompt_ids]
         if replay is not None:

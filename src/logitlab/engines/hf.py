@@ -34,7 +34,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from logitlab.engines.base import Engine, Session
+from logitlab.engines.base import BatchRun, Engine, Session
 from logitlab.engines.options import positive_int, to_bool
 from logitlab.errors import EngineError, InputError
 from logitlab.models import check_gguf, default_model_path, file_sha256
@@ -154,6 +154,8 @@ class HfEngine(Engine):
     """
 
     name = "hf"
+    ABILITIES = frozenset({"logits", "sessions", "batch", "padded-batch", "recompute", "dump"})
+    CAPTURE = "logitlab.dumps.capture_hf:capture_hf"
     OPTIONS = {
         "dtype": (_choice(DTYPES), "weights/activations dtype: float32 (default), bfloat16, float16"),
         "attn": (_choice(ATTN_IMPLEMENTATIONS), "attention implementation: sdpa (default) or eager"),
@@ -364,6 +366,10 @@ class HfEngine(Engine):
             logits = out.logits.to(torch.float32).cpu().numpy()
         return [np.array(logits[row, a:b], dtype=np.float32, copy=True) for row, (a, b) in enumerate(spans)]
 
+    def open_batch(self, max_sequences: int, max_tokens: int) -> BatchRun:
+        """One padded forward per run (:meth:`batch_logits`); left or right padding."""
+        return _HfBatch(self)
+
     # -- Engine hooks -----------------------------------------------------------
     def _open_session(self) -> HfSession:
         return HfSession(self)
@@ -407,6 +413,8 @@ class HfEngine(Engine):
             "model_sha256": self.model_sha256(),
             "model_kind": "GGUF de-quantised to float32 by transformers" if self.model_kind == "gguf"
             else "Hugging Face model folder",
+            "arithmetic": "transformers multiplies weights de-quantised to float with float activations"
+            if self.model_kind == "gguf" else None,
             "architecture": type(self.hf_model).__name__,
             "options": dict(self.options),
             "effective": {
@@ -426,6 +434,17 @@ class HfEngine(Engine):
             self.hf_model = None
             if self.device.startswith("cuda"):
                 self.torch.cuda.empty_cache()
+
+
+class _HfBatch(BatchRun):
+    pads = True
+    params = {"mode": "one padded forward, attention mask, position ids from the mask"}
+
+    def __init__(self, engine: HfEngine):
+        self.engine = engine
+
+    def run(self, sequences: Sequence[Sequence[int]], padding: str = "right") -> list[np.ndarray]:
+        return self.engine.batch_logits(sequences, padding)
 
 
 def _forward_parameters(model: Any) -> set[str]:

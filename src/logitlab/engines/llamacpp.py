@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from logitlab.engines.base import Engine, Session
+from logitlab.engines.base import BatchRun, Engine, Session
 from logitlab.engines.options import positive_int, to_bool
 from logitlab.errors import EngineError, InputError
 from logitlab.models import check_gguf, default_model_path, file_sha256
@@ -66,6 +66,8 @@ class LlamaCppEngine(Engine):
     """
 
     name = "llamacpp"
+    ABILITIES = frozenset({"logits", "sessions", "rollback", "batch", "dump"})
+    CAPTURE = "logitlab.dumps.capture_llamacpp:capture_llamacpp"
     OPTIONS = {
         "n_threads": (positive_int, "threads for single-token decode"),
         "n_threads_batch": (positive_int, "threads for batched (prefill) evaluation"),
@@ -122,6 +124,12 @@ class LlamaCppEngine(Engine):
             llama.close()
             self.llama = None
 
+    def open_batch(self, max_sequences: int, max_tokens: int) -> BatchRun:
+        """Parallel sequences (seq ids) in one ``llama_decode`` on a second context, no padding."""
+        from logitlab.engines.llamacpp_batch import LlamaCppBatch
+
+        return LlamaCppBatch(self, max_sequences, max_tokens)
+
     def describe(self) -> dict[str, Any]:
         import llama_cpp
 
@@ -131,6 +139,9 @@ class LlamaCppEngine(Engine):
             "system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip(),
             "model": self.model,
             "model_sha256": file_sha256(os.path.abspath(self.model)),
+            "model_kind": "GGUF weights as stored (quantised types computed as such)",
+            "arithmetic": ("llama.cpp multiplies the quantised weights with activations it quantises on the fly "
+                           "(8-bit blocks for 4/5-bit weight types on CPU)"),
             "options": dict(self.options),
             "effective": {
                 "n_ctx": self.n_ctx,

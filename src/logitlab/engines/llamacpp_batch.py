@@ -16,11 +16,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from logitlab.engines.base import BatchRun
 from logitlab.engines.llamacpp import LlamaCppEngine
 from logitlab.errors import EngineError, InputError
 
 
-class LlamaCppBatch:
+class LlamaCppBatch(BatchRun):
     """A llama.cpp context for up to ``n_seq_max`` parallel sequences on an engine's model.
 
     Args:
@@ -77,8 +78,8 @@ class LlamaCppBatch:
             self._lib.llama_free(self.ctx)
             self.ctx = None
 
-    def run(self, sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        """Evaluate the sequences (seq ids 0..B-1, positions from 0) in one ``llama_decode``.
+    def run(self, sequences: Sequence[Sequence[int]], padding: str = "none") -> list[np.ndarray]:
+        """Evaluate the sequences (seq ids 0..B-1, positions from 0) in one ``llama_decode``; no padding.
 
         Returns:
             One ``(len(sequence), n_vocab)`` float32 array per sequence, freshly copied.

@@ -53,7 +53,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from logitlab.engines.base import Engine, Session, StepTiming
+from logitlab.engines.base import Engine, StepTiming
 from logitlab.engines.options import positive_float, positive_int, to_bool
 from logitlab.errors import EngineError, InputError
 
@@ -90,12 +90,6 @@ class HttpStatusError(EngineError):
         self.status = status
 
 
-class OpenAISession(Session):
-    def _decode(self, tokens: list[int]) -> np.ndarray:
-        raise EngineError("the openai engine returns top-k log-probabilities per request, not logits: "
-                          "it runs whole workloads (ab), not step-by-step sessions")
-
-
 class OpenAIEngine(Engine):
     """An OpenAI-compatible completions server (see the module docstring).
 
@@ -105,6 +99,7 @@ class OpenAIEngine(Engine):
 
     name = "openai"
     TARGET_OPTION = "url"
+    ABILITIES = frozenset({"workload"})
     OPTIONS = {
         "url": (_url, "base URL of the API, e.g. http://127.0.0.1:8080/v1 (--engine openai:URL)"),
         "logprobs": (positive_int, "log-probabilities asked per position (default 20; above --top-k)"),
@@ -145,7 +140,7 @@ class OpenAIEngine(Engine):
             except HttpStatusError:
                 self._prompt_format = "text"
         if "tokenizer" in self.options:
-            from logitlab.engines.command import GgufTokenizer
+            from logitlab.engines.tokenizers import GgufTokenizer
 
             self._gguf = GgufTokenizer(self.options["tokenizer"])
 
@@ -240,9 +235,6 @@ class OpenAIEngine(Engine):
     def n_vocab(self) -> int:
         return 0  # unknown: servers return top-k log-probabilities only
 
-    def _open_session(self) -> Session:
-        return OpenAISession(self)
-
     # -- the workload ----------------------------------------------------------------
     def _post_prompt(self, sequence: list[int], body: dict) -> tuple[dict, float, str]:
         """POST a completion whose prompt is ``sequence``, as token ids or as its text."""
@@ -280,7 +272,7 @@ class OpenAIEngine(Engine):
             self._complete({"prompt": [sequence[0] - 1 if sequence[0] > 0 else sequence[0] + 1], "max_tokens": 1})
 
     def _score(self, sequence: list[int]):
-        from logitlab.numerics.topk import TopKRows
+        from logitlab.engines.topk import TopKRows
 
         data, seconds, kind = self._post_prompt(sequence, {"max_tokens": 1, "logprobs": self.k, "echo": True})
         logprobs = data["choices"][0].get("logprobs")
@@ -318,7 +310,7 @@ class OpenAIEngine(Engine):
         Raises:
             EngineError: the server failed, stopped answering, or answered without logprobs.
         """
-        from logitlab.experiments.workload import RunOutput
+        from logitlab.engines.workload import RunOutput
 
         prompt = [int(t) for t in prompt_ids]
         timings: list[StepTiming] = []

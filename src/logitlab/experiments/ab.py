@@ -11,29 +11,30 @@ speed decision. Each run is appended to a JSONL log as soon as it finishes.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
 from logitlab.engines.base import Engine
 from logitlab.engines.variant import Variant
-from logitlab.errors import EngineError, InputError, LogitlabError
+from logitlab.errors import EngineError, InputError, Interrupted, LogitlabError
+from logitlab.events import Event, ignore_event
 from logitlab.experiments import crossengine
 from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner, load_engine, stronger_isolation
-from logitlab.experiments.schedule import CANDIDATE, CONTROL, Slot, ab_schedule
-from logitlab.experiments.workload import RunOutput
+from logitlab.perf.design import CANDIDATE, CONTROL, Slot, ab_schedule
+from logitlab.engines.workload import RunOutput
+from logitlab.jsonio import ResultRecord, dumps_line
 from logitlab.manifest import build_manifest
 from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict, classify, compare_logits
-from logitlab.numerics.topk import TopKComparison, TopKRows, classify_topk, compare_topk
-from logitlab.perf import Block, PairedComparison, paired_comparison
-
-SCHEMA_VERSION = 1
-
+from logitlab.engines.topk import TopKRows
+from logitlab.numerics.topk import TopKComparison, classify_topk, compare_topk
+from logitlab.perf.design import Block
+from logitlab.perf.equivalence import check_margin
+from logitlab.perf.paired import PairedComparison, paired_comparison
 
 @dataclass(frozen=True)
 class AbConfig:
@@ -79,15 +80,14 @@ class AbConfig:
             raise InputError(f"unknown --isolation {self.isolation!r}; valid: {', '.join(ISOLATION_LEVELS)}")
         if self.top_k < 1:
             raise InputError(f"--top-k must be at least 1, got {self.top_k}")
-        if self.margin is not None and not 0 < self.margin < 1:
-            raise InputError(f"--margin must be a fraction between 0 and 1 (0.02 = 2 %), got {self.margin}")
+        if self.margin is not None:
+            check_margin(self.margin, option="--margin")
         if self.localize:
-            from logitlab.dumps.run import CAPTURE_ENGINES
-            from logitlab.engines import canonical_engine_name
+            from logitlab.engines import engine_class, engines_with
 
-            engines = {canonical_engine_name(v.engine) or v.engine for v in (self.control, self.candidate)}
-            if not engines <= set(CAPTURE_ENGINES):
-                raise InputError(f"--localize dumps tensors through {' or '.join(CAPTURE_ENGINES)} only; these "
+            engines = {engine_class(v.engine).name for v in (self.control, self.candidate)}
+            if not all(engine_class(v.engine).supports("dump") for v in (self.control, self.candidate)):
+                raise InputError(f"--localize dumps tensors through {' or '.join(engines_with('dump'))} only; these "
                                  f"variants use {', '.join(sorted(engines))}")
 
     def to_dict(self) -> dict[str, Any]:
@@ -98,7 +98,19 @@ class AbConfig:
 
 @dataclass
 class RunRecord:
-    """One measured (or warmup) run: its slot, its speed, and its comparison with the reference."""
+    """One measured (or warmup) run: its slot, its speed, and its comparison with the reference.
+
+    Attributes:
+        slot, variant, block, position, pattern: where it ran (see :class:`~logitlab.perf.design.Slot`).
+        isolation: the isolation level it ran under.
+        prefill_tokens, decode_tokens: tokens of each phase.
+        prefill_seconds, decode_seconds: wall time around the engine calls of each phase (s).
+        is_reference: the first measured control run, every other run's reference.
+        comparison: the run against the reference (None for warmups and the reference itself).
+        verdict: the comparison's verdict word.
+        candidate_self_exact: for candidate runs after the first, whether its logits are
+            bit-identical with the first candidate run's.
+    """
 
     slot: int
     variant: str
@@ -111,8 +123,9 @@ class RunRecord:
     decode_tokens: int
     decode_seconds: float
     is_reference: bool = False
-    comparison: dict[str, Any] | None = None
+    comparison: TopKComparison | LogitComparison | None = None
     verdict: str | None = None
+    candidate_self_exact: bool | None = None
 
     @property
     def prefill_tokens_per_second(self) -> float:
@@ -124,10 +137,11 @@ class RunRecord:
 
     @property
     def bit_exact(self) -> bool | None:
-        return None if self.comparison is None else self.comparison["differing_entries"] == 0
+        return None if self.comparison is None else self.comparison.bit_exact
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["comparison"] = None if self.comparison is None else self.comparison.to_dict()
         data["prefill_tokens_per_second"] = self.prefill_tokens_per_second
         data["decode_tokens_per_second"] = self.decode_tokens_per_second
         return data
@@ -147,8 +161,16 @@ class Escalation:
 
 
 @dataclass
-class AbResult:
-    """The whole experiment: manifest, runs, A/A, A/B verdict, speed."""
+class AbResult(ResultRecord):
+    """The whole experiment: manifest, runs, A/A, A/B verdict, speed.
+
+    JSON format history (``schema_version``): 1 — first version; 2 — ``kind``,
+    typed comparisons (one field list), ``candidate_self_exact`` on the run,
+    an unmeasured A/A is ``null``.
+    """
+
+    KIND: ClassVar[str] = "ab"
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     config: dict[str, Any]
     manifest: dict[str, Any]
@@ -162,7 +184,6 @@ class AbResult:
     speed: dict[str, PairedComparison] = field(default_factory=dict)
     localization: dict[str, Any] | None = None
     error: str | None = None
-    schema_version: int = SCHEMA_VERSION
     notes: list[str] = field(default_factory=list)  # cross-engine facts the report must state
 
     # -- derived views ------------------------------------------------------
@@ -170,13 +191,23 @@ class AbResult:
         return [r for r in self.runs if r.variant == variant and r.block is not None]
 
     @property
-    def control_reproducible(self) -> bool:
-        return all(r.bit_exact for r in self.measured(CONTROL) if not r.is_reference)
+    def aa_runs(self) -> list[RunRecord]:
+        """The control runs compared with the reference (every measured control run but the reference)."""
+        return [r for r in self.measured(CONTROL) if not r.is_reference and r.comparison is not None]
+
+    @property
+    def control_reproducible(self) -> bool | None:
+        """Is every A/A comparison bit-exact? None when no control run besides the reference was compared."""
+        runs = self.aa_runs
+        return all(r.bit_exact for r in runs) if runs else None
 
     @property
     def aa_diagnosis(self) -> str:
-        """``reproducible``, ``state leak (… isolation)`` or ``run-to-run nondeterminism``."""
-        if self.control_reproducible:
+        """``reproducible``, ``not measured``, ``state leak (… isolation)`` or ``run-to-run nondeterminism``."""
+        reproducible = self.control_reproducible
+        if reproducible is None:
+            return "not measured"
+        if reproducible:
             return "reproducible"
         for escalation in self.escalations:
             if escalation.reproducible:
@@ -188,35 +219,15 @@ class AbResult:
     @property
     def candidate_reproducible(self) -> bool | None:
         """Do all candidate runs have identical logits? (None with fewer than two.)"""
-        flags = [r.comparison.get("candidate_self_exact") for r in self.measured(CANDIDATE) if r.comparison]
-        flags = [f for f in flags if f is not None]
+        flags = [r.candidate_self_exact for r in self.measured(CANDIDATE) if r.candidate_self_exact is not None]
         return all(flags) if flags else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def derived(self) -> dict[str, Any]:
         return {
-            "schema_version": self.schema_version,
-            "manifest": self.manifest,
-            "config": self.config,
-            "prompt_ids": self.prompt_ids,
-            "generated_ids": self.generated_ids,
-            "generated_text": self.generated_text,
-            "runs": [r.to_dict() for r in self.runs],
-            "aa": {
-                "control_reproducible": self.control_reproducible,
-                "diagnosis": self.aa_diagnosis,
-                "escalations": [dataclasses.asdict(e) for e in self.escalations],
-            },
+            "aa": {"control_reproducible": self.control_reproducible, "diagnosis": self.aa_diagnosis,
+                   "escalations": [dataclasses.asdict(e) for e in self.escalations]},
             "candidate_reproducible": self.candidate_reproducible,
-            "verdict": None if self.verdict is None else dataclasses.asdict(self.verdict),
-            "verdict_slot": self.verdict_slot,
-            "speed": {name: dataclasses.asdict(p) for name, p in self.speed.items()},
-            "localization": self.localization,
-            "notes": self.notes,
-            "error": self.error,
         }
-
-
-Event = Callable[[str, dict[str, Any]], None]
 
 
 class AbExperiment:
@@ -226,7 +237,7 @@ class AbExperiment:
         config.validate()
         self.config = config
         self.log_path = Path(log_path) if log_path else None
-        self.on_event = on_event or (lambda kind, data: None)
+        self.on_event = on_event or ignore_event
         self.reference: RunOutput | None = None
         self.first_candidate: RunOutput | None = None
         self.candidate_verdicts: list[tuple[int, Verdict]] = []
@@ -236,8 +247,8 @@ class AbExperiment:
         """Run the experiment.
 
         Raises:
-            LogitlabError: bad input or an engine failure. The exception's
-                ``partial`` attribute holds the :class:`AbResult` measured so far.
+            LogitlabError: bad input or an engine failure; :class:`~logitlab.errors.Interrupted`
+                on Ctrl-C. The exception's ``partial`` holds the :class:`AbResult` measured so far.
         """
         cfg = self.config
         variants = {CONTROL: cfg.control, CANDIDATE: cfg.candidate}
@@ -255,10 +266,13 @@ class AbExperiment:
                 try:
                     self._run_blocks(runner, result)
                     self._finish(result)
-                except (LogitlabError, KeyboardInterrupt) as exc:
-                    result.error = str(exc) or "interrupted"
-                    exc.partial = result  # type: ignore[attr-defined]
+                except LogitlabError as exc:
+                    result.error = str(exc)
+                    exc.partial = result
                     raise
+                except KeyboardInterrupt:
+                    result.error = "interrupted"
+                    raise Interrupted("interrupted", partial=result) from None
             finally:
                 if not runner.adopted(CONTROL):
                     for engine in engines:
@@ -309,7 +323,7 @@ class AbExperiment:
             result.runs.append(record)
             self._log(record)
             self.on_event("slot", {"slot": slot, "record": record})
-            self._check_finite(record, slot)
+            self._check_reference(record, slot)
 
     def _record(self, slot: Slot, output: RunOutput, result: AbResult) -> RunRecord:
         record = RunRecord(
@@ -330,13 +344,12 @@ class AbExperiment:
         vocab = crossengine.vocab_note(self.reference.logits.shape[1], output.logits.shape[1])
         if output.topk is None and vocab and vocab not in result.notes:
             result.notes.insert(0, vocab)
-        summary = dataclasses.asdict(comparison)
         if slot.variant == CANDIDATE:
             if self.first_candidate is None:
                 self.first_candidate = output
             else:
-                summary["candidate_self_exact"] = self.first_candidate.same_bits(output)
-        record.comparison = summary
+                record.candidate_self_exact = self.first_candidate.same_bits(output)
+        record.comparison = comparison
         verdict = (classify_topk if isinstance(comparison, TopKComparison) else classify)(
             comparison, self.config.thresholds)
         record.verdict = verdict.word
@@ -358,13 +371,21 @@ class AbExperiment:
             raise EngineError(f"{slot.variant} returned {observed.shape[0]} rows, the reference {reference.shape[0]}")
         return compare_logits(reference, observed, top_k=self.config.top_k, token_ids=self.reference.input_ids)
 
-    def _check_finite(self, record: RunRecord, slot: Slot) -> None:
-        comparison = record.comparison or {}
-        bad = comparison.get("nan_obs", 0) + comparison.get("inf_obs", 0)
-        if record.is_reference and not np.isfinite(self.reference.logits).all():
-            bad = int((~np.isfinite(self.reference.logits)).sum())
-        if bad:
-            raise EngineError(f"{slot.variant} run at slot {slot.index} produced {bad} NaN/Inf logits")
+    def _check_reference(self, record: RunRecord, slot: Slot) -> None:
+        """A reference with NaN/Inf logits leaves nothing to compare against: stop (what ran is kept).
+
+        NaN/Inf in any other run is measured like any difference: its comparison counts them and
+        its verdict is ``divergent``.
+        """
+        if not record.is_reference:
+            return
+        logits = self.reference.logits
+        bad = ~np.isfinite(logits)
+        if bad.any():
+            row, token = (int(i) for i in np.argwhere(bad)[0])
+            raise EngineError(f"the reference run (control, slot {slot.index}) produced {int(bad.sum())} NaN/Inf "
+                              f"logits, the first at position {row}, token id {token}: nothing can be compared "
+                              "against it")
 
     def _finish(self, result: AbResult) -> None:
         cfg = self.config
@@ -392,7 +413,7 @@ class AbExperiment:
             pair = (self.config.control, self.config.candidate)
         if not differing:
             return
-        position = differing[0].comparison["first_mismatch"]["position"]
+        position = differing[0].comparison.first_mismatch["position"]
         steps = min(max(1, position - len(result.prompt_ids) + 1), len(result.generated_ids))
         self.on_event("localize", {"pair": [v.label for v in pair], "decode_steps": steps})
         summary = localize(pair[0], dataclasses.replace(pair[1], label="candidate"), result.prompt_ids,
@@ -418,13 +439,7 @@ class AbExperiment:
             return
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record.to_dict(), default=_json_default) + "\n")
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (np.integer, np.floating, np.bool_)):
-        return value.item()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+            f.write(dumps_line(record.to_dict()) + "\n")
 
 
 def busy_machine_note(factor: float = 1.5) -> str | None:
@@ -455,10 +470,14 @@ def speed_blocks(runs: Sequence[RunRecord], metric: str) -> list[Block]:
     return blocks
 
 
+#: The phases of a run timed for speed, and the run field of each one's tokens/s.
+PHASES = (("decode", "decode_tokens_per_second"), ("prefill", "prefill_tokens_per_second"))
+
+
 def analyse_speed(runs: Sequence[RunRecord], *, margin: float | None, seed: int) -> dict[str, PairedComparison]:
     """Paired decode and prefill tokens/s decisions over the complete blocks."""
     out = {}
-    for name, metric in (("decode", "decode_tokens_per_second"), ("prefill", "prefill_tokens_per_second")):
+    for name, metric in PHASES:
         blocks = speed_blocks(runs, metric)
         if blocks:
             out[name] = paired_comparison(blocks, higher_is_better=True, metric=f"{name} tokens/s",

@@ -94,22 +94,19 @@ def cross_engine_notes(control: dict[str, Any], candidate: dict[str, Any]) -> li
         parts = [d.get("engine_version", d.get("engine", "?"))]
         if d.get("model_kind"):
             parts.append(d["model_kind"])
-        elif d.get("engine") == "llamacpp":
-            parts.append("GGUF weights as stored (quantised types computed as such)")
         effective = d.get("effective", {})
         if "dtype" in effective:
             parts.append(f"{effective['dtype']} activations")
         return ", ".join(parts)
 
     notes = [f"cross-engine comparison: control = {what(control)}; candidate = {what(candidate)}."]
-    engines = {control.get("engine"), candidate.get("engine")}
-    if "llamacpp" in engines and "hf" in engines:
+    arithmetic = [d.get("arithmetic") for d in (control, candidate)]
+    if all(arithmetic) and arithmetic[0] != arithmetic[1]:
         notes.append(
-            "The two engines do different arithmetic on the same GGUF: llama.cpp multiplies the quantised "
-            "weights with activations it quantises on the fly (8-bit blocks for 4/5-bit weight types on CPU), "
-            "transformers multiplies weights de-quantised to float with float activations. Logits are expected "
-            "to differ beyond rounding noise; KLD and top-1 agreement say by how much. A verdict above near-tie "
-            "here is evidence of that arithmetic difference, not by itself evidence of a bug in either engine.")
+            f"The two engines do different arithmetic on the same GGUF: {arithmetic[0]}, {arithmetic[1]}. "
+            "Logits are expected to differ beyond rounding noise; KLD and top-1 agreement say by how much. A verdict "
+            "above near-tie here is evidence of that arithmetic difference, not by itself evidence of a bug in "
+            "either engine.")
     else:
         notes.append("Different engines compute in different orders and precisions: differences beyond rounding "
                      "noise are expected; judge them by KLD and top-1 agreement.")

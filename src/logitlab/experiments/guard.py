@@ -151,8 +151,8 @@ def check_block(rows: np.ndarray, inputs: Sequence[int], tau: float | None) -> B
 
 # -- rollback ----------------------------------------------------------------
 def supports_rollback(session: Session) -> bool:
-    """True if :func:`rollback` can shorten this session (its adapter implements ``_truncate``)."""
-    return session.can_truncate
+    """True if :func:`rollback` can shorten this session (its engine declares ``rollback``)."""
+    return session.engine.supports("rollback") and session.can_truncate
 
 
 def rollback(session: Session, n_past: int) -> None:

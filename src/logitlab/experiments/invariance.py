@@ -31,25 +31,23 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
 from logitlab.engines.base import Engine
 from logitlab.engines.variant import Variant
 from logitlab.errors import InputError
+from logitlab.events import Event, ignore_event
 from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner, load_engine
-from logitlab.experiments.workload import RunOutput, environment, run_workload
+from logitlab.engines.workload import RunOutput, environment, run_workload
+from logitlab.jsonio import ResultRecord
 from logitlab.manifest import build_manifest
-from logitlab.numerics import VERDICTS, Thresholds, Verdict, classify, compare_logits
+from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict, classify, compare_logits
 
-SCHEMA_VERSION = 1
 PROBES = ("batch", "prefill-decode", "determinism")
 PADDINGS = ("right", "left")
 FILLS = ("same", "mixed")
-
-Event = Callable[[str, dict[str, Any]], None]
-
 
 @dataclass(frozen=True)
 class InvarianceConfig:
@@ -124,26 +122,32 @@ class Check:
     Attributes:
         name: short label (``"B=4, left padding"``, ``"decode vs prefill"``, ``"run 3"``).
         reference, observed: what each side is, in words.
-        comparison: :class:`~logitlab.numerics.LogitComparison` as a dict.
-        verdict: :class:`~logitlab.numerics.Verdict` as a dict.
+        comparison: the observed side against the reference side.
+        verdict: the comparison's verdict with its evidence.
         details: probe-specific facts (batch lengths, runs in a group, positions compared).
     """
 
     name: str
     reference: str
     observed: str
-    comparison: dict[str, Any]
-    verdict: dict[str, Any]
+    comparison: LogitComparison
+    verdict: Verdict
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def word(self) -> str:
-        return self.verdict["word"]
+        return self.verdict.word
 
 
 @dataclass
-class InvarianceResult:
-    """A probe's checks, its worst verdict and the facts it measured."""
+class InvarianceResult(ResultRecord):
+    """A probe's checks, its worst verdict and the facts it measured.
+
+    JSON format history (``schema_version``): 1 — first version; 2 — ``kind``, typed checks.
+    """
+
+    KIND: ClassVar[str] = "invariance"
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     probe: str
     config: dict[str, Any]
@@ -152,41 +156,30 @@ class InvarianceResult:
     checks: list[Check] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    schema_version: int = SCHEMA_VERSION
 
     @property
     def worst(self) -> Check | None:
         """The check with the most severe verdict (then the largest max |Δ|, then the last), or None."""
         if not self.checks:
             return None
-        return max(self.checks, key=lambda c: (VERDICTS.index(c.word), c.comparison["max_abs_diff"] or 0.0,
+        return max(self.checks, key=lambda c: (VERDICTS.index(c.word), c.comparison.max_abs_diff or 0.0,
                                                self.checks.index(c)))
 
     @property
     def verdict(self) -> Verdict | None:
         worst = self.worst
-        return None if worst is None else Verdict.from_dict(worst.verdict)
+        return None if worst is None else worst.verdict
 
     @property
     def invariant(self) -> bool:
         """True iff every check is bit-exact."""
         return all(c.word == "bit-exact" for c in self.checks)
 
-    def to_dict(self) -> dict[str, Any]:
+    def derived(self) -> dict[str, Any]:
         worst = self.worst
-        return {
-            "schema_version": self.schema_version,
-            "probe": self.probe,
-            "manifest": self.manifest,
-            "config": self.config,
-            "prompt_ids": self.prompt_ids,
-            "checks": [dataclasses.asdict(c) for c in self.checks],
-            "verdict": None if worst is None else worst.verdict,
-            "verdict_check": None if worst is None else self.checks.index(worst),
-            "invariant": self.invariant,
-            "details": self.details,
-            "notes": self.notes,
-        }
+        return {"verdict": None if worst is None else worst.verdict.to_dict(),
+                "verdict_check": None if worst is None else self.checks.index(worst),
+                "invariant": self.invariant}
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -194,8 +187,7 @@ def _check(name: str, reference_text: str, observed_text: str, reference: np.nda
            config: InvarianceConfig, token_ids: Sequence[int], details: dict[str, Any] | None = None) -> Check:
     comparison = compare_logits(reference, observed, top_k=config.top_k, token_ids=list(map(int, token_ids)))
     verdict = classify(comparison, config.thresholds)
-    return Check(name, reference_text, observed_text, dataclasses.asdict(comparison), verdict.to_dict(),
-                 details or {})
+    return Check(name, reference_text, observed_text, comparison, verdict, details or {})
 
 
 def _digest(array: np.ndarray) -> str:
@@ -219,35 +211,6 @@ def filler_sequences(ids: Sequence[int], count: int) -> list[list[int]]:
     return out
 
 
-class _BatchBackend:
-    """Runs a list of sequences as one batch on an engine: hf (padded) or llama.cpp (parallel sequences)."""
-
-    def __init__(self, engine: Engine, max_sequences: int, max_tokens: int):
-        self.engine = engine
-        self.context = None
-        if callable(getattr(engine, "batch_logits", None)):
-            self.pads = True
-            self.params: dict[str, Any] = {"mode": "one padded forward, attention mask, position ids from the mask"}
-        elif engine.name == "llamacpp":
-            from logitlab.engines.llamacpp_batch import LlamaCppBatch
-
-            self.pads = False
-            self.context = LlamaCppBatch(engine, max_sequences, max_tokens)
-            self.params = {"mode": "parallel sequences (seq ids) in one llama_decode, no padding",
-                           **self.context.params}
-        else:
-            raise InputError(f"invariance batch supports the hf and llamacpp engines, not {engine.name!r}")
-
-    def run(self, sequences: list[list[int]], padding: str) -> list[np.ndarray]:
-        if self.context is not None:
-            return self.context.run(sequences)
-        return self.engine.batch_logits(sequences, padding)
-
-    def close(self) -> None:
-        if self.context is not None:
-            self.context.close()
-
-
 # -- probes ------------------------------------------------------------------------------
 class InvarianceProbe:
     """Runs an :class:`InvarianceConfig`; :func:`run_invariance` is the one-call form."""
@@ -255,7 +218,7 @@ class InvarianceProbe:
     def __init__(self, config: InvarianceConfig, *, on_event: Event | None = None):
         config.validate()
         self.config = config
-        self.on_event = on_event or (lambda kind, data: None)
+        self.on_event = on_event or ignore_event
 
     def run(self) -> InvarianceResult:
         """Run the probe.
@@ -303,12 +266,12 @@ class InvarianceProbe:
     def _batch(self, result: InvarianceResult, engine: Engine) -> InvarianceResult:
         cfg, ids = self.config, result.prompt_ids
         sizes = sorted(set(int(b) for b in cfg.batch_sizes))
-        pads_probe = callable(getattr(engine, "batch_logits", None))
-        fill = cfg.fill or ("mixed" if pads_probe else "same")
+        engine.require("batch", "invariance batch")
+        fill = cfg.fill or ("mixed" if engine.supports("padded-batch") else "same")
         batches = {b: [ids] + ([list(ids)] * (b - 1) if fill == "same" else filler_sequences(ids, b - 1))
                    for b in sizes}
         max_tokens = max(sum(len(s) for s in seqs) for seqs in batches.values())
-        backend = _BatchBackend(engine, max(sizes), max_tokens)
+        backend = engine.open_batch(max(sizes), max_tokens)
         try:
             paddings = list(cfg.padding or PADDINGS) if backend.pads else ["none"]
             runs = [(b, padding) for b in sizes for padding in (paddings[:1] if b == 1 else paddings)]
@@ -343,14 +306,13 @@ class InvarianceProbe:
             backend.close()
         result.details = {"fill": fill, "batch_sizes": sizes, "paddings": paddings, "backend": backend.params}
         if not backend.pads and cfg.padding is not None:
-            result.notes.append("llama.cpp batches sequences by sequence id, without padding: --padding does not "
-                                "apply")
+            result.notes.append(f"{engine.name} batches sequences without padding: --padding does not apply")
         return result
 
     # prefill vs decode ---------------------------------------------------------------------
     def _prefill_decode(self, result: InvarianceResult, engine: Engine) -> InvarianceResult:
         cfg = self.config
-        recompute = getattr(engine, "open_recompute_session", None)
+        recompute = engine.open_recompute_session if engine.supports("recompute") else None
         if getattr(engine, "kv_cache", True) is False:
             recompute = None  # the engine already recomputes: its decode check is the recompute check
             result.notes.append("the engine runs without a KV cache (kv_cache=0): each decode step recomputes "

@@ -25,7 +25,7 @@ from logitlab.engines import engine_class, engine_target
 from logitlab.engines.base import Engine, StepTiming
 from logitlab.engines.variant import Variant
 from logitlab.errors import EngineError, InputError
-from logitlab.experiments.workload import RunOutput, environment, run_workload
+from logitlab.engines.workload import RunOutput, environment, run_workload
 
 ISOLATION_LEVELS = ("session", "engine", "process")
 
@@ -140,6 +140,6 @@ def run_in_subprocess(
 def _topk_from(data: dict | None):
     if data is None:
         return None
-    from logitlab.numerics.topk import TopKRows
+    from logitlab.engines.topk import TopKRows
 
     return TopKRows.from_dict(data)

@@ -1,4 +1,4 @@
-"""Prompt sets for multi-prompt experiments (``logitlab verify``).
+"""Prompts: the one prompt of ``ab`` / ``invariance`` / ``dump`` and prompt sets for ``verify``.
 
 The built-in set lives in ``logitlab/data/prompts.jsonl``, one JSON object per
 line: ``name``, ``kind`` (prose, code, list, numbers, dialogue, ...), ``set``
@@ -20,6 +20,34 @@ from pathlib import Path
 from typing import Sequence
 
 from logitlab.errors import InputError
+
+DEFAULT_PROMPT = (
+    "The lighthouse keeper had kept a journal for thirty years. Every evening he wrote down "
+    "the colour of the sea, the ships that passed, and the birds that rested on the rail. "
+    "One winter night, a small boat appeared out of the fog with no one aboard. He rowed out"
+)
+
+
+def load_prompt(prompt: str | None, prompt_file: str | None) -> str:
+    """The prompt text: ``--prompt``, ``--prompt-file`` or the built-in prose prompt.
+
+    Raises:
+        InputError: both given, the file is missing or unreadable, or the prompt is empty.
+    """
+    if prompt is not None and prompt_file is not None:
+        raise InputError("give --prompt or --prompt-file, not both")
+    if prompt_file is not None:
+        try:
+            prompt = Path(prompt_file).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"cannot read --prompt-file {prompt_file}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise InputError(f"--prompt-file {prompt_file} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    text = DEFAULT_PROMPT if prompt is None else prompt
+    if not text.strip():
+        raise InputError("the prompt is empty")
+    return text
+
 
 #: the built-in prompt file, next to the package's code
 BUILTIN_FILE = Path(__file__).resolve().parent.parent / "data" / "prompts.jsonl"

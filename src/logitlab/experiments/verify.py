@@ -31,23 +31,25 @@ import numpy as np
 from logitlab.engines.base import Engine, Session
 from logitlab.engines.variant import Variant
 from logitlab.errors import InputError, LogitlabError
+from logitlab.events import Event, ignore_event
 from logitlab.experiments import guard as G
 from logitlab.experiments.isolation import load_engine
 from logitlab.experiments.prompts import Prompt, builtin_prompts, check_unique
 from logitlab.manifest import build_manifest
-from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict, compare_logits
-from logitlab.numerics.compare import KLD_STATS
+from logitlab.experiments.verify_classify import classify_verify, in_block_rows, pool_rows, sweep_entry
+from logitlab.experiments.verify_results import (
+    FlipRecord,
+    GuardPromptResult,
+    GuardReport,
+    PromptRecord,
+    SweepEntry,
+    VerifyResult,
+)
+from logitlab.numerics import LogitComparison, Thresholds, compare_logits
+from logitlab.numerics.compare import merge_comparisons
 
-#: Version of :meth:`VerifyResult.to_dict`. 1 — first version.
-SCHEMA_VERSION = 1
 FALLBACKS = G.FALLBACKS
 DEFAULT_KS = (1, 2, 4, 8)
-
-#: cause labels of :class:`VerifyClassification`, harmless first
-CAUSES = ("bit-exact", "ulp-noise", "near-tie-noise", "verify-path", "systematic-offset", "wrong-result")
-
-Event = Callable[[str, dict[str, Any]], None]
-
 
 # -- configuration -------------------------------------------------------------
 @dataclass(frozen=True)
@@ -135,229 +137,6 @@ class VerifyConfig:
 
 
 # -- result records --------------------------------------------------------------
-@dataclass
-class InBlockRow:
-    """Statistics of one in-block row index j over all verify blocks.
-
-    ``offset``: the rows differ beyond ULP noise and ``|mean Δ| ≥ offset_ratio
-    × std Δ`` pooled over this row index's differing rows.
-    """
-
-    row: int
-    rows: int
-    bit_exact_rows: int
-    flips: int
-    mean_diff: float
-    std_diff: float
-    max_abs_diff: float
-    max_scaled_ulp: float = 0.0
-    offset: bool = False
-
-
-@dataclass
-class SweepEntry:
-    """One line of the K sweep: one prompt (or ``"all"``) at one K.
-
-    ``first_divergence``: the first row that is not bit-exact:
-    ``{output_index, position, block_start, row}``; None when all are.
-    Margins are the reference (M=1) top1–top2 margins at flips (logits).
-    """
-
-    prompt: str
-    k: int
-    rows: int
-    bit_exact_rows: int
-    flips: int
-    first_divergence: dict | None
-    max_abs_diff: float
-    mean_abs_diff: float
-    mean_diff: float
-    min_flip_margin: float | None
-    max_flip_margin: float | None
-    topk_changes: int
-    max_scaled_ulp: float
-    verdict: str
-    evidence: list
-    in_block: list = field(default_factory=list)
-    flips_in_row0: int = 0
-    decode_seconds: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass
-class FlipRecord:
-    """One argmax flip of a verify row against M=1.
-
-    ``logit_*``: the M=1 (ref) and M=K (obs) logits of both tokens; margins are
-    each row's own top1–top2; ``topk_*`` the top-k token lists, best first.
-    """
-
-    prompt: str
-    k: int
-    output_index: int
-    position: int
-    block_start: int
-    row: int
-    token_ref: int
-    token_obs: int
-    text_ref: str
-    text_obs: str
-    logit_ref_at_ref: float
-    logit_ref_at_obs: float
-    logit_obs_at_ref: float
-    logit_obs_at_obs: float
-    margin_ref: float | None
-    margin_obs: float | None
-    topk_ref: list
-    topk_obs: list
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass
-class PromptRecord:
-    """A prompt and its M=1 greedy continuation."""
-
-    name: str
-    kind: str
-    n_prompt_tokens: int
-    generated_ids: list
-    generated_text: str
-    m1_decode_seconds: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass
-class VerifyClassification:
-    """The cause of the M=K vs M=1 differences, with evidence.
-
-    Attributes:
-        word: the verdict word (one of :data:`~logitlab.numerics.VERDICTS`), worst over K.
-        cause: one of :data:`CAUSES`.
-        summary: one line.
-        evidence: one line per fact, naming numbers and thresholds.
-        scaling: how flips and non-bit-exact rows scale with K.
-        tau: the margin τ (logits) below which flips count as near-ties.
-    """
-
-    word: str
-    cause: str
-    summary: str
-    evidence: list
-    scaling: str
-    tau: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass
-class GuardPromptResult:
-    """The guarded loop on one prompt with one fallback, against M=1 greedy.
-
-    Work is counted in token rows fed to the engine after the prompt and in
-    decode calls; the ideal (every draft accepted, no trigger) is ``tokens - 1``
-    rows in ``ceil((tokens - 1) / K)`` calls. Times are per generated token.
-    """
-
-    prompt: str
-    fallback: str
-    k: int
-    tokens: int
-    ideal_rows: int
-    ideal_calls: int
-    decided_by_verify: int
-    triggers: int
-    trigger_rate: float
-    forward_rows: int
-    forward_calls: int
-    discarded_rows: int
-    corrections: int
-    extra_rows: float
-    extra_calls: float
-    seconds_per_token: float
-    unguarded_seconds_per_token: float
-    m1_seconds_per_token: float
-    overhead_vs_unguarded: float
-    identical: bool
-    first_divergence: int | None
-    unguarded_identical: bool
-    unguarded_first_divergence: int | None
-    triggers_fallback_exact: int
-    triggers_token_changed: int
-    evaluation: dict
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass
-class GuardReport:
-    """The near-tie guard measured on the prompt set.
-
-    ``totals`` per fallback: summed work and time, trigger rate over all
-    verify-decided positions, identical prompts, and the measured bound checks.
-    """
-
-    tau: float
-    source: str
-    k: int
-    calibration: dict | None
-    results: list = field(default_factory=list)
-    totals: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"tau": self.tau, "source": self.source, "k": self.k, "calibration": self.calibration,
-                "results": [r.to_dict() for r in self.results], "totals": self.totals}
-
-
-@dataclass
-class VerifyResult:
-    """The whole ``verify`` run: manifest, prompts, K sweep, flips, classification, guard."""
-
-    config: dict[str, Any]
-    manifest: dict[str, Any]
-    prompts: list = field(default_factory=list)
-    sweep: list = field(default_factory=list)
-    totals: list = field(default_factory=list)
-    flips: list = field(default_factory=list)
-    classification: VerifyClassification | None = None
-    guard: GuardReport | None = None
-    batch_invariant: bool | None = None
-    error: str | None = None
-    schema_version: int = SCHEMA_VERSION
-
-    def total(self, k: int) -> SweepEntry | None:
-        return next((t for t in self.totals if t.k == k), None)
-
-    @property
-    def guard_identical(self) -> bool | None:
-        """True iff every guarded run (every fallback) is token-identical to M=1 greedy; None without a guard."""
-        if self.guard is None or not self.guard.results:
-            return None
-        return all(r.identical for r in self.guard.results)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": self.schema_version,
-            "manifest": self.manifest,
-            "config": self.config,
-            "prompts": [p.to_dict() for p in self.prompts],
-            "sweep": [e.to_dict() for e in self.sweep],
-            "totals": [e.to_dict() for e in self.totals],
-            "flips": [f.to_dict() for f in self.flips],
-            "batch_invariant": self.batch_invariant,
-            "classification": None if self.classification is None else self.classification.to_dict(),
-            "guard": None if self.guard is None else self.guard.to_dict(),
-            "error": self.error,
-        }
-
-
 # -- the replay ------------------------------------------------------------------
 @dataclass
 class GreedyRun:
@@ -409,347 +188,6 @@ def replay_mk(engine: Engine, prompt_ids: Sequence[int], tokens: Sequence[int], 
     return np.concatenate(blocks), seconds
 
 
-def in_block_rows(c: LogitComparison, k: int, thresholds: Thresholds) -> list[InBlockRow]:
-    """Per in-block row index j (``output_index % k``): rows, bit-exact rows, flips, pooled mean/std Δ."""
-    flips_at = {f["position"] for f in c.flips}
-    out = []
-    for j in range(min(k, c.n_positions)):
-        idx = list(range(j, c.n_positions, k))
-        differing = [i for i in idx if c.row_differing[i]]
-        mean = std = 0.0
-        if differing:
-            mean = sum(c.row_mean_diff[i] for i in differing) / len(differing)
-            second = sum(c.row_std_diff[i] ** 2 + c.row_mean_diff[i] ** 2 for i in differing) / len(differing)
-            std = max(second - mean * mean, 0.0) ** 0.5
-        scaled = max((c.row_scaled_ulp[i] for i in differing), default=0.0)
-        out.append(InBlockRow(
-            row=j, rows=len(idx), bit_exact_rows=len(idx) - len(differing),
-            flips=sum(1 for i in idx if i in flips_at),
-            mean_diff=mean, std_diff=std,
-            max_abs_diff=max((c.row_max_abs_diff[i] for i in idx), default=0.0),
-            max_scaled_ulp=scaled, offset=_is_offset(bool(differing), scaled, mean, std, thresholds),
-        ))
-    return out
-
-
-def _is_offset(differing: bool, scaled_ulp: float, mean: float, std: float, thresholds: Thresholds) -> bool:
-    """The verdict's offset rule: above ULP noise and |mean Δ| ≥ offset_ratio × std Δ."""
-    return differing and scaled_ulp > thresholds.max_ulp and abs(mean) >= thresholds.offset_ratio * std
-
-
-def merge_comparisons(parts: Sequence[LogitComparison]) -> LogitComparison:
-    """Concatenate comparisons of the same vocabulary (rows of all prompts) into one.
-
-    Totals are recomputed from the per-row fields: sums, maxima, entry-weighted
-    means, the pooled std of Δ, KLD percentiles over all rows. Positions of
-    flips and of the first mismatch are offset to the concatenated rows.
-
-    Raises:
-        InputError: no parts, or vocabularies / top-k differ.
-    """
-    if not parts:
-        raise InputError("merge_comparisons needs at least one comparison")
-    first = parts[0]
-    if any(p.n_vocab != first.n_vocab or p.top_k != first.top_k for p in parts):
-        raise InputError("merge_comparisons: comparisons differ in n_vocab or top_k")
-    if len(parts) == 1:
-        return first
-    n = sum(p.n_positions for p in parts)
-    w = [p.n_positions / n for p in parts]
-    mean = sum(wi * p.mean_diff for wi, p in zip(w, parts))
-    second = sum(wi * (p.std_diff ** 2 + p.mean_diff ** 2) for wi, p in zip(w, parts))
-    flips, first_mismatch, offset = [], None, 0
-    for p in parts:
-        flips += [{**f, "position": f["position"] + offset} for f in p.flips]
-        if first_mismatch is None and p.first_mismatch is not None:
-            first_mismatch = {**p.first_mismatch, "position": p.first_mismatch["position"] + offset}
-        offset += p.n_positions
-    rows: dict[str, list] = {}
-    for f in dataclasses.fields(LogitComparison):
-        if f.name.startswith("row_"):
-            rows[f.name] = [x for p in parts for x in getattr(p, f.name)]
-    kld = np.array([x for x in rows["row_kld"] if x is not None], dtype=np.float64)
-    kld_summary = {name: (float(kld.mean()) if q is None else float(np.percentile(kld, q))) if kld.size else None
-                   for name, q in KLD_STATS}
-    ids = None
-    if all(p.token_ids is not None for p in parts):
-        ids = [t for p in parts for t in p.token_ids]
-    return LogitComparison(
-        n_positions=n, n_vocab=first.n_vocab, dtype=first.dtype, top_k=first.top_k,
-        differing_entries=sum(p.differing_entries for p in parts),
-        differing_rows=sum(p.differing_rows for p in parts),
-        max_abs_diff=max(p.max_abs_diff for p in parts),
-        mean_abs_diff=sum(wi * p.mean_abs_diff for wi, p in zip(w, parts)),
-        mean_diff=mean, std_diff=max(second - mean * mean, 0.0) ** 0.5,
-        max_ulp=max(p.max_ulp for p in parts), max_scaled_ulp=max(p.max_scaled_ulp for p in parts),
-        ulp_histogram={key: sum(p.ulp_histogram[key] for p in parts) for key in first.ulp_histogram},
-        argmax_agreement=sum(wi * p.argmax_agreement for wi, p in zip(w, parts)),
-        topk_agreement=sum(wi * p.topk_agreement for wi, p in zip(w, parts)),
-        kld=kld_summary,
-        nan_ref=sum(p.nan_ref for p in parts), nan_obs=sum(p.nan_obs for p in parts),
-        inf_ref=sum(p.inf_ref for p in parts), inf_obs=sum(p.inf_obs for p in parts),
-        nonfinite_mismatch=sum(p.nonfinite_mismatch for p in parts),
-        first_mismatch=first_mismatch, flips=flips, token_ids=ids, **rows,
-    )
-
-
-def verify_verdict(c: LogitComparison, thresholds: Thresholds) -> Verdict:
-    """The verdict of one M=K vs M=1 comparison, judged on argmax flips.
-
-    Greedy and speculative decoding read only the argmax, so this verdict
-    judges flips; a top-k set change away from a flip (the k-th boundary
-    moved) is reported in the evidence but not judged. (``ab``'s
-    :func:`~logitlab.numerics.classify` also judges those; on llama.cpp's M=K
-    rows, whose |Δ| reaches 2 logits in the tail, that calls a 5th/6th swap at
-    a gap of 0.53 divergent.)
-
-    Rules, first match decides (τ = ``near_tie_margin``):
-
-    1. ``bit-exact`` — no entry differs;
-    2. ``divergent`` — NaN/Inf mismatch; a flip with M=1 margin ≥ τ; or a flip
-       to a token outside the other run's top-k (not a swap of near-tied tokens);
-    3. ``ulp-noise`` — ``max_scaled_ulp ≤ max_ulp`` and no flips;
-    4. ``systematic-offset`` — above ULP noise and ``|mean Δ| ≥ offset_ratio ×
-       std Δ`` pooled over the differing rows;
-    5. ``near-tie`` — everything else: flips (if any) below τ, unbiased.
-    """
-    t, n, k = thresholds, c.n_positions, c.top_k
-    tdict = dataclasses.asdict(t)
-    if c.bit_exact:
-        return Verdict("bit-exact", [f"all {n} rows × {c.n_vocab} logits have identical bits"], tdict)
-    flip_rows = {f["position"] for f in c.flips}
-    margins = [f["margin_ref"] for f in c.flips if f["margin_ref"] is not None]
-    topk_elsewhere = [i for i in c.topk_changes if i not in flip_rows]
-    gaps = [c.row_kth_gap_ref[i] for i in topk_elsewhere if c.row_kth_gap_ref[i] is not None]
-    topk_line = (f"top-{k} set changed at {len(topk_elsewhere)} position(s) away from flips (largest reference "
-                 f"{k}th/{k + 1}th gap {_g(max(gaps) if gaps else None)}): the k-th boundary moved, the argmax did not"
-                 if topk_elsewhere else f"top-{k} set unchanged away from flips")
-    scale = (f"max |Δ| = {_g(c.max_scaled_ulp)} ULP at row scale "
-             f"{'≤' if c.max_scaled_ulp <= t.max_ulp else '>'} max_ulp = {_g(t.max_ulp)}")
-    bad = []
-    if c.nonfinite_mismatch:
-        bad.append(f"{c.nonfinite_mismatch} entries are NaN/Inf in one run but not in the other")
-    confident = [f for f in c.flips if f["margin_ref"] is None or f["margin_ref"] >= t.near_tie_margin]
-    if confident:
-        f = max(confident, key=lambda f: float("inf") if f["margin_ref"] is None else f["margin_ref"])
-        bad.append(f"{len(confident)} flip(s) at confident positions; row {f['position']}: token {f['token_ref']} → "
-                   f"{f['token_obs']}, M=1 margin {_g(f['margin_ref'])} ≥ τ = {_g(t.near_tie_margin)}")
-    outside = [f for f in c.flips if f["token_obs"] not in f["topk_ref"] or f["token_ref"] not in f["topk_obs"]]
-    if outside:
-        f = outside[0]
-        bad.append(f"{len(outside)} flip(s) to a token outside the other run's top-{k}; row {f['position']}: "
-                   f"M=1 top-{k} {f['topk_ref']} vs M=K top-{k} {f['topk_obs']}")
-    if bad:
-        return Verdict("divergent", bad + [topk_line], tdict)
-    if c.max_scaled_ulp <= t.max_ulp and not c.flips:
-        return Verdict("ulp-noise", [scale, "no argmax flips", topk_line], tdict)
-    rows = [i for i, d in enumerate(c.row_differing) if d]
-    mean = sum(c.row_mean_diff[i] for i in rows) / len(rows)
-    second = sum(c.row_std_diff[i] ** 2 + c.row_mean_diff[i] ** 2 for i in rows) / len(rows)
-    std = max(second - mean * mean, 0.0) ** 0.5
-    offset = _is_offset(True, c.max_scaled_ulp, mean, std, t)
-    offset_line = (f"|mean Δ| = {_g(abs(mean))} {'≥' if offset else '<'} offset_ratio × std Δ = "
-                   f"{_g(t.offset_ratio)} × {_g(std)} over the {len(rows)} differing rows")
-    flip_line = (f"{len(c.flips)} flip(s), all swaps within the top-{k} at M=1 margin < τ = {_g(t.near_tie_margin)} "
-                 f"(largest {_g(max(margins))})" if margins else "no argmax flips")
-    if offset:
-        return Verdict("systematic-offset", [offset_line, scale, flip_line, topk_line], tdict)
-    return Verdict("near-tie", [scale, offset_line, flip_line, topk_line], tdict)
-
-
-def sweep_entry(prompt: str, k: int, c: LogitComparison, n_prompt: int | None, thresholds: Thresholds,
-                seconds: float = 0.0, index_of: Callable[[int], tuple[int, int]] | None = None) -> SweepEntry:
-    """Summarise one comparison of N verify rows at block size K.
-
-    ``index_of(row) -> (output_index, position)`` maps a row of a merged
-    comparison back to its prompt; default: ``(row, n_prompt + row)``.
-    """
-    per_prompt = index_of is None
-    index_of = index_of or (lambda i: (i, (n_prompt or 0) + i))
-    verdict = verify_verdict(c, thresholds)
-    margins = [f["margin_ref"] for f in c.flips if f["margin_ref"] is not None]
-    first = next((i for i, d in enumerate(c.row_differing) if d), None)
-    first_div = None
-    if first is not None:
-        out, pos = index_of(first)
-        first_div = {"output_index": out, "position": pos, "block_start": out - out % k, "row": out % k}
-    blocks = in_block_rows(c, k, thresholds) if per_prompt else []
-    return SweepEntry(
-        prompt=prompt, k=k, rows=c.n_positions, bit_exact_rows=c.n_positions - c.differing_rows,
-        flips=len(c.flips), first_divergence=first_div, max_abs_diff=c.max_abs_diff,
-        mean_abs_diff=c.mean_abs_diff, mean_diff=c.mean_diff,
-        min_flip_margin=min(margins) if margins else None, max_flip_margin=max(margins) if margins else None,
-        topk_changes=len(c.topk_changes), max_scaled_ulp=c.max_scaled_ulp,
-        verdict=verdict.word, evidence=list(verdict.evidence), in_block=blocks,
-        flips_in_row0=sum(1 for f in c.flips if index_of(f["position"])[0] % k == 0),
-        decode_seconds=seconds,
-    )
-
-
-# -- classification --------------------------------------------------------------
-def _g(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.4g}"
-
-
-def flip_scaling(totals: Sequence[SweepEntry], batch_invariant: bool | None = None) -> str:
-    """One line: flips and non-bit-exact rows per K, and how flips grow with K.
-
-    ``batch_invariant``: True when the M=K rows were bit-identical for every
-    K ≥ 2 of the sweep (on every prompt), False when not, None when untested.
-    """
-    parts = [f"K={t.k}: {t.flips} flips, {t.rows - t.bit_exact_rows}/{t.rows} rows differ" for t in totals]
-    multi = [t for t in totals if t.k >= 2]
-    trend = ""
-    if len(multi) >= 2:
-        lo, hi = multi[0], multi[-1]
-        if lo.flips == hi.flips == 0:
-            trend = "no flips at any K ≥ 2"
-        elif lo.flips > 0 and hi.flips > 0:
-            slope = math.log(hi.flips / lo.flips) / math.log(hi.k / lo.k)
-            if slope > 0.5:
-                trend = (f"flips grow with K (log-log slope {slope:.2f} from K={lo.k} to K={hi.k}): "
-                         "more in-block rows, more flips — the in-block computation differs")
-            else:
-                trend = (f"flips do not grow with K (log-log slope {slope:.2f} from K={lo.k} to K={hi.k}): "
-                         "they are set by the per-row numerics of the batched path and the KV entries it "
-                         "wrote, not by the number of in-block rows")
-        else:
-            trend = f"flips go from {lo.flips} at K={lo.k} to {hi.flips} at K={hi.k}"
-    if batch_invariant:
-        ks = ", ".join(str(t.k) for t in multi)
-        trend += (f"; the M=K rows are bit-identical for K = {ks}: the batched path computes each row the same "
-                  "way whatever K is (batch-size invariant), just not the way M=1 does")
-    elif batch_invariant is False:
-        trend += "; the M=K rows themselves change with K (not batch-size invariant)"
-    return "; ".join(parts) + (f" — {trend.lstrip('; ')}" if trend else "")
-
-
-def _where_line(sweep: Sequence[SweepEntry], row0_flips: int) -> str:
-    """Where the difference starts: in-block numerics, the batched path's own rows, or the KV history."""
-    multi = [e for e in sweep if e.k >= 2 and e.first_divergence is not None]
-    at_row0 = [e for e in multi if e.first_divergence["row"] == 0]
-    if at_row0:
-        e = at_row0[0]
-        return (f"the first differing row is an in-block row 0 in {len(at_row0)} of {len(multi)} (prompt, K ≥ 2) "
-                f"runs (e.g. {e.prompt} K={e.k} out {e.first_divergence['output_index']}): every earlier row was "
-                "bit-exact, so it read the same KV history as M=1 and still differs — the batched path's own "
-                "per-row numerics differ (kernel choice for M ≥ 2), and every later row also reads the KV entries "
-                "M=K rows wrote")
-    if row0_flips:
-        return ("rows differ first at in-block rows ≥ 1; row-0 flips read only KV entries earlier blocks wrote, so "
-                "those are carried by the KV history the M=K rows wrote")
-    return "flips only at in-block rows ≥ 1: the seed's signature of in-block attention/KV numerics"
-
-
-def classify_verify(totals: Sequence[SweepEntry], flips: Sequence[FlipRecord],
-                    thresholds: Thresholds, *, batch_invariant: bool | None = None,
-                    sweep: Sequence[SweepEntry] = ()) -> VerifyClassification:
-    """Classify the K sweep (totals over prompts, one entry per K) with evidence.
-
-    Rules, following the seed report's reasoning (first match decides the cause):
-
-    1. every row of every K bit-exact → ``bit-exact``;
-    2. any K verdict ``divergent`` (:func:`verify_verdict`: a flip with M=1
-       margin ≥ τ, a flip to a token outside the other run's top-k, or NaN/Inf) →
-       ``wrong-result`` (indexing/masking-class bug);
-    3. any K verdict ``systematic-offset``, or one in-block row index whose
-       differing rows share an offset (|mean Δ| ≥ offset_ratio × std Δ) →
-       ``systematic-offset``;
-    4. K=1 not bit-exact → ``verify-path``: a one-row verify already differs
-       from M=1, so the verify path itself (dispatch or kernel choice), not
-       batching, is the cause;
-    5. flips all below τ, unbiased → ``near-tie-noise``; no flips and within
-       ULP noise → ``ulp-noise``.
-
-    A flip at in-block row 0 is *not* by itself taken as an offset (the seed's
-    rule): on llama.cpp the batched path computes even row 0 differently from
-    M=1 (measured: a prompt's first differing row is often a row 0 whose KV
-    history is still bit-exact), and later rows read KV entries M=K rows
-    wrote, so near-tie flips land on row 0 as readily as on any row. Where the
-    difference starts is reported as evidence (``sweep``: the per-prompt
-    entries).
-    """
-    tau = thresholds.near_tie_margin
-    if not totals:
-        raise InputError("classify_verify needs at least one K")
-    worst = max(totals, key=lambda t: VERDICTS.index(t.verdict))
-    word = worst.verdict
-    scaling = flip_scaling(totals, batch_invariant)
-    evidence: list[str] = []
-    by_k = {t.k: t for t in totals}
-
-    if all(t.bit_exact_rows == t.rows for t in totals):
-        ks = ", ".join(str(t.k) for t in totals)
-        return VerifyClassification("bit-exact", "bit-exact",
-                                    f"M=K verify is bit-exact with M=1 greedy at K = {ks}",
-                                    [f"K={t.k}: all {t.rows} rows bit-exact" for t in totals], scaling, tau)
-
-    for t in totals:
-        state = "bit-exact" if t.bit_exact_rows == t.rows else (
-            f"{t.rows - t.bit_exact_rows}/{t.rows} rows differ, {t.flips} flips, max |Δ| {_g(t.max_abs_diff)}, "
-            f"mean Δ {_g(t.mean_diff)}")
-        evidence.append(f"K={t.k}: {state} → {t.verdict}")
-    offsets = [(t.k, r) for t in totals for r in t.in_block if r.offset]
-    k1 = by_k.get(1)
-    row0 = sum(t.flips_in_row0 for t in totals if t.k >= 2)
-    inner = sum(t.flips - t.flips_in_row0 for t in totals if t.k >= 2)
-
-    if word == "divergent":
-        cause = "wrong-result"
-        evidence += [f"K={worst.k}: {line}" for line in worst.evidence[:-1]]
-        confident = [f for f in flips if f.margin_ref is None or f.margin_ref >= tau]
-        if confident:
-            f = max(confident, key=lambda f: f.margin_ref or 0.0)
-            evidence.append(f"flip at a confident position: {f.prompt} K={f.k} output {f.output_index} (row {f.row}): "
-                            f"{f.token_ref} → {f.token_obs}, M=1 margin {_g(f.margin_ref)} ≥ τ = {_g(tau)}; "
-                            f"top-{len(f.topk_ref)} M=1 {f.topk_ref} vs M=K {f.topk_obs}")
-        summary = ("wrong result: M=K rows flip confident tokens, or flip to tokens outside the top-k — an "
-                   "indexing/masking-class bug in the verify path, not floating-point noise")
-    elif word == "systematic-offset" or offsets:
-        cause = "systematic-offset"
-        word = "systematic-offset" if VERDICTS.index(word) < VERDICTS.index("systematic-offset") else word
-        for k, r in offsets[:4]:
-            evidence.append(f"K={k} in-block row {r.row}: mean Δ {_g(r.mean_diff)} vs std Δ {_g(r.std_diff)} "
-                            f"(|mean| ≥ offset_ratio {_g(thresholds.offset_ratio)} × std) over "
-                            f"{r.rows - r.bit_exact_rows} differing rows")
-        if not offsets:
-            evidence += [f"K={worst.k}: {line}" for line in worst.evidence[:1]]
-        where = sorted({r.row for _, r in offsets})
-        summary = ("systematic offset: M=K rows are shifted, not scattered"
-                   + (f" (in-block row {', '.join(map(str, where))})" if where else ""))
-    elif k1 is not None and k1.bit_exact_rows < k1.rows:
-        cause = "verify-path"
-        evidence.append(f"K=1: {k1.rows - k1.bit_exact_rows}/{k1.rows} one-row verify blocks differ from M=1 "
-                        f"({k1.flips} flips): a width-1 verify is not the M=1 path, so dispatch or kernel choice "
-                        "differs, not batching")
-        summary = "the verify path itself differs from M=1 (K=1 already differs): dispatch or kernel choice"
-    elif any(t.flips for t in totals):
-        cause = "near-tie-noise"
-        margins = [f.margin_ref for f in flips if f.margin_ref is not None]
-        evidence.append(f"all {len(flips)} flips at M=1 margin < τ = {_g(tau)} "
-                        f"(largest {_g(max(margins, default=None))}, smallest {_g(min(margins, default=None))})")
-        topk_same = sum(1 for f in flips if sorted(f.topk_ref) == sorted(f.topk_obs))
-        evidence.append(f"top-k sets identical at {topk_same} of {len(flips)} flips; at every flip both tokens are in "
-                        "both top-k lists (near-tied tokens trading places)")
-        evidence.append(f"mean Δ over all compared rows {_g(worst.mean_diff)} vs mean |Δ| {_g(worst.mean_abs_diff)}: "
-                        "no offset (offset_ratio test per K and per in-block row)")
-        if k1 is not None:
-            evidence.append(f"K=1: {k1.flips} flips, {k1.rows - k1.bit_exact_rows} rows differ: the one-row verify "
-                            "is the M=1 path")
-        evidence.append(f"K={worst.k}: {worst.evidence[-1]}")
-        evidence.append(f"flips at in-block row 0: {row0}, at rows ≥ 1: {inner}")
-        evidence.append(_where_line(sweep, row0))
-        summary = f"near-tie floating-point noise: every flip sits below τ = {_g(tau)}, top-k sets kept, no offset"
-    else:
-        cause = "ulp-noise" if word == "ulp-noise" else "near-tie-noise"
-        evidence.append(f"no argmax flips; largest difference {_g(worst.max_scaled_ulp)} ULP at row scale "
-                        f"({'≤' if worst.max_scaled_ulp <= thresholds.max_ulp else '>'} max_ulp = "
-                        f"{_g(thresholds.max_ulp)})")
-        summary = ("rounding noise only: rows differ within ULP noise, no flips" if cause == "ulp-noise" else
-                   "floating-point noise above ULP level without flips or offset")
-    return VerifyClassification(word, cause, summary, evidence, scaling, tau)
-
-
 # -- the experiment ----------------------------------------------------------------
 class VerifyExperiment:
     """Runs a :class:`VerifyConfig`; :func:`run_verify` is the one-call form."""
@@ -757,7 +195,7 @@ class VerifyExperiment:
     def __init__(self, config: VerifyConfig, *, on_event: Event | None = None, engine: Engine | None = None):
         config.validate()
         self.config = config
-        self.on_event = on_event or (lambda kind, data: None)
+        self.on_event = on_event or ignore_event
         self._engine = engine
 
     def run(self) -> VerifyResult:
@@ -776,7 +214,7 @@ class VerifyExperiment:
                 self._run(engine, result)
             except LogitlabError as exc:
                 result.error = str(exc)
-                exc.partial = result  # type: ignore[attr-defined]
+                exc.partial = result
                 raise
         finally:
             if self._engine is None:
@@ -852,12 +290,8 @@ class VerifyExperiment:
                 )
 
     def _check_sessions(self, engine: Engine) -> None:
-        try:
-            session = engine.open_session()
-        except NotImplementedError:
-            raise InputError(f"engine {engine.name!r} has no session API (decode of K tokens); "
-                             "verify needs an adapter that exposes Session.decode") from None
-        with session:
+        engine.require("sessions", "verify (decode of K tokens in a session)")
+        with engine.open_session() as session:
             if self.config.guard is not None and not G.supports_rollback(session):
                 G.rollback(session, 0)  # raises the InputError that names the missing hook
 
@@ -893,7 +327,7 @@ class VerifyExperiment:
         entry = sweep_entry("all", k, merged, None, self.config.thresholds, index_of=lambda r: owners[r])
         # in-block statistics pooled over prompts (each prompt's blocks start at its output index 0)
         per_prompt = [in_block_rows(c, k, self.config.thresholds) for c, _, _ in parts]
-        entry.in_block = [_pool_rows([rows[j] for rows in per_prompt if j < len(rows)], self.config.thresholds)
+        entry.in_block = [pool_rows([rows[j] for rows in per_prompt if j < len(rows)], self.config.thresholds)
                           for j in range(max(map(len, per_prompt)))]
         entry.first_divergence = None
         for c, name, n_prompt in parts:
@@ -960,21 +394,6 @@ class VerifyExperiment:
                 triggers_token_changed=sum(t.token_verify != t.token_fallback for t in run.triggers),
                 evaluation=ev.to_dict(),
             ))
-
-
-def _pool_rows(rows: Sequence[InBlockRow], thresholds: Thresholds) -> InBlockRow:
-    """One in-block row index pooled over prompts; the offset test is redone on the pooled numbers."""
-    n = sum(r.rows for r in rows)
-    differing = [(r.rows - r.bit_exact_rows, r) for r in rows if r.rows > r.bit_exact_rows]
-    nd = sum(d for d, _ in differing)
-    mean = sum(d * r.mean_diff for d, r in differing) / nd if nd else 0.0
-    second = sum(d * (r.std_diff ** 2 + r.mean_diff ** 2) for d, r in differing) / nd if nd else 0.0
-    std = max(second - mean * mean, 0.0) ** 0.5
-    scaled = max(r.max_scaled_ulp for r in rows)
-    return InBlockRow(row=rows[0].row, rows=n, bit_exact_rows=sum(r.bit_exact_rows for r in rows),
-                      flips=sum(r.flips for r in rows), mean_diff=mean, std_diff=std,
-                      max_abs_diff=max(r.max_abs_diff for r in rows), max_scaled_ulp=scaled,
-                      offset=_is_offset(nd > 0, scaled, mean, std, thresholds))
 
 
 def guarded_loop(session: Session, prompt_ids: Sequence[int], n: int, k: int, draft: G.Draft,

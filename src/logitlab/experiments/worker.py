@@ -18,7 +18,7 @@ import numpy as np
 
 from logitlab.engines import import_engine
 from logitlab.errors import LogitlabError
-from logitlab.experiments.workload import run_workload
+from logitlab.engines.workload import run_workload
 
 
 def main(argv: list[str]) -> int:

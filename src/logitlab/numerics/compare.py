@@ -19,26 +19,25 @@ import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from logitlab.errors import InputError
 from logitlab.numerics import _kernel as K
+from logitlab.numerics.comparison import SCHEMA_VERSION, Comparison
 from logitlab.numerics.ulp import check_pair, float_bits, float_hex, ulp_distance
 
 __all__ = [
     "LogitComparison",
     "compare_logits",
     "assert_logits_equivalent",
+    "merge_comparisons",
     "SCHEMA_VERSION",
     "HISTOGRAM_BINS",
     "KLD_STATS",
 ]
 
-#: Version of the JSON form of :class:`LogitComparison`.
-#: 1 — first version.
-SCHEMA_VERSION = 1
 
 #: Labels of :attr:`LogitComparison.ulp_histogram`, in order.
 HISTOGRAM_BINS: tuple[str, ...] = K.HIST_LABELS
@@ -63,167 +62,77 @@ def _f(x) -> float | None:
     return None if math.isnan(x) else x
 
 
-@dataclass(frozen=True, slots=True)
-class LogitComparison:
-    """Result of :func:`compare_logits`: every field is a plain JSON type.
+@dataclass(frozen=True, kw_only=True)
+class LogitComparison(Comparison):
+    """Result of :func:`compare_logits`: every entry of two ``(n_positions, n_vocab)`` arrays.
 
-    ``dataclasses.asdict(c)`` then ``json.dumps`` writes it;
-    :meth:`from_dict` reads it back.  ``bool(c)`` is :attr:`bit_exact`.
-    Floats that are undefined (e.g. the margin of a one-token vocabulary, the
-    KLD of a row holding NaN) are ``None``; infinities stay floats (Python's
-    ``json`` writes them as ``Infinity``).
-
-    Units: logits for differences, margins and gaps; ULPs of the input dtype
-    for ULP fields; nats for KLD.  "Δ" is ``observed - reference``.
-
-    Attributes
-    ----------
-    n_positions, n_vocab : int
-        Shape of the compared arrays.
-    dtype : str
-        Their dtype (``'float32'``, ``'float16'`` or ``'bfloat16'``).
-    top_k : int
-        The k of the top-k statistics.
-    differing_entries, differing_rows : int
-        Entries whose bits differ, rows with at least one such entry.
-    max_abs_diff, mean_abs_diff, mean_diff, std_diff : float
-        max |Δ|, mean |Δ|, mean Δ (signed) and population std of Δ over all
-        entries, except entries where one side is non-finite and the bits
-        differ (counted in ``nonfinite_mismatch`` instead).  Equal entries,
-        equal infinities and NaN/NaN pairs count as Δ = 0.
-    max_ulp : int
-        Largest element-wise ULP distance (:func:`~logitlab.numerics.ulp.ulp_distance`),
-        the smallest ``max_ulp`` that :func:`assert_logits_equivalent` passes.
-    max_scaled_ulp : float
-        Max over rows of ``max|Δ_row| / spacing(max|reference_row|)``: the
-        largest difference in ULPs at the row's own scale.  Element-wise ULP
-        distances explode for logits near zero; this does not.
-    ulp_histogram : dict[str, int]
-        Entries per ULP-distance bin ``"0", "1", "2-4", "5-16", "17-256", ">256"``.
-    argmax_agreement, topk_agreement : float
-        Fraction of positions whose argmax, and whose top-k token set, agree.
-    kld : dict[str, float | None]
-        Per-position KL(P_ref || P_obs) summary: ``mean, max, p99_9, p99, p95,
-        p90, median, p10, p5, p1, min`` (nats), over the rows where it is
-        defined.
-    nan_ref, nan_obs, inf_ref, inf_obs : int
-        NaN and ±inf counts of each array.
-    nonfinite_mismatch : int
-        Entries where the two sides differ in being NaN, +inf, -inf or finite.
-    first_mismatch : dict or None
-        The first entry (row-major) whose bits differ: ``position, token_id,
-        reference_hex, observed_hex, reference_bits, observed_bits, reference,
-        observed, ulp``.
-    flips : list[dict]
-        One per position whose argmax differs: ``position, token_ref,
-        token_obs, logit_ref_top, logit_obs_top, margin_ref, margin_obs,
-        topk_ref, topk_obs``.
-    row_* : list
-        Per position: ``row_differing`` (entries), ``row_max_abs_diff``,
-        ``row_mean_diff``, ``row_std_diff``, ``row_argmax_ref``,
-        ``row_argmax_obs``, ``row_margin_ref`` / ``row_margin_obs`` (top-1
-        minus top-2 logit), ``row_kth_gap_ref`` (k-th minus (k+1)-th largest
-        reference logit; None when n_vocab <= k), ``row_topk_agree``,
-        ``row_kld`` (nats), ``row_max_ulp``, ``row_scaled_ulp``.
-    token_ids : list[int] or None
-        The token fed at each position, if the caller gave it.
-    schema_version : int
-        :data:`SCHEMA_VERSION`.
+    The fields are those of :class:`~logitlab.numerics.comparison.Comparison`
+    (``scope`` ``"full"``), with these full-vocabulary meanings:
+    ``max_abs_diff`` … ``std_diff`` are over all entries except those where one
+    side is non-finite and the bits differ (counted in ``nonfinite_mismatch``;
+    equal entries, equal infinities and NaN/NaN pairs count as Δ = 0);
+    ``max_ulp`` (:func:`~logitlab.numerics.ulp.ulp_distance`) is the smallest
+    ``max_ulp`` that :func:`assert_logits_equivalent` passes; element-wise ULP
+    distances explode for logits near zero, ``max_scaled_ulp`` does not;
+    ``row_kth_gap_ref`` is None when ``n_vocab <= top_k``. Infinities stay
+    floats (Python's ``json`` writes them as ``Infinity``).
     """
 
-    n_positions: int
-    n_vocab: int
-    dtype: str
-    top_k: int
-    differing_entries: int
-    differing_rows: int
-    max_abs_diff: float
-    mean_abs_diff: float
-    mean_diff: float
-    std_diff: float
-    max_ulp: int
-    max_scaled_ulp: float
-    ulp_histogram: dict
-    argmax_agreement: float
-    topk_agreement: float
-    kld: dict
-    nan_ref: int
-    nan_obs: int
-    inf_ref: int
-    inf_obs: int
-    nonfinite_mismatch: int
-    first_mismatch: dict | None
-    flips: list
-    row_differing: list
-    row_max_abs_diff: list
-    row_mean_diff: list
-    row_std_diff: list
-    row_argmax_ref: list
-    row_argmax_obs: list
-    row_margin_ref: list
-    row_margin_obs: list
-    row_kth_gap_ref: list
-    row_topk_agree: list
-    row_kld: list
-    row_max_ulp: list
-    row_scaled_ulp: list
-    token_ids: list | None = None
-    schema_version: int = SCHEMA_VERSION
 
-    def __post_init__(self):
-        for f in dataclasses.fields(self):
-            if f.name.startswith("row_") and len(getattr(self, f.name)) != self.n_positions:
-                raise InputError(
-                    f"LogitComparison.{f.name} has {len(getattr(self, f.name))} entries, "
-                    f"expected n_positions = {self.n_positions}"
-                )
-        if self.token_ids is not None and len(self.token_ids) != self.n_positions:
-            raise InputError(
-                f"LogitComparison.token_ids has {len(self.token_ids)} entries, "
-                f"expected n_positions = {self.n_positions}"
-            )
+def merge_comparisons(parts: Sequence[LogitComparison]) -> LogitComparison:
+    """Concatenate comparisons of the same vocabulary (rows of all prompts) into one.
 
-    @property
-    def bit_exact(self) -> bool:
-        """True iff every entry has identical bits (NaN payloads included)."""
-        return self.differing_entries == 0
+    Totals are recomputed from the per-row fields: sums, maxima, entry-weighted
+    means, the pooled std of Δ, KLD percentiles over all rows. Positions of
+    flips and of the first mismatch are offset to the concatenated rows.
 
-    def __bool__(self) -> bool:
-        return self.bit_exact
-
-    @property
-    def topk_changes(self) -> list[int]:
-        """Positions whose top-k token set differs."""
-        return [i for i, ok in enumerate(self.row_topk_agree) if not ok]
-
-    def to_dict(self) -> dict[str, Any]:
-        """``dataclasses.asdict(self)``: plain JSON types only."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "LogitComparison":
-        """Rebuild from :meth:`to_dict` / ``json.loads`` output.
-
-        Raises
-        ------
-        InputError
-            On an unknown schema version or missing / unknown keys.
-        """
-        if not isinstance(data, dict):
-            raise InputError(f"LogitComparison data must be a dict, got {type(data).__name__}")
-        version = data.get("schema_version", SCHEMA_VERSION)
-        if version != SCHEMA_VERSION:
-            raise InputError(
-                f"LogitComparison schema_version {version} not supported (this logitlab reads {SCHEMA_VERSION})"
-            )
-        names = {f.name for f in dataclasses.fields(cls)}
-        required = {f.name for f in dataclasses.fields(cls)
-                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
-        missing = sorted(required - data.keys())
-        unknown = sorted(data.keys() - names)
-        if missing or unknown:
-            raise InputError(f"LogitComparison data: missing keys {missing}, unknown keys {unknown}")
-        return cls(**data)
+    Raises:
+        InputError: no parts, or vocabularies / top-k differ.
+    """
+    if not parts:
+        raise InputError("merge_comparisons needs at least one comparison")
+    first = parts[0]
+    if any(p.n_vocab != first.n_vocab or p.top_k != first.top_k for p in parts):
+        raise InputError("merge_comparisons: comparisons differ in n_vocab or top_k")
+    if len(parts) == 1:
+        return first
+    n = sum(p.n_positions for p in parts)
+    w = [p.n_positions / n for p in parts]
+    mean = sum(wi * p.mean_diff for wi, p in zip(w, parts))
+    second = sum(wi * (p.std_diff ** 2 + p.mean_diff ** 2) for wi, p in zip(w, parts))
+    flips, first_mismatch, offset = [], None, 0
+    for p in parts:
+        flips += [{**f, "position": f["position"] + offset} for f in p.flips]
+        if first_mismatch is None and p.first_mismatch is not None:
+            first_mismatch = {**p.first_mismatch, "position": p.first_mismatch["position"] + offset}
+        offset += p.n_positions
+    rows: dict[str, list] = {}
+    for f in dataclasses.fields(LogitComparison):
+        if f.name.startswith("row_"):
+            rows[f.name] = [x for p in parts for x in getattr(p, f.name)]
+    kld = np.array([x for x in rows["row_kld"] if x is not None], dtype=np.float64)
+    kld_summary = {name: (float(kld.mean()) if q is None else float(np.percentile(kld, q))) if kld.size else None
+                   for name, q in KLD_STATS}
+    ids = None
+    if all(p.token_ids is not None for p in parts):
+        ids = [t for p in parts for t in p.token_ids]
+    return LogitComparison(
+        n_positions=n, n_vocab=first.n_vocab, dtype=first.dtype, top_k=first.top_k,
+        differing_entries=sum(p.differing_entries for p in parts),
+        differing_rows=sum(p.differing_rows for p in parts),
+        max_abs_diff=max(p.max_abs_diff for p in parts),
+        mean_abs_diff=sum(wi * p.mean_abs_diff for wi, p in zip(w, parts)),
+        mean_diff=mean, std_diff=max(second - mean * mean, 0.0) ** 0.5,
+        max_ulp=max(p.max_ulp for p in parts), max_scaled_ulp=max(p.max_scaled_ulp for p in parts),
+        ulp_histogram={key: sum(p.ulp_histogram[key] for p in parts) for key in first.ulp_histogram},
+        argmax_agreement=sum(wi * p.argmax_agreement for wi, p in zip(w, parts)),
+        topk_agreement=sum(wi * p.topk_agreement for wi, p in zip(w, parts)),
+        kld=kld_summary,
+        nan_ref=sum(p.nan_ref for p in parts), nan_obs=sum(p.nan_obs for p in parts),
+        inf_ref=sum(p.inf_ref for p in parts), inf_obs=sum(p.inf_obs for p in parts),
+        nonfinite_mismatch=sum(p.nonfinite_mismatch for p in parts),
+        first_mismatch=first_mismatch, flips=flips, token_ids=ids, **rows,
+    )
 
 
 def _validate(reference, observed, top_k, chunk_rows, token_ids, workers):

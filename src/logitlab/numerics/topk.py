@@ -29,100 +29,25 @@ import dataclasses
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence, Union
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from logitlab.engines.topk import Key, TopKRows, float64_bits as _bits64
 from logitlab.errors import InputError
+from logitlab.numerics.comparison import SCHEMA_VERSION, Comparison
 from logitlab.numerics.ulp import float_hex
 
-__all__ = ["TopKRows", "TopKComparison", "compare_topk", "classify_topk", "kld_lower_bound", "SCHEMA_VERSION"]
+__all__ = ["TopKComparison", "compare_topk", "classify_topk", "kld_lower_bound", "SCHEMA_VERSION"]
 
-#: Version of the JSON form of :class:`TopKComparison` and :class:`TopKRows`.
-#: 1 — first version.
-SCHEMA_VERSION = 1
 
-#: A token key: the token id when the source gives ids, else the token text it returned.
-Key = Union[int, str]
 
 _HIST_LABELS = ("0", "1", "2-4", "5-16", "17-256", ">256")
 _HIST_EDGES = (0, 1, 4, 16, 256)
 
 
-@dataclass(frozen=True)
-class TopKRows:
-    """Top-k log-probabilities of every position of one run.
-
-    Attributes
-    ----------
-    keys : tuple of (tuple of Key) or None
-        Per position, the returned tokens, most likely first; ``None`` where
-        the source returned nothing for that position (e.g. the first token of
-        an echoed prompt). A key is a token id (int) or, when the source only
-        gives text, the token's text (str).
-    values : tuple of (tuple of float) or None
-        The matching natural-log probabilities (nats), same shape as ``keys``.
-    requested_k : int
-        The k asked for; a row may hold fewer entries (a source that merges
-        tokens with the same text returns fewer).
-    """
-
-    keys: tuple
-    values: tuple
-    requested_k: int
-
-    def __post_init__(self) -> None:
-        if len(self.keys) != len(self.values):
-            raise InputError(f"TopKRows: {len(self.keys)} key rows but {len(self.values)} value rows")
-        for i, (k, v) in enumerate(zip(self.keys, self.values)):
-            if (k is None) != (v is None) or (k is not None and len(k) != len(v)):
-                raise InputError(f"TopKRows: row {i} has {k!r} keys for {v!r} values")
-
-    @classmethod
-    def from_mappings(cls, rows: Sequence[Mapping[Key, float] | None], k: int) -> "TopKRows":
-        """Build from one ``{key: logprob}`` mapping (or None) per position.
-
-        Each row keeps its ``k`` largest values, most likely first (ties keep
-        the mapping's order). Extra entries some servers add (llama-cpp-python
-        adds the input token's own log-probability) fall outside the top k
-        and are dropped.
-        """
-        keys, values = [], []
-        for row in rows:
-            if row is None:
-                keys.append(None)
-                values.append(None)
-                continue
-            items = sorted(row.items(), key=lambda kv: -kv[1] if not math.isnan(kv[1]) else math.inf)[:k]
-            keys.append(tuple(key for key, _ in items))
-            values.append(tuple(float(v) for _, v in items))
-        return cls(tuple(keys), tuple(values), int(k))
-
-    @property
-    def n_positions(self) -> int:
-        return len(self.keys)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"keys": [None if k is None else list(k) for k in self.keys],
-                "values": [None if v is None else list(v) for v in self.values],
-                "requested_k": self.requested_k, "schema_version": SCHEMA_VERSION}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TopKRows":
-        return cls(tuple(None if k is None else tuple(k) for k in data["keys"]),
-                   tuple(None if v is None else tuple(float(x) for x in v) for v in data["values"]),
-                   int(data["requested_k"]))
-
-    def same_bits(self, other: "TopKRows") -> bool:
-        """True iff every row has the same keys in the same order with identical value bits."""
-        return self.keys == other.keys and all(
-            a == b or (a is not None and b is not None and [_bits64(x) for x in a] == [_bits64(y) for y in b])
-            for a, b in zip(self.values, other.values)
-        )
-
-
-@dataclass(frozen=True)
-class TopKComparison:
+@dataclass(frozen=True, kw_only=True)
+class TopKComparison(Comparison):
     """Result of :func:`compare_topk`. Field names follow
     :class:`~logitlab.numerics.compare.LogitComparison` so that reports read
     both; the meaning is restricted to the returned entries as stated here.
@@ -186,75 +111,17 @@ class TopKComparison:
         The token fed at each position, if the caller gave it.
     """
 
-    scope: str
-    n_positions: int
-    n_vocab: int
-    dtype: str
-    top_k: int
+    scope: str = "top-k"
     requested_k: int
     positions_compared: list
     positions_missing: list
-    differing_entries: int
-    differing_rows: int
-    max_abs_diff: float
-    mean_abs_diff: float
-    mean_diff: float
-    std_diff: float
-    max_ulp: int
-    max_scaled_ulp: float
-    ulp_histogram: dict
-    argmax_agreement: float
-    topk_agreement: float
-    kld: dict
     kld_is_lower_bound: bool
-    nan_ref: int
-    nan_obs: int
-    inf_ref: int
-    inf_obs: int
-    nonfinite_mismatch: int
-    first_mismatch: dict | None
-    flips: list
-    row_differing: list
-    row_max_abs_diff: list
-    row_mean_diff: list
-    row_std_diff: list
-    row_argmax_ref: list
-    row_argmax_obs: list
-    row_margin_ref: list
-    row_margin_obs: list
-    row_kth_gap_ref: list
-    row_topk_agree: list
-    row_kld: list
-    row_max_ulp: list
-    row_scaled_ulp: list
     exact: list
     bounds: list
     undecidable: list
-    token_ids: list | None = None
-    schema_version: int = SCHEMA_VERSION
-
-    @property
-    def bit_exact(self) -> bool:
-        """True iff every returned entry of every compared position is identical (bits, keys, order)."""
-        return self.differing_entries == 0
-
-    def __bool__(self) -> bool:
-        return self.bit_exact
-
-    @property
-    def topk_changes(self) -> list[int]:
-        """Compared positions whose top-k key set differs."""
-        return [i for i, ok in enumerate(self.row_topk_agree) if ok is False]
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 # -- float helpers ------------------------------------------------------------
-def _bits64(x: float) -> int:
-    return struct.unpack("<Q", struct.pack("<d", x))[0]
-
-
 def _is_f32(x: float) -> bool:
     return math.isnan(x) or float(np.float32(x)) == x
 

@@ -32,7 +32,8 @@ import numpy as np
 from scipy import stats
 
 from logitlab.errors import InputError
-from logitlab.perf.paired import Block, block_patterns, paired_comparison
+from logitlab.perf.design import Block, block_patterns
+from logitlab.perf.paired import paired_comparison
 
 __all__ = [
     "METHODS",

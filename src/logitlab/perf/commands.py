@@ -9,7 +9,7 @@ status. Optionally a number is parsed from the command's output with a
 regular expression (``tokens_per_second=([0-9.]+)``, llama-bench's
 ``avg_ts``...).
 
-The slot order is :func:`logitlab.experiments.schedule.ab_schedule`
+The slot order is :func:`logitlab.perf.design.ab_schedule`
 (untimed warmups, then ABBA/BAAB blocks). A block in which any slot failed
 (non-zero exit, signal, timeout, metric not found) is reported as failed and
 left out of the comparison; it is never timed as a success. The decision on
@@ -20,6 +20,7 @@ Nothing here prints or logs; progress goes to an optional callback.
 JSON format history (``schema_version`` of :class:`BenchRunResult`):
 
 - 1: first version.
+- 2: ``kind``; the paired comparisons without ``reason`` (the report writes it).
 """
 
 from __future__ import annotations
@@ -33,19 +34,21 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
 from logitlab.errors import InputError
-from logitlab.experiments.schedule import CANDIDATE, CONTROL, ab_schedule
-from logitlab.perf.compare_files import check_margin
-from logitlab.perf.paired import Block, PairedComparison, paired_comparison
+from logitlab.jsonio import ResultRecord
+from logitlab.events import ignore_event
+from logitlab.perf.design import CANDIDATE, CONTROL, Block, ab_schedule
+from logitlab.perf.equivalence import check_margin
+from logitlab.perf.paired import PairedComparison, paired_comparison
 
 __all__ = ["SCHEMA_VERSION", "CommandRun", "BenchRunConfig", "AaReport", "BenchRunResult", "run_command",
            "bench_run", "compile_metric"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Output kept per run (characters of the tail of stdout and stderr).
 _TAIL = 2000
 #: Fixed thresholds whose single-run false-positive rate the A/A report shows.
@@ -328,7 +331,7 @@ class BenchRunConfig:
         if self.timeout is not None and not self.timeout > 0:
             raise InputError(f"--timeout must be positive seconds, got {self.timeout!r}")
         if self.margin is not None:
-            check_margin(self.margin)
+            check_margin(self.margin, option="--margin")
         compile_metric(self.metric_regex)
 
     @property
@@ -364,7 +367,7 @@ class AaReport:
 
 
 @dataclass(frozen=True)
-class BenchRunResult:
+class BenchRunResult(ResultRecord):
     """The outcome of ``bench run``.
 
     Attributes
@@ -391,8 +394,10 @@ class BenchRunResult:
         :func:`logitlab.manifest.host_info` at the start.
     error : str or None
         Why the run stopped early, if it did.
-    schema_version : int
     """
+
+    KIND: ClassVar[str] = "bench-run"
+    SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
 
     config: dict[str, Any]
     runs: list[CommandRun]
@@ -403,16 +408,10 @@ class BenchRunResult:
     aa: AaReport | None
     host: dict[str, Any]
     error: str | None = None
-    schema_version: int = SCHEMA_VERSION
 
     @property
     def primary(self) -> PairedComparison | None:
         return self.comparisons.get(self.config["metric_name"] if self.config["metric_regex"] else "wall")
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["comparisons"] = {k: v.to_dict() for k, v in self.comparisons.items()}
-        return out
 
 
 _UNITS = {"wall": ("s", False), "user": ("s", False), "sys": ("s", False), "max_rss": ("bytes", False)}
@@ -474,7 +473,7 @@ def bench_run(
     """
     from logitlab.manifest import host_info
 
-    emit = on_event or (lambda kind, data: None)
+    emit = on_event or ignore_event
     pattern = compile_metric(config.metric_regex)
     host = host_info()
     schedule = ab_schedule(config.blocks, warmup=config.warmup, randomize=config.randomize, seed=config.seed)
@@ -505,9 +504,7 @@ def bench_run(
                 break
     result = _analyse(config, runs, host, error)
     if error is not None or not result.comparisons:
-        exc = InputError(error or _no_blocks_message(config, result))
-        exc.partial = result  # type: ignore[attr-defined]
-        raise exc
+        raise InputError(error or _no_blocks_message(config, result), partial=result)
     return result
 
 

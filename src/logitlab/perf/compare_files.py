@@ -19,6 +19,7 @@ JSON format history (``schema_version`` of :class:`FileComparison` and
 :class:`NoiseProfile`):
 
 - 1: first version.
+- 2: ``ScenarioComparison.reason`` left out (the report writes it).
 """
 
 from __future__ import annotations
@@ -26,17 +27,26 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
 
 from logitlab.errors import InputError
-from logitlab.perf.paired import DEFAULT_MARGIN, MIN_AA_MARGIN
+from logitlab.jsonio import ResultRecord
+from logitlab.perf.equivalence import (
+    STATUS_OF_CALL,
+    STATUSES,
+    check_confidence,
+    check_margin,
+    choose_margin,
+    noise_margin,
+    three_way_call,
+)
+from logitlab.perf.paired import from_fields
 from logitlab.perf.readers.base import BenchmarkFile, Scenario
 
 __all__ = [
-    "STATUSES",
     "MIN_SAMPLES_FOR_CI",
     "SCHEMA_VERSION",
     "ScenarioComparison",
@@ -44,16 +54,13 @@ __all__ = [
     "ScenarioNoise",
     "NoiseProfile",
     "holm_adjust",
-    "check_margin",
     "compare_benchmarks",
     "calibrate_noise",
 ]
 
-#: Per-scenario statuses, worst first (the Markdown table sorts by this).
-STATUSES = ("regressed", "inconclusive", "unchanged", "improved")
 #: Fewest samples per side for a bootstrap CI; fewer gives no CI.
 MIN_SAMPLES_FOR_CI = 5
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _NOISE_KIND = "logitlab-bench-noise"
 
 
@@ -137,8 +144,7 @@ class ScenarioComparison:
     p_holm : float or None
         ``p_change`` after Holm's adjustment across the scenarios with one.
     status : {'regressed', 'inconclusive', 'unchanged', 'improved'}
-    reason : str
-        One line: which numbers gave the status.
+        :data:`~logitlab.perf.equivalence.STATUS_OF_CALL` of the three-way call.
     note : str
         What the readers dropped or assumed.
     """
@@ -161,7 +167,6 @@ class ScenarioComparison:
     p_change: float | None
     p_holm: float | None
     status: str
-    reason: str
     note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -169,7 +174,7 @@ class ScenarioComparison:
 
 
 @dataclass(frozen=True)
-class FileComparison:
+class FileComparison(ResultRecord):
     """All scenarios of a base file against a candidate file.
 
     Attributes
@@ -194,8 +199,10 @@ class FileComparison:
     base_context, candidate_context : dict
         Host/run information the files carry.
     n_bootstrap, seed : int
-    schema_version : int
     """
+
+    KIND: ClassVar[str] = "bench-compare"
+    SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
 
     base_path: str
     candidate_path: str
@@ -213,10 +220,6 @@ class FileComparison:
     candidate_context: dict[str, Any] = field(default_factory=dict)
     n_bootstrap: int = 9999
     seed: int = 0
-    schema_version: int = SCHEMA_VERSION
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     def worst_first(self) -> list[ScenarioComparison]:
         """Scenarios by status (regressed first), then by how much worse they got."""
@@ -264,8 +267,10 @@ class ScenarioNoise:
 
 
 @dataclass(frozen=True)
-class NoiseProfile:
+class NoiseProfile(ResultRecord):
     """Per-scenario noise from A/A runs; written by ``bench calibrate``.
+
+    Its ``kind`` in JSON is ``'logitlab-bench-noise'`` (lets ``--noise`` reject other JSON).
 
     Attributes
     ----------
@@ -276,21 +281,16 @@ class NoiseProfile:
     scenarios : dict of str to ScenarioNoise
     skipped : list of str
         Scenarios missing from some run (not calibrated).
-    kind : str
-        Always ``'logitlab-bench-noise'`` (lets ``--noise`` reject other JSON).
-    schema_version : int
     """
+
+    KIND: ClassVar[str] = _NOISE_KIND
+    SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
 
     runs: list[str]
     format: str
     confidence: float
     scenarios: dict[str, ScenarioNoise]
-    skipped: list[str]
-    kind: str = _NOISE_KIND
-    schema_version: int = SCHEMA_VERSION
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    skipped: list[str] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "noise file") -> "NoiseProfile":
@@ -307,21 +307,15 @@ class NoiseProfile:
             raise InputError(f"{source} has schema_version {data.get('schema_version')!r}; this logitlab reads "
                              f"{SCHEMA_VERSION}: run bench calibrate again")
         try:
-            scenarios = {k: ScenarioNoise(**v) for k, v in data["scenarios"].items()}
+            scenarios = {k: from_fields(ScenarioNoise, v) for k, v in data["scenarios"].items()}
             return cls(runs=list(data["runs"]), format=str(data["format"]), confidence=float(data["confidence"]),
                        scenarios=scenarios, skipped=list(data.get("skipped", [])))
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, AttributeError, InputError) as exc:
             raise InputError(f"{source} is a damaged noise profile ({exc}): run bench calibrate again") from None
 
 
 # ---------------------------------------------------------------------------
 # Comparison
-
-
-def _check_confidence(confidence: Any) -> float:
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.0 < confidence < 1.0:
-        raise InputError(f"confidence {confidence!r} is not in (0, 1): use e.g. 0.95")
-    return float(confidence)
 
 
 def _interleaved(base: Scenario, cand: Scenario) -> list[tuple[np.ndarray, np.ndarray]] | None:
@@ -359,29 +353,6 @@ def _bootstrap_log_ratio(base: Scenario, cand: Scenario, confidence: float, n_re
     return np.asarray(res.bootstrap_distribution), "bootstrap (independent)"
 
 
-def _status(worse_lo: float, worse_hi: float, bound: float, changed: bool, worse_side: bool) -> str:
-    if changed:
-        return "regressed" if worse_side else "improved"
-    if -bound < worse_lo and worse_hi < bound:
-        return "unchanged"
-    return "inconclusive"
-
-
-def check_margin(margin: Any) -> float:
-    """An equivalence margin δ from the command line: a fraction strictly between 0 and 1.
-
-    Raises
-    ------
-    InputError
-        Anything else (``--margin 5`` would mean ±500 %).
-    """
-    ok = isinstance(margin, (int, float)) and not isinstance(margin, bool) and 0 < margin < 1
-    if not ok:
-        shown = f"{margin:g}" if isinstance(margin, (int, float)) and not isinstance(margin, bool) else repr(margin)
-        raise InputError(f"--margin must be a fraction between 0 and 1 (0.02 = 2 %), got {shown}")
-    return float(margin)
-
-
 def compare_benchmarks(
     base: BenchmarkFile,
     candidate: BenchmarkFile,
@@ -404,7 +375,7 @@ def compare_benchmarks(
         ``noise``.
     noise : NoiseProfile, optional
         Per-scenario margins from :func:`calibrate_noise`; scenarios it lacks
-        get ``margin`` or ``DEFAULT_MARGIN`` (2 %).
+        get ``margin`` or :data:`~logitlab.perf.equivalence.DEFAULT_MARGIN` (2 %).
     noise_path : str, optional
         Where ``noise`` came from, for the report.
     confidence : float, optional
@@ -452,11 +423,11 @@ def compare_benchmarks(
     repetitions) and pyperf (Student t-test), a tiny but significant change
     is not a regression unless it clears the margin.
     """
-    confidence = _check_confidence(confidence)
+    confidence = check_confidence(confidence)
     if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, int) or n_bootstrap < 100:
         raise InputError(f"n_bootstrap {n_bootstrap!r} must be an integer >= 100")
     if margin is not None:
-        check_margin(margin)
+        margin = check_margin(margin, option="--margin")
     if base.format != candidate.format:
         raise InputError(f"mixed formats: {base.path} is {base.format} output but {candidate.path} is "
                          f"{candidate.format}: compare files from the same tool")
@@ -478,12 +449,8 @@ def compare_benchmarks(
             raise InputError(f"scenario {name!r} is in {b.unit} in {base.path} but {c.unit} in {candidate.path}")
         sign = -1.0 if b.higher_is_better else 1.0  # log ratio -> "worse" orientation
         log_ratio = math.log(c.summary) - math.log(b.summary)
-        if noise is not None and margin is None and name in noise.scenarios:
-            delta, source = noise.scenarios[name].margin, "noise"
-        elif margin is not None:
-            delta, source = float(margin), "option"
-        else:
-            delta, source = DEFAULT_MARGIN, "default"
+        calibrated = noise.scenarios[name].margin if noise is not None and name in noise.scenarios else None
+        delta, source = choose_margin(margin, calibrated, "noise")
         bound = math.log1p(delta)
         ci = p_change = None
         worse_side = sign * log_ratio > 0
@@ -524,26 +491,13 @@ def compare_benchmarks(
         ratio = math.exp(r["log_ratio"])
         if r["ci"] is None:
             status = "inconclusive"
-            why = (f"only a summary ({b.statistic.split(' (')[0]}) on {'both sides' if not b.samples and not c.samples else 'one side'}"
-                   if not (b.samples and c.samples) else
-                   f"{min(len(b.samples), len(c.samples))} samples on a side (< {MIN_SAMPLES_FOR_CI})")
-            reason = f"inconclusive: no CI can be given ({why}); change {100 * (ratio - 1):+.1f}% shown for reference"
         else:
             lo, hi = r["ci"]
             w_lo, w_hi = sorted((sign * lo, sign * hi))
             changed = p_holm[i] < alpha
-            status = _status(w_lo, w_hi, bound, changed, r["worse_side"])
-            ci_txt = f"CI {math.exp(lo):.3f}-{math.exp(hi):.3f}"
-            region = f"margin ±{100 * r['delta']:.1f}% ({r['source']})"
-            if status in ("regressed", "improved"):
-                reason = f"{status}: {ci_txt} lies beyond the {region}; Holm-adjusted p {p_holm[i]:.2g}"
-            elif status == "unchanged":
-                reason = f"unchanged: {ci_txt} lies inside the {region}"
-            elif (w_lo > bound or w_hi < -bound):
-                reason = (f"inconclusive: {ci_txt} lies beyond the {region}, but not after Holm's adjustment "
-                          f"over {len(tested)} scenarios (p {p_holm[i]:.2g})")
-            else:
-                reason = f"inconclusive: {ci_txt} straddles an edge of the {region}"
+            # "better" orientation is minus "worse"; changed beyond the margin, on the side the test found
+            status = STATUS_OF_CALL[three_way_call(-w_hi, -w_lo, bound, better=changed and not r["worse_side"],
+                                                   worse=changed and r["worse_side"])]
         note = "; ".join(x for x in (b.note and f"base: {b.note}", c.note and f"candidate: {c.note}") if x)
         results.append(ScenarioComparison(
             name=r["name"], unit=b.unit, higher_is_better=b.higher_is_better, base=b.summary, candidate=c.summary,
@@ -554,7 +508,7 @@ def compare_benchmarks(
             ci_low=None if r["ci"] is None else math.exp(r["ci"][0]),
             ci_high=None if r["ci"] is None else math.exp(r["ci"][1]),
             ci_method=r["method"], margin=r["delta"], margin_source=r["source"],
-            p_change=r["p_change"], p_holm=p_holm.get(i), status=status, reason=reason, note=note,
+            p_change=r["p_change"], p_holm=p_holm.get(i), status=status, note=note,
         ))
     logs = np.array([r["log_ratio"] for r in rows])
     g_lo = g_hi = None
@@ -616,7 +570,7 @@ def calibrate_noise(runs: Sequence[BenchmarkFile], *, confidence: float = 0.95) 
     rests on one ratio per scenario (1 degree of freedom): use 3-5 runs for a
     steadier margin.
     """
-    confidence = _check_confidence(confidence)
+    confidence = check_confidence(confidence)
     if len(runs) < 2:
         raise InputError(f"calibration needs at least 2 runs of the same code, got {len(runs)}")
     formats = {r.format for r in runs}
@@ -626,7 +580,6 @@ def calibrate_noise(runs: Sequence[BenchmarkFile], *, confidence: float = 0.95) 
     skipped = sorted({n for r in runs for n in r.scenarios} - set(names))
     if not names:
         raise InputError("no scenario is present in every calibration run: are these runs of the same benchmarks?")
-    z = float(stats.norm.ppf(0.5 + confidence / 2.0))
     out = {}
     for name in names:
         scen = [r.scenarios[name] for r in runs]
@@ -640,7 +593,7 @@ def calibrate_noise(runs: Sequence[BenchmarkFile], *, confidence: float = 0.95) 
         out[name] = ScenarioNoise(
             name=name, n_runs=len(runs), aa_ratios=[float(math.exp(v - x[0])) for v in x[1:]],
             between_sd_log=between, within_sd_log=within, ratio_sd_log=ratio_sd,
-            margin=max(MIN_AA_MARGIN, float(np.expm1(z * ratio_sd))),
+            margin=noise_margin(ratio_sd, confidence),
         )
     return NoiseProfile(runs=[r.path for r in runs], format=runs[0].format, confidence=confidence,
                         scenarios=out, skipped=skipped)

@@ -1,22 +1,20 @@
 """Paired, counterbalanced speed comparisons of a candidate against a control.
 
-An experiment runs ``n`` blocks. Each block has four slots in the pattern
-``ABBA`` or ``BAAB`` (``A`` = control, ``B`` = candidate), and each slot yields
-one positive measurement (decode tokens/s, wall seconds, ...). Within a block
-both variants occupy the same mean slot position, so a linear drift of the
-machine cancels; alternating ``ABBA``/``BAAB`` balances a fixed penalty on one
-slot position (e.g. a cold first slot) across blocks.
-
-The analysis works on logs: each block gives one log ratio candidate/control,
+An experiment runs ``n`` ABBA/BAAB blocks (:mod:`logitlab.perf.design`). The
+analysis works on logs: each block gives one log ratio candidate/control,
 the blocks are the independent units of a paired (one-sample) t analysis, and
 the result is a geometric-mean ratio with a confidence interval, a bootstrap
-cross-check, and a three-way call against an equivalence margin.
+cross-check, a slot-position diagnostic, the MDE (:mod:`logitlab.perf.power`)
+and the three-way call against an equivalence margin
+(:mod:`logitlab.perf.equivalence`).
 
-Nothing here prints or logs; ``logitlab.report`` renders the results.
+Nothing here prints or logs; ``logitlab.report`` renders the results and
+writes the sentences that explain them.
 
 JSON format history (``schema_version`` of :class:`PairedComparison`):
 
 - 1: first version.
+- 2: ``reason`` left out (the report writes it); ``margin`` below 1.
 """
 
 from __future__ import annotations
@@ -26,205 +24,40 @@ import inspect
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 from scipy import stats
 
 from logitlab.errors import InputError
 
+from logitlab.perf.design import Block, as_blocks, check_count, log_slots
+from logitlab.perf.equivalence import (
+    CALLS,
+    DEGENERATE_SPREAD,
+    MARGIN_SOURCES,
+    aa_margin_from_logs,
+    check_confidence,
+    check_margin,
+    choose_margin,
+    three_way_call,
+)
+from logitlab.perf.power import mde_log
+
 __all__ = [
-    "PATTERNS",
-    "CALLS",
-    "MARGIN_SOURCES",
-    "DEFAULT_MARGIN",
-    "MAX_AA_MARGIN",
-    "MIN_AA_MARGIN",
     "SCHEMA_VERSION",
-    "Block",
     "PositionEffect",
     "PairedComparison",
-    "block_patterns",
     "block_log_ratios",
     "aa_log_ratios",
     "aa_margin",
     "slot_position_effect",
-    "minimum_detectable_effect",
-    "blocks_needed",
     "paired_comparison",
+    "from_fields",
 ]
 
-#: The two counterbalanced slot patterns (A = control, B = candidate).
-PATTERNS = ("ABBA", "BAAB")
-#: The possible calls of :func:`paired_comparison`.
-CALLS = ("faster", "slower", "equivalent", "inconclusive")
-#: Where the equivalence margin came from.
-MARGIN_SOURCES = ("option", "a/a", "default")
-#: Relative equivalence margin used when neither an option nor A/A data give one.
-DEFAULT_MARGIN = 0.02
-#: Floor of the A/A-calibrated margin (a relative change of 1 %).
-MIN_AA_MARGIN = 0.01
-#: Cap of the A/A-derived margin: above it, "equivalent" would no longer mean negligible.
-MAX_AA_MARGIN = 0.05
 #: Version of the JSON form of :class:`PairedComparison`.
-SCHEMA_VERSION = 1
-#: Minimum number of blocks whose A/A ratios calibrate the margin.
-_MIN_AA_BLOCKS = 3
-#: Spread (in log units) at or below which a set of log ratios counts as identical:
-#: float64 rounding of logs of identical values is far below this.
-_DEGENERATE_SPREAD = 1e-13
-
-
-# ---------------------------------------------------------------------------
-# Input
-
-
-@dataclass(frozen=True, slots=True)
-class Block:
-    """One counterbalanced block: four measurements in slot order.
-
-    Parameters
-    ----------
-    pattern : str
-        ``'ABBA'`` or ``'BAAB'``; letter ``i`` says which variant ran in slot
-        ``i`` (``A`` = control, ``B`` = candidate).
-    values : tuple of 4 float
-        The measurement of each slot, in slot (time) order, in the metric's
-        unit (e.g. tokens/s or seconds). Each must be positive and finite.
-        Any sequence of four real numbers is accepted and stored as a tuple of
-        Python floats.
-
-    Raises
-    ------
-    InputError
-        If the pattern is unknown, there are not exactly four values, or a
-        value is not a positive finite real number (the message names it).
-
-    Examples
-    --------
-    >>> Block("ABBA", (100.0, 110.0, 110.0, 100.0)).candidate_slots
-    (1, 2)
-    """
-
-    pattern: str
-    values: tuple[float, float, float, float]
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.pattern, str) or self.pattern not in PATTERNS:
-            raise InputError(
-                f"Block pattern {self.pattern!r} is not valid: use one of "
-                f"{', '.join(repr(p) for p in PATTERNS)}"
-            )
-        values = self.values
-        if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-            raise InputError(
-                f"Block values {values!r} is not a sequence: give 4 slot measurements"
-            )
-        if len(values) != 4:
-            raise InputError(
-                f"Block values {tuple(values)!r} has {len(values)} slots: a "
-                f"{self.pattern} block needs exactly 4, one per slot"
-            )
-        clean = []
-        for slot, value in enumerate(values, start=1):
-            is_real = isinstance(value, (int, float, np.integer, np.floating))
-            if isinstance(value, (bool, np.bool_)) or not is_real:
-                raise InputError(
-                    f"Block slot {slot} value {value!r} is not a number: give a "
-                    f"positive finite measurement"
-                )
-            number = float(value)
-            if not math.isfinite(number) or number <= 0.0:
-                raise InputError(
-                    f"Block slot {slot} value {value!r} is not positive and finite: "
-                    f"measurements must be > 0 (e.g. tokens/s or seconds)"
-                )
-            clean.append(number)
-        object.__setattr__(self, "values", tuple(clean))
-
-    @property
-    def control_slots(self) -> tuple[int, int]:
-        """0-based slot indices of the control (``A``), in time order."""
-        return tuple(i for i, c in enumerate(self.pattern) if c == "A")  # type: ignore[return-value]
-
-    @property
-    def candidate_slots(self) -> tuple[int, int]:
-        """0-based slot indices of the candidate (``B``), in time order."""
-        return tuple(i for i, c in enumerate(self.pattern) if c == "B")  # type: ignore[return-value]
-
-
-def block_patterns(
-    n_blocks: int, *, order: str = "alternate", first: str = "ABBA", seed: Any = 0
-) -> list[str]:
-    """The slot patterns to run, one per block.
-
-    Parameters
-    ----------
-    n_blocks : int
-        Number of blocks (>= 0).
-    order : {'alternate', 'random'}, optional
-        ``'alternate'``: ``first``, then the other pattern, and so on.
-        ``'random'``: a seeded random permutation of equally many ``ABBA`` and
-        ``BAAB`` blocks (the odd one out, if ``n_blocks`` is odd, drawn at
-        random). Defaults to ``'alternate'``.
-    first : {'ABBA', 'BAAB'}, optional
-        Pattern of the first block for ``'alternate'``. Defaults to ``'ABBA'``.
-    seed : int or numpy.random.Generator, optional
-        Seed for ``'random'``. Defaults to 0.
-
-    Returns
-    -------
-    list of str
-        ``n_blocks`` patterns.
-
-    Raises
-    ------
-    InputError
-        On a negative ``n_blocks`` or an unknown ``order`` or ``first``.
-    """
-    n = _check_count(n_blocks, "n_blocks")
-    if first not in PATTERNS:
-        raise InputError(f"first pattern {first!r} is not valid: use 'ABBA' or 'BAAB'")
-    other = PATTERNS[1] if first == PATTERNS[0] else PATTERNS[0]
-    if order == "alternate":
-        return [first if i % 2 == 0 else other for i in range(n)]
-    if order == "random":
-        rng = np.random.default_rng(seed)
-        half = n // 2
-        pool = [PATTERNS[0]] * half + [PATTERNS[1]] * half
-        if n % 2:
-            pool.append(PATTERNS[int(rng.integers(2))])
-        return [pool[i] for i in rng.permutation(n)]
-    raise InputError(f"order {order!r} is not valid: use 'alternate' or 'random'")
-
-
-def _check_count(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise InputError(f"{name} {value!r} is not a non-negative integer")
-    return int(value)
-
-
-def _as_blocks(blocks: Iterable[Block]) -> list[Block]:
-    if isinstance(blocks, (str, bytes, Block)) or not isinstance(blocks, Iterable):
-        raise InputError(
-            f"blocks {blocks!r} is not a sequence of Block: pass e.g. [Block('ABBA', (...)), ...]"
-        )
-    out = list(blocks)
-    for i, block in enumerate(out):
-        if not isinstance(block, Block):
-            raise InputError(
-                f"blocks[{i}] {block!r} is a {type(block).__name__}, not a Block: "
-                f"wrap it as Block(pattern, values)"
-            )
-    return out
-
-
-def _log_slots(blocks: Sequence[Block]) -> tuple[np.ndarray, np.ndarray]:
-    """Log of the slot values, shape (n, 4), and the candidate mask, shape (n, 4)."""
-    n = len(blocks)
-    logs = np.log(np.array([b.values for b in blocks], dtype=np.float64).reshape(n, 4))
-    is_candidate = np.array([[c == "B" for c in b.pattern] for b in blocks], dtype=bool)
-    return logs, is_candidate.reshape(n, 4)
+SCHEMA_VERSION = 2
 
 
 # ---------------------------------------------------------------------------
@@ -257,10 +90,10 @@ def block_log_ratios(blocks: Iterable[Block]) -> np.ndarray:
     >>> block_log_ratios([Block("ABBA", (1.0, 2.0, 2.0, 1.0))]).round(4)
     array([0.6931])
     """
-    items = _as_blocks(blocks)
+    items = as_blocks(blocks)
     if not items:
         return np.zeros(0, dtype=np.float64)
-    logs, is_b = _log_slots(items)
+    logs, is_b = log_slots(items)
     return (np.where(is_b, logs, 0.0).sum(axis=1) - np.where(is_b, 0.0, logs).sum(axis=1)) / 2.0
 
 
@@ -286,7 +119,7 @@ def aa_log_ratios(blocks: Iterable[Block]) -> np.ndarray:
     InputError
         If ``blocks`` is not a sequence of :class:`Block`.
     """
-    items = _as_blocks(blocks)
+    items = as_blocks(blocks)
     if not items:
         return np.zeros(0, dtype=np.float64)
     logs = np.log(np.array([b.values for b in items], dtype=np.float64))
@@ -338,32 +171,13 @@ def aa_margin(blocks: Iterable[Block], *, confidence: float = 0.95) -> float | N
     InputError
         On bad blocks or a confidence outside (0, 1).
     """
-    _check_confidence(confidence)
+    check_confidence(confidence)
     aa = aa_log_ratios(blocks)
-    return _aa_margin_from_logs(aa, confidence)
-
-
-def _aa_margin_from_logs(aa: np.ndarray, confidence: float) -> float | None:
-    n = aa.size
-    if n < _MIN_AA_BLOCKS:
-        return None
-    sd = 0.0 if float(np.ptp(aa)) <= _DEGENERATE_SPREAD else float(np.std(aa, ddof=1))
-    q = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1))
-    return min(MAX_AA_MARGIN, max(MIN_AA_MARGIN, float(np.expm1(q * sd / math.sqrt(n)))))
+    return aa_margin_from_logs(aa, confidence)
 
 
 # ---------------------------------------------------------------------------
 # One-sample summaries
-
-
-def _check_confidence(confidence: Any) -> float:
-    if (
-        isinstance(confidence, bool)
-        or not isinstance(confidence, (int, float, np.floating))
-        or not 0.0 < float(confidence) < 1.0
-    ):
-        raise InputError(f"confidence {confidence!r} is not in (0, 1): use e.g. 0.95")
-    return float(confidence)
 
 
 @dataclass(frozen=True)
@@ -385,7 +199,7 @@ def _t_summary(x: np.ndarray, confidence: float) -> _TSummary:
     mean = float(np.mean(x))
     if n == 1:
         return _TSummary(1, mean, None, None, None, None, False)
-    if float(np.ptp(x)) <= _DEGENERATE_SPREAD:
+    if float(np.ptp(x)) <= DEGENERATE_SPREAD:
         # Identical values: zero spread, zero-width CI; t is undefined, so the
         # p-value is the limit (0 if the common value is non-zero, 1 if zero).
         mean = float(x[0])
@@ -414,7 +228,7 @@ def _bootstrap_ci(
     """BCa bootstrap CI of the mean (percentile if BCa is not finite)."""
     if x.size < 2 or n_resamples == 0:
         return None, None, None
-    if float(np.ptp(x)) <= _DEGENERATE_SPREAD:
+    if float(np.ptp(x)) <= DEGENERATE_SPREAD:
         return float(x[0]), float(x[0]), "degenerate"
     for method in ("BCa", "percentile"):
         with warnings.catch_warnings():
@@ -486,7 +300,7 @@ class PositionEffect:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PositionEffect":
         """Inverse of :meth:`to_dict`; raises InputError on unknown or missing keys."""
-        return _from_fields(cls, data)
+        return from_fields(cls, data)
 
 
 def slot_position_effect(blocks: Iterable[Block], *, confidence: float = 0.95) -> PositionEffect:
@@ -520,10 +334,10 @@ def slot_position_effect(blocks: Iterable[Block], *, confidence: float = 0.95) -
     InputError
         On bad blocks or a confidence outside (0, 1).
     """
-    confidence = _check_confidence(confidence)
-    items = _as_blocks(blocks)
+    confidence = check_confidence(confidence)
+    items = as_blocks(blocks)
     if items:
-        logs, _ = _log_slots(items)
+        logs, _ = log_slots(items)
         per_block = ((logs[:, 1] - logs[:, 0]) + (logs[:, 3] - logs[:, 2])) / 2.0
     else:
         per_block = np.zeros(0, dtype=np.float64)
@@ -541,119 +355,6 @@ def slot_position_effect(blocks: Iterable[Block], *, confidence: float = 0.95) -
         significant=bool(s.p_value is not None and s.p_value < 1.0 - confidence),
         confidence=confidence,
     )
-
-
-# ---------------------------------------------------------------------------
-# Power
-
-
-def _check_power_args(alpha: float, power: float) -> None:
-    if not 0.0 < alpha < 1.0:
-        raise InputError(f"alpha {alpha!r} is not in (0, 1): use e.g. 0.05")
-    if not 0.0 < power < 1.0:
-        raise InputError(f"power {power!r} is not in (0, 1): use e.g. 0.8")
-
-
-def _check_sd(sd: Any) -> float:
-    if isinstance(sd, bool) or not isinstance(sd, (int, float, np.floating)):
-        raise InputError(f"sd {sd!r} is not a number: give the sd of block log ratios")
-    if not math.isfinite(float(sd)) or sd < 0:
-        raise InputError(f"sd {sd!r} is not finite and >= 0: give the sd of block log ratios")
-    return float(sd)
-
-
-def _mde_log(sd: float, n: int, alpha: float, power: float) -> float:
-    df = n - 1
-    return (float(stats.t.ppf(1.0 - alpha / 2.0, df)) + float(stats.t.ppf(power, df))) * sd / math.sqrt(n)
-
-
-def minimum_detectable_effect(
-    sd: float, n_blocks: int, *, alpha: float = 0.05, power: float = 0.8
-) -> float:
-    """Smallest true relative change that ``n_blocks`` blocks detect.
-
-    ``mde = expm1((t_{1-alpha/2, n-1} + t_{power, n-1}) * sd / sqrt(n))``:
-    the usual sample-size relation for a two-sided one-sample (paired) t-test
-    with the normal quantiles replaced by t quantiles (e.g. Chow, Shao & Wang,
-    *Sample Size Calculations in Clinical Research*, 2nd ed., 2008, ch. 3).
-
-    Parameters
-    ----------
-    sd : float
-        Standard deviation of the block log ratios (natural-log units, >= 0).
-    n_blocks : int
-        Number of blocks, >= 2.
-    alpha : float, optional
-        Two-sided significance level. Defaults to 0.05.
-    power : float, optional
-        Defaults to 0.8.
-
-    Returns
-    -------
-    float
-        Relative change (0.03 = 3 %) of the geometric-mean ratio.
-
-    Raises
-    ------
-    InputError
-        On ``n_blocks < 2``, a negative or non-finite ``sd``, or ``alpha`` or
-        ``power`` outside (0, 1).
-    """
-    sd = _check_sd(sd)
-    n = _check_count(n_blocks, "n_blocks")
-    if n < 2:
-        raise InputError(f"n_blocks {n_blocks!r} is below 2: a t-based MDE needs 2 or more blocks")
-    _check_power_args(alpha, power)
-    return float(np.expm1(_mde_log(sd, n, alpha, power)))
-
-
-def blocks_needed(sd: float, effect: float, *, alpha: float = 0.05, power: float = 0.8) -> int:
-    """Number of blocks needed to detect a relative change ``effect``.
-
-    The smallest ``n >= 2`` with ``(t_{1-alpha/2, n-1} + t_{power, n-1}) *
-    sd / sqrt(n) <= |log(1 + effect)|`` (see :func:`minimum_detectable_effect`).
-
-    Parameters
-    ----------
-    sd : float
-        Standard deviation of the block log ratios (natural-log units, >= 0),
-        e.g. ``PairedComparison.sd_log_ratio`` of a pilot run.
-    effect : float
-        Target relative change, > -1 and non-zero (0.03 = 3 % higher,
-        -0.03 = 3 % lower).
-    alpha, power : float, optional
-        Defaults 0.05 (two-sided) and 0.8.
-
-    Returns
-    -------
-    int
-
-    Raises
-    ------
-    InputError
-        On a bad ``sd``, ``effect`` zero, non-finite or <= -1, or ``alpha`` or
-        ``power`` outside (0, 1).
-    """
-    sd = _check_sd(sd)
-    _check_power_args(alpha, power)
-    if (
-        isinstance(effect, bool)
-        or not isinstance(effect, (int, float, np.floating))
-        or not math.isfinite(float(effect))
-        or effect <= -1.0
-        or effect == 0.0
-    ):
-        raise InputError(
-            f"effect {effect!r} is not a non-zero relative change > -1: use e.g. 0.03 for 3 %"
-        )
-    target = abs(math.log1p(float(effect)))
-    if sd == 0.0:
-        return 2
-    z = float(stats.norm.ppf(1.0 - alpha / 2.0) + stats.norm.ppf(power))
-    n = max(2, math.floor((z * sd / target) ** 2))  # t quantiles > z: never above the answer
-    while _mde_log(sd, n, alpha, power) > target:
-        n += 1
-    return n
 
 
 # ---------------------------------------------------------------------------
@@ -699,9 +400,8 @@ class PairedComparison:
         Relative equivalence margin delta (0.02 = 2 %).
     margin_source : {'option', 'a/a', 'default'}
     call : {'faster', 'slower', 'equivalent', 'inconclusive'}
-        "faster" means better in the metric's direction.
-    reason : str
-        One paragraph explaining the call with the numbers.
+        "faster" means better in the metric's direction
+        (:func:`logitlab.perf.equivalence.three_way_call`).
     mde : float or None
         Relative change these blocks detect with 80 % power at alpha 0.05.
     position : PositionEffect or None
@@ -738,7 +438,6 @@ class PairedComparison:
     margin: float
     margin_source: str
     call: str
-    reason: str
     mde: float | None
     position: PositionEffect | None
     aa_log_ratios: list[float]
@@ -778,10 +477,11 @@ class PairedComparison:
             On unknown or missing keys, an unsupported ``schema_version`` or an
             invalid ``call`` / ``margin_source``.
         """
-        return _from_fields(cls, data)
+        return from_fields(cls, data)
 
 
-def _from_fields(cls: type, data: Mapping[str, Any]) -> Any:
+def from_fields(cls: type, data: Mapping[str, Any]) -> Any:
+    """``cls(**data)`` for a dataclass, with InputError naming unknown or missing keys."""
     if not isinstance(data, Mapping):
         raise InputError(f"{cls.__name__} data {data!r} is not a mapping: pass the dict from to_dict()")
     names = [f.name for f in dataclasses.fields(cls)]
@@ -801,18 +501,12 @@ def _from_fields(cls: type, data: Mapping[str, Any]) -> Any:
     return cls(**dict(data))
 
 
-def _pct(x: float) -> str:
-    return f"{100.0 * x:.1f}%"
-
-
-def _call_from_ci(lo_better: float, hi_better: float, bound: float) -> str:
-    if -bound < lo_better and hi_better < bound:
-        return "equivalent"
-    if lo_better > 0.0:
-        return "faster"
-    if hi_better < 0.0:
-        return "slower"
-    return "inconclusive"
+def better_orientation(lo: float | None, hi: float | None,
+                       higher_is_better: bool) -> tuple[float | None, float | None]:
+    """A CI of a log ratio turned so that positive means "the candidate is better"."""
+    if lo is None or hi is None:
+        return None, None
+    return (lo, hi) if higher_is_better else (-hi, -lo)
 
 
 def paired_comparison(
@@ -835,10 +529,9 @@ def paired_comparison(
     higher_is_better : bool
         True for throughput (tokens/s), False for times (seconds).
     metric, unit : str
-        Names for the result and its ``reason`` (e.g. ``'decode'``,
-        ``'tokens/s'``).
+        Names for the result (e.g. ``'decode'``, ``'tokens/s'``).
     margin : float, optional
-        Relative equivalence margin delta (> 0, e.g. 0.02 for 2 %). If None,
+        Relative equivalence margin delta (0 < delta < 1, e.g. 0.02 for 2 %). If None,
         calibrated from the A/A ratios with 3 or more blocks (see
         :func:`aa_margin`: the ``confidence`` CI half-width of the
         control-vs-control comparison in the same blocks, ``max(0.01,
@@ -859,7 +552,7 @@ def paired_comparison(
     Raises
     ------
     InputError
-        On bad blocks, a non-positive or non-finite margin, a confidence
+        On bad blocks, a margin outside (0, 1), a confidence
         outside (0, 1), or a negative ``n_bootstrap``.
 
     Notes
@@ -869,7 +562,7 @@ def paired_comparison(
     its CI is the one-sample t interval over blocks (df ``n - 1``,
     ``scipy.stats.ttest_1samp``), exponentiated. A BCa bootstrap of the mean
     (``scipy.stats.bootstrap``, seeded) is reported as a cross-check; the
-    ``reason`` says when it would give a different call.
+    report says when it would give a different call.
 
     Call: with the CI ``[lo, hi]`` of the log ratio in better orientation
     (negated for lower-is-better metrics) and ``b = log(1 + delta)``:
@@ -882,11 +575,11 @@ def paired_comparison(
     Biopharm.* 15:657-680), at level ``(1 - confidence)/2`` per side
     (conservative: TOST at 5 % uses a 90 % CI).
 
-    MDE: see :func:`minimum_detectable_effect` (alpha 0.05, power 0.8, the
+    MDE: see :func:`logitlab.perf.power.minimum_detectable_effect` (alpha 0.05, power 0.8, the
     observed sd).
 
-    With all block ratios identical the sd is 0 and the CI has zero width;
-    the ``reason`` says so.
+    With all block ratios identical the sd is 0 and the CI has zero width
+    (the report says so).
 
     Examples
     --------
@@ -896,15 +589,15 @@ def paired_comparison(
     >>> r.call, round(r.ratio, 3)
     ('faster', 1.097)
     """
-    items = _as_blocks(blocks)
+    items = as_blocks(blocks)
     if not isinstance(higher_is_better, (bool, np.bool_)):
         raise InputError(f"higher_is_better {higher_is_better!r} is not a bool")
     higher_is_better = bool(higher_is_better)
     for name, value in (("metric", metric), ("unit", unit)):
         if not isinstance(value, str):
             raise InputError(f"{name} {value!r} is not a string")
-    confidence = _check_confidence(confidence)
-    n_bootstrap = _check_count(n_bootstrap, "n_bootstrap")
+    confidence = check_confidence(confidence)
+    n_bootstrap = check_count(n_bootstrap, "n_bootstrap")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise InputError(f"seed {seed!r} is not an integer")
     seed = int(seed)
@@ -914,20 +607,8 @@ def paired_comparison(
     n = len(items)
 
     if margin is not None:
-        if (
-            isinstance(margin, bool)
-            or not isinstance(margin, (int, float, np.floating))
-            or not math.isfinite(float(margin))
-            or margin <= 0.0
-        ):
-            raise InputError(f"margin {margin!r} is not a positive relative change: use e.g. 0.02 for 2 %")
-        delta, source = float(margin), "option"
-    else:
-        calibrated = _aa_margin_from_logs(aa, confidence)
-        if calibrated is not None:
-            delta, source = calibrated, "a/a"
-        else:
-            delta, source = DEFAULT_MARGIN, "default"
+        margin = check_margin(margin)
+    delta, source = choose_margin(margin, aa_margin_from_logs(aa, confidence))
     bound = math.log1p(delta)
 
     s = _t_summary(ratios, confidence)
@@ -935,82 +616,10 @@ def paired_comparison(
     b_lo, b_hi, b_method = _bootstrap_ci(ratios, confidence, n_bootstrap, seed)
     sign = 1.0 if higher_is_better else -1.0
     position = slot_position_effect(items, confidence=confidence) if n else None
-    mde = float(np.expm1(_mde_log(s.sd, n, 0.05, 0.8))) if s.sd is not None else None
-
-    def better(lo: float | None, hi: float | None) -> tuple[float | None, float | None]:
-        if lo is None or hi is None:
-            return None, None
-        return (lo, hi) if sign > 0 else (-hi, -lo)
-
+    mde = float(np.expm1(mde_log(s.sd, n, 0.05, 0.8))) if s.sd is not None else None
     sp_mean = None if s.mean is None else sign * s.mean
-    sp_lo, sp_hi = better(s.lo, s.hi)
-
-    # Reason text.
-    ci_pct = f"{100 * confidence:g}%"
-    m_label = f"{metric} ({unit})" if metric and unit else (metric or unit or "metric")
-    side = "above" if higher_is_better else "below"
-    margin_text = f"delta {_pct(delta)}, from {source}"
-    if n < 2:
-        call = "inconclusive"
-        reason = (
-            f"inconclusive: {n} block{'s' if n != 1 else ''} of {m_label}; a paired CI needs at "
-            f"least 2 blocks"
-        )
-        if s.mean is not None:
-            reason += f" (the single block's candidate/control ratio is {math.exp(s.mean):.4g})"
-        reason += "."
-    else:
-        call = _call_from_ci(sp_lo, sp_hi, bound)
-        head = (
-            f"candidate/control geometric-mean {m_label} ratio {math.exp(s.mean):.4g}, "
-            f"{ci_pct} CI {math.exp(s.lo):.4g}-{math.exp(s.hi):.4g} (paired t over {n} blocks, "
-            f"df {n - 1})"
-        )
-        region = f"equivalence region {1 / (1 + delta):.4g}-{1 + delta:.4g} ({margin_text})"
-        if call == "equivalent":
-            body = f"the CI lies inside the {region}"
-        elif call == "faster":
-            body = (
-                f"the whole CI is on the better side of 1 ({side} 1 for this metric) and not "
-                f"inside the {region}"
-            )
-        elif call == "slower":
-            body = (
-                f"the whole CI is on the worse side of 1 ({'below' if higher_is_better else 'above'}"
-                f" 1 for this metric) and not inside the {region}"
-            )
-        else:
-            body = f"the CI includes 1 and reaches beyond the {region}"
-        reason = f"{call}: {head}; {body}."
-        if s.degenerate:
-            reason += (
-                f" All {n} block log ratios are identical (sd 0), so the CI has zero width: "
-                f"this is only meaningful if the measurements are truly noiseless."
-            )
-        else:
-            reason += (
-                f" Block log-ratio sd {s.sd:.3g}: {n} blocks detect a {_pct(mde)} change "
-                f"(80% power, alpha 0.05)"
-            )
-            if call == "inconclusive":
-                reason += (
-                    f"; about {blocks_needed(s.sd, delta)} blocks would detect a "
-                    f"{_pct(delta)} change"
-                )
-            reason += "."
-        if b_method in ("BCa", "percentile"):
-            b_call = _call_from_ci(*better(b_lo, b_hi), bound)  # type: ignore[arg-type]
-            agree = "agrees" if b_call == call else f"would call it {b_call}: treat the call with care"
-            reason += (
-                f" Bootstrap ({b_method}) CI {math.exp(b_lo):.4g}-{math.exp(b_hi):.4g} {agree}."
-            )
-        if position is not None and position.significant:
-            n_abba = sum(b.pattern == "ABBA" for b in items)
-            reason += (
-                f" Slot position effect: the second slot of a pair measures "
-                f"{position.ratio:.4g}x the first (p {position.p_value:.2g}); it cancels only "
-                f"when ABBA and BAAB blocks are balanced ({n_abba} vs {n - n_abba} here)."
-            )
+    sp_lo, sp_hi = better_orientation(s.lo, s.hi, higher_is_better)
+    call = "inconclusive" if n < 2 else three_way_call(sp_lo, sp_hi, bound)
 
     return PairedComparison(
         metric=metric,
@@ -1036,7 +645,6 @@ def paired_comparison(
         margin=delta,
         margin_source=source,
         call=call,
-        reason=reason,
         mde=mde,
         position=position,
         aa_log_ratios=[float(v) for v in aa],

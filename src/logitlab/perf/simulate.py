@@ -25,7 +25,9 @@ from typing import Any
 import numpy as np
 
 from logitlab.errors import InputError
-from logitlab.perf.paired import CALLS, Block, block_patterns, paired_comparison
+from logitlab.perf.design import Block, block_patterns
+from logitlab.perf.equivalence import CALLS
+from logitlab.perf.paired import paired_comparison
 
 __all__ = ["simulate_blocks", "simulate_calls"]
 
@@ -82,7 +84,7 @@ def simulate_blocks(
     higher_is_better : bool, optional
         Direction of the metric, for the penalty. Defaults to True.
     order : {'alternate', 'random'}, optional
-        Block pattern order, see :func:`logitlab.perf.paired.block_patterns`.
+        Block pattern order, see :func:`logitlab.perf.design.block_patterns`.
     seed : int or numpy.random.Generator, optional
         Everything random comes from ``numpy.random.default_rng(seed)``.
 

@@ -1,0 +1,96 @@
+"""Reports: every result kind becomes one format-neutral document; one renderer per format writes it.
+
+>>> from logitlab import report
+>>> report.markdown(result)            # any result object          # doctest: +SKIP
+>>> report.display(result)             # the terminal report         # doctest: +SKIP
+>>> report.load_result(json.load(f))   # a saved result, typed again # doctest: +SKIP
+
+A result kind registers its class and its document builder in
+:data:`KINDS` (``"module:name"`` strings, imported when first used). A new
+format is one renderer module taking a :class:`~logitlab.report.document.Document`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any, Mapping
+
+from logitlab.errors import InputError
+from logitlab.jsonio import ResultRecord, read_json
+from logitlab.report.document import Document
+
+__all__ = ["KINDS", "document", "markdown", "display", "load_result", "read_result"]
+
+#: result kind -> (result class, document builder)
+KINDS: dict[str, tuple[str, str]] = {
+    "ab": ("logitlab.experiments.ab:AbResult", "logitlab.report.ab:ab_document"),
+    "verify": ("logitlab.experiments.verify_results:VerifyResult", "logitlab.report.verify:verify_document"),
+    "invariance": ("logitlab.experiments.invariance:InvarianceResult",
+                   "logitlab.report.invariance:invariance_document"),
+    "bench-run": ("logitlab.perf.commands:BenchRunResult", "logitlab.report.bench:run_document"),
+    "bench-compare": ("logitlab.perf.compare_files:FileComparison", "logitlab.report.bench:compare_document"),
+    "logitlab-bench-noise": ("logitlab.perf.compare_files:NoiseProfile", "logitlab.report.bench:calibration_document"),
+    "dump-diff": ("logitlab.dumps.diff:DumpDiffResult", "logitlab.report.dumps:dump_diff_document"),
+}
+
+
+def _load(target: str) -> Any:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def document(result: ResultRecord, **options: Any) -> Document:
+    """The document of any result (``options`` go to its builder, e.g. ``show_error=False``).
+
+    Raises:
+        InputError: the object is not a result logitlab knows.
+    """
+    kind = getattr(result, "KIND", None)
+    if kind not in KINDS:
+        raise InputError(f"no report for {type(result).__name__}: not a logitlab result")
+    return _load(KINDS[kind][1])(result, **options)
+
+
+def markdown(result: ResultRecord, **options: Any) -> str:
+    """The result's report as Markdown text."""
+    from logitlab.report.render_markdown import render_markdown
+
+    return render_markdown(document(result, **options))
+
+
+def display(result: ResultRecord, console: Any = None, **options: Any) -> None:
+    """Print the result's report to the terminal (a rich ``Console``; default: stdout)."""
+    from logitlab.report.render_terminal import render_terminal
+
+    render_terminal(document(result, **options), console)
+
+
+def load_result(data: Mapping[str, Any]) -> ResultRecord:
+    """A saved result (the dict its ``--json`` file holds), typed again by its ``kind``.
+
+    Raises:
+        InputError: no or an unknown ``kind``, another schema version, or damaged data.
+    """
+    if not isinstance(data, Mapping):
+        raise InputError(f"a logitlab result is a JSON object, not a {type(data).__name__}")
+    kind = data.get("kind")
+    if kind not in KINDS:
+        known = ", ".join(sorted(KINDS))
+        what = f"kind {kind!r}" if kind else "no \"kind\""
+        raise InputError(f"not a logitlab result ({what}); results of these kinds can be shown: {known}")
+    return _load(KINDS[kind][0]).from_dict(data)
+
+
+def read_result(path: str | Path) -> ResultRecord:
+    """Read a result file written with ``--json``.
+
+    Raises:
+        InputError: missing, unreadable or not JSON, or not a logitlab result.
+    """
+    try:
+        return load_result(read_json(path, what="result file"))
+    except InputError as exc:
+        if str(exc).startswith("result file"):
+            raise
+        raise InputError(f"{path}: {exc}") from None

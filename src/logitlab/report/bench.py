@@ -16,6 +16,7 @@ from rich.text import Text
 
 from logitlab.perf.commands import BenchRunResult
 from logitlab.perf.compare_files import FileComparison, NoiseProfile, ScenarioComparison
+from logitlab.report.speed_text import paired_reason
 from logitlab.report.text import plural
 
 STATUS_ICON = {"regressed": "🔴", "improved": "🟢", "unchanged": "✅", "inconclusive": "⚪"}
@@ -290,7 +291,7 @@ def format_run_markdown(result: BenchRunResult) -> str:
         out += [f"- {fact}" for fact in _run_facts(result)]
         out += [""] + _md_table(_RUN_HEADER, run_rows(result))
     if p:
-        out += ["", p.reason]
+        out += ["", paired_reason(p)]
     if result.aa:
         out += [""] + [f"- {line}" for line in _aa_lines(result)]
     out += ["", "**Method.** Per block, log(candidate/control) over its ABBA/BAAB slots, so linear drift and a "
@@ -330,7 +331,7 @@ def run_renderables(result: BenchRunResult, *, show_error: bool = True) -> list[
     out += [Text(fact, style="yellow" if "fail" in fact or "not compared" in fact else "dim")
             for fact in _run_facts(result)]
     if result.primary:
-        out.append(Text(result.primary.reason))
+        out.append(Text(paired_reason(result.primary)))
     out += [Text(line, style="bold") for line in _aa_lines(result)]
     if result.error and show_error:
         out.append(Text(f"stopped early: {result.error}", style="bold red"))

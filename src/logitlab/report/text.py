@@ -1,20 +1,14 @@
-"""Plain-text pieces shared by the terminal and Markdown reports.
+"""Plain-text pieces shared by the report builders: numbers, variants, comparisons, flips.
 
 Every function returns strings or rows of strings; none prints.
 """
 
 from __future__ import annotations
 
-import statistics
+import math
 from typing import Any, Sequence
 
-VERDICT_STYLE = {
-    "bit-exact": "bold green",
-    "ulp-noise": "bold cyan",
-    "near-tie": "bold yellow",
-    "systematic-offset": "bold magenta",
-    "divergent": "bold red",
-}
+from logitlab.numerics.comparison import Comparison
 
 
 def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
@@ -30,9 +24,18 @@ def engine_rows(engine: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def fmt_num(value: float | None, digits: int = 4) -> str:
-    if value is None:
+    """``value`` with ``digits`` significant digits; ``n/a`` for None and NaN (both read back as null)."""
+    if value is None or isinstance(value, float) and math.isnan(value):
         return "n/a"
     return f"{value:.{digits}g}"
+
+
+def variant_text(variant: dict[str, Any], *, env_prefix: str = "env ", joiner: str = ", ",
+                 empty: str = ": defaults", sep: str = ": ") -> str:
+    """A variant as ``engine: key=value, env NAME=value`` (``engine: defaults`` without options)."""
+    parts = [f"{k}={v}" for k, v in variant["options"].items()] + \
+        [f"{env_prefix}{k}={v}" for k, v in variant["env"].items()]
+    return variant["engine"] + (sep + joiner.join(parts) if parts else empty)
 
 
 def _pct1(value: float | None) -> str:
@@ -43,39 +46,39 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.2f} %"
 
 
-def comparison_lines(c: dict[str, Any]) -> list[tuple[str, str]]:
+def comparison_lines(c: Comparison) -> list[tuple[str, str]]:
     """Key statistics of a comparison as (label, value) pairs.
 
     For top-k-only data (``scope == "top-k"``, the openai engine) the labels say
     "returned top-k" and mark the statistics that are lower bounds with ≥.
     """
-    topk_only = c.get("scope") == "top-k"
-    width = f"returned top-{c['n_vocab']}" if topk_only else f"{c['n_vocab']} vocab"
+    topk_only = c.scope == "top-k"
+    width = f"returned top-{c.n_vocab}" if topk_only else f"{c.n_vocab} vocab"
     bound = "≥ " if topk_only else ""
-    n_entries = c["n_positions"] * c["n_vocab"]
+    n_entries = c.n_positions * c.n_vocab
     lines = [
-        ("differing entries", f"{c['differing_entries']:,} of {n_entries:,} "
-                              f"({plural(c['n_positions'], 'position')} × {width})"),
-        ("rows differing", f"{c['differing_rows']} of {c['n_positions']}"),
+        ("differing entries", f"{c.differing_entries:,} of {n_entries:,} "
+                              f"({plural(c.n_positions, 'position')} × {width})"),
+        ("rows differing", f"{c.differing_rows} of {c.n_positions}"),
     ]
-    first = c.get("first_mismatch")
+    first = c.first_mismatch
     if first:
         lines.append(("first mismatch",
                       f"position {first['position']}, token id {first['token_id']}: reference "
                       f"{first['reference_hex']} ({first['reference_bits']}) observed "
                       f"{first['observed_hex']} ({first['observed_bits']}), {first['ulp']} ULP"))
     lines += [
-        ("max |Δ| / mean |Δ|", f"{bound}{fmt_num(c['max_abs_diff'])} / {fmt_num(c['mean_abs_diff'])}"),
-        ("mean Δ (signed) / sd Δ", f"{fmt_num(c['mean_diff'])} / {fmt_num(c['std_diff'])}"),
-        ("ULP histogram", "  ".join(f"{k}: {v:,}" for k, v in c["ulp_histogram"].items())),
-        ("max ULP distance", f"{bound}{c['max_ulp']:,} element-wise, {bound}{fmt_num(c['max_scaled_ulp'])} "
+        ("max |Δ| / mean |Δ|", f"{bound}{fmt_num(c.max_abs_diff)} / {fmt_num(c.mean_abs_diff)}"),
+        ("mean Δ (signed) / sd Δ", f"{fmt_num(c.mean_diff)} / {fmt_num(c.std_diff)}"),
+        ("ULP histogram", "  ".join(f"{k}: {v:,}" for k, v in c.ulp_histogram.items())),
+        ("max ULP distance", f"{bound}{c.max_ulp:,} element-wise, {bound}{fmt_num(c.max_scaled_ulp)} "
                              "at the row's scale"),
-        ("top-1 agreement", _pct(c["argmax_agreement"])),
-        (f"top-{c['top_k']} set agreement", _pct(c["topk_agreement"])),
+        ("top-1 agreement", _pct(c.argmax_agreement)),
+        (f"top-{c.top_k} set agreement", _pct(c.topk_agreement)),
         ("KLD (nats)" + (", lower bound" if topk_only else ""), "mean {mean}  p99 {p99}  max {max}".format(
-            **{k: fmt_num(c["kld"].get(k)) for k in ("mean", "p99", "max")})),
+            **{k: fmt_num(c.kld.get(k)) for k in ("mean", "p99", "max")})),
     ]
-    bad = {k: c.get(k, 0) for k in ("nan_ref", "nan_obs", "inf_ref", "inf_obs")}
+    bad = {k: getattr(c, k) for k in ("nan_ref", "nan_obs", "inf_ref", "inf_obs")}
     if any(bad.values()):
         lines.append(("NaN / Inf", ", ".join(f"{k} {v}" for k, v in bad.items())))
     return lines
@@ -86,20 +89,24 @@ def aa_signature_rows(controls: Sequence[Any]) -> list[tuple[str, ...]]:
     rows = []
     for run in controls:
         c = run.comparison
-        worst_row = max(c["row_differing"]) if c["row_differing"] else 0
+        worst_row = max(c.row_differing) if c.row_differing else 0
         rows.append((
             str(run.slot), str(run.block), str(run.position),
-            f"{c['differing_rows']}/{c['n_positions']}",
-            f"{worst_row}/{c['n_vocab']}",
-            f"{c['max_ulp']:,}",
-            "yes" if c["argmax_agreement"] == 1.0 else "NO",
-            "yes" if c["topk_agreement"] == 1.0 else "NO",
+            f"{c.differing_rows}/{c.n_positions}",
+            f"{worst_row}/{c.n_vocab}",
+            f"{c.max_ulp:,}",
+            "yes" if c.argmax_agreement == 1.0 else "NO",
+            "yes" if c.topk_agreement == 1.0 else "NO",
         ))
     return rows
 
 
-def flip_rows(c: dict[str, Any]) -> list[tuple[str, ...]]:
-    """One row per argmax flip."""
+FLIP_HEADER = ("pos", "ref token (logit)", "cand token (logit)", "ref margin", "cand margin", "ref top-5",
+               "cand top-5")
+
+
+def flip_rows(c: Comparison) -> list[tuple[str, ...]]:
+    """One row per argmax flip; columns as :data:`FLIP_HEADER`."""
     return [(
         str(f["position"]),
         f"{f['token_ref']} ({f['logit_ref_top']:.4f})",
@@ -108,12 +115,7 @@ def flip_rows(c: dict[str, Any]) -> list[tuple[str, ...]]:
         f"{f['margin_obs']:.4f}",
         " ".join(map(str, f["topk_ref"])),
         " ".join(map(str, f["topk_obs"])),
-    ) for f in c.get("flips", [])]
-
-
-def _median_metric(result: Any, variant: str, metric: str) -> str:
-    values = [getattr(r, metric) for r in result.measured(variant)]
-    return f"{statistics.median(values):.1f}" if values else "n/a"
+    ) for f in c.flips]
 
 
 def _ci(low: float | None, high: float | None) -> str:
@@ -124,19 +126,35 @@ SPEED_HEADER = ("phase", "control", "candidate", "ratio (95% CI)", "bootstrap CI
                 "slot position")
 
 
-def speed_rows(result: Any) -> list[tuple[str, ...]]:
-    """One row per phase (decode, prefill) of the paired speed decision; columns as SPEED_HEADER."""
+def _geomeans(blocks: Sequence[Any]) -> tuple[str, str]:
+    """Geometric means of the control (A) and candidate (B) slots of the blocks a ratio was computed from.
+
+    With every block complete, candidate/control of these two is exactly the
+    geometric-mean ratio of the paired comparison (the mean over blocks of
+    ``mean(log B) - mean(log A)``), so the columns and the ratio agree.
+    """
+    logs = {"A": [], "B": []}
+    for block in blocks:
+        for letter, value in zip(block.pattern, block.values):
+            logs[letter].append(math.log(value))
+    return tuple(f"{math.exp(sum(v) / len(v)):.1f}" if v else "n/a" for v in (logs["A"], logs["B"]))  # type: ignore
+
+
+def speed_rows(result: Any, blocks: dict[str, Sequence[Any]]) -> list[tuple[str, ...]]:
+    """One row per phase (decode, prefill) of the paired speed decision; columns as SPEED_HEADER.
+
+    ``blocks``: per phase, the :class:`~logitlab.perf.design.Block` s the ratio was computed from;
+    the control and candidate columns are their geometric means (see :func:`_geomeans`).
+    """
     rows = []
     for phase, p in result.speed.items():
-        metric = f"{phase}_tokens_per_second"
         position = p.position
         pos_text = "n/a"
         if position is not None and position.ratio is not None:
             pos_text = f"{position.ratio:.3f} p={fmt_num(position.p_value, 2)}" + (" (!)" if position.significant else "")
         rows.append((
             phase,
-            _median_metric(result, "control", metric),
-            _median_metric(result, "candidate", metric),
+            *_geomeans(blocks.get(phase, [])),
             "n/a" if p.ratio is None else f"{p.ratio:.3f} ({_ci(p.ci_low, p.ci_high)})",
             _ci(p.bootstrap_ci_low, p.bootstrap_ci_high),
             p.call,

@@ -15,7 +15,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from logitlab.experiments.verify import SweepEntry, VerifyResult
+from logitlab.experiments.verify_results import SweepEntry, VerifyResult
 from logitlab.report.text import VERDICT_STYLE, engine_rows, fmt_num, plural
 
 SWEEP_HEADER = ("K", "rows", "bit-exact", "flips", "first divergence", "max |Δ|", "mean |Δ|", "mean Δ",

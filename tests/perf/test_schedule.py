@@ -1,7 +1,7 @@
 import pytest
 
 from logitlab.errors import InputError
-from logitlab.experiments.schedule import ab_schedule, block_patterns
+from logitlab.perf.design import ab_schedule, schedule_patterns as block_patterns
 
 
 def test_alternating_blocks_after_warmups():

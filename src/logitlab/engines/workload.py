@@ -1,9 +1,11 @@
-"""The workload every slot runs: prefill a prompt, then N decode steps.
+"""The engine contract for a whole run: prefill a prompt, then N decode steps.
 
 The reference run decodes greedily (each next token is the argmax of the last
 row); every other run *replays* those token ids, so all runs see identical
 inputs and every position can be compared — even where a candidate's argmax
-would have chosen another token.
+would have chosen another token. :class:`RunOutput` is what one run returns,
+whether it went through sessions or through an engine's whole-run hook
+(``cmd``, ``openai``).
 """
 
 from __future__ import annotations
@@ -11,43 +13,13 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from logitlab.engines.base import Engine, StepTiming
+from logitlab.engines.topk import TopKRows
 from logitlab.errors import InputError
-
-if TYPE_CHECKING:
-    from logitlab.numerics.topk import TopKRows
-
-DEFAULT_PROMPT = (
-    "The lighthouse keeper had kept a journal for thirty years. Every evening he wrote down "
-    "the colour of the sea, the ships that passed, and the birds that rested on the rail. "
-    "One winter night, a small boat appeared out of the fog with no one aboard. He rowed out"
-)
-
-
-def load_prompt(prompt: str | None, prompt_file: str | None) -> str:
-    """The prompt text: ``--prompt``, ``--prompt-file`` or the built-in prose prompt.
-
-    Raises:
-        InputError: both given, the file is missing or unreadable, or the prompt is empty.
-    """
-    if prompt is not None and prompt_file is not None:
-        raise InputError("give --prompt or --prompt-file, not both")
-    if prompt_file is not None:
-        try:
-            prompt = Path(prompt_file).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"cannot read --prompt-file {prompt_file}: {exc.strerror}") from None
-        except UnicodeDecodeError as exc:
-            raise InputError(f"--prompt-file {prompt_file} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
-    text = DEFAULT_PROMPT if prompt is None else prompt
-    if not text.strip():
-        raise InputError("the prompt is empty")
-    return text
 
 
 @dataclass
@@ -68,7 +40,7 @@ class RunOutput:
     input_ids: list[int]
     generated: list[int]
     timings: list[StepTiming]
-    topk: "TopKRows | None" = None
+    topk: TopKRows | None = None
 
     def same_bits(self, other: "RunOutput") -> bool:
         """True iff both runs returned bit-identical logits (or top-k data)."""
@@ -99,17 +71,15 @@ def run_workload(
     """Prefill ``prompt_ids`` then decode ``n_decode`` tokens, one per call (M=1).
 
     With ``replay`` the decode tokens are those ids; without, greedy (argmax of
-    the previous row). Only the engine calls are timed. An engine whose
-    :meth:`~logitlab.engines.base.Engine.run_workload` returns a result (one
-    process or request per run: ``cmd``, ``openai``) runs the workload itself.
+    the previous row). Only the engine calls are timed. An engine with the
+    ``workload`` ability (one process or request per run: ``cmd``, ``openai``)
+    runs the workload itself (:meth:`~logitlab.engines.base.Engine.run_workload`).
 
     Raises:
         InputError: ``replay`` shorter than ``n_decode``, or the context is too small.
     """
-    hook = getattr(engine, "run_workload", None)
-    whole = hook(prompt_ids, n_decode, replay) if hook is not None else None
-    if whole is not None:
-        return whole
+    if engine.supports("workload"):
+        return engine.run_workload(prompt_ids, n_decode, replay)
     if replay is not None and len(replay) < n_decode:
         raise InputError(f"replay has {len(replay)} tokens, {n_decode} needed")
     rows: list[np.ndarray] = []

@@ -1,0 +1,103 @@
+"""Top-k log-probability rows: what an engine that cannot return full logits returns.
+
+Servers (the ``openai`` engine) return, per position, the k most likely
+tokens with their log-probabilities. :class:`TopKRows` is that data, part of
+the engine contract (:class:`~logitlab.engines.workload.RunOutput` carries
+it); :mod:`logitlab.numerics.topk` compares two of them.
+
+JSON format history (``schema_version``): 1 — first version.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence, Union
+
+from logitlab.errors import InputError
+
+__all__ = ["Key", "TopKRows", "float64_bits", "SCHEMA_VERSION"]
+
+#: Version of the JSON form of :class:`TopKRows`.
+SCHEMA_VERSION = 1
+
+#: A token key: the token id when the source gives ids, else the token text it returned.
+Key = Union[int, str]
+
+
+def float64_bits(x: float) -> int:
+    """The IEEE-754 binary64 bit pattern of ``x`` as an unsigned int."""
+    return struct.unpack("<Q", struct.pack("<d", x))[0]
+
+
+@dataclass(frozen=True)
+class TopKRows:
+    """Top-k log-probabilities of every position of one run.
+
+    Attributes
+    ----------
+    keys : tuple of (tuple of Key) or None
+        Per position, the returned tokens, most likely first; ``None`` where
+        the source returned nothing for that position (e.g. the first token of
+        an echoed prompt). A key is a token id (int) or, when the source only
+        gives text, the token's text (str).
+    values : tuple of (tuple of float) or None
+        The matching natural-log probabilities (nats), same shape as ``keys``.
+    requested_k : int
+        The k asked for; a row may hold fewer entries (a source that merges
+        tokens with the same text returns fewer).
+    """
+
+    keys: tuple
+    values: tuple
+    requested_k: int
+
+    def __post_init__(self) -> None:
+        if len(self.keys) != len(self.values):
+            raise InputError(f"TopKRows: {len(self.keys)} key rows but {len(self.values)} value rows")
+        for i, (k, v) in enumerate(zip(self.keys, self.values)):
+            if (k is None) != (v is None) or (k is not None and len(k) != len(v)):
+                raise InputError(f"TopKRows: row {i} has {k!r} keys for {v!r} values")
+
+    @classmethod
+    def from_mappings(cls, rows: Sequence[Mapping[Key, float] | None], k: int) -> "TopKRows":
+        """Build from one ``{key: logprob}`` mapping (or None) per position.
+
+        Each row keeps its ``k`` largest values, most likely first (ties keep
+        the mapping's order). Extra entries some servers add (llama-cpp-python
+        adds the input token's own log-probability) fall outside the top k
+        and are dropped.
+        """
+        keys, values = [], []
+        for row in rows:
+            if row is None:
+                keys.append(None)
+                values.append(None)
+                continue
+            items = sorted(row.items(), key=lambda kv: -kv[1] if not math.isnan(kv[1]) else math.inf)[:k]
+            keys.append(tuple(key for key, _ in items))
+            values.append(tuple(float(v) for _, v in items))
+        return cls(tuple(keys), tuple(values), int(k))
+
+    @property
+    def n_positions(self) -> int:
+        return len(self.keys)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"keys": [None if k is None else list(k) for k in self.keys],
+                "values": [None if v is None else list(v) for v in self.values],
+                "requested_k": self.requested_k, "schema_version": SCHEMA_VERSION}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TopKRows":
+        return cls(tuple(None if k is None else tuple(k) for k in data["keys"]),
+                   tuple(None if v is None else tuple(float(x) for x in v) for v in data["values"]),
+                   int(data["requested_k"]))
+
+    def same_bits(self, other: "TopKRows") -> bool:
+        """True iff every row has the same keys in the same order with identical value bits."""
+        return self.keys == other.keys and all(
+            a == b or (a is not None and b is not None and [float64_bits(x) for x in a] == [float64_bits(y) for y in b])
+            for a, b in zip(self.values, other.values)
+        )

@@ -1,0 +1,233 @@
+"""The result records of ``logitlab verify``: the K sweep, flips, classification, guard.
+
+Plain dataclasses, typed until the JSON boundary (:meth:`VerifyResult.to_dict`,
+:meth:`VerifyResult.from_dict`).
+
+JSON format history (``schema_version`` of :class:`VerifyResult`):
+
+- 1: first version.
+- 2: ``kind``; comparisons share one field list (``numerics.comparison``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from logitlab.jsonio import ResultRecord
+
+#: Version of :meth:`VerifyResult.to_dict`.
+SCHEMA_VERSION = 2
+
+#: cause labels of :class:`VerifyClassification`, harmless first
+CAUSES = ("bit-exact", "ulp-noise", "near-tie-noise", "verify-path", "systematic-offset", "wrong-result")
+
+
+@dataclass
+class InBlockRow:
+    """Statistics of one in-block row index j over all verify blocks.
+
+    ``offset``: the rows differ beyond ULP noise and ``|mean Δ| ≥ offset_ratio
+    × std Δ`` pooled over this row index's differing rows.
+    """
+
+    row: int
+    rows: int
+    bit_exact_rows: int
+    flips: int
+    mean_diff: float
+    std_diff: float
+    max_abs_diff: float
+    max_scaled_ulp: float = 0.0
+    offset: bool = False
+
+
+@dataclass
+class SweepEntry:
+    """One line of the K sweep: one prompt (or ``"all"``) at one K.
+
+    ``first_divergence``: the first row that is not bit-exact:
+    ``{output_index, position, block_start, row}``; None when all are.
+    Margins are the reference (M=1) top1–top2 margins at flips (logits).
+    """
+
+    prompt: str
+    k: int
+    rows: int
+    bit_exact_rows: int
+    flips: int
+    first_divergence: dict | None
+    max_abs_diff: float
+    mean_abs_diff: float
+    mean_diff: float
+    min_flip_margin: float | None
+    max_flip_margin: float | None
+    topk_changes: int
+    max_scaled_ulp: float
+    verdict: str
+    evidence: list[str]
+    in_block: list[InBlockRow] = field(default_factory=list)
+    flips_in_row0: int = 0
+    decode_seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class FlipRecord:
+    """One argmax flip of a verify row against M=1.
+
+    ``logit_*``: the M=1 (ref) and M=K (obs) logits of both tokens; margins are
+    each row's own top1–top2; ``topk_*`` the top-k token lists, best first.
+    """
+
+    prompt: str
+    k: int
+    output_index: int
+    position: int
+    block_start: int
+    row: int
+    token_ref: int
+    token_obs: int
+    text_ref: str
+    text_obs: str
+    logit_ref_at_ref: float
+    logit_ref_at_obs: float
+    logit_obs_at_ref: float
+    logit_obs_at_obs: float
+    margin_ref: float | None
+    margin_obs: float | None
+    topk_ref: list
+    topk_obs: list
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class PromptRecord:
+    """A prompt and its M=1 greedy continuation."""
+
+    name: str
+    kind: str
+    n_prompt_tokens: int
+    generated_ids: list[int]
+    generated_text: str
+    m1_decode_seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class VerifyClassification:
+    """The cause of the M=K vs M=1 differences, with evidence.
+
+    Attributes:
+        word: the verdict word (one of :data:`~logitlab.numerics.VERDICTS`), worst over K.
+        cause: one of :data:`CAUSES`.
+        summary: one line.
+        evidence: one line per fact, naming numbers and thresholds.
+        scaling: how flips and non-bit-exact rows scale with K.
+        tau: the margin τ (logits) below which flips count as near-ties.
+    """
+
+    word: str
+    cause: str
+    summary: str
+    evidence: list[str]
+    scaling: str
+    tau: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class GuardPromptResult:
+    """The guarded loop on one prompt with one fallback, against M=1 greedy.
+
+    Work is counted in token rows fed to the engine after the prompt and in
+    decode calls; the ideal (every draft accepted, no trigger) is ``tokens - 1``
+    rows in ``ceil((tokens - 1) / K)`` calls. Times are per generated token.
+    """
+
+    prompt: str
+    fallback: str
+    k: int
+    tokens: int
+    ideal_rows: int
+    ideal_calls: int
+    decided_by_verify: int
+    triggers: int
+    trigger_rate: float
+    forward_rows: int
+    forward_calls: int
+    discarded_rows: int
+    corrections: int
+    extra_rows: float
+    extra_calls: float
+    seconds_per_token: float
+    unguarded_seconds_per_token: float
+    m1_seconds_per_token: float
+    overhead_vs_unguarded: float
+    identical: bool
+    first_divergence: int | None
+    unguarded_identical: bool
+    unguarded_first_divergence: int | None
+    triggers_fallback_exact: int
+    triggers_token_changed: int
+    evaluation: dict
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class GuardReport:
+    """The near-tie guard measured on the prompt set.
+
+    ``totals`` per fallback: summed work and time, trigger rate over all
+    verify-decided positions, identical prompts, and the measured bound checks.
+    """
+
+    tau: float
+    source: str
+    k: int
+    calibration: dict | None
+    results: list[GuardPromptResult] = field(default_factory=list)
+    totals: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class VerifyResult(ResultRecord):
+    """The whole ``verify`` run: manifest, prompts, K sweep, flips, classification, guard."""
+
+    KIND: ClassVar[str] = "verify"
+    SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
+
+    config: dict[str, Any]
+    manifest: dict[str, Any]
+    prompts: list[PromptRecord] = field(default_factory=list)
+    sweep: list[SweepEntry] = field(default_factory=list)
+    totals: list[SweepEntry] = field(default_factory=list)
+    flips: list[FlipRecord] = field(default_factory=list)
+    classification: VerifyClassification | None = None
+    guard: GuardReport | None = None
+    batch_invariant: bool | None = None
+    error: str | None = None
+
+    def total(self, k: int) -> SweepEntry | None:
+        return next((t for t in self.totals if t.k == k), None)
+
+    @property
+    def guard_identical(self) -> bool | None:
+        """True iff every guarded run (every fallback) is token-identical to M=1 greedy; None without a guard."""
+        if self.guard is None or not self.guard.results:
+            return None
+        return all(r.identical for r in self.guard.results)

@@ -1,0 +1,164 @@
+"""JSON in and out: strict JSON (NaN and ±Inf become null), written atomically; typed results.
+
+Every top-level result (``ab``, ``verify``, ``invariance``, ``bench run``,
+``bench compare``, ``bench calibrate``, ``dump-diff``) is a dataclass that
+derives from :class:`ResultRecord`: ``to_dict()`` writes its fields plus
+``kind`` and ``schema_version``; ``ResultRecord.from_dict`` reads them back
+into the same typed objects (nested dataclasses included, through the
+``dacite`` library), so a saved result can be rendered again
+(``logitlab report``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar, Mapping, TypeVar
+
+import numpy as np
+
+from logitlab.errors import InputError
+
+R = TypeVar("R", bound="ResultRecord")
+
+
+def to_jsonable(value: Any) -> Any:
+    """Recursively turn numpy scalars/arrays, tuples and non-finite floats into JSON types."""
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return to_jsonable(value.tolist())
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path``, creating missing parent folders."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def write_json(path: str | Path, data: dict[str, Any]) -> None:
+    """Write ``data`` to ``path`` as indented strict JSON, via a temp file and rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(to_jsonable(data), f, indent=1, allow_nan=False)
+            f.write("\n")
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file a normal file's mode
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def dumps_line(data: Any) -> str:
+    """``data`` as one line of strict JSON (NaN and ±Inf as null), for JSONL logs."""
+    return json.dumps(to_jsonable(data), allow_nan=False, separators=(",", ":"))
+
+
+def read_json(path: str | Path, *, what: str = "JSON file") -> Any:
+    """Parse a JSON file.
+
+    Raises:
+        InputError: missing, unreadable, not UTF-8, or not valid JSON (the message names the line).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{what} {path} does not exist") from None
+    except IsADirectoryError:
+        raise InputError(f"{what} {path} is a folder, not a file") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{what} {path} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") \
+            from None
+
+
+class ResultRecord:
+    """Mixin of the top-level result dataclasses: a ``kind``, a schema version, and a JSON round trip.
+
+    Subclasses are dataclasses that set ``KIND`` (``"ab"``, ``"verify"``, ...)
+    and ``SCHEMA_VERSION``, and annotate every field precisely (nested
+    results as their dataclass types, so they load back typed). ``DERIVED``
+    lists extra keys ``to_dict`` adds for readers of the JSON (values computed
+    from the fields); ``from_dict`` ignores them.
+    """
+
+    KIND: ClassVar[str] = ""
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON types (nested dataclasses as dicts), plus ``kind`` and ``schema_version``."""
+        data = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        data.update(self.derived())
+        return {"kind": self.KIND, "schema_version": self.SCHEMA_VERSION, **data}
+
+    def derived(self) -> dict[str, Any]:
+        """Extra keys for readers of the JSON, computed from the fields (none by default)."""
+        return {}
+
+    @classmethod
+    def from_dict(cls: type[R], data: Mapping[str, Any]) -> R:
+        """Rebuild the typed result from :meth:`to_dict` (or ``json.loads`` of it).
+
+        Raises:
+            InputError: not a mapping, another kind of result, another schema
+                version, or data that does not fit the fields.
+        """
+        import dacite
+
+        if not isinstance(data, Mapping):
+            raise InputError(f"a {cls.KIND} result must be a JSON object, got {type(data).__name__}")
+        kind = data.get("kind")
+        if kind != cls.KIND:
+            raise InputError(f"this is {'a ' + repr(kind) if kind else 'not a logitlab'} result, not a "
+                             f"{cls.KIND!r} result")
+        version = data.get("schema_version")
+        if version != cls.SCHEMA_VERSION:
+            raise InputError(f"this {cls.KIND} result has schema_version {version!r}; this logitlab reads "
+                             f"{cls.SCHEMA_VERSION}: render it with the logitlab version that wrote it")
+        fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        body = {k: v for k, v in data.items() if k in fields}
+        try:
+            return dacite.from_dict(cls, body, config=dacite.Config(cast=[tuple], check_types=False))
+        except (dacite.DaciteError, TypeError, ValueError, KeyError) as exc:
+            raise InputError(f"damaged {cls.KIND} result: {exc}") from None
+
+
+def _plain(value: Any) -> Any:
+    """Dataclasses (with their own ``to_dict`` where they have one) to dicts, recursively."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        to_dict = getattr(value, "to_dict", None)
+        if callable(to_dict):
+            return to_dict()
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

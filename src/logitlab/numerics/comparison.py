@@ -1,0 +1,180 @@
+"""The fields every comparison of two runs has, full-vocabulary or top-k.
+
+:class:`~logitlab.numerics.compare.LogitComparison` (two logit arrays, every
+entry) and :class:`~logitlab.numerics.topk.TopKComparison` (two runs that
+returned only their top-k log-probabilities) share this field list, so that
+verdicts and reports read either one. ``scope`` tells them apart.
+
+JSON format history (``schema_version``):
+
+- 1: first version (two separate field lists).
+- 2: one shared field list; ``scope`` on both (``"full"`` or ``"top-k"``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from logitlab.errors import InputError
+
+__all__ = ["SCHEMA_VERSION", "SCOPES", "Comparison"]
+
+#: Version of the JSON form of every comparison.
+SCHEMA_VERSION = 2
+#: ``full``: every entry of both arrays; ``top-k``: the entries both runs returned.
+SCOPES = ("full", "top-k")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comparison:
+    """Statistics of one run (observed) against another (reference), position by position.
+
+    Every field is a plain JSON type. Floats that are undefined (the margin of
+    a one-token vocabulary, the KLD of a row holding NaN) are ``None``.
+    Units: logits (or, for top-k data, log-probabilities in nats) for
+    differences, margins and gaps; ULPs of ``dtype`` for ULP fields; nats for
+    KLD. "Δ" is ``observed - reference``. ``bool(c)`` is :attr:`bit_exact`.
+
+    Attributes
+    ----------
+    scope : {'full', 'top-k'}
+        What was compared (see :data:`SCOPES`).
+    n_positions, n_vocab : int
+        Positions, and entries per position that were compared.
+    dtype : str
+        ``'float32'``, ``'float16'``, ``'bfloat16'`` (or ``'float64'`` for
+        top-k values that are not float32 numbers).
+    top_k : int
+        The k of the top-k statistics.
+    differing_entries, differing_rows : int
+        Entries whose bits differ, rows with at least one such entry.
+    max_abs_diff, mean_abs_diff, mean_diff, std_diff : float
+        max |Δ|, mean |Δ|, mean Δ (signed) and population std of Δ.
+    max_ulp : int
+        Largest element-wise ULP distance.
+    max_scaled_ulp : float
+        Max over rows of ``max|Δ_row| / spacing(max|reference_row|)``: the
+        largest difference in ULPs at the row's own scale.
+    ulp_histogram : dict[str, int]
+        Entries per ULP-distance bin ``"0", "1", "2-4", "5-16", "17-256", ">256"``.
+    argmax_agreement, topk_agreement : float
+        Fraction of positions whose argmax, and whose top-k token set, agree.
+    kld : dict[str, float | None]
+        Per-position KL(P_ref || P_obs) summary: ``mean, max, p99_9, p99, p95,
+        p90, median, p10, p5, p1, min`` (nats).
+    nan_ref, nan_obs, inf_ref, inf_obs : int
+        NaN and ±inf counts of each side.
+    nonfinite_mismatch : int
+        Entries where the two sides differ in being NaN, +inf, -inf or finite.
+    first_mismatch : dict or None
+        The first differing entry: ``position, token_id, reference_hex,
+        observed_hex, reference_bits, observed_bits, reference, observed, ulp``.
+    flips : list[dict]
+        One per position whose argmax differs: ``position, token_ref,
+        token_obs, logit_ref_top, logit_obs_top, margin_ref, margin_obs,
+        topk_ref, topk_obs``.
+    row_* : list
+        Per position (``n_positions`` entries each): ``row_differing``,
+        ``row_max_abs_diff``, ``row_mean_diff``, ``row_std_diff``,
+        ``row_argmax_ref``, ``row_argmax_obs``, ``row_margin_ref`` /
+        ``row_margin_obs`` (top-1 minus top-2), ``row_kth_gap_ref`` (k-th minus
+        (k+1)-th largest reference value), ``row_topk_agree``, ``row_kld``
+        (nats), ``row_max_ulp``, ``row_scaled_ulp``.
+    token_ids : list[int] or None
+        The token fed at each position, if the caller gave it.
+    schema_version : int
+        :data:`SCHEMA_VERSION`.
+    """
+
+    scope: str = "full"
+    n_positions: int
+    n_vocab: int
+    dtype: str
+    top_k: int
+    differing_entries: int
+    differing_rows: int
+    max_abs_diff: float
+    mean_abs_diff: float
+    mean_diff: float
+    std_diff: float
+    max_ulp: int
+    max_scaled_ulp: float
+    ulp_histogram: dict
+    argmax_agreement: float
+    topk_agreement: float
+    kld: dict
+    nan_ref: int
+    nan_obs: int
+    inf_ref: int
+    inf_obs: int
+    nonfinite_mismatch: int
+    first_mismatch: dict | None
+    flips: list
+    row_differing: list
+    row_max_abs_diff: list
+    row_mean_diff: list
+    row_std_diff: list
+    row_argmax_ref: list
+    row_argmax_obs: list
+    row_margin_ref: list
+    row_margin_obs: list
+    row_kth_gap_ref: list
+    row_topk_agree: list
+    row_kld: list
+    row_max_ulp: list
+    row_scaled_ulp: list
+    token_ids: list | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        if self.scope not in SCOPES:
+            raise InputError(f"{name}.scope {self.scope!r} is not one of {', '.join(SCOPES)}")
+        for f in dataclasses.fields(self):
+            if f.name.startswith("row_") and len(getattr(self, f.name)) != self.n_positions:
+                raise InputError(f"{name}.{f.name} has {len(getattr(self, f.name))} entries, "
+                                 f"expected n_positions = {self.n_positions}")
+        if self.token_ids is not None and len(self.token_ids) != self.n_positions:
+            raise InputError(f"{name}.token_ids has {len(self.token_ids)} entries, "
+                             f"expected n_positions = {self.n_positions}")
+
+    @property
+    def bit_exact(self) -> bool:
+        """True iff every compared entry has identical bits."""
+        return self.differing_entries == 0
+
+    def __bool__(self) -> bool:
+        return self.bit_exact
+
+    @property
+    def topk_changes(self) -> list[int]:
+        """Positions whose top-k token set differs."""
+        return [i for i, ok in enumerate(self.row_topk_agree) if ok is not None and not ok]
+
+    def to_dict(self) -> dict[str, Any]:
+        """``dataclasses.asdict(self)``: plain JSON types only."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Comparison":
+        """Rebuild from :meth:`to_dict` / ``json.loads`` output.
+
+        Raises:
+            InputError: not a mapping, an unknown schema version, or missing / unknown keys.
+        """
+        name = cls.__name__
+        if not isinstance(data, Mapping):
+            raise InputError(f"{name} data must be a dict, got {type(data).__name__}")
+        version = data.get("schema_version", SCHEMA_VERSION)
+        if version != SCHEMA_VERSION:
+            raise InputError(f"{name} schema_version {version} not supported (this logitlab reads {SCHEMA_VERSION})")
+        names = {f.name for f in dataclasses.fields(cls)}
+        required = {f.name for f in dataclasses.fields(cls)
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+        missing = sorted(required - data.keys())
+        unknown = sorted(data.keys() - names)
+        if missing or unknown:
+            raise InputError(f"{name} data: missing keys {missing}, unknown keys {unknown}")
+        return cls(**data)

@@ -1,0 +1,126 @@
+"""The ``ab`` report: header, A/A, A/B verdict with evidence, speed, and where it starts.
+
+:func:`ab_document` turns an :class:`~logitlab.experiments.ab.AbResult` into a
+:class:`~logitlab.report.document.Document`; the renderers write it.
+"""
+
+from __future__ import annotations
+
+from logitlab.experiments.ab import PHASES, AbResult, speed_blocks
+from logitlab.perf.design import CANDIDATE
+from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
+from logitlab.report.speed_text import paired_reason
+from logitlab.report.text import (
+    FLIP_HEADER,
+    SPEED_HEADER,
+    aa_signature_rows,
+    comparison_lines,
+    engine_rows,
+    flip_rows,
+    localization_lines,
+    plural,
+    speed_rows,
+    variant_text,
+)
+
+__all__ = ["ab_document"]
+
+AA_HEADER = ("slot", "block", "pos", "rows differing", "max D/V per row", "max ULP", "argmax kept", "top-k kept")
+#: Flips listed in the report (all are in the JSON).
+MAX_FLIPS = 10
+
+
+def ab_document(result: AbResult, *, show_error: bool = True) -> Document:
+    """The report of an ``ab`` run.
+
+    Args:
+        result: the run, complete or partial.
+        show_error: include the "stopped early" line (leave it out when the
+            caller prints the error itself).
+    """
+    word = result.verdict.word if result.verdict else "n/a"
+    doc = Document("ab", "logitlab ab")
+    doc.add(Heading(rich("logitlab ab: ", Span(word, f"verdict:{word}"))), _header(result))
+    doc.add(*_aa(result))
+    doc.add(*_verdict(result))
+    doc.add(*_speed(result))
+    if result.localization:
+        doc.add(Heading("where it starts (dump-diff)", level=2),
+                Bullets(localization_lines(result.localization), tight=True))
+    if result.error and show_error:
+        doc.add(Paragraph(f"stopped early: {result.error}", tone="error"))
+    return doc
+
+
+def _header(result: AbResult) -> KeyValues:
+    cfg, engine = result.config, result.manifest["engine"]
+    rows: list[tuple] = list(engine_rows(engine))
+    if "candidate_engine" in result.manifest:  # cross-engine ab
+        candidate = result.manifest["candidate_engine"]
+        rows.append(("candidate engine", candidate.get("engine_version", candidate["engine"])))
+    rows += [
+        ("control", variant_text(cfg["control"])),
+        ("candidate", variant_text(cfg["candidate"])),
+        ("workload", f"{len(result.prompt_ids)} prompt tokens + {cfg['n_decode']} greedy decode tokens, "
+                     "replayed in every run"),
+        ("schedule", f"{cfg['warmup']} warmup/variant, {plural(cfg['repeats'], 'ABBA/BAAB block')}, "
+                     f"isolation={cfg['isolation']}"),
+        ("greedy text", repr(result.generated_text[:120])),
+    ]
+    host = result.manifest.get("host")
+    if host:
+        rows.append(("host", f"{host['cpu']}, {host['cores']} cores, {host['os']}, Python {host['python']}"))
+    rows += [("note", note, "note") for note in result.notes]
+    return KeyValues(rows, boxed=True)
+
+
+def _aa(result: AbResult) -> list:
+    controls = result.aa_runs
+    if not controls:
+        return [Paragraph("A/A: not measured (no control run besides the reference finished)", tone="warning")]
+    if result.control_reproducible:
+        exact = sum(1 for r in controls if r.bit_exact)
+        return [Paragraph(f"A/A: control reproducible — {exact}/{plural(len(controls), 'control run')} bit-exact "
+                          "with the reference", tone="ok")]
+    blocks: list = [
+        Table(AA_HEADER, aa_signature_rows(controls), title="A/A: CONTROL NOT REPRODUCIBLE — slot-order signature",
+              align=("right",) * len(AA_HEADER), tone="error"),
+        Paragraph(rich(Span(f"diagnosis: {result.aa_diagnosis}", "strong")), tight=True),
+    ]
+    blocks += [Paragraph(f"  escalated to {e.isolation} isolation: {e.bit_exact_runs}/{plural(e.runs, 'run')} "
+                         "bit-exact", tight=True) for e in result.escalations]
+    blocks.append(Paragraph("The A/B verdict below compares against a control that does not reproduce itself.",
+                            tone="warning", tight=True))
+    return blocks
+
+
+def _verdict(result: AbResult) -> list:
+    if result.verdict is None:
+        return [Paragraph("A/B: no candidate run was compared", tone="warning")]
+    run = next(r for r in result.runs if r.slot == result.verdict_slot)
+    word = result.verdict.word
+    blocks: list = [
+        Paragraph(rich(Span("A/B verdict: ", "strong"), Span(word, f"verdict:{word}"),
+                       f"  (worst of {plural(len(result.measured(CANDIDATE)), 'candidate run')}; slot {run.slot})")),
+        Bullets(result.verdict.evidence, tight=True),
+        KeyValues(comparison_lines(run.comparison), tight=True, header=("statistic", "value")),
+    ]
+    flips = flip_rows(run.comparison)
+    if flips:
+        more = f" (first {MAX_FLIPS} of {len(flips)})" if len(flips) > MAX_FLIPS else ""
+        blocks.append(Table(FLIP_HEADER, flips[:MAX_FLIPS], title=f"argmax flips{more}", tight=True))
+    if result.candidate_reproducible is False:
+        blocks.append(Paragraph("candidate runs differ among themselves (candidate not reproducible)",
+                                tone="warning", tight=True))
+    return blocks
+
+
+def _speed(result: AbResult) -> list:
+    if not result.speed:
+        return [Paragraph("speed: no complete block", tone="warning")]
+    blocks = {phase: speed_blocks(result.runs, metric) for phase, metric in PHASES}
+    table = Table(SPEED_HEADER, speed_rows(result, blocks),
+                  title="speed (tokens/s): candidate / control; columns and ratio are geometric means over the "
+                        "ABBA/BAAB blocks")
+    return [table, *[Paragraph(f"{phase}: {paired_reason(p)}", tone="dim", tight=True)
+                     for phase, p in result.speed.items()]]

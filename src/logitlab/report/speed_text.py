@@ -1,0 +1,107 @@
+"""The sentences that explain a speed decision, written from the result's numbers.
+
+The statistics (:mod:`logitlab.perf`) return numbers and a call; this module
+says in words why the call is what it is — for a paired ABBA/BAAB comparison
+(:func:`paired_reason`) and for one scenario of ``bench compare``
+(:func:`scenario_reason`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from logitlab.perf.compare_files import MIN_SAMPLES_FOR_CI, FileComparison, ScenarioComparison
+from logitlab.perf.equivalence import three_way_call
+from logitlab.perf.paired import PairedComparison, better_orientation
+from logitlab.perf.power import blocks_needed
+
+__all__ = ["paired_reason", "scenario_reason"]
+
+
+def _pct(x: float) -> str:
+    return f"{100.0 * x:.1f}%"
+
+
+def _log(x: float | None) -> float | None:
+    return None if x is None else math.log(x)
+
+
+def paired_reason(p: PairedComparison) -> str:
+    """One paragraph explaining ``p.call`` with the numbers that decided it.
+
+    Names the ratio and its CI (paired t, df), where the CI lies against 1
+    and the equivalence region ``1/(1+δ) … 1+δ`` (and δ's source), the block
+    sd and the MDE, the blocks needed to detect δ when inconclusive, whether
+    the bootstrap CI gives the same call, and a significant slot-position
+    effect.
+    """
+    n, delta, source = p.n_blocks, p.margin, p.margin_source
+    ci_pct = f"{100 * p.confidence:g}%"
+    m_label = f"{p.metric} ({p.unit})" if p.metric and p.unit else (p.metric or p.unit or "metric")
+    side = "above" if p.higher_is_better else "below"
+    margin_text = f"delta {_pct(delta)}, from {source}"
+    if n < 2:
+        reason = (f"inconclusive: {n} block{'s' if n != 1 else ''} of {m_label}; a paired CI needs at "
+                  f"least 2 blocks")
+        if p.mean_log_ratio is not None:
+            reason += f" (the single block's candidate/control ratio is {math.exp(p.mean_log_ratio):.4g})"
+        return reason + "."
+    call = p.call
+    head = (f"candidate/control geometric-mean {m_label} ratio {p.ratio:.4g}, "
+            f"{ci_pct} CI {p.ci_low:.4g}-{p.ci_high:.4g} (paired t over {n} blocks, df {n - 1})")
+    region = f"equivalence region {1 / (1 + delta):.4g}-{1 + delta:.4g} ({margin_text})"
+    if call == "equivalent":
+        body = f"the CI lies inside the {region}"
+    elif call == "faster":
+        body = f"the whole CI is on the better side of 1 ({side} 1 for this metric) and not inside the {region}"
+    elif call == "slower":
+        body = (f"the whole CI is on the worse side of 1 ({'below' if p.higher_is_better else 'above'}"
+                f" 1 for this metric) and not inside the {region}")
+    else:
+        body = f"the CI includes 1 and reaches beyond the {region}"
+    reason = f"{call}: {head}; {body}."
+    if p.sd_log_ratio == 0.0:
+        reason += (f" All {n} block log ratios are identical (sd 0), so the CI has zero width: "
+                   f"this is only meaningful if the measurements are truly noiseless.")
+    else:
+        reason += (f" Block log-ratio sd {p.sd_log_ratio:.3g}: {n} blocks detect a {_pct(p.mde)} change "
+                   f"(80% power, alpha 0.05)")
+        if call == "inconclusive":
+            reason += f"; about {blocks_needed(p.sd_log_ratio, delta)} blocks would detect a {_pct(delta)} change"
+        reason += "."
+    if p.bootstrap_method in ("BCa", "percentile"):
+        lo, hi = better_orientation(_log(p.bootstrap_ci_low), _log(p.bootstrap_ci_high), p.higher_is_better)
+        b_call = three_way_call(lo, hi, math.log1p(delta))
+        agree = "agrees" if b_call == call else f"would call it {b_call}: treat the call with care"
+        reason += f" Bootstrap ({p.bootstrap_method}) CI {p.bootstrap_ci_low:.4g}-{p.bootstrap_ci_high:.4g} {agree}."
+    position = p.position
+    if position is not None and position.significant:
+        reason += (f" Slot position effect: the second slot of a pair measures {position.ratio:.4g}x the first "
+                   f"(p {position.p_value:.2g}); it cancels only when ABBA and BAAB blocks are balanced "
+                   f"({p.n_abba} vs {p.n_baab} here).")
+    return reason
+
+
+def scenario_reason(s: ScenarioComparison, comparison: FileComparison) -> str:
+    """One line: which numbers gave scenario ``s`` of ``comparison`` its status."""
+    if s.ci_low is None or s.ci_high is None:
+        if not (s.base_n and s.candidate_n):
+            where = "both sides" if not s.base_n and not s.candidate_n else "one side"
+            why = f"only a summary ({s.statistic.split(' (')[0]}) on {where}"
+        else:
+            why = f"{min(s.base_n, s.candidate_n)} samples on a side (< {MIN_SAMPLES_FOR_CI})"
+        return f"inconclusive: no CI can be given ({why}); change {100 * (s.ratio - 1):+.1f}% shown for reference"
+    sign = -1.0 if s.higher_is_better else 1.0  # log ratio -> "worse" orientation
+    w_lo, w_hi = sorted((sign * math.log(s.ci_low), sign * math.log(s.ci_high)))
+    bound = math.log1p(s.margin)
+    ci_txt = f"CI {s.ci_low:.3f}-{s.ci_high:.3f}"
+    region = f"margin ±{100 * s.margin:.1f}% ({s.margin_source})"
+    if s.status in ("regressed", "improved"):
+        return f"{s.status}: {ci_txt} lies beyond the {region}; Holm-adjusted p {s.p_holm:.2g}"
+    if s.status == "unchanged":
+        return f"unchanged: {ci_txt} lies inside the {region}"
+    if w_lo > bound or w_hi < -bound:
+        tested = sum(x.p_change is not None for x in comparison.scenarios)
+        return (f"inconclusive: {ci_txt} lies beyond the {region}, but not after Holm's adjustment "
+                f"over {tested} scenarios (p {s.p_holm:.2g})")
+    return f"inconclusive: {ci_txt} straddles an edge of the {region}"
