@@ -48,6 +48,8 @@ FAKE = textwrap.dedent("""
         rows = rows[:-1]
     if bad == "nothing":
         sys.exit(0)
+    if bad == "nan":  # one NaN in one logit of one decode row
+        rows[-2, 3] = np.nan
     if logits_path.endswith(".npy"):
         np.save(logits_path, rows)
     elif logits_path.endswith(".safetensors"):
@@ -71,6 +73,25 @@ def fake(tmp_path_factory):
 def cmd_variant(template, label="control", **options):
     query = "&".join(f"{k}={v}" for k, v in options.items())
     return parse_variant(f"?{query}" if query else "", label, default_engine=f"cmd:{template}")
+
+
+def test_ab_cli_nan_from_a_candidate_knob_is_a_divergent_verdict_not_bad_usage(fake, tmp_path):
+    """A CI gate must tell "the engine produced a NaN" (exit 1) from "bad usage" (exit 2)."""
+    out = tmp_path / "ab.json"
+    proc = subprocess.run(
+        [PY, "-m", "logitlab", "ab", "--engine", f"cmd:{fake}", "--control", "vocab=64", "--candidate", "vocab=64",
+         "--candidate-env", "FAKE_BAD=nan", "--prompt", SHORT_PROMPT, "--tokens", "4", "--repeats", "2",
+         "--warmup", "0", "--quiet", "--require", "near-tie", "--json", str(out)],
+        capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().endswith("require near-tie: the verdict is divergent")
+    data = json.loads(out.read_text())
+    assert data["verdict"]["word"] == "divergent" and data["error"] is None
+    assert data["aa"]["control_reproducible"] is True  # the A/A was measured: the run went on
+    assert set(data["speed"]) == {"prefill"}  # a whole-sequence command times prefill only
+    candidates = [r for r in data["runs"] if r["variant"] == "candidate"]
+    assert candidates and all(r["comparison"]["nan_obs"] == 1 for r in candidates)
+    assert "NaN / Inf" in proc.stdout and "nan_obs 1" in proc.stdout
 
 
 # -- the reference implementation -------------------------------------------------------------
@@ -115,7 +136,7 @@ def test_ab_threads_knob_does_nothing_and_control_reproduces():
     result = run_ab(ab_config({"LLAMACPP_CMD_THREADS": "1"}))
     assert result.control_reproducible and result.aa_diagnosis == "reproducible"
     assert result.verdict.word == "bit-exact"
-    assert all(r.comparison["differing_entries"] == 0 for r in result.runs if r.comparison)
+    assert all(r.comparison.differing_entries == 0 for r in result.runs if r.comparison)
 
 
 @pytest.mark.engine

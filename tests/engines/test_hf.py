@@ -115,27 +115,27 @@ def test_float32_vs_bfloat16_is_not_bit_exact_and_names_margins_at_flips():
     result = _ab("dtype=float32,threads=1", "dtype=bfloat16,threads=1")
     run = next(r for r in result.runs if r.slot == result.verdict_slot)
     c = run.comparison
-    print(f"\nhf float32 vs bfloat16: {result.verdict.word}; max |Δ| {c['max_abs_diff']:.3g}, "
-          f"top-1 {c['argmax_agreement']:.1%}, KLD mean {c['kld']['mean']:.3g}, flips "
-          + (", ".join(f"pos {f['position']} margin {f['margin_ref']:.3g}" for f in c["flips"]) or "none"))
+    print(f"\nhf float32 vs bfloat16: {result.verdict.word}; max |Δ| {c.max_abs_diff:.3g}, "
+          f"top-1 {c.argmax_agreement:.1%}, KLD mean {c.kld['mean']:.3g}, flips "
+          + (", ".join(f"pos {f['position']} margin {f['margin_ref']:.3g}" for f in c.flips) or "none"))
     print("\n".join("  " + e for e in result.verdict.evidence))
     assert result.control_reproducible and result.verdict.word != "bit-exact"
-    assert c["differing_rows"] == c["n_positions"]
-    for flip in c["flips"]:
+    assert c.differing_rows == c.n_positions
+    for flip in c.flips:
         assert flip["margin_ref"] is not None
-    if c["flips"]:
+    if c.flips:
         assert any("margin" in line for line in result.verdict.evidence)
 
 
 def test_eager_vs_sdpa_reports_its_real_verdict():
     result = _ab("attn=eager,threads=1", "attn=sdpa,threads=1")
     c = next(r for r in result.runs if r.slot == result.verdict_slot).comparison
-    print(f"\nhf eager vs sdpa: {result.verdict.word}; max |Δ| {c['max_abs_diff']:.3g}, "
-          f"{c['differing_rows']}/{c['n_positions']} rows differ, flips {len(c['flips'])}")
+    print(f"\nhf eager vs sdpa: {result.verdict.word}; max |Δ| {c.max_abs_diff:.3g}, "
+          f"{c.differing_rows}/{c.n_positions} rows differ, flips {len(c.flips)}")
     print("\n".join("  " + e for e in result.verdict.evidence))
     assert result.control_reproducible
     assert result.manifest["engine"]["effective"]["attn"] == "eager"
-    assert not c["flips"] and c["max_abs_diff"] < 1e-3
+    assert not c.flips and c.max_abs_diff < 1e-3
 
 
 def test_describe_reports_versions_hash_cache_and_load_time(engine):

@@ -121,8 +121,8 @@ def test_cli_ab_between_two_real_servers(servers, tmp_path):
     assert any("lower bound" in line for line in verdict["evidence"])
     run = next(r for r in data["runs"] if r["slot"] == data["verdict_slot"])
     c = run["comparison"]
-    assert c["scope"] == "top-k" and c["kld_is_lower_bound"] and c["positions_missing"] == [0]
-    assert c["differing_entries"] > 0 and c["n_vocab"] == 20
+    assert c.scope == "top-k" and c.kld_is_lower_bound and c.positions_missing == [0]
+    assert c.differing_entries > 0 and c.n_vocab == 20
     assert "A/B verdict: " + verdict["word"] in proc.stdout
     # greedy through the server is llama.cpp's argmax path: the same text as the llamacpp engine's, in the
     # server's canonical tokenization (it may merge tokens the model produced one by one)

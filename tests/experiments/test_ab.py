@@ -37,7 +37,7 @@ def test_control_vs_control_is_bit_exact_at_every_isolation_level(isolation, tmp
 def test_thread_count_is_bit_exact():
     result = run_ab(config("n_threads=1,n_threads_batch=1", "n_threads=2,n_threads_batch=2"))
     assert result.verdict.word == "bit-exact"
-    assert result.runs[1].comparison["differing_entries"] == 0
+    assert result.runs[1].comparison.differing_entries == 0
 
 
 def test_flash_attention_is_not_bit_exact_and_names_the_first_mismatch():
@@ -45,7 +45,7 @@ def test_flash_attention_is_not_bit_exact_and_names_the_first_mismatch():
     assert result.control_reproducible
     assert result.verdict.word != "bit-exact"
     run = next(r for r in result.runs if r.slot == result.verdict_slot)
-    first = run.comparison["first_mismatch"]
+    first = run.comparison.first_mismatch
     assert first["reference_hex"].startswith(("0x", "-0x")) and "p" in first["reference_hex"]
     assert first["reference_bits"].startswith("0x") and len(first["reference_bits"]) == 10
     assert first["reference_bits"] != first["observed_bits"]
@@ -76,12 +76,28 @@ def test_crash_in_a_process_slot_keeps_partial_results(tmp_path):
     assert partial.error and json.loads(log.read_text())["is_reference"]
 
 
-def test_nan_in_candidate_logits_is_an_error_after_the_run_is_recorded(tmp_path):
+def test_nan_in_candidate_logits_is_measured_and_judged_divergent(tmp_path):
     log = tmp_path / "runs.jsonl"
-    with pytest.raises(EngineError, match="candidate run at slot 1 produced 1 NaN/Inf logits") as info:
-        run_ab(config("", "nan_at=2", engine="fake"), log_path=log)
-    assert info.value.partial.runs[1].comparison["nan_obs"] == 1
-    assert len(log.read_text().splitlines()) == 2
+    result = run_ab(config("", "nan_at=2", engine="fake"), log_path=log)
+    candidates = result.measured("candidate")
+    assert candidates and all(r.comparison.nan_obs == 1 and r.verdict == "divergent" for r in candidates)
+    assert result.verdict.word == "divergent" and any("NaN" in line for line in result.verdict.evidence)
+    assert result.control_reproducible is True and result.error is None  # the run went on: A/A and speed too
+    assert set(result.speed) == {"decode", "prefill"}
+    assert len(log.read_text().splitlines()) == len(result.runs)
+    assert all(json.loads(line) for line in log.read_text().splitlines())  # strict JSON lines
+
+
+def test_nan_in_the_reference_stops_with_what_was_measured(tmp_path):
+    log = tmp_path / "runs.jsonl"
+    with pytest.raises(EngineError, match=r"the reference run \(control, slot \d+\) produced 1 NaN/Inf logits, "
+                                          r"the first at position 2, token id 3: nothing can be compared") as info:
+        run_ab(config("nan_at=2", "", engine="fake"), log_path=log)
+    partial = info.value.partial
+    assert [r.is_reference for r in partial.runs][-1] and partial.error
+    assert partial.control_reproducible is None and partial.aa_diagnosis == "not measured"
+    assert partial.to_dict()["aa"]["control_reproducible"] is None  # unmeasured reads null, as the text says
+    assert len(log.read_text().splitlines()) == len(partial.runs)
 
 
 def test_state_leak_is_diagnosed_by_escalating_to_a_fresh_engine():
@@ -90,8 +106,8 @@ def test_state_leak_is_diagnosed_by_escalating_to_a_fresh_engine():
     assert [(e.isolation, e.reproducible) for e in result.escalations] == [("engine", True)]
     assert result.aa_diagnosis == "state leak: reproducible under engine isolation"
     differing = [r for r in result.measured("control") if r.bit_exact is False]
-    assert differing and all(r.comparison["differing_rows"] == r.comparison["n_positions"] for r in differing)
-    assert all(r.comparison["argmax_agreement"] == 1.0 for r in differing)
+    assert differing and all(r.comparison.differing_rows == r.comparison.n_positions for r in differing)
+    assert all(r.comparison.argmax_agreement == 1.0 for r in differing)
 
 
 def test_nondeterminism_survives_process_isolation(monkeypatch):
@@ -116,7 +132,7 @@ def test_vocab_mismatch_compares_the_common_prefix_and_says_so():
     result = run_ab(config("", "vocab=300", engine="fake"))
     assert result.notes[0].startswith("VOCABULARY SIZES DIFFER: control has 257 logits per position, candidate 300")
     assert "token ids 0..256" in result.notes[0]
-    assert result.runs[1].comparison["n_vocab"] == 257
+    assert result.runs[1].comparison.n_vocab == 257
 
 
 def test_localize_needs_an_engine_with_dump_capture():

@@ -10,7 +10,7 @@ from logitlab.engines.variant import parse_variant
 from logitlab.errors import InputError
 from logitlab.experiments import crossengine
 from logitlab.experiments.ab import AbConfig, run_ab
-from logitlab.report.markdown import format_ab_markdown
+from logitlab import report
 
 from conftest import SHORT_PROMPT
 
@@ -55,17 +55,17 @@ def test_llamacpp_vs_hf_on_the_same_gguf():
     result = run_ab(config("llamacpp:?n_threads=1&n_threads_batch=1", "hf:?threads=1", n_decode=16))
     run = next(r for r in result.runs if r.slot == result.verdict_slot)
     c = run.comparison
-    print(f"\nllama.cpp vs hf (same GGUF): {result.verdict.word}; top-1 agreement {c['argmax_agreement']:.1%}, "
-          f"top-5 {c['topk_agreement']:.1%}, KLD mean {c['kld']['mean']:.3g} max {c['kld']['max']:.3g} nats, "
-          f"max |Δ| {c['max_abs_diff']:.3g}, flips {len(c['flips'])}")
+    print(f"\nllama.cpp vs hf (same GGUF): {result.verdict.word}; top-1 agreement {c.argmax_agreement:.1%}, "
+          f"top-5 {c.topk_agreement:.1%}, KLD mean {c.kld['mean']:.3g} max {c.kld['max']:.3g} nats, "
+          f"max |Δ| {c.max_abs_diff:.3g}, flips {len(c.flips)}")
     print("\n".join("  " + e for e in result.verdict.evidence))
     assert result.control_reproducible and result.candidate_reproducible is not False
     assert result.manifest["engine"]["engine"] == "llamacpp"
     assert result.manifest["candidate_engine"]["engine"] == "hf"
-    assert c["n_vocab"] == 49152 and c["n_positions"] == len(result.prompt_ids) + 16
-    assert not run.bit_exact and c["kld"]["mean"] is not None and c["argmax_agreement"] >= 0.9
+    assert c.n_vocab == 49152 and c.n_positions == len(result.prompt_ids) + 16
+    assert not run.bit_exact and c.kld["mean"] is not None and c.argmax_agreement >= 0.9
     assert any("quantises on the fly" in n and "not by itself evidence of a bug" in n for n in result.notes)
-    md = format_ab_markdown(result)
+    md = report.markdown(result)
     assert "- candidate engine: transformers" in md and "**note:** cross-engine comparison" in md
 
 
