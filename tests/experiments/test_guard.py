@@ -179,7 +179,7 @@ def test_verify_with_guard_auto_on_a_history_engine_reports_what_is_exact(tmp_pa
     from logitlab.experiments.prompts import Prompt
     from logitlab.experiments.verify import VerifyExperiment
     from logitlab.jsonio import write_json
-    from logitlab.report.verify import display_verify, format_verify_markdown
+    from logitlab import report
 
     engine = ToyEngine(model="toy", options={"mode": "history", "eps": 0.1})
     prompts = tuple(Prompt(f"p{i}", text) for i, text in enumerate(("hello world", "lorem ipsum dolor", "abc")))
@@ -199,13 +199,13 @@ def test_verify_with_guard_auto_on_a_history_engine_reports_what_is_exact(tmp_pa
         flips = [f.output_index for f in result.flips if f.prompt == r.prompt and f.k == 4 and f.output_index < 31]
         assert r.unguarded_identical == (not flips)
     write_json(tmp_path / "v.json", result.to_dict())
-    md = format_verify_markdown(result)
+    md = report.markdown(result)
     assert "### Near-tie guard" in md and "target — token identity on every prompt" in md
     sweep_header = next(line for line in md.splitlines() if line.startswith("| K | rows"))
     assert sweep_header.count(" | ") == 10 and "max \\|Δ\\|" in sweep_header  # 11 columns, pipes escaped
     assert "redecode cannot repair a difference that lives in the KV history" in md or \
         redecode["identical_prompts"] == 3
     console = Console(record=True, width=160)
-    display_verify(result, console)
+    report.display(result, console)
     text = console.export_text()
     assert "K sweep — all prompts" in text and "guarded speculative greedy, K = 4" in text

@@ -11,7 +11,7 @@ from logitlab.engines.variant import parse_variant
 from logitlab.errors import InputError
 from logitlab.experiments.invariance import InvarianceConfig, filler_sequences, run_invariance
 from logitlab.numerics import VERDICTS
-from logitlab.report.invariance import format_invariance_markdown
+from logitlab import report
 from logitlab.jsonio import write_json
 
 from conftest import SHORT_PROMPT, FakeEngine, FakeSession
@@ -57,8 +57,8 @@ def show(result):
     print(f"\n{result.config['variant']['engine']} {result.probe}: {result.verdict.word}")
     for c in result.checks:
         cmp = c.comparison
-        print(f"  {c.name}: {c.word}, {cmp['differing_rows']}/{cmp['n_positions']} rows differ, "
-              f"max |Δ| {cmp['max_abs_diff']:.3g}, flips {len(cmp['flips'])}")
+        print(f"  {c.name}: {c.word}, {cmp.differing_rows}/{cmp.n_positions} rows differ, "
+              f"max |Δ| {cmp.max_abs_diff:.3g}, flips {len(cmp.flips)}")
 
 
 # -- batch ---------------------------------------------------------------------------------------
@@ -68,7 +68,7 @@ def test_llamacpp_parallel_sequences_in_one_batch_vs_alone():
     assert [c.name for c in result.checks] == ["B=1 again", "B=2", "B=4"]
     assert result.details["backend"]["n_seq_max"] == 4 and result.details["fill"] == "same"
     n = len(result.prompt_ids)
-    assert [c.comparison["n_positions"] for c in result.checks] == [n, 2 * n, 4 * n]  # every copy compared
+    assert [c.comparison.n_positions for c in result.checks] == [n, 2 * n, 4 * n]  # every copy compared
     assert result.checks[0].word == "bit-exact"
     assert len(result.checks[-1].details["copies_bit_exact"]) == 4
     # Measured on llama.cpp CPU with this 12-token prompt: no copy depends on the batch it is in.
@@ -84,7 +84,7 @@ def test_llamacpp_notes_that_padding_does_not_apply_only_when_given():
 
 def test_stacked_batch_rows_are_reported_as_copy_and_position():
     from logitlab.experiments.invariance import InvarianceResult, _check
-    from logitlab.report.invariance import check_rows, format_invariance_markdown
+    from logitlab.report.invariance import check_rows
 
     n, b = 5, 2
     rng = np.random.default_rng(0)
@@ -95,14 +95,14 @@ def test_stacked_batch_rows_are_reported_as_copy_and_position():
     cfg = InvarianceConfig(probe="batch", variant=parse_variant("", "probe", default_engine="fake"), prompt="x")
     check = _check("B=2", "the prompt alone (B=1)", "stacked", np.tile(alone, (b, 1)), observed, cfg,
                    list(range(n)) * b, {"stacked": {"copies": b, "length": n}})
-    assert check.comparison["flips"][0]["position"] == n + 3
+    assert check.comparison.flips[0]["position"] == n + 3
     result = InvarianceResult(
         probe="batch", config={"variant": {"engine": "fake", "options": {}, "env": {}}, "n_decode": 0},
         manifest={"engine": {"engine": "fake", "model_sha256": "0" * 64},
                   "host": {"cpu": "cpu", "cores": 1, "os": "os", "python": "3"}},
         prompt_ids=list(range(n)), checks=[check])
     assert "copy 1 pos 3 (margin" in check_rows(result)[0][-1]
-    md = format_invariance_markdown(result)
+    md = report.markdown(result)
     assert "| copy 1 pos 3 |" in md and "copy 1 position 3" in md
     assert "pos 8" not in md and "position 8" not in md
 
@@ -129,10 +129,10 @@ def test_hf_padded_batch_left_and_right():
     assert lengths[0] == len(result.prompt_ids) and max(lengths) > lengths[0]  # the prompt is padded
     for check in result.checks[1:]:
         assert check.word in ("bit-exact", "ulp-noise", "near-tie")
-        assert not check.comparison["flips"] and check.comparison["max_abs_diff"] < 1e-3
+        assert not check.comparison.flips and check.comparison.max_abs_diff < 1e-3
     # Copies of the prompt need no padding: the same matmul rows, bit-exact here.
     same = probe("batch", engine="hf", spec="threads=1", batch_sizes=(2,), fill="same", padding=("left",))
-    assert same.checks[-1].comparison["n_positions"] == 2 * len(same.prompt_ids)
+    assert same.checks[-1].comparison.n_positions == 2 * len(same.prompt_ids)
     assert len(same.checks[-1].details["copies_bit_exact"]) == 2
 
 
@@ -155,9 +155,9 @@ def test_llamacpp_prefill_vs_decode_every_position():
     n = len(result.prompt_ids) + 4
     check = result.checks[0]
     assert [c.name for c in result.checks] == ["decode vs prefill"]
-    assert check.comparison["n_positions"] == n and result.details["positions"] == [0, n - 1]
+    assert check.comparison.n_positions == n and result.details["positions"] == [0, n - 1]
     assert check.word in VERDICTS
-    assert not check.comparison["flips"]
+    assert not check.comparison.flips
 
 
 def test_hf_prefill_vs_decode_and_recompute():
@@ -166,7 +166,7 @@ def test_hf_prefill_vs_decode_and_recompute():
     show(result)
     assert [c.name for c in result.checks] == ["decode vs prefill", "recompute vs prefill"]
     for check in result.checks:
-        assert not check.comparison["flips"] and check.comparison["max_abs_diff"] < 1e-3
+        assert not check.comparison.flips and check.comparison.max_abs_diff < 1e-3
 
 
 # -- determinism ---------------------------------------------------------------------------------
@@ -184,7 +184,7 @@ def test_nondeterminism_is_counted_grouped_and_located():
     d = result.details
     assert d["distinct_logits"] == 3 and d["logit_groups"] == [[1, 2], [3], [4]]
     assert [c.name for c in result.checks] == ["runs 3", "runs 4"]
-    assert result.checks[0].comparison["first_mismatch"]["position"] == 5
+    assert result.checks[0].comparison.first_mismatch["position"] == 5
     assert result.verdict.word != "bit-exact" and not result.invariant
 
 
@@ -205,9 +205,9 @@ def test_json_and_markdown_reports(tmp_path):
     result = probe("determinism", engine="drift", spec="", runs=3, n_decode=4)
     write_json(tmp_path / "r.json", result.to_dict())
     data = json.loads((tmp_path / "r.json").read_text())
-    assert data["schema_version"] == 1 and data["probe"] == "determinism"
+    assert data["schema_version"] == 2 and data["probe"] == "determinism"
     assert data["verdict"]["word"] == result.verdict.word and data["checks"][data["verdict_check"]]["name"] == "runs 3"
     assert data["manifest"]["host"]["cores"] and data["details"]["distinct_logits"] == 2
-    md = format_invariance_markdown(result)
+    md = report.markdown(result)
     assert md.startswith(f"## logitlab invariance determinism: **{result.verdict.word}**")
     assert "| check | verdict | rows differing | max \\|Δ\\| |" in md and "distinct logit arrays: 2" in md

@@ -13,7 +13,8 @@ from logitlab.cli.common import (
     check_output_paths,
     handle_errors,
     make_progress,
-    report_console,
+    output_options,
+    show_report,
     threshold_options,
     thresholds_from,
     write_reports,
@@ -41,9 +42,7 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
         threshold_options,
         click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
                      help="Exit 1 when the verdict is worse than this."),
-        click.option("--json", "json_path", default=None, help="Write the full result as JSON."),
-        click.option("--markdown", "markdown_path", default=None, help="Write a Markdown report."),
-        click.option("--quiet", "-q", is_flag=True, help="No progress bar."),
+        output_options(),
     ]
     for option in reversed(options):
         func = option(func)
@@ -149,7 +148,6 @@ def determinism_command(**opts: Any) -> None:
 def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
     from logitlab.experiments.invariance import InvarianceConfig, InvarianceProbe
     from logitlab.experiments.prompts import load_prompt
-    from logitlab.report.invariance import display_invariance, format_invariance_markdown
 
     variant = parse_variant(opts["spec"], "probe", default_engine=opts["engine"], default_model=opts["model"],
                             env=parse_env(opts["env"]), option="--variant")
@@ -172,8 +170,8 @@ def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
                 progress.update(task, advance=1, description=f"{probe}: {data['what']}")
 
         result = InvarianceProbe(config, on_event=on_event).run()
-    write_reports(result, opts["json_path"], opts["markdown_path"], format_invariance_markdown)
-    display_invariance(result, report_console())
+    write_reports(result, opts)
+    show_report(result)
     sys.exit(_require_exit_code(result, opts["require"]))
 
 

@@ -9,14 +9,15 @@ import click
 
 from logitlab.cli.common import (
     EXIT_CHECK_FAILED,
+    EXIT_OK,
     MODEL_HELP,
     check_output_paths,
-    EXIT_OK,
     fail,
     handle_errors,
     keep_partial,
     make_progress,
-    report_console,
+    output_options,
+    show_report,
     threshold_options,
     thresholds_from,
     write_reports,
@@ -106,9 +107,7 @@ def _guard(value: str | None) -> float | str | None:
               help="Exit 1 when the verdict over the K sweep is worse than this.")
 @click.option("--require-identical", is_flag=True,
               help="Exit 1 when a guarded run is not token-identical to M=1 greedy.")
-@click.option("--json", "json_path", type=str, default=None, help="Write the full result as JSON.")
-@click.option("--markdown", "markdown_path", type=str, default=None, help="Write a Markdown report (PR comment).")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@output_options()
 @handle_errors
 def verify(**opts: Any) -> None:
     """Speculative-decoding verify probe: M=1 greedy vs M=K verify, K sweep, cause.
@@ -154,11 +153,8 @@ def verify(**opts: Any) -> None:
         calibration_prompts=tuple(calibration),
     )
     result, error = _run_with_progress(config, opts["quiet"])
-    from logitlab.report.verify import display_verify, format_verify_markdown
-
-    write_reports(result, opts["json_path"], opts["markdown_path"], format_verify_markdown)
-
-    display_verify(result, report_console(), show_error=error is None)  # else the error: line below says it
+    write_reports(result, opts)
+    show_report(result, show_error=error is None)  # else the error: line below says it
     if error is not None:
         fail(str(error))
     sys.exit(_exit_code(result, opts["require"], opts["require_identical"]))

@@ -57,7 +57,8 @@ class LlamaCppBatch(BatchRun):
         params.n_ctx = max(per_sequence, n_tokens) if kv_unified else max(per_sequence, n_tokens) * n_seq_max
         params.n_batch = max(int(params.n_batch), n_tokens)
         params.n_ubatch = min(int(params.n_ubatch), int(params.n_batch))
-        self.params = {"n_ctx": int(params.n_ctx), "n_batch": int(params.n_batch), "n_ubatch": int(params.n_ubatch),
+        self.params = {"mode": "parallel sequences (seq ids) in one llama_decode, no padding",
+                       "n_ctx": int(params.n_ctx), "n_batch": int(params.n_batch), "n_ubatch": int(params.n_ubatch),
                        "n_seq_max": n_seq_max, "kv_unified": kv_unified,
                        "n_threads": int(params.n_threads), "n_threads_batch": int(params.n_threads_batch)}
         self.n_tokens = n_tokens

@@ -30,8 +30,9 @@ def markdown_text(text: Rich, *, in_table: bool = False) -> str:
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, escaped: bool = False) -> list[str]:
-    """A GitHub table: ``| h1 | h2 |``, ``|---|---|``, rows with ``|`` escaped (unless ``escaped`` already)."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    """A GitHub table: ``| h1 | h2 |``, ``|---|---|``, rows; ``|`` escaped in the header and, unless
+    ``escaped`` already, in the rows (``max |Δ|`` must not end a cell)."""
+    lines = ["| " + " | ".join(h.replace("|", "\\|") for h in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell if escaped else cell.replace("|", "\\|") for cell in row) + " |"
               for row in rows]
     return lines

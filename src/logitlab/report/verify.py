@@ -1,8 +1,10 @@
-"""Reports of a ``verify`` result: terminal (rich) and Markdown.
+"""The ``verify`` report: K sweep, per prompt, flips, in-block rows, the cause, the near-tie guard.
 
-``*_rows`` / ``*_lines`` functions return strings (shared by both formats);
-``format_verify`` returns rich renderables, ``display_verify`` prints them,
-``format_verify_markdown`` returns Markdown text.
+:func:`verify_document` turns a :class:`~logitlab.experiments.verify_results.VerifyResult`
+into a :class:`~logitlab.report.document.Document`; the renderers write it.
+The ``*_rows`` / ``*_lines`` functions return strings. A result read back from
+JSON holds None where the run held NaN (an undefined fraction): every number
+here is formatted so that both read ``n/a``, and the two reports are the same.
 """
 
 from __future__ import annotations
@@ -10,13 +12,14 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from rich.console import Console, Group, RenderableType
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
-
 from logitlab.experiments.verify_results import SweepEntry, VerifyResult
-from logitlab.report.text import VERDICT_STYLE, engine_rows, fmt_num, plural
+from logitlab.report.document import Block, Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
+from logitlab.report.text import engine_rows, fmt_num, plural, variant_text
+
+__all__ = ["verify_document", "SWEEP_HEADER", "FLIP_HEADER", "INBLOCK_HEADER", "GUARD_HEADER",
+           "GUARD_PROMPT_HEADER", "MAX_FLIPS", "sweep_rows", "per_prompt_rows", "flip_rows", "inblock_rows",
+           "guard_tau_lines", "guard_total_rows", "guard_prompt_rows", "guard_guarantee_lines",
+           "guard_target_lines"]
 
 SWEEP_HEADER = ("K", "rows", "bit-exact", "flips", "first divergence", "max |Δ|", "mean |Δ|", "mean Δ",
                 "min flip margin", "max flip margin", "verdict")
@@ -27,18 +30,34 @@ GUARD_HEADER = ("fallback", "identical", "unguarded identical", "triggers", "ext
                 "ms/token guarded", "unguarded", "M=1", "overhead vs unguarded")
 GUARD_PROMPT_HEADER = ("prompt", "fallback", "identical", "unguarded", "triggers", "extra rows", "extra calls",
                        "fallback row = M=K row", "uncovered rows", "ms/token")
+#: Flips listed in the report (all are in the JSON).
+MAX_FLIPS = 40
+
+
+def _value(x: float | None) -> float:
+    """A measured number as a float: None (NaN written as JSON null) back to NaN."""
+    return math.nan if x is None else float(x)
 
 
 def _pct(x: float | None, digits: int = 1) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    return f"{100 * x:.{digits}f} %"
+    x = _value(x)
+    return "n/a" if math.isnan(x) else f"{100 * x:.{digits}f} %"
 
 
 def _ms(seconds: float | None) -> str:
-    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
-        return "n/a"
-    return f"{1000 * seconds:.2f}"
+    seconds = _value(seconds)
+    return "n/a" if math.isnan(seconds) else f"{1000 * seconds:.2f}"
+
+
+def _fixed(x: float | None, digits: int = 4) -> str:
+    x = _value(x)
+    return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
+
+
+def _align(header: Sequence[str]) -> tuple[str, ...]:
+    """Numbers right, words left: the first column, prompts, top-k lists, first divergences and verdicts."""
+    return tuple("left" if i == 0 or name.startswith(("top", "prompt", "first", "verdict")) else "right"
+                 for i, name in enumerate(header))
 
 
 def _first(entry: SweepEntry, with_prompt: bool) -> str:
@@ -50,7 +69,7 @@ def _first(entry: SweepEntry, with_prompt: bool) -> str:
 
 
 def sweep_rows(entries: Sequence[SweepEntry], with_prompt: bool = True) -> list[tuple[str, ...]]:
-    """One row per K: the K sweep table."""
+    """One row per K: the K sweep table (columns as :data:`SWEEP_HEADER`)."""
     return [(
         str(e.k), str(e.rows), f"{e.bit_exact_rows}", str(e.flips), _first(e, with_prompt),
         fmt_num(e.max_abs_diff), fmt_num(e.mean_abs_diff), fmt_num(e.mean_diff),
@@ -78,19 +97,19 @@ def per_prompt_rows(result: VerifyResult) -> tuple[tuple[str, ...], list[tuple[s
 
 
 def flip_rows(result: VerifyResult, limit: int | None = None) -> list[tuple[str, ...]]:
-    """One row per flip (all prompts, all K)."""
+    """One row per flip (all prompts, all K; the first ``limit``); columns as :data:`FLIP_HEADER`."""
     flips = result.flips if limit is None else result.flips[:limit]
     return [(
         f.prompt, str(f.k), str(f.output_index), str(f.position), str(f.row),
-        f"{f.token_ref} {f.text_ref!r} ({f.logit_ref_at_ref:.4f})",
-        f"{f.token_obs} {f.text_obs!r} ({f.logit_obs_at_obs:.4f})",
+        f"{f.token_ref} {f.text_ref!r} ({_fixed(f.logit_ref_at_ref)})",
+        f"{f.token_obs} {f.text_obs!r} ({_fixed(f.logit_obs_at_obs)})",
         f"{fmt_num(f.margin_ref)} / {fmt_num(f.margin_obs)}",
         " ".join(map(str, f.topk_ref)), " ".join(map(str, f.topk_obs)),
     ) for f in flips]
 
 
 def inblock_rows(entry: SweepEntry) -> list[tuple[str, ...]]:
-    """One row per in-block row index of one K (pooled over prompts)."""
+    """One row per in-block row index of one K (pooled over prompts); columns as :data:`INBLOCK_HEADER`."""
     return [(str(r.row), str(r.rows), str(r.bit_exact_rows), str(r.flips), fmt_num(r.mean_diff),
              fmt_num(r.std_diff), fmt_num(r.max_abs_diff), "OFFSET" if r.offset else "no")
             for r in entry.in_block]
@@ -117,6 +136,7 @@ def guard_tau_lines(result: VerifyResult) -> list[str]:
 
 
 def guard_total_rows(result: VerifyResult) -> list[tuple[str, ...]]:
+    """One row per fallback, summed over prompts; columns as :data:`GUARD_HEADER`."""
     g = result.guard
     if g is None:
         return []
@@ -132,6 +152,7 @@ def guard_total_rows(result: VerifyResult) -> list[tuple[str, ...]]:
 
 
 def guard_prompt_rows(result: VerifyResult) -> list[tuple[str, ...]]:
+    """One row per prompt and fallback; columns as :data:`GUARD_PROMPT_HEADER`."""
     g = result.guard
     if g is None:
         return []
@@ -181,14 +202,14 @@ def guard_target_lines(result: VerifyResult, target: float = 0.10) -> list[str]:
     if g is None or not g.totals:
         return []
     met = [(f, t) for f, t in g.totals.items()
-           if t["identical_prompts"] == t["prompts"] and t["extra_rows"] <= target]
+           if t["identical_prompts"] == t["prompts"] and _value(t["extra_rows"]) <= target]
     head = f"target — token identity on every prompt at ≤ {100 * target:.0f} % extra forward work: "
     if met:
-        f, t = min(met, key=lambda ft: ft[1]["extra_rows"])
+        f, t = min(met, key=lambda ft: _value(ft[1]["extra_rows"]))
         return [head + f"met by {f} ({_pct(t['extra_rows'])} extra rows, {_pct(t['trigger_rate'])} triggers)"]
     why = []
     c = g.calibration
-    if c is not None and c["tau_for_10pct"] < c["max_topk_spread"]:
+    if c is not None and _value(c["tau_for_10pct"]) < _value(c["max_topk_spread"]):
         why.append(f"a trigger rate ≤ {100 * target:.0f} % needs τ ≤ {fmt_num(c['tau_for_10pct'])} (the 10th "
                    f"percentile of verify margins), but M=K rows move top-k logits against each other by up to "
                    f"{fmt_num(c['max_topk_spread'])} (calibration), so a τ that low leaves flippable rows unguarded")
@@ -201,124 +222,93 @@ def guard_target_lines(result: VerifyResult, target: float = 0.10) -> list[str]:
         why.append(f"resync is exact, but only by replaying M=1 up to each trigger: {_pct(rs['extra_rows'])} "
                    "extra rows")
     if not why:
-        lo = min(g.totals.values(), key=lambda t: t["extra_rows"])
-        why.append(f"the cheapest fallback needed {_pct(lo['extra_rows'])} extra rows")
+        known = [t for t in g.totals.values() if not math.isnan(_value(t["extra_rows"]))]
+        if known:
+            lo = min(known, key=lambda t: _value(t["extra_rows"]))
+            why.append(f"the cheapest fallback needed {_pct(lo['extra_rows'])} extra rows")
+        else:
+            why.append("no fallback measured its extra rows")
     return [head + "NOT met on this engine — " + "; ".join(why)]
 
 
-# -- terminal ------------------------------------------------------------------------
-def _table(title: str | None, header: Sequence[str], rows: Sequence[Sequence[str]], **kwargs: Any) -> Table:
-    table = Table(title=title, title_justify="left", title_style="bold", **kwargs)
-    for i, name in enumerate(header):
-        table.add_column(name, justify="left" if i == 0 or name.startswith(("top", "prompt", "first"))
-                         else "right", overflow="fold")
-    for row in rows:
-        table.add_row(*row)
-    return table
+# -- the document ------------------------------------------------------------------------
+def verify_document(result: VerifyResult, *, show_error: bool = True) -> Document:
+    """The report of a ``verify`` run.
 
-
-def format_header(result: VerifyResult) -> RenderableType:
-    cfg, engine = result.config, result.manifest["engine"]
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
-    for row in engine_rows(engine):
-        grid.add_row(*row)
-    variant = cfg["variant"]
-    opts = [f"{k}={v}" for k, v in variant["options"].items()] + [f"env {k}={v}" for k, v in variant["env"].items()]
-    grid.add_row("variant", variant["engine"] + (": " + ", ".join(opts) if opts else ": defaults"))
-    grid.add_row("workload", f"{plural(len(cfg['prompts']), 'prompt')} × {cfg['n_decode']} greedy M=1 tokens, "
-                             f"replayed as M=K verify blocks, K = {' '.join(map(str, cfg['ks']))}")
-    grid.add_row("τ", f"near-tie margin {fmt_num(cfg['thresholds']['near_tie_margin'])} logits (--near-tie-margin)")
-    return Panel(grid, title="logitlab verify", expand=False)
-
-
-def format_classification(result: VerifyResult) -> RenderableType:
+    Args:
+        result: the run, complete or partial.
+        show_error: include the "stopped early" line (leave it out when the
+            caller prints the error itself).
+    """
     c = result.classification
-    if c is None:
-        return Text("no classification (the run stopped early)", style="yellow")
-    title = Text.assemble(("classification: ", "bold"), (c.cause, VERDICT_STYLE.get(c.word, "bold")),
-                          f"  (verdict {c.word}) — {c.summary}")
-    return Group(title, *[Text("  • " + line) for line in c.evidence], Text("  scaling: " + c.scaling))
-
-
-def format_verify(result: VerifyResult, max_flips: int = 40, *, show_error: bool = True) -> RenderableType:
-    parts: list[RenderableType] = [format_header(result)]
+    doc = Document("verify", "logitlab verify")
+    title = rich("logitlab verify: ", Span(c.cause, f"verdict:{c.word}") if c else Span("n/a", "strong"))
+    doc.add(Heading(title), _header(result))
     if result.totals:
-        parts.append(_table("K sweep — all prompts", SWEEP_HEADER, sweep_rows(result.totals)))
+        doc.add(_table("K sweep — all prompts", SWEEP_HEADER, sweep_rows(result.totals)))
     if len(result.prompts) > 1:
         header, rows = per_prompt_rows(result)
-        parts.append(_table("per prompt", header, rows))
+        doc.add(_table("per prompt", header, rows))
+        full = [(e.prompt, *row) for e in result.sweep for row in sweep_rows([e], with_prompt=False)]
+        doc.add(_table("K sweep per prompt", ("prompt", *SWEEP_HEADER), full))
     if result.flips:
-        rows = flip_rows(result, max_flips)
-        more = f", first {max_flips}" if len(result.flips) > max_flips else ""
-        title = f"argmax flips ({len(result.flips)}{more})"
-        parts.append(_table(title, FLIP_HEADER, rows))
+        more = f", first {MAX_FLIPS}; all are in the JSON" if len(result.flips) > MAX_FLIPS else ""
+        doc.add(_table(f"argmax flips ({len(result.flips)}{more})", FLIP_HEADER, flip_rows(result, MAX_FLIPS)))
     multi = [t for t in result.totals if t.k > 1 and t.in_block]
     if multi:
         entry = multi[-1]
-        parts.append(_table(f"in-block rows at K={entry.k} (all prompts)", INBLOCK_HEADER, inblock_rows(entry)))
-    parts.append(format_classification(result))
-    if result.guard is not None:
-        parts.append(Text("near-tie guard", style="bold"))
-        parts += [Text("  " + line) for line in guard_tau_lines(result)]
-        parts.append(_table(f"guarded speculative greedy, K = {result.guard.k} (drafts: the M=1 greedy tokens)",
-                            GUARD_HEADER, guard_total_rows(result)))
-        if len(result.prompts) > 1:
-            parts.append(_table(None, GUARD_PROMPT_HEADER, guard_prompt_rows(result)))
-        parts += [Text("  • " + line) for line in guard_guarantee_lines(result)]
+        doc.add(_table(f"in-block rows at K={entry.k} (all prompts)", INBLOCK_HEADER, inblock_rows(entry)))
+    doc.add(*_classification(result))
+    doc.add(*_guard(result))
     if result.error and show_error:
-        parts.append(Text(f"stopped early: {result.error}", style="bold red"))
-    return Group(*parts)
+        doc.add(Paragraph(f"stopped early: {result.error}", tone="error"))
+    return doc
 
 
-def display_verify(result: VerifyResult, console: Console, *, show_error: bool = True) -> None:
-    """Print the report; ``show_error=False`` leaves out the "stopped early" line (the caller prints the error)."""
-    console.print(format_verify(result, show_error=show_error))
+def _table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
+    return Table(header, rows, title=title, align=_align(header))
 
 
-# -- Markdown ----------------------------------------------------------------------------
-def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|").replace("\n", "\\n")
-
-    lines = ["| " + " | ".join(map(cell, header)) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in rows]
-    return lines
-
-
-def format_verify_markdown(result: VerifyResult) -> str:
-    """The whole report as Markdown (for a pull-request comment)."""
-    cfg, engine, host = result.config, result.manifest["engine"], result.manifest["host"]
-    c = result.classification
-    out = [f"## logitlab verify: **{c.cause if c else 'n/a'}**", ""]
-    out += [
-        f"- model: `{engine['model'].rsplit('/', 1)[-1]}` (sha256 `{engine.get('model_sha256', '?')[:12]}`), "
-        f"{engine.get('engine_version', engine['engine'])}",
-        f"- workload: {plural(len(cfg['prompts']), 'prompt')} × {cfg['n_decode']} greedy M=1 tokens, replayed as M=K "
-        f"verify blocks, K = {' '.join(map(str, cfg['ks']))}; τ = {fmt_num(cfg['thresholds']['near_tie_margin'])}",
-        f"- host: {host['cpu']}, {host['cores']} cores, {host['os']}, Python {host['python']}",
-        "",
+def _header(result: VerifyResult) -> KeyValues:
+    cfg = result.config
+    rows: list[tuple[Any, ...]] = list(engine_rows(result.manifest["engine"]))
+    rows += [
+        ("variant", variant_text(cfg["variant"])),
+        ("workload", f"{plural(len(cfg['prompts']), 'prompt')} × {cfg['n_decode']} greedy M=1 tokens, "
+                     f"replayed as M=K verify blocks, K = {' '.join(map(str, cfg['ks']))}"),
+        ("τ", f"near-tie margin {fmt_num(cfg['thresholds']['near_tie_margin'])} logits (--near-tie-margin)"),
     ]
-    if result.totals:
-        out += ["### K sweep (all prompts)", ""] + _md_table(SWEEP_HEADER, sweep_rows(result.totals)) + [""]
+    host = result.manifest.get("host")
+    if host:
+        rows.append(("host", f"{host['cpu']}, {host['cores']} cores, {host['os']}, Python {host['python']}"))
+    return KeyValues(rows, boxed=True)
+
+
+def _classification(result: VerifyResult) -> list[Block]:
+    c = result.classification
+    if c is None:
+        return [Paragraph("no classification (the run stopped early)", tone="warning")]
+    return [
+        Heading(rich("classification: ", Span(c.cause, f"verdict:{c.word}"), "  (verdict ",
+                     Span(c.word, f"verdict:{c.word}"), ")"), level=2),
+        Paragraph(c.summary, tight=True),
+        Bullets([*c.evidence, f"scaling: {c.scaling}"], tight=True),
+    ]
+
+
+def _guard(result: VerifyResult) -> list[Block]:
+    g = result.guard
+    if g is None:
+        return []
+    blocks: list[Block] = [
+        Heading("Near-tie guard", level=2),
+        Bullets(guard_tau_lines(result), tight=True),
+        _table(f"guarded speculative greedy, K = {g.k} (drafts: the M=1 greedy tokens)", GUARD_HEADER,
+               guard_total_rows(result)),
+    ]
     if len(result.prompts) > 1:
-        header, rows = per_prompt_rows(result)
-        out += ["### Per prompt", ""] + _md_table(header, rows) + [""]
-        full = [(e.prompt, *row) for e in result.sweep for row in sweep_rows([e], with_prompt=False)]
-        out += ["<details><summary>K sweep per prompt</summary>", ""]
-        out += _md_table(("prompt", *SWEEP_HEADER), full) + ["", "</details>", ""]
-    if result.flips:
-        out += [f"### Argmax flips ({len(result.flips)})", ""] + _md_table(FLIP_HEADER, flip_rows(result)) + [""]
-    if c is not None:
-        out += [f"### Classification: `{c.cause}` (verdict `{c.word}`)", "", c.summary, ""]
-        out += [f"- {line}" for line in c.evidence] + [f"- scaling: {c.scaling}", ""]
-    if result.guard is not None:
-        out += ["### Near-tie guard", ""] + [f"- {line}" for line in guard_tau_lines(result)] + [""]
-        out += _md_table(GUARD_HEADER, guard_total_rows(result)) + [""]
-        if len(result.prompts) > 1:
-            out += _md_table(GUARD_PROMPT_HEADER, guard_prompt_rows(result)) + [""]
-        out += [f"- {line}" for line in guard_guarantee_lines(result)] + [""]
-    if result.error:
-        out += [f"**Stopped early:** {result.error}", ""]
-    return "\n".join(out)
+        blocks.append(_table("guarded speculative greedy per prompt", GUARD_PROMPT_HEADER, guard_prompt_rows(result)))
+    guarantees = guard_guarantee_lines(result)
+    if guarantees:
+        blocks.append(Bullets(guarantees))
+    return blocks
