@@ -25,6 +25,11 @@ detection inside it, +/-5 builds), the localisation error of matched
 detections (mean |builds|, share exact), and the false change points per
 100 builds (unmatched detections in ``steps``, all detections in ``noise``).
 
+A method that raises many false alarms also "detects" by chance: a false
+alarm within +/-5 builds of a step counts as a hit. For the 5 % threshold
+and the z-score, part of the detection rate (most of it for the compound
+regression, 26 builds wide) is that: compare ``--outlier-rate 0``.
+
 Methods, all on the same series:
 
 - logitlab: :func:`logitlab.perf.changepoint.detect_change_points`
