@@ -154,20 +154,16 @@ def built_model(gguf: Path, options: dict[str, Any]) -> tuple[Path, dict[str, An
         raise InputError(f"building an ORT GenAI model from {gguf.name} needs {', '.join(missing)}: "
                          "pip install 'logitlab[ortgenai]'")
     start = time.perf_counter()
-    source, _ = dequantised_folder(gguf)
+    try:
+        source, _ = dequantised_folder(gguf)
+    except EngineError as exc:  # transformers cannot read this GGUF: bad input for this engine
+        raise InputError(f"cannot build an ORT GenAI model from {gguf.name}: {exc}") from None
     dequantise_seconds = round(time.perf_counter() - start, 2)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{sha[:12]}-{tag}-", dir=folder.parent))
     try:
-        out, work = tmp / "model", tmp / "work"
-        command = builder_command(source, out, work, options)
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1"}
-        with open(tmp / "builder.log", "w") as log:
-            code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp,
-                                  stdin=subprocess.DEVNULL).returncode
-        if code != 0 or not (out / "genai_config.json").is_file():
-            raise InputError(f"the ORT GenAI model builder could not convert {gguf.name} "
-                             f"(precision {options.get('precision', 'fp32')}): {_last_error(tmp / 'builder.log')}")
+        out = tmp / "model"
+        command = run_builder(source, out, options, what=gguf.name)
         build = round(time.perf_counter() - start, 2)
         info = {"format": CACHE_FORMAT, "gguf": str(gguf), "gguf_sha256": sha, "options": options,
                 "builder": [Path(command[0]).name, *command[1:]], "onnxruntime_genai": genai_version,
@@ -188,6 +184,36 @@ def built_model(gguf: Path, options: dict[str, Any]) -> tuple[Path, dict[str, An
         shutil.rmtree(tmp, ignore_errors=True)
     return folder, {"cache": str(folder), "hit": False, "build_seconds": build,
                     "folder_sha256": info["folder_sha256"]}
+
+
+def run_builder(source: Path, out: Path, options: dict[str, Any], what: str | None = None) -> list[str]:
+    """Run ORT GenAI's model builder on a Hugging Face folder, offline, in a subprocess.
+
+    Its output goes to ``builder.log`` beside ``out`` (kept only on failure, in the
+    error); its scratch folder is ``out``'s sibling ``work``.
+
+    Args:
+        source: Hugging Face model folder (``config.json`` naming ``architectures``).
+        out: folder to create, the ORT GenAI model.
+        options: builder options (``precision``, ``accuracy_level``, ``block_size``).
+        what: the name of the model for the error message (default: ``source``).
+
+    Returns:
+        The command that was run.
+
+    Raises:
+        InputError: the builder failed; the message quotes its last error line.
+    """
+    command = builder_command(source, out, out.parent / "work", options)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1"}
+    log_path = out.parent / "builder.log"
+    with open(log_path, "w") as log:
+        code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=out.parent,
+                              stdin=subprocess.DEVNULL).returncode
+    if code != 0 or not (out / "genai_config.json").is_file():
+        raise InputError(f"the ORT GenAI model builder could not convert {what or source} "
+                         f"(precision {options.get('precision', 'fp32')}): {_last_error(log_path)}")
+    return command
 
 
 def _last_error(log: Path) -> str:
@@ -295,18 +321,20 @@ class OrtGenAiEngine(Engine):
             raise InputError(f"execution provider {self.provider!r} is not built into onnxruntime-genai "
                              f"{og.__version__}; use provider=cpu or install its build (onnxruntime-genai-cuda …)")
         self.folder, self.model_kind, self.cache_info = self._resolve_model()
-        config = og.Config(str(self.folder))
-        if self.provider != "cpu":
-            config.clear_providers()
-            config.append_provider(self.provider)
         overlay = self._overlay()
         try:
+            config = og.Config(str(self.folder))
+            if self.provider != "cpu":
+                config.clear_providers()
+                config.append_provider(self.provider)
             if overlay:
                 config.overlay(json.dumps(overlay))
             self.og_model = og.Model(config)
             self.tokenizer = og.Tokenizer(self.og_model)
         except RuntimeError as exc:
-            raise EngineError(f"ORT GenAI could not load {self.folder}: {str(exc).splitlines()[0]}") from exc
+            # a user's folder is bad input; a folder we built is the builder's or ORT's failure
+            error = InputError if self.model_kind == "ORT GenAI model folder" else EngineError
+            raise error(f"ORT GenAI could not load {self.folder}: {str(exc).splitlines()[0]}") from exc
         self._n_vocab = self._read_vocab()
         self._folder_sha: str | None = self.cache_info.get("folder_sha256") if self.cache_info else None
         self._smoke_test()
