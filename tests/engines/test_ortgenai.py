@@ -160,8 +160,10 @@ def test_describe_reports_versions_hashes_cache_and_load_time(engine):
     assert info["effective"]["precision"] == "fp32" and info["effective"]["provider"] == "cpu"
     cache = info["model_cache"]["cache"]
     assert cache == info["ort_model"] and cache.endswith(f"{info['model_sha256']}-fp32")
-    meta = json.loads(open(os.path.join(cache, "logitlab.json")).read())
-    assert meta["folder_sha256"] == info["ort_model_sha256"] and meta["builder"][1:3] == ["-m", "onnxruntime_genai.models.builder"]
+    with open(os.path.join(cache, "logitlab.json")) as f:
+        meta = json.load(f)
+    assert meta["folder_sha256"] == info["ort_model_sha256"]
+    assert meta["builder"][1:3] == ["-m", "onnxruntime_genai.models.builder"]
     assert info["load_seconds"] > 0
     again = OrtGenAiEngine(model=None, options=THREADS)  # from the cache: no second build
     try:
@@ -188,6 +190,7 @@ def test_build_commands_and_cache_keys():
     assert build_tag({}) == "fp32" and build_tag({"precision": "int4"}) == "int4"
     assert build_tag({"precision": "int4", "accuracy_level": 1, "block_size": 64}) == \
         "int4-accuracy_level=1-block_size=64"
+    assert build_tag({"precision": "int4", "accuracy_level": 4, "block_size": 32}) == "int4"  # the defaults
     command = builder_command("SRC", "OUT", "WORK", {"precision": "int4", "block_size": 64})
     assert command[1:] == ["-m", "onnxruntime_genai.models.builder", "-i", "SRC", "-o", "OUT", "-p", "int4",
                            "-e", "cpu", "-c", "WORK", "--extra_options", "hf_token=false", "block_size=64"]

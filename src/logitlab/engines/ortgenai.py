@@ -55,6 +55,8 @@ OPTIMIZATION_LEVELS = {"disable_all": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BA
 #: options the model builder reads; they pick the cached folder and need a GGUF source.
 BUILD_OPTIONS = ("precision", "accuracy_level", "block_size")
 INT4_OPTIONS = BUILD_OPTIONS[1:]
+#: the model builder's own defaults for the int4 options on CPU (its --extra_options help).
+INT4_DEFAULTS = {"accuracy_level": 4, "block_size": 32}
 #: files of an ORT GenAI folder whose hashes identify the model.
 MODEL_SUFFIXES = (".onnx", ".data", ".onnx_data")
 #: packages the model builder imports (module name, pip name).
@@ -104,9 +106,14 @@ def folder_sha256(folder: Path) -> str:
 
 # -- building from a GGUF ------------------------------------------------------------
 def build_tag(options: dict[str, Any]) -> str:
-    """Folder-name part for the builder options: ``fp32``, ``int4``, ``int4-accuracy_level=1`` …"""
+    """Folder-name part for the builder options: ``fp32``, ``int4``, ``int4-accuracy_level=1`` …
+
+    Values equal to the builder's defaults (``INT4_DEFAULTS``) are left out, so that
+    ``precision=int4`` and ``precision=int4,block_size=32`` share one cached build.
+    """
     precision = options.get("precision", "fp32")
-    extra = [f"{key}={int(options[key])}" for key in INT4_OPTIONS if key in options]
+    extra = [f"{key}={int(options[key])}" for key in INT4_OPTIONS
+             if key in options and options[key] != INT4_DEFAULTS[key]]
     return "-".join([precision, *extra])
 
 
@@ -209,7 +216,7 @@ def run_builder(source: Path, out: Path, options: dict[str, Any], what: str | No
     log_path = out.parent / "builder.log"
     with open(log_path, "w") as log:
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=out.parent,
-                              stdin=subprocess.DEVNULL).returncode
+                              stdin=subprocess.DEVNULL, check=False).returncode
     if code != 0 or not (out / "genai_config.json").is_file():
         raise InputError(f"the ORT GenAI model builder could not convert {what or source} "
                          f"(precision {options.get('precision', 'fp32')}): {_last_error(log_path)}")
