@@ -281,3 +281,14 @@ def test_a_provider_that_is_not_built_in():
         pytest.skip("this onnxruntime-genai has CUDA")
     with pytest.raises(InputError, match=r"execution provider 'cuda' is not built into onnxruntime-genai"):
         OrtGenAiEngine(model=None, options={"provider": "cuda"})
+
+
+def test_an_old_hf_cache_config_gets_its_architectures_named(tmp_path):
+    """hf caches written before architectures was recorded are fixed on their next hit (the builder needs it)."""
+    from logitlab.engines.hf import _name_architectures
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": None, "vocab_size": 7}))
+    _name_architectures(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["vocab_size"] == 7
+    assert [p.name for p in tmp_path.iterdir()] == ["config.json"]  # no temporary file left behind
