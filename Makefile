@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	@echo "installing logitlab with llama-cpp-python (builds from source the first time: ~7 min on 2 cores)"
 	@echo "installing PyTorch for the hf engine (pinned first, so that the hf extra cannot pull another build)"
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[llamacpp,server,hf,dev]'
+	$(PY) -m pip install --quiet -e '.[llamacpp,server,hf,ortgenai,dev]'
 	touch $(STAMP)
 
 demo: setup

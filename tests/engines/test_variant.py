@@ -42,7 +42,7 @@ def test_unknown_engine_lists_valid_ones():
 
 
 def test_unknown_engine_prefix_names_the_engine_and_lists_the_known_ones():
-    message = (r"^unknown engine 'nosuch' in --candidate spec 'nosuch:' \(engines: cmd, .*hf, llamacpp, openai\); "
+    message = (r"^unknown engine 'nosuch' in --candidate spec 'nosuch:' \(engines: cmd, .*hf, llamacpp, openai, ortgenai\); "
                r"a model path with ':' must exist$")
     with pytest.raises(InputError, match=message):
         parse_variant("nosuch:", "candidate", default_engine="llamacpp")

@@ -20,10 +20,13 @@ ENGINES: dict[str, str] = {
     "cmd": "logitlab.engines.command:CommandEngine",
     "openai": "logitlab.engines.openai:OpenAIEngine",
     "hf": "logitlab.engines.hf:HfEngine",
+    "ortgenai": "logitlab.engines.ortgenai:OrtGenAiEngine",
 }
 ALIASES: dict[str, str] = {"llama.cpp": "llamacpp", "llama_cpp": "llamacpp", "llama-cpp": "llamacpp",
                            "command": "cmd", "openai-compatible": "openai"}
 ALIASES.update({"transformers": "hf", "huggingface": "hf", "hf-transformers": "hf"})
+ALIASES.update({"onnxruntime-genai": "ortgenai", "ort-genai": "ortgenai", "onnxruntime_genai": "ortgenai",
+                "ort_genai": "ortgenai"})
 DEFAULT_ENGINE = "llamacpp"
 
 

@@ -241,67 +241,8 @@ class HfEngine(Engine):
         return sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
 
     def _gguf_cache(self, gguf: Path) -> Path:
-        """Folder with the GGUF's de-quantised weights, built on the first load.
-
-        Keyed by the GGUF's SHA-256; rebuilt when the transformers version differs
-        from the one that built it (its GGUF conversion may change).
-        """
-        transformers = self.transformers
-        sha = file_sha256(str(gguf.resolve()))
-        folder = cache_root() / "hf-gguf" / sha
-        meta_path = folder / "logitlab.json"
-        try:
-            meta = json.loads(meta_path.read_text())
-            if meta.get("transformers") == transformers.__version__ and meta.get("format") == CACHE_FORMAT:
-                self.cache_info = {"cache": str(folder), "hit": True, "build_seconds": meta.get("build_seconds")}
-                return folder
-        except (OSError, ValueError):
-            pass
-        start = time.perf_counter()
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{sha[:12]}-", dir=folder.parent))
-        try:
-            self._dequantise(gguf, tmp)
-            build = round(time.perf_counter() - start, 2)
-            (tmp / "logitlab.json").write_text(json.dumps({
-                "format": CACHE_FORMAT, "gguf": str(gguf), "gguf_sha256": sha,
-                "transformers": transformers.__version__, "build_seconds": build}, indent=1))
-            if folder.exists():  # stale version (or a concurrent build): replace it
-                shutil.rmtree(folder, ignore_errors=True)
-            try:
-                os.replace(tmp, folder)
-            except OSError:
-                if not meta_path.exists():
-                    raise
-        except OSError as exc:
-            raise EngineError(f"cannot write the de-quantised weights cache under {folder.parent}: {exc}; "
-                              "set LOGITLAB_CACHE to a writable folder") from exc
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        self.cache_info = {"cache": str(folder), "hit": False, "build_seconds": build}
+        folder, self.cache_info = dequantised_folder(gguf)
         return folder
-
-    def _dequantise(self, gguf: Path, out: Path) -> None:
-        import safetensors.torch
-
-        transformers, torch = self.transformers, self.torch
-        with _quiet_transformers():
-            try:
-                tokenizer = transformers.AutoTokenizer.from_pretrained(
-                    str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
-                model = transformers.AutoModelForCausalLM.from_pretrained(
-                    str(gguf.parent), gguf_file=gguf.name, local_files_only=True, dtype=torch.float32)
-            except ImportError as exc:
-                raise InputError(f"loading a GGUF in transformers needs {exc.name or 'gguf'}: "
-                                 "pip install 'logitlab[hf]'") from None
-            except (OSError, ValueError, KeyError, RuntimeError) as exc:
-                raise EngineError(f"transformers could not load the GGUF {gguf}: "
-                                  f"{str(exc).splitlines()[0]}") from exc
-        config = model.config.to_dict()
-        config.pop("quantization_config", None)
-        (out / "config.json").write_text(json.dumps(config, indent=1))
-        safetensors.torch.save_model(model, str(out / "model.safetensors"))  # drops tied duplicates
-        tokenizer.save_pretrained(str(out))
 
     # -- calls ------------------------------------------------------------------
     @contextlib.contextmanager
@@ -451,3 +392,104 @@ def _forward_parameters(model: Any) -> set[str]:
     import inspect
 
     return set(inspect.signature(model.forward).parameters)
+
+
+def dequantised_folder(gguf: Path) -> tuple[Path, dict[str, Any]]:
+    """Folder with the GGUF's de-quantised float32 weights, built on the first call.
+
+    A Hugging Face model folder (``config.json`` naming its ``architectures``,
+    ``model.safetensors``, tokenizer files) in ``cache_root()/hf-gguf/<GGUF sha256>/``,
+    rebuilt when the transformers version differs from the one that built it (its
+    GGUF conversion may change). Other tools (the ORT GenAI model builder) read it
+    as a model folder.
+
+    Returns:
+        The folder and ``{"cache": folder, "hit": bool, "build_seconds": s}``.
+
+    Raises:
+        InputError: transformers or gguf is not installed.
+        EngineError: transformers cannot read the GGUF, or the cache is not writable.
+    """
+    import torch
+    import transformers
+
+    sha = file_sha256(str(gguf.resolve()))
+    folder = cache_root() / "hf-gguf" / sha
+    meta_path = folder / "logitlab.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+        if meta.get("transformers") == transformers.__version__ and meta.get("format") == CACHE_FORMAT:
+            _name_architectures(folder)
+            return folder, {"cache": str(folder), "hit": True, "build_seconds": meta.get("build_seconds")}
+    except (OSError, ValueError):
+        pass
+    start = time.perf_counter()
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{sha[:12]}-", dir=folder.parent))
+    try:
+        _dequantise(gguf, tmp, transformers, torch)
+        build = round(time.perf_counter() - start, 2)
+        (tmp / "logitlab.json").write_text(json.dumps({
+            "format": CACHE_FORMAT, "gguf": str(gguf), "gguf_sha256": sha,
+            "transformers": transformers.__version__, "build_seconds": build}, indent=1))
+        if folder.exists():  # stale version (or a concurrent build): replace it
+            shutil.rmtree(folder, ignore_errors=True)
+        try:
+            os.replace(tmp, folder)
+        except OSError:
+            if not meta_path.exists():
+                raise
+    except OSError as exc:
+        raise EngineError(f"cannot write the de-quantised weights cache under {folder.parent}: {exc}; "
+                          "set LOGITLAB_CACHE to a writable folder") from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder, {"cache": str(folder), "hit": False, "build_seconds": build}
+
+
+def _dequantise(gguf: Path, out: Path, transformers: Any, torch: Any) -> None:
+    import safetensors.torch
+
+    with _quiet_transformers():
+        try:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(
+                str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
+            model = transformers.AutoModelForCausalLM.from_pretrained(
+                str(gguf.parent), gguf_file=gguf.name, local_files_only=True, dtype=torch.float32)
+        except ImportError as exc:
+            raise InputError(f"loading a GGUF in transformers needs {exc.name or 'gguf'}: "
+                             "pip install 'logitlab[hf]'") from None
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise EngineError(f"transformers could not load the GGUF {gguf}: "
+                              f"{str(exc).splitlines()[0]}") from exc
+    config = model.config.to_dict()
+    config.pop("quantization_config", None)
+    # transformers leaves architectures unset for a GGUF; without it no other tool reads the folder as a model
+    config["architectures"] = config.get("architectures") or [type(model).__name__]
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    safetensors.torch.save_model(model, str(out / "model.safetensors"))  # drops tied duplicates
+    tokenizer.save_pretrained(str(out))
+
+
+def _name_architectures(folder: Path) -> None:
+    """Add ``architectures`` to a cache folder's config.json written before it was recorded.
+
+    The class is the one ``AutoModelForCausalLM`` maps the ``model_type`` to; the
+    file is replaced atomically, and a folder that cannot be written is left as is.
+    """
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    if config.get("architectures"):
+        return
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(config.get("model_type", ""))
+    if not name:
+        return
+    config["architectures"] = [name]
+    tmp = path.with_name(f".config-{os.getpid()}.json")
+    try:
+        tmp.write_text(json.dumps(config, indent=1))
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
