@@ -202,11 +202,11 @@ def test_fp32_vs_int4_is_a_real_quantisation_ab():
         candidate=parse_variant("precision=int4,intra_op_num_threads=1", "candidate", default_engine="ortgenai"),
         prompt=SHORT_PROMPT, n_decode=8, repeats=1, warmup=0))
     c = next(r for r in result.runs if r.slot == result.verdict_slot).comparison
-    print(f"\nORT GenAI fp32 vs int4: {result.verdict.word}; top-1 {c['argmax_agreement']:.1%}, "
-          f"KLD mean {c['kld']['mean']:.3g}")
+    print(f"\nORT GenAI fp32 vs int4: {result.verdict.word}; top-1 {c.argmax_agreement:.1%}, "
+          f"KLD mean {c.kld['mean']:.3g}")
     assert result.control_reproducible
     assert result.verdict.word not in ("bit-exact", "ulp-noise")
-    assert c["differing_rows"] == c["n_positions"] and c["kld"]["mean"] > 1e-3
+    assert c.differing_rows == c.n_positions and c.kld["mean"] > 1e-3
     assert result.manifest["engine"]["effective"]["precision"] == "fp32"
 
 

@@ -292,6 +292,7 @@ class OrtGenAiEngine(Engine):
     """
 
     name = "ortgenai"
+    ABILITIES = frozenset({"logits", "sessions", "rollback"})
     OPTIONS = {
         "precision": (_choice(PRECISIONS), "model builder precision for a GGUF: fp32 (default) or int4"),
         "accuracy_level": (_choice(ACCURACY_LEVELS, int), "int4 compute: 1 fp32, 2 fp16, 3 bf16, 4 int8 (default)"),
