@@ -84,3 +84,27 @@ def test_truncate_rolls_back_the_kv_cache_bit_exactly(engine):
     assert np.array_equal(straight.view(np.uint32), again.view(np.uint32))
     with engine.open_session() as session, pytest.raises(InputError, match="cannot roll back to position 999"):
         session.truncate(999)
+
+
+def test_kv_types_by_ggml_enum_value_are_the_named_types():
+    """llama_cpp.Llama takes type_k=8 (GGML_TYPE_Q8_0); the option takes the integer or the name."""
+    from logitlab.engines.workload import run_workload
+
+    by_name = LlamaCppEngine(model=None, options={"type_k": "q8_0", "type_v": "q8_0", "flash_attn": "1"})
+    by_value = LlamaCppEngine(model=None, options={"type_k": "8", "type_v": "8", "flash_attn": "1"})
+    plain = LlamaCppEngine(model=None, options={"flash_attn": "1"})
+    try:
+        assert by_value.options["type_k"] == "q8_0" and by_value.describe()["options"]["type_v"] == "q8_0"
+        ids = by_name.tokenize(SHORT_PROMPT)
+        runs = [run_workload(e, ids, 2, replay=[11, 12]) for e in (by_name, by_value, plain)]
+        assert np.array_equal(runs[0].logits.view(np.uint32), runs[1].logits.view(np.uint32))
+        assert not np.array_equal(runs[0].logits, runs[2].logits)  # the 8-bit KV cache really is in use
+    finally:
+        for e in (by_name, by_value, plain):
+            e.close()
+
+
+def test_unknown_kv_type_names_the_mapping():
+    with pytest.raises(InputError, match=r"type_k.*valid types, by name or ggml enum value: f32 \(0\), f16 \(1\),.*"
+                                         r"q8_0 \(8\)"):
+        LlamaCppEngine(model=None, options={"type_k": "9"})

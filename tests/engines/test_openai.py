@@ -121,8 +121,8 @@ def test_cli_ab_between_two_real_servers(servers, tmp_path):
     assert any("lower bound" in line for line in verdict["evidence"])
     run = next(r for r in data["runs"] if r["slot"] == data["verdict_slot"])
     c = run["comparison"]
-    assert c.scope == "top-k" and c.kld_is_lower_bound and c.positions_missing == [0]
-    assert c.differing_entries > 0 and c.n_vocab == 20
+    assert c["scope"] == "top-k" and c["kld_is_lower_bound"] and c["positions_missing"] == [0]
+    assert c["differing_entries"] > 0 and c["n_vocab"] == 20
     assert "A/B verdict: " + verdict["word"] in proc.stdout
     # greedy through the server is llama.cpp's argmax path: the same text as the llamacpp engine's, in the
     # server's canonical tokenization (it may merge tokens the model produced one by one)
@@ -295,3 +295,19 @@ def test_process_isolation_carries_the_topk_data():
         here = run_workload(engine, prompt, 2)
         there = run_in_subprocess(variant, prompt, 2, None)
     assert there.topk is not None and there.same_bits(here) and there.generated == here.generated
+
+
+@pytest.mark.engine
+def test_full_logits_against_a_server_are_compared_on_its_topk(servers):
+    """The same model behind a server (top-k only) vs llamacpp (full logits): compared, on the top-k.
+
+    The server is the control, so the reference tokens are in the server's canonical tokenization (a text
+    prompt re-tokenized by the server may merge tokens llama.cpp produced one by one)."""
+    a, _ = servers
+    native = parse_variant("", "candidate", default_engine="llamacpp")
+    result = run_ab(config(openai_variant(a, "control", "a"), native))
+    run = next(r for r in result.runs if r.slot == result.verdict_slot)
+    assert result.control_reproducible and run.comparison.scope == "top-k"
+    assert any("compared on the top-k the control returned" in note for note in result.notes)
+    assert run.comparison.n_vocab == 20 and run.comparison.argmax_agreement == 1.0  # same kernels, same argmax
+    assert result.verdict.word in ("bit-exact", "ulp-noise", "near-tie")  # one build of llama.cpp on both sides

@@ -19,14 +19,20 @@ from logitlab.engines.options import positive_int, to_bool
 from logitlab.errors import EngineError, InputError
 from logitlab.models import check_gguf, default_model_path, file_sha256
 
-#: ggml tensor types accepted for the KV cache (``type_k`` / ``type_v``).
-KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
+#: ggml tensor types accepted for the KV cache (``type_k`` / ``type_v``): name -> ``enum ggml_type``
+#: value (ggml/include/ggml.h), the integer ``llama_cpp.Llama(type_k=...)`` itself takes.
+KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
 
 
 def _kv_type(value: Any) -> str:
+    """A KV cache type by name (``q8_0``) or by its ggml enum value (``8``), as the name."""
     name = str(value).strip().lower()
+    by_number = {str(number): type_name for type_name, number in KV_TYPES.items()}
+    if name in by_number:
+        return by_number[name]
     if name not in KV_TYPES:
-        raise ValueError(f"valid types: {', '.join(KV_TYPES)}")
+        mapping = ", ".join(f"{type_name} ({number})" for type_name, number in KV_TYPES.items())
+        raise ValueError(f"valid types, by name or ggml enum value: {mapping}")
     return name
 
 
@@ -92,7 +98,7 @@ class LlamaCppEngine(Engine):
         kwargs: dict[str, Any] = {k: v for k, v in self.options.items() if k not in ("type_k", "type_v")}
         for key in ("type_k", "type_v"):
             if key in self.options:
-                kwargs[key] = getattr(llama_cpp, f"GGML_TYPE_{self.options[key].upper()}")
+                kwargs[key] = KV_TYPES[self.options[key]]
         kwargs.setdefault("n_ctx", self.DEFAULT_N_CTX)
         try:
             self.llama = llama_cpp.Llama(model_path=self.model, logits_all=True, verbose=False, **kwargs)

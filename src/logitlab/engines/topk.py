@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, Union
 
 from logitlab.errors import InputError
 
@@ -79,6 +79,30 @@ class TopKRows:
             keys.append(tuple(key for key, _ in items))
             values.append(tuple(float(v) for _, v in items))
         return cls(tuple(keys), tuple(values), int(k))
+
+    @classmethod
+    def from_logits(cls, logits: Any, k: int, key: Callable[[int], Key] | None = None) -> "TopKRows":
+        """The top-k log-probabilities of full logits, as an engine returning only those would give them.
+
+        Args:
+            logits: ``(n_positions, n_vocab)`` float array of raw logits.
+            k: entries kept per position.
+            key: token id -> the key a top-k source uses (its token text); default the id itself.
+
+        Returns:
+            Per position the ``k`` largest ``log_softmax`` values (nats, computed in float64; ties keep the
+            lower token id first), keyed by ``key(id)``.
+        """
+        import numpy as np
+
+        x = np.asarray(logits, dtype=np.float64)
+        top = np.argsort(-x, axis=1, kind="stable")[:, :k]
+        peak = x.max(axis=1, keepdims=True)
+        logz = peak[:, 0] + np.log(np.exp(x - peak).sum(axis=1))
+        to_key = key or int
+        keys = tuple(tuple(to_key(int(t)) for t in row) for row in top)
+        values = tuple(tuple(float(x[i, t] - logz[i]) for t in row) for i, row in enumerate(top))
+        return cls(keys, values, int(k))
 
     @property
     def n_positions(self) -> int:

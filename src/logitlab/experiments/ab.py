@@ -297,6 +297,13 @@ class AbExperiment:
                           generated_ids=[], generated_text="")
         if crossengine.needs_check(cfg.control, cfg.candidate):
             self._check_cross_engine(probe, candidate, result)
+        full = [engine.supports("logits") for engine in (probe, candidate)]
+        if full[0] != full[1]:
+            topk_side, full_side = ("candidate", "control") if full[0] else ("control", "candidate")
+            result.notes.append(
+                f"the {full_side} returns full logits, the {topk_side} only top-k log-probabilities: they are "
+                f"compared on the top-k the {topk_side} returned (log-softmax of the {full_side}'s logits), so "
+                "the statistics are top-k only")
         if (cfg.control.env or cfg.candidate.env) and cfg.isolation != "process":
             result.notes.append(
                 f"environment knobs are set around each slot inside this process (--isolation {cfg.isolation}): "
@@ -317,7 +324,9 @@ class AbExperiment:
                             randomize=self.config.randomize, seed=self.config.seed)
         self.on_event("start", {"slots": len(slots)})
         for slot in slots:
-            output = runner.run(slot.variant, result.prompt_ids, self.config.n_decode,
+            # Every run after the reference replays its tokens (a server may return fewer, merged tokens).
+            n_decode = self.config.n_decode if self.reference is None else len(self.reference.generated)
+            output = runner.run(slot.variant, result.prompt_ids, n_decode,
                                 None if self.reference is None else self.reference.generated)
             record = self._record(slot, output, result)
             result.runs.append(record)
@@ -359,17 +368,31 @@ class AbExperiment:
 
     def _compare(self, reference: np.ndarray, observed: np.ndarray, slot: Slot,
                  observed_topk: TopKRows | None = None) -> LogitComparison | TopKComparison:
-        if (self.reference.topk is None) != (observed_topk is None):
-            raise EngineError("one variant returned full logits and the other only top-k log-probabilities; "
-                              "compare engines of the same kind")
+        ref_topk = self.reference.topk
+        if (ref_topk is None) != (observed_topk is None):
+            # Full logits on one side, top-k log-probabilities on the other: the full logits hold the top-k,
+            # so both sides are compared on the top-k the top-k side returned (the report says so).
+            returned = ref_topk or observed_topk
+            key = self._topk_key(returned)
+            if ref_topk is None:
+                ref_topk = TopKRows.from_logits(reference, returned.requested_k, key)
+            else:
+                observed_topk = TopKRows.from_logits(observed, returned.requested_k, key)
         if observed_topk is not None:
-            return compare_topk(self.reference.topk, observed_topk, top_k=self.config.top_k,
+            return compare_topk(ref_topk, observed_topk, top_k=self.config.top_k,
                                 token_ids=self.reference.input_ids)
         if reference.shape[1] != observed.shape[1]:  # the common prefix; result.notes says so loudly
             reference, observed = crossengine.common_vocab(reference, observed)
         if reference.shape != observed.shape:
             raise EngineError(f"{slot.variant} returned {observed.shape[0]} rows, the reference {reference.shape[0]}")
         return compare_logits(reference, observed, top_k=self.config.top_k, token_ids=self.reference.input_ids)
+
+    def _topk_key(self, rows: TopKRows) -> Any:
+        """How a top-k source names tokens: by id (None: the id itself), or by text (the control's tokenizer)."""
+        for keys in rows.keys:
+            if keys:
+                return None if isinstance(keys[0], int) else (lambda token: self._detokenize([token]))
+        return None
 
     def _check_reference(self, record: RunRecord, slot: Slot) -> None:
         """A reference with NaN/Inf logits leaves nothing to compare against: stop (what ran is kept).
@@ -426,7 +449,7 @@ class AbExperiment:
         while (level := stronger_isolation(level)) is not None:
             self.on_event("escalate", {"isolation": level})
             with SlotRunner({CONTROL: self.config.control}, level) as runner:
-                outputs = [runner.run(CONTROL, result.prompt_ids, self.config.n_decode, result.generated_ids)
+                outputs = [runner.run(CONTROL, result.prompt_ids, len(result.generated_ids), result.generated_ids)
                            for _ in range(3)]
             exact = sum(outputs[0].same_bits(o) for o in outputs[1:])
             escalation = Escalation(isolation=level, runs=len(outputs) - 1, bit_exact_runs=int(exact))
