@@ -30,8 +30,9 @@ def markdown_text(text: Rich, *, in_table: bool = False) -> str:
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, escaped: bool = False) -> list[str]:
-    """A GitHub table: ``| h1 | h2 |``, ``|---|---|``, rows with ``|`` escaped (unless ``escaped`` already)."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    """A GitHub table: ``| h1 | h2 |``, ``|---|---|``, rows; ``|`` escaped in the header and (unless
+    ``escaped`` already) in the rows."""
+    lines = ["| " + " | ".join(h.replace("|", "\\|") for h in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell if escaped else cell.replace("|", "\\|") for cell in row) + " |"
               for row in rows]
     return lines
@@ -55,7 +56,9 @@ def _block(block: Block) -> list[str]:
         return lines
     if isinstance(block, Table):
         lines = [f"**{block.title}**", ""] if block.title else []
-        return lines + markdown_table(block.header, block.rows)
+        rows = [[markdown_text(c, in_table=True) if isinstance(c, Rich) else c.replace("|", "\\|") for c in row]
+                for row in block.rows]
+        return lines + markdown_table(block.header, rows, escaped=True)
     if isinstance(block, Bullets):
         return [f"- {markdown_text(item)}" for item in block.items]
     if isinstance(block, Figure):
