@@ -71,12 +71,16 @@ def test_probing_leaves_no_folder_behind_and_the_writers_create_it(tmp_path):
     check_output_paths(json=str(target), markdown=str(tmp_path / "new" / "r.md"))
     assert not (tmp_path / "new").exists()
 
-    class Result:
-        def to_dict(self):
-            return {"ok": True}
+    import json
 
-    write_reports(Result(), str(target), str(tmp_path / "new" / "r.md"), lambda r: "# ok\n")
-    assert target.read_text().strip() == '{\n "ok": true\n}' and (tmp_path / "new" / "r.md").read_text() == "# ok\n"
+    from logitlab import report
+    from logitlab.dumps import diff_dumps, open_dump
+
+    a = write_folder(tmp_path / "a", base_tensors(), "p")
+    result = diff_dumps(open_dump(a), open_dump(a))  # a real result: the writers render its report
+    write_reports(result, {"json_path": str(target), "markdown_path": str(tmp_path / "new" / "r.md")})
+    assert json.loads(target.read_text()) == result.to_dict()
+    assert (tmp_path / "new" / "r.md").read_text() == report.markdown(result)
 
 
 def test_a_command_failing_on_bad_input_leaves_no_output_folder(tmp_path):

@@ -161,27 +161,27 @@ def test_real_commands_two_blocks():
 def _render(result, **kwargs):
     from rich.console import Console
 
-    from logitlab.report.bench import display_run
+    from logitlab import report
 
     console = Console(width=160, record=True)
-    display_run(result, console, **kwargs)
+    report.display(result, console, **kwargs)
     return console.export_text()
 
 
 def test_one_block_renders_with_ci_and_mde_not_available():
-    from logitlab.report.bench import format_run_markdown
+    from logitlab import report
 
     result = bench_run(BenchRunConfig(control="ctl", candidate="cand", blocks=1, warmup=0, n_bootstrap=200),
                        runner=FakeRunner(ratio=0.9))
     assert result.primary.n_blocks == 1 and result.primary.position.p_value is None
     text = _render(result)
     assert "p=n/a" in text and "(n/a)" in text and "a paired CI needs at least 2 blocks" in text
-    md = format_run_markdown(result)
-    assert "| wall |" in md and "(p n/a)" in md
+    md = report.markdown(result)
+    assert "| wall |" in md and "p=n/a" in md
 
 
 def test_no_complete_block_prints_one_line_instead_of_the_table():
-    from logitlab.report.bench import format_run_markdown
+    from logitlab import report
 
     with pytest.raises(InputError) as e:
         bench_run(BenchRunConfig(control="ctl", candidate="cand", blocks=3), runner=FakeRunner(
@@ -189,6 +189,6 @@ def test_no_complete_block_prints_one_line_instead_of_the_table():
     text = _render(e.value.partial, show_error=False)
     assert "no complete block: 0/12 timed runs done, 1 failed" in text
     assert "metric" not in text and "δ from" not in text and "stopped early" not in text
-    md = format_run_markdown(e.value.partial)
+    md = report.markdown(e.value.partial)
     assert "no complete block: 0/12 timed runs done, 1 failed (first: candidate warmup, exit status 1)" in md
     assert "| metric |" not in md and "**Stopped early:**" in md

@@ -49,6 +49,25 @@ def run_and_render_again(tmp_path, *command):
     return result, data
 
 
+# -- ab ---------------------------------------------------------------------------------------------
+@pytest.mark.engine
+def test_ab_round_trip(tmp_path):
+    from logitlab.experiments.ab import RunRecord
+    from logitlab.numerics import LogitComparison, Verdict
+    from logitlab.perf.paired import PairedComparison
+
+    result, data = run_and_render_again(
+        tmp_path, "ab", "--candidate", f"flash_attn=1,{LLAMA_THREADS}", "--control", LLAMA_THREADS,
+        "--tokens", "8", "--repeats", "2", "--warmup", "0", "--prompt", SHORT_PROMPT, "--log", tmp_path / "runs.jsonl")
+    assert data["kind"] == "ab" and len(result.runs) == 8 and all(isinstance(r, RunRecord) for r in result.runs)
+    compared = [r for r in result.runs if r.comparison is not None]
+    assert len(compared) == 7 and all(isinstance(r.comparison, LogitComparison) for r in compared)
+    assert isinstance(result.verdict, Verdict) and result.verdict.word == data["verdict"]["word"]
+    assert set(result.speed) == {"decode", "prefill"}
+    assert all(isinstance(p, PairedComparison) for p in result.speed.values())
+    assert data["aa"]["control_reproducible"] is True
+
+
 # -- verify ----------------------------------------------------------------------------------------
 @pytest.mark.engine
 def test_verify_round_trip_with_guard(tmp_path):

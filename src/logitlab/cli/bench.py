@@ -16,11 +16,13 @@ from logitlab.cli.common import (
     check_output_paths,
     fail,
     handle_errors,
+    keep_partial,
     make_progress,
-    report_console,
+    output_options,
+    show_report,
+    write_reports,
 )
-from logitlab.errors import InputError, LogitlabError
-from logitlab.jsonio import write_text
+from logitlab.errors import InputError
 
 _FORMATS = ("gbench", "criterion", "pytest-benchmark", "pyperf", "hyperfine", "llama-bench")
 
@@ -64,9 +66,7 @@ def _metric_name(regex: str | None) -> str:
 @click.option("--timeout", type=float, default=None, help="Seconds per run; a run past it is killed and fails.")
 @click.option("--fail-on", type=click.Choice(["slower", "not-faster"]), default=None,
               help="Exit 1 when the call is slower (or anything but faster).")
-@click.option("--json", "json_path", default=None, help="Write the full result as JSON.")
-@click.option("--markdown", "markdown_path", default=None, help="Write a Markdown report (PR comment).")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@output_options()
 @handle_errors
 def run_cmd(**opts: Any) -> None:
     """Run two shell commands in randomised, counterbalanced ABBA/BAAB blocks and compare them.
@@ -99,7 +99,6 @@ def run_cmd(**opts: Any) -> None:
         metric_unit=opts["metric_unit"], higher_is_better=bool(opts["higher_is_better"]), aa=opts["aa"],
         margin=opts["margin"], timeout=opts["timeout"],
     )
-    error = None
     with make_progress(opts["quiet"]) as progress:
         task = progress.add_task("bench run", total=None)
 
@@ -111,19 +110,9 @@ def run_cmd(**opts: Any) -> None:
                 where = "warmup" if run.is_warmup else f"block {run.block} {run.pattern}"
                 progress.update(task, advance=1, description=f"{run.variant:9s} {where}")
 
-        try:
-            result = bench_run(config, on_event=on_event)
-        except LogitlabError as exc:
-            result = getattr(exc, "partial", None)
-            if result is None:
-                raise
-            error = exc
-    from logitlab.report.bench import display_run, format_run_markdown
-
-    _write(opts["json_path"], result.to_dict())
-    if opts["markdown_path"]:
-        write_text(opts["markdown_path"], format_run_markdown(result))
-    display_run(result, report_console(), show_error=error is None)
+        result, error = keep_partial(lambda: bench_run(config, on_event=on_event))
+    write_reports(result, opts)
+    show_report(result, show_error=error is None)  # else the error: line below says it
     if error is not None:
         fail(str(error))
     call = result.primary.call if result.primary else "inconclusive"
@@ -131,13 +120,6 @@ def run_cmd(**opts: Any) -> None:
         click.echo(f"fail-on {opts['fail_on']}: the call is {call}", err=True)
         sys.exit(EXIT_CHECK_FAILED)
     sys.exit(EXIT_OK)
-
-
-def _write(path: str | None, data: dict[str, Any]) -> None:
-    if path:
-        from logitlab.jsonio import write_json
-
-        write_json(path, data)
 
 
 def _read_pair(base: str, candidate: str | None, fmt: str | None, baseline: str | None) -> tuple[Any, Any]:
@@ -167,8 +149,8 @@ def _read_pair(base: str, candidate: str | None, fmt: str | None, baseline: str 
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
 @click.option("--fail-on", type=click.Choice(["regressed", "inconclusive"]), default=None,
               help="Exit 1 when a scenario regressed (or regressed or is inconclusive).")
-@click.option("--json", "json_path", default=None, help="Write the full comparison as JSON.")
-@click.option("--markdown", "markdown_path", default=None, help="Write a Markdown PR comment.")
+@output_options(json_help="Write the full comparison as JSON.",
+                quiet_help="Do not print the report on the terminal (only write the files).")
 @handle_errors
 def compare_cmd(**opts: Any) -> None:
     """Compare a candidate's benchmark results with a base's, scenario by scenario.
@@ -185,10 +167,8 @@ def compare_cmd(**opts: Any) -> None:
       logitlab bench compare target/criterion --baseline main --markdown comment.md
       logitlab bench compare base.json pr.json --noise noise.json --fail-on regressed
     """
-    from logitlab.manifest import host_info
     from logitlab.perf.compare_files import NoiseProfile, compare_benchmarks
     from logitlab.perf.equivalence import check_margin
-    from logitlab.report.bench import display_compare, format_compare_markdown
 
     check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"],
                        inputs=[opts["base"], opts["candidate"], opts["noise_path"]])
@@ -203,10 +183,9 @@ def compare_cmd(**opts: Any) -> None:
                              f"are {base.format}")
     result = compare_benchmarks(base, candidate, margin=opts["margin"], noise=noise, noise_path=opts["noise_path"],
                                 confidence=opts["confidence"], n_bootstrap=opts["n_bootstrap"], seed=opts["seed"])
-    _write(opts["json_path"], result.to_dict())
-    if opts["markdown_path"]:
-        write_text(opts["markdown_path"], format_compare_markdown(result, host_info()))
-    display_compare(result, report_console())
+    write_reports(result, opts)
+    if not opts["quiet"]:
+        show_report(result)
     bad = {"regressed": ("regressed",), "inconclusive": ("regressed", "inconclusive")}.get(opts["fail_on"] or "", ())
     hits = [s.name for s in result.scenarios if s.status in bad]
     if hits:
@@ -227,12 +206,14 @@ def _load_json(path: str) -> Any:
 
 @bench.command("calibrate")
 @click.argument("runs", nargs=-1, required=True)
-@click.option("--out", "out_path", required=True, help="Noise profile to write (JSON), for compare --noise.")
+@click.option("--out", "--json", "json_path", required=True,
+              help="Noise profile to write (JSON), for compare --noise.")
 @click.option("--baseline", "baselines", multiple=True,
               help="criterion: read these saved baselines of one folder as the runs (repeat the option).")
 @click.option("--format", "fmt", type=click.Choice(_FORMATS), default=None, help="Input format (default: detect).")
 @click.option("--confidence", type=float, default=0.95, show_default=True,
               help="Share of A/A comparisons the margin must cover.")
+@output_options(json=False, quiet_help="Do not print the report on the terminal (only write the files).")
 @handle_errors
 def calibrate_cmd(**opts: Any) -> None:
     """Per-scenario noise from two or more runs of the same code (A/A), for compare --noise.
@@ -244,9 +225,8 @@ def calibrate_cmd(**opts: Any) -> None:
     """
     from logitlab.perf.compare_files import calibrate_noise
     from logitlab.perf.readers import read_benchmark_file
-    from logitlab.report.bench import display_calibration
 
-    check_output_paths(out=opts["out_path"], inputs=list(opts["runs"]))
+    check_output_paths(out=opts["json_path"], markdown=opts["markdown_path"], inputs=list(opts["runs"]))
     if opts["baselines"]:
         if len(opts["runs"]) != 1:
             raise InputError("--baseline reads several baselines of ONE criterion folder: give one path")
@@ -254,7 +234,8 @@ def calibrate_cmd(**opts: Any) -> None:
     else:
         files = [read_benchmark_file(p, format=opts["fmt"]) for p in opts["runs"]]
     profile = calibrate_noise(files, confidence=opts["confidence"])
-    _write(opts["out_path"], profile.to_dict())
-    display_calibration(profile, report_console())
-    click.echo(f"noise profile written to {opts['out_path']}", err=True)
+    write_reports(profile, opts)
+    if not opts["quiet"]:
+        show_report(profile)
+        click.echo(f"noise profile written to {opts['json_path']}", err=True)
     sys.exit(EXIT_OK)

@@ -129,10 +129,15 @@ def keep_partial(run: Callable[[], Any]) -> tuple[Any, LogitlabError | None]:
 
 
 def output_options(*, json_help: str = "Write the full result as JSON.", markdown: bool = True,
-                   quiet_help: str = "No progress bar.") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``--json PATH``, ``--markdown PATH`` (unless ``markdown=False``) and ``--quiet``: one group for every command."""
+                   quiet_help: str = "No progress bar.",
+                   json: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--json PATH``, ``--markdown PATH`` (unless ``markdown=False``) and ``--quiet``: one group for every command.
+
+    ``json=False``: the command declares its own JSON output option (``bench calibrate --out/--json``,
+    required there); it must keep the ``json_path`` name that :func:`write_reports` reads.
+    """
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        options = [click.option("--json", "json_path", type=str, default=None, help=json_help)]
+        options = [click.option("--json", "json_path", type=str, default=None, help=json_help)] if json else []
         if markdown:
             options.append(click.option("--markdown", "markdown_path", type=str, default=None,
                                         help="Write the report as Markdown (a PR comment)."))
@@ -141,23 +146,26 @@ def output_options(*, json_help: str = "Write the full result as JSON.", markdow
     return decorate
 
 
-def write_reports(result: Any, opts: dict[str, Any]) -> None:
-    """Write ``result.to_dict()`` as JSON (``--json``) and its Markdown report (``--markdown``) where asked."""
+def write_reports(result: Any, opts: dict[str, Any], **options: Any) -> None:
+    """Write ``result.to_dict()`` as JSON (``--json``) and its Markdown report (``--markdown``) where asked.
+
+    ``options`` go to the result's document builder (e.g. ``max_rows`` of a dump-diff).
+    """
     from logitlab import report
     from logitlab.jsonio import write_json, write_text
 
     if opts.get("json_path"):
         write_json(opts["json_path"], result.to_dict())
     if opts.get("markdown_path"):
-        write_text(opts["markdown_path"], report.markdown(result))
+        write_text(opts["markdown_path"], report.markdown(result, **options))
 
 
-def show_report(result: Any, *, show_error: bool = True) -> None:
+def show_report(result: Any, *, show_error: bool = True, **options: Any) -> None:
     """Print the result's report on the terminal (120 columns at least); ``show_error=False`` leaves out
-    the "stopped early" line when the caller prints the error itself."""
+    the "stopped early" line when the caller prints the error itself; ``options`` go to the builder."""
     from logitlab import report
 
-    report.display(result, report_console(), show_error=show_error)
+    report.display(result, report_console(), show_error=show_error, **options)
 
 
 MODEL_HELP = "Model file (default: the embedded SmolLM2-135M Q4_1 GGUF)."

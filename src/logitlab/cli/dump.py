@@ -16,8 +16,9 @@ from logitlab.cli.common import (
     fail,
     handle_errors,
     make_progress,
+    output_options,
     prompt_options,
-    report_console,
+    show_report,
     variant_pair,
     variant_pair_options,
     write_reports,
@@ -42,8 +43,8 @@ from logitlab.cli.common import (
 @click.option("--out", "out_dir", required=True, type=str,
               help="Dump folder. With --candidate: OUT/control and OUT/candidate.")
 @click.option("--force", is_flag=True, help="Replace an earlier logitlab dump in the folder.")
-@click.option("--json", "json_path", type=str, default=None, help="Write a summary of the capture(s) as JSON.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no size estimate.")
+@output_options(json_help="Write a summary of the capture(s) as JSON.", markdown=False,
+                quiet_help="No progress bar and no size estimate.")
 @handle_errors
 def dump(**opts: Any) -> None:
     """Dump named intermediate tensors (per layer and position) of one or two variants.
@@ -162,9 +163,7 @@ def _capture_summary(result: Any) -> dict[str, Any]:
 @click.option("--all", "all_tensors", is_flag=True, help="List every aligned tensor-position.")
 @click.option("--require", type=click.Choice(("bit-exact",)), default=None,
               help="Exit 1 unless every aligned tensor is bit-exact and nothing is one-sided or unreadable.")
-@click.option("--json", "json_path", type=str, default=None, help="Write the full result (every tensor) as JSON.")
-@click.option("--markdown", "markdown_path", type=str, default=None, help="Write a Markdown report.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@output_options(json_help="Write the full result (every tensor) as JSON.")
 @handle_errors
 def dump_diff(**opts: Any) -> None:
     """Compare two dumps tensor by tensor and name the first divergence.
@@ -184,7 +183,6 @@ def dump_diff(**opts: Any) -> None:
     from logitlab.dumps.diff import diff_dumps
     from logitlab.dumps.format import TensorFilter
     from logitlab.dumps.readers import ShapeSpec, open_dump
-    from logitlab.report.dumps import display_dump_diff, format_dump_diff_markdown
 
     check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"],
                        inputs=[opts["dump_a"], opts["dump_b"]])
@@ -201,9 +199,9 @@ def dump_diff(**opts: Any) -> None:
         task = progress.add_task("dump-diff", total=len(left.refs) or None)
         result = diff_dumps(left, right, select=select,
                             on_progress=lambda done, total: progress.update(task, completed=done, total=total))
-    write_reports(result, opts["json_path"], opts["markdown_path"],
-                  lambda r: format_dump_diff_markdown(r, max_rows=opts["rows"]))
-    display_dump_diff(result, report_console(), max_rows=opts["rows"], all_tensors=opts["all_tensors"])
+    shown = dict(max_rows=opts["rows"], all_tensors=opts["all_tensors"])
+    write_reports(result, opts, **shown)
+    show_report(result, **shown)
     if result.verdict == "nothing-aligned":
         click.echo(f"error: nothing could be compared between {opts['dump_a']} and {opts['dump_b']} "
                    f"({len(result.problems)} problem(s) listed above)", err=True)

@@ -19,7 +19,8 @@ JSON format history (``schema_version`` of :class:`FileComparison` and
 :class:`NoiseProfile`):
 
 - 1: first version.
-- 2: ``ScenarioComparison.reason`` left out (the report writes it).
+- 2: ``ScenarioComparison.reason`` left out (the report writes it); ``kind``; ``FileComparison.host``
+  (the machine that compared, for the report).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from scipy import stats
 
 from logitlab.errors import InputError
 from logitlab.jsonio import ResultRecord
+from logitlab.manifest import host_info
 from logitlab.perf.equivalence import (
     STATUS_OF_CALL,
     STATUSES,
@@ -199,6 +201,8 @@ class FileComparison(ResultRecord):
     base_context, candidate_context : dict
         Host/run information the files carry.
     n_bootstrap, seed : int
+    host : dict
+        :func:`logitlab.manifest.host_info` of the machine that compared them.
     """
 
     KIND: ClassVar[str] = "bench-compare"
@@ -220,6 +224,7 @@ class FileComparison(ResultRecord):
     candidate_context: dict[str, Any] = field(default_factory=dict)
     n_bootstrap: int = 9999
     seed: int = 0
+    host: dict[str, Any] = field(default_factory=dict)
 
     def worst_first(self) -> list[ScenarioComparison]:
         """Scenarios by status (regressed first), then by how much worse they got."""
@@ -522,7 +527,7 @@ def compare_benchmarks(
         scenarios=results, only_base=only_base, only_candidate=only_cand,
         geomean_ratio=float(math.exp(logs.mean())), geomean_ci_low=g_lo, geomean_ci_high=g_hi, counts=counts,
         noise_path=noise_path, base_context=dict(base.context), candidate_context=dict(candidate.context),
-        n_bootstrap=n_bootstrap, seed=seed,
+        n_bootstrap=n_bootstrap, seed=seed, host=host_info(),
     )
 
 

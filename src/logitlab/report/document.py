@@ -151,14 +151,16 @@ class KeyValues(Block):
 
 @dataclass(frozen=True)
 class Table(Block):
-    """A table of strings: a header, rows of the same width, an optional title and caption.
+    """A table: a header, rows of the same width, an optional title and caption.
 
+    A cell is a plain string, or :class:`Rich` text where a cell needs a style
+    (a scenario name as ``code``, a call word); anything else becomes a string.
     ``align``: per column ``"left"`` or ``"right"`` (default: left).
     ``tone``: a title tone from :data:`TONES` (an alarming table: ``"error"``).
     """
 
     header: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
+    rows: tuple[tuple[str | Rich, ...], ...]
     title: str | None = None
     align: tuple[str, ...] | None = None
     tone: str | None = None
@@ -167,7 +169,7 @@ class Table(Block):
     def __init__(self, header: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None,
                  align: Sequence[str] | None = None, tone: str | None = None, tight: bool = False):
         header = tuple(str(h) for h in header)
-        body = tuple(tuple(str(c) for c in row) for row in rows)
+        body = tuple(tuple(_cell(c) for c in row) for row in rows)
         for row in body:
             if len(row) != len(header):
                 raise ValueError(f"table row {row!r} has {len(row)} cells for {len(header)} columns")
@@ -177,6 +179,12 @@ class Table(Block):
         object.__setattr__(self, "align", None if align is None else tuple(align))
         object.__setattr__(self, "tone", tone)
         object.__setattr__(self, "tight", tight)
+
+
+def _cell(value: Any) -> str | Rich:
+    if isinstance(value, Rich):
+        return value
+    return rich(value) if isinstance(value, Span) else str(value)
 
 
 @dataclass(frozen=True)

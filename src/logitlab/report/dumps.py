@@ -1,25 +1,23 @@
-"""Reports of dump captures and dump-diffs: terminal (rich) and Markdown.
+"""The dump-diff report as a document, and the summary lines of a dump capture.
 
-``*_rows`` / ``format_*`` functions return plain data or text; ``display_*``
-print rich renderables. Nothing here computes a statistic.
+:func:`dump_diff_document` turns a :class:`~logitlab.dumps.diff.DumpDiffResult`
+into a :class:`~logitlab.report.document.Document`; the renderers write it.
+``*_rows`` / ``*_lines`` return strings. Nothing here computes a statistic.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
-
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from typing import Any, Sequence
 
 from logitlab.dumps.diff import DumpDiffResult, LayerRow, OneSideGroup, TensorDiff
 from logitlab.dumps.format import format_bytes
 from logitlab.dumps.stats import ULP_BIN_LABELS, ULP_NAN_MISMATCH
+from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.text import plural
 
-VERDICT_STYLE = {"bit-exact": "bold green", "incomplete": "bold yellow", "differs": "bold red",
-                 "nothing-aligned": "bold red"}
+#: Problem lines listed (all are in the JSON).
+MAX_PROBLEMS = 50
 TENSOR_HEADER = ("tensor", "kind", "differing", "max |Δ|", "max ULP", "ULP " + "/".join(ULP_BIN_LABELS),
                  "NMSE", "cosine")
 LAYER_HEADER = ("layer", "differing/compared", "max |Δ|", "max ULP", "max NMSE", "min cosine", "first differing")
@@ -179,76 +177,53 @@ def first_lines(result: DumpDiffResult) -> list[str]:
     return out
 
 
-def display_dump_diff(result: DumpDiffResult, console: Console, *, max_rows: int = 10,
-                      all_tensors: bool = False) -> None:
-    """Print the dump-diff report: sides, verdict, first divergence, tensors, growth table, one-side, problems."""
-    console.print(Text("logitlab dump-diff", style="bold"))
-    console.print(f"A: {describe_side(result.left)}", soft_wrap=True)
-    console.print(f"B: {describe_side(result.right)}", soft_wrap=True)
-    console.print(Text.assemble(("verdict: ", "bold"), (result.verdict, VERDICT_STYLE.get(result.verdict, "")),
-                                f" — {headline(result)}"), soft_wrap=True)
-    for line in first_lines(result):
-        console.print(line, soft_wrap=True)
-    positions = position_lines(result)
-    if positions:
-        console.print("where each position first differs: " + "; ".join(positions), soft_wrap=True)
-    if result.n_differing:
-        shown = [t for t in result.tensors if t.differs or all_tensors]
-        if not all_tensors:
-            shown = shown[:max_rows]
-        table = Table(title=("every aligned tensor-position" if all_tensors else
-                             f"first {len(shown)} differing tensor-positions (execution order)"),
-                      title_justify="left")
-        for i, col in enumerate(TENSOR_HEADER):
-            table.add_column(col, justify="left" if i < 2 else "right")
-        for t in shown:
-            table.add_row(*tensor_row(t))
-        console.print(table)
-        growth = Table(title="growth by layer", title_justify="left")
-        for i, col in enumerate(LAYER_HEADER):
-            growth.add_column(col, justify="left" if i in (0, 6) else "right")
-        for row in layer_rows(result):
-            growth.add_row(*row)
-        console.print(growth)
-    for title, groups in (("only in A", result.only_left), ("only in B", result.only_right)):
-        if groups:
-            console.print(f"{title}: " + "; ".join(one_side_lines(groups)), soft_wrap=True)
-    if result.problems:
-        console.print(Text(f"{len(result.problems)} problem(s):", style="bold yellow"))
-        for line in result.problems[:50]:
-            console.print(f"  {line}", soft_wrap=True, markup=False, highlight=False)
-        if len(result.problems) > 50:
-            console.print(f"  … {len(result.problems) - 50} more (see --json)")
+def _differing_table(result: DumpDiffResult, max_rows: int, all_tensors: bool) -> Table:
+    shown = [t for t in result.tensors if t.differs or all_tensors]
+    if not all_tensors:
+        shown = shown[:max_rows]
+    title = ("every aligned tensor-position" if all_tensors else
+             f"first {len(shown)} differing tensor-positions (execution order)")
+    return Table(TENSOR_HEADER, (tensor_row(t) for t in shown), title=title,
+                 align=("left", "left") + ("right",) * (len(TENSOR_HEADER) - 2))
 
 
-def _md_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(h.replace("|", "\\|") for h in header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
-    return lines
+def dump_diff_document(result: DumpDiffResult, *, show_error: bool = True, max_rows: int = 10,
+                       all_tensors: bool = False) -> Document:
+    """The dump-diff report: sides, verdict, first divergence, tensors, growth by layer, one-side tensors, problems.
 
-
-def format_dump_diff_markdown(result: DumpDiffResult, *, max_rows: int = 10) -> str:
-    """The dump-diff report as Markdown (for a pull-request comment or ``ab --localize``)."""
-    out = [f"## logitlab dump-diff: **{result.verdict}**", "",
-           f"- A: `{describe_side(result.left)}`", f"- B: `{describe_side(result.right)}`",
-           f"- {headline(result)}", ""]
+    Args:
+        result: the diff.
+        show_error: accepted for every builder's signature; a diff has no error of its own (problems
+            are part of the result and always shown).
+        max_rows: differing tensor-positions listed (``dump-diff --rows``).
+        all_tensors: list every aligned tensor-position instead (``dump-diff --all``).
+    """
+    verdict = result.verdict
+    doc = Document("dump-diff", "logitlab dump-diff")
+    doc.add(Heading(rich("logitlab dump-diff: ", Span(verdict, f"verdict:{verdict}"))),
+            KeyValues([("A", Span(describe_side(result.left), "code")),
+                       ("B", Span(describe_side(result.right), "code"))], boxed=True),
+            Paragraph(rich(Span("verdict: ", "strong"), Span(verdict, f"verdict:{verdict}"), f" — {headline(result)}")))
     lines = first_lines(result)
     if lines:
-        out += [f"**{lines[0]}**", ""] + [f"- {line}" for line in lines[1:]]
         positions = position_lines(result)
-        if positions:
-            out.append("- where each position first differs: " + "; ".join(positions))
-        out.append("")
-        out += _md_table(TENSOR_HEADER, (tensor_row(t) for t in [t for t in result.tensors if t.differs][:max_rows]))
-        out += ["", "**Growth by layer**", ""]
-        out += _md_table(LAYER_HEADER, layer_rows(result))
-        out.append("")
-    for title, groups in (("Only in A", result.only_left), ("Only in B", result.only_right)):
-        if groups:
-            out.append(f"- {title}: " + "; ".join(one_side_lines(groups)))
+        more = lines[1:] + (["where each position first differs: " + "; ".join(positions)] if positions else [])
+        doc.add(Paragraph(rich(Span(lines[0], "strong"))), Bullets(more, tight=True) if more else None)
+    if result.n_differing:
+        doc.add(_differing_table(result, max_rows, all_tensors),
+                Table(LAYER_HEADER, layer_rows(result), title="growth by layer",
+                      align=("left",) + ("right",) * 5 + ("left",)))
+    one_side = [f"{title}: " + "; ".join(one_side_lines(groups))
+                for title, groups in (("only in A", result.only_left), ("only in B", result.only_right)) if groups]
+    if one_side:
+        doc.add(Bullets(one_side, tone="note"))
     if result.problems:
-        out += ["", f"**Problems ({len(result.problems)})**", ""] + [f"- {p}" for p in result.problems[:50]]
-    return "\n".join(out).rstrip() + "\n"
+        shown = list(result.problems[:MAX_PROBLEMS])
+        if len(result.problems) > MAX_PROBLEMS:
+            shown.append(f"… {len(result.problems) - MAX_PROBLEMS} more (see --json)")
+        doc.add(Paragraph(rich(Span(f"{len(result.problems)} problem(s):", "strong")), tone="warning"),
+                Bullets(shown, tight=True))
+    return doc
 
 
 def capture_lines(label: str, result: Any) -> list[str]:
@@ -264,4 +239,4 @@ def capture_lines(label: str, result: Any) -> list[str]:
     return lines
 
 
-__all__ = ["capture_lines", "display_dump_diff", "format_dump_diff_markdown", "layer_rows", "tensor_row"]
+__all__ = ["capture_lines", "dump_diff_document", "layer_rows", "tensor_row"]

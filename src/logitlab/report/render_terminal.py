@@ -61,9 +61,9 @@ def _block(block: Block, title: str) -> RenderableType | None:
                           box=box.HEAVY_HEAD)
         for i, name in enumerate(block.header):
             justify = (block.align[i] if block.align else "left")
-            table.add_column(name, justify=justify)  # type: ignore[arg-type]
-        for row in block.rows:
-            table.add_row(*row)
+            table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        for row in block.rows:  # str cells as Text: a "[...]" in a name is text, not rich markup
+            table.add_row(*(_text(c) if isinstance(c, Rich) else Text(c) for c in row))
         return table
     if isinstance(block, Bullets):
         lines = Text(style=TONE_STYLES.get(block.tone or "", ""))
@@ -84,6 +84,10 @@ def _titled(title: str, body: RenderableType) -> RenderableType:
     return Group(Text(title, style="bold"), body)
 
 
+def _prose(block: Block) -> bool:
+    return isinstance(block, (Paragraph, Bullets))
+
+
 def renderables(document: Document) -> list[tuple[RenderableType, bool]]:
     """``(renderable, tight)`` per block, in order (figures left out)."""
     out = []
@@ -95,11 +99,18 @@ def renderables(document: Document) -> list[tuple[RenderableType, bool]]:
 
 
 def render_terminal(document: Document, console: Console | None = None) -> None:
-    """Print the document: a blank line after each block, except before a tight one."""
+    """Print the document: a blank line after each block, except before a tight one.
+
+    On a terminal, prose (paragraphs, bullets) is word-wrapped at its width;
+    into a pipe or a file each paragraph and bullet stays one line (soft
+    wrap), so a path or a problem line can be found with ``grep``.
+    """
     console = console or Console()
+    blocks = [b for b in document.blocks if not isinstance(b, Figure)]
     items = renderables(document)
-    for i, (item, _) in enumerate(items):
-        console.print(item)
+    soft = not console.is_terminal
+    for i, ((item, _), block) in enumerate(zip(items, blocks)):
+        console.print(item, soft_wrap=soft and _prose(block))
         following_tight = i + 1 < len(items) and items[i + 1][1]
         if not following_tight:
             console.print()
