@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from logitlab.perf.commands import BenchRunResult
-from logitlab.perf.compare_files import FileComparison, NoiseProfile, ScenarioComparison
+from logitlab.perf.compare_files import MIN_SAMPLES_FOR_CI, FileComparison, NoiseProfile, ScenarioComparison
 from logitlab.report.text import plural
 
 STATUS_ICON = {"regressed": "🔴", "improved": "🟢", "unchanged": "✅", "inconclusive": "⚪"}
@@ -92,19 +92,25 @@ def _headline(cmp: FileComparison) -> str:
 
 def _method_lines(cmp: FileComparison) -> list[str]:
     level = f"{100 * cmp.confidence:g}%"
-    methods = sorted({s.ci_method for s in cmp.scenarios})
+    methods = sorted({s.ci_method for s in cmp.scenarios} - {"none"})
+    no_ci = sum(s.ci_method == "none" for s in cmp.scenarios)
+    tested = sum(s.p_change is not None for s in cmp.scenarios)
     sources = sorted({s.margin_source for s in cmp.scenarios})
     margin = ("δ per scenario from A/A noise (" + (cmp.noise_path or "calibration") + ")" if sources == ["noise"]
               else "δ " + ", ".join({"noise": "from A/A noise", "option": "set by --margin",
                                      "default": "the 2% default (not calibrated: run `logitlab bench calibrate`)"}[s]
                                     for s in sources))
-    return [
-        f"Ratio = PR/base of geometric means per scenario; {level} CI by {', '.join(methods)} over the samples; "
-        f"{margin}.",
-        f"Status from the CI and δ together: regressed/improved only when the whole CI clears δ, with Holm's "
-        f"correction across {sum(s.p_change is not None for s in cmp.scenarios)} scenarios (family-wise error "
-        f"{100 * (1 - cmp.confidence):g}%); unchanged when the CI lies inside ±δ; else inconclusive.",
-    ]
+    why = f"fewer than {MIN_SAMPLES_FOR_CI} samples on a side, or a summary only"
+    ci = (f"no CI for any scenario ({why})" if not methods else
+          f"{level} CI by {', '.join(methods)} over the samples"
+          + (f" (none for {plural(no_ci, 'scenario')}: {why})" if no_ci else ""))
+    if not tested:
+        status = "Status: inconclusive for every scenario, as no CI can be given; the changes are shown for reference."
+    else:
+        status = (f"Status from the CI and δ together: regressed/improved only when the whole CI clears δ, with "
+                  f"Holm's correction across {plural(tested, 'scenario')} (family-wise error "
+                  f"{100 * (1 - cmp.confidence):g}%); unchanged when the CI lies inside ±δ; else inconclusive.")
+    return [f"Ratio = PR/base of geometric means per scenario; {ci}; {margin}.", status]
 
 
 def _geomean_text(cmp: FileComparison) -> str:
