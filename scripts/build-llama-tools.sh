@@ -39,8 +39,11 @@
 #   * checked on the installed build: llama_cpp.llama_print_system_info() says
 #     "AVX = 1 | AVX_VNNI = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 |
 #     AVX512 = 1 | ... | LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1" on a CPU with
-#     AVX-512, i.e. a native build (tests/peers/test_llama_tools.py compares that
-#     line with the tools' own).
+#     AVX-512, i.e. a native build (tests/test_llama_peers.py compares that line
+#     with llama-perplexity's own, and its PPL with ours on the same tokens).
+# Same kernels also need the same run-time options: llama.cpp's tools default to
+# flash attention "auto" (on, for the CPU) while llama-cpp-python defaults to off;
+# pass `-fa off` to a tool that must match llama-cpp-python bit for bit.
 # We mirror these explicitly (so a stray SOURCE_DATE_EPOCH cannot flip
 # GGML_NATIVE here) and differ only where the kernels are not involved:
 # BUILD_SHARED_LIBS=OFF (ggml and llama linked statically into each tool, no

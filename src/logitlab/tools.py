@@ -13,6 +13,10 @@ where ``<key>`` hashes the CMake flags, the compiler and the CPU (the build is
 another engine over the same kernels, llama.cpp's own perplexity/KLD, real
 llama-bench files, more quantisations of the embedded model.
 
+Same kernels also need the same run-time options: the tools default to flash
+attention ``auto`` (on, for the CPU), llama-cpp-python to off; pass ``-fa off``
+to a tool whose logits must match llama-cpp-python's.
+
 Only the standard library and :mod:`logitlab.errors` are imported here.
 """
 

@@ -54,10 +54,13 @@ def check_against_rows(path: Path, expected_names: list[str]) -> None:
 
 # -- recorded real files (no tool needed) -------------------------------------------------------
 def test_recorded_real_json_and_jsonl():
-    names = ["llama 135M Q4_1 pp8 n_threads=1", "llama 135M Q4_1 tg4 n_threads=1",
-             "llama 135M Q4_1 pp8 n_threads=2", "llama 135M Q4_1 tg4 n_threads=2"]
-    check_against_rows(DATA / "llama-bench-real.json", names)
-    check_against_rows(DATA / "llama-bench-real.jsonl", names)
+    names = ["llama 256M Q4_1 pp8 n_threads=1", "llama 256M Q4_1 tg4 n_threads=1",
+             "llama 256M Q4_1 pp8 n_threads=2", "llama 256M Q4_1 tg4 n_threads=2"]
+    for name in ("llama-bench-real.json", "llama-bench-real.jsonl"):
+        check_against_rows(DATA / name, names)
+        context = read_benchmark_file(DATA / name).context
+        assert "n_threads" not in context  # it varies inside the file: not one value for the whole run
+        assert context["model_filename"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 # -- the live tool -------------------------------------------------------------------------------
@@ -73,6 +76,21 @@ def test_live_json_and_jsonl_read_back(model_path, tmp_path):
         model = read_benchmark_file(path).scenarios
         prefix = next(iter(model)).split(" pp8")[0]
         check_against_rows(path, [f"{prefix} {t} n_threads={n}" for n in (1, 2) for t in ("pp8", "tg4")])
+
+
+@pytest.mark.peers
+@pytest.mark.engine
+def test_live_parameters_of_the_current_llama_bench_name_scenarios(model_path, tmp_path):
+    """``repack`` and ``load_mode`` are newer than the documented layout the reader was first written for."""
+    path = tmp_path / "sweep.jsonl"
+    path.write_text(run_tool("llama-bench", "-m", model_path, "-p", "8", "-n", "0", "-r", "1", "-t", "1",
+                             "--repack", "0,1", "-lm", "none,mmap", "-o", "jsonl").stdout)
+    rows = rows_of(path)
+    assert [(r["load_mode"], r["repack"]) for r in rows] == [("none", False), ("none", True), ("mmap", False),
+                                                              ("mmap", True)]
+    names = list(read_benchmark_file(path).scenarios)
+    prefix = names[0].split(" pp8")[0]
+    assert names == [f"{prefix} pp8 load_mode={m} repack={r}" for m in ("none", "mmap") for r in (False, True)]
 
 
 @pytest.mark.peers
@@ -102,10 +120,13 @@ def test_bench_compare_with_too_few_samples_says_so_plainly(model_path, tmp_path
     one = llama_bench(model_path, tmp_path / "t1.json", "json", "-r", "2", "-t", "1")
     two = llama_bench(model_path, tmp_path / "t2.json", "json", "-r", "2", "-t", "2")
     proc = subprocess.run([PY, "-m", "logitlab", "bench", "compare", str(one), str(two), "--markdown",
-                           str(tmp_path / "cmp.md")], capture_output=True, text=True, cwd=tmp_path)
+                           str(tmp_path / "cmp.md"), "--json", str(tmp_path / "cmp.json")],
+                          capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    text = (tmp_path / "cmp.md").read_text()
-    assert "no CI for any scenario (fewer than 5 samples on a side, or a summary only)" in text
-    assert "Status: inconclusive for every scenario, as no CI can be given" in text
-    assert "by none" not in text and "across 0 scenarios" not in text
-    assert "2 samples on a side (< 5)" in proc.stdout + text
+    for text in ((tmp_path / "cmp.md").read_text(), " ".join(proc.stdout.split())):
+        assert "no CI for any scenario (fewer than 5 samples on a side, or a summary only)" in text
+        assert "Status: inconclusive for every scenario, as no CI can be given" in text
+        assert "by none" not in text and "across 0 scenarios" not in text
+    data = json.loads((tmp_path / "cmp.json").read_text())
+    assert [s["status"] for s in data["scenarios"]] == ["inconclusive"] * 2
+    assert all("2 samples on a side (< 5)" in s["reason"] for s in data["scenarios"])

@@ -60,7 +60,7 @@ def read(path: str, rows: Any) -> BenchmarkFile:
         )
     first = rows[0]
     context = {k: first.get(k) for k in ("cpu_info", "gpu_info", "backends", "build_commit", "model_filename",
-                                         "n_threads") if k in first}
+                                         "n_threads") if k in first and k not in varying}
     return BenchmarkFile(path, FORMAT, require_scenarios(path, FORMAT, scenarios), context)
 
 
