@@ -48,9 +48,15 @@ TEXT = (
 )
 
 
+def log_softmax(row: np.ndarray) -> np.ndarray:
+    """float64 log-probabilities of one row of logits."""
+    shifted = row.astype(np.float64) - row.max()
+    return shifted - np.log(np.exp(shifted).sum())
+
+
 @pytest.fixture(scope="module")
 def engine():
-    engine = LlamaCppEngine(model=None, options={"n_batch": str(N_CTX)})
+    engine = LlamaCppEngine(model=None, options={"n_batch": str(N_CTX), "n_threads": "1", "n_threads_batch": "1"})
     yield engine
     engine.close()
 
@@ -63,7 +69,7 @@ def perplexity_run(model_path, tmp_path_factory):
     # -b = -c: one sequence per llama_decode call, as the engine's prefill of one chunk; flash attention off,
     # as llama-cpp-python's default (llama.cpp's tools default to "auto", which turns it on for the CPU)
     proc = run_tool("llama-perplexity", "-m", model_path, "-f", str(text), "-c", str(N_CTX), "-b", str(N_CTX),
-                    "-t", "2", "-fa", "off")
+                    "-t", "1", "-fa", "off")
     return proc.stdout + proc.stderr
 
 
@@ -111,7 +117,9 @@ def test_tools_are_built_with_llama_cpp_pythons_cpu_features(perplexity_run):
     ours = llama_cpp.llama_print_system_info().decode()
     found = re.search(r"system_info: .*?\| (CPU : [^\n]*)", perplexity_run)
     assert found, perplexity_run[:3000]
-    features = lambda line: line.split("CPU : ", 1)[1].strip(" |").split(" | ")  # noqa: E731
+    def features(line: str) -> list[str]:
+        return line.split("CPU : ", 1)[1].strip(" |").split(" | ")
+
     assert features(found.group(1)) == features(ours)
     assert "OPENMP = 1" in ours and "LLAMAFILE = 1" in ours
 
@@ -135,9 +143,8 @@ def test_quantize_requantizes_the_embedded_model_to_q8_0(model_path, tmp_path, e
         q8.close()
     assert a.shape == b.shape and np.isfinite(a).all()
     assert not np.array_equal(a, b)  # other weights, other logits
-    p = np.exp(b[-1] - b[-1].max()); p /= p.sum()  # noqa: E702
-    q = np.exp(a[-1] - a[-1].max()); q /= q.sum()  # noqa: E702
-    kld = float(np.sum(p * (np.log(p) - np.log(q))))
+    log_p, log_q = log_softmax(b[-1]), log_softmax(a[-1])
+    kld = float(np.sum(np.exp(log_p) * (log_p - log_q)))
     assert 0 < kld < 0.1  # the same model, re-quantised from Q4_1: close, not equal
 
 
@@ -153,7 +160,7 @@ def refused(url: str) -> bool:
 def test_server_answers_and_is_stopped_even_when_the_test_fails(model_path, tmp_path, engine):
     seen = {}
     with pytest.raises(RuntimeError, match="the test failed here"):
-        with llama_server(model_path, tmp_path, ["-c", "256", "-np", "1", "-t", "2", "-fa", "off"]) as url:
+        with llama_server(model_path, tmp_path, ["-c", "256", "-np", "1", "-t", "1", "-fa", "off"]) as url:
             seen["url"] = url
             models = http_json(url + "/v1/models")
             props = http_json(url + "/props")
@@ -184,9 +191,7 @@ def test_server_answers_and_is_stopped_even_when_the_test_fails(model_path, tmp_
         assert [t["id"] for t in top] == np.argsort(-row, kind="stable")[:3].tolist()
         # the server's softmax sums 49,152 exp() in float32 in an unspecified order
         # (tools/server/server-common.cpp, get_token_probabilities): its normaliser is good to ~1e-4 ...
-        log_p = row.astype(np.float64) - row.max()
-        log_p -= np.log(np.exp(log_p).sum())
-        assert p["logprob"] == pytest.approx(log_p[token], abs=1e-3)
+        assert p["logprob"] == pytest.approx(log_softmax(row)[token], abs=1e-3)
         # ... but differences of log-probabilities are differences of logits, where it cancels:
         # the same logits as llama-cpp-python's, to float32 rounding of log()
         gaps = [top[0]["logprob"] - t["logprob"] for t in top[1:]]

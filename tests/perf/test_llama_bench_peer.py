@@ -68,14 +68,14 @@ def test_recorded_real_json_and_jsonl():
 @pytest.mark.engine
 def test_live_json_and_jsonl_read_back(model_path, tmp_path):
     for fmt in ("json", "jsonl"):
-        path = llama_bench(model_path, tmp_path / f"bench.{fmt}", fmt, "-r", "2", "-t", "1,2")
+        path = llama_bench(model_path, tmp_path / f"bench.{fmt}", fmt, "-r", "2", "-t", "1", "-fa", "off,on")
         rows = rows_of(path)
-        assert [(r["n_prompt"], r["n_gen"], r["n_threads"]) for r in rows] == [(8, 0, 1), (0, 4, 1), (8, 0, 2),
-                                                                                 (0, 4, 2)]
+        assert [(r["n_prompt"], r["n_gen"], r["flash_attn"]) for r in rows] == [(8, 0, 0), (0, 4, 0), (8, 0, 1),
+                                                                                  (0, 4, 1)]
         assert all(len(r["samples_ts"]) == 2 for r in rows)
-        model = read_benchmark_file(path).scenarios
-        prefix = next(iter(model)).split(" pp8")[0]
-        check_against_rows(path, [f"{prefix} {t} n_threads={n}" for n in (1, 2) for t in ("pp8", "tg4")])
+        prefix = next(iter(read_benchmark_file(path).scenarios)).split(" pp8")[0]
+        assert prefix.endswith(" Q4_1")  # llama.cpp's model description: architecture, size class, type
+        check_against_rows(path, [f"{prefix} {t} flash_attn={fa}" for fa in (0, 1) for t in ("pp8", "tg4")])
 
 
 @pytest.mark.peers
@@ -95,9 +95,10 @@ def test_live_parameters_of_the_current_llama_bench_name_scenarios(model_path, t
 
 @pytest.mark.peers
 @pytest.mark.engine
-def test_bench_compare_on_two_thread_counts(model_path, tmp_path):
-    one = llama_bench(model_path, tmp_path / "t1.json", "json", "-r", "5", "-t", "1")
-    two = llama_bench(model_path, tmp_path / "t2.jsonl", "jsonl", "-r", "5", "-t", "2")
+def test_bench_compare_flash_attention_off_vs_on(model_path, tmp_path):
+    # one thread each: two threads on a busy 2-core machine spin for tens of seconds
+    one = llama_bench(model_path, tmp_path / "fa0.json", "json", "-r", "5", "-t", "1", "-fa", "off")
+    two = llama_bench(model_path, tmp_path / "fa1.jsonl", "jsonl", "-r", "5", "-t", "1", "-fa", "on")
     out = tmp_path / "cmp.json"
     proc = subprocess.run([PY, "-m", "logitlab", "bench", "compare", str(one), str(two), "--bootstrap", "999",
                            "--json", str(out), "--markdown", str(tmp_path / "cmp.md")],
@@ -105,7 +106,7 @@ def test_bench_compare_on_two_thread_counts(model_path, tmp_path):
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     names = [s["name"] for s in data["scenarios"]]
-    assert len(names) == 2 and names[0].endswith(" pp8") and names[1].endswith(" tg4")  # n_threads: per file
+    assert len(names) == 2 and names[0].endswith(" pp8") and names[1].endswith(" tg4")  # flash_attn: per file
     assert not data["only_base"] and not data["only_candidate"]
     for s in data["scenarios"]:
         assert s["base_n"] == s["candidate_n"] == 5 and s["ci_method"].startswith("bootstrap")
@@ -117,8 +118,8 @@ def test_bench_compare_on_two_thread_counts(model_path, tmp_path):
 @pytest.mark.peers
 @pytest.mark.engine
 def test_bench_compare_with_too_few_samples_says_so_plainly(model_path, tmp_path):
-    one = llama_bench(model_path, tmp_path / "t1.json", "json", "-r", "2", "-t", "1")
-    two = llama_bench(model_path, tmp_path / "t2.json", "json", "-r", "2", "-t", "2")
+    one = llama_bench(model_path, tmp_path / "fa0.json", "json", "-r", "2", "-t", "1", "-fa", "off")
+    two = llama_bench(model_path, tmp_path / "fa1.json", "json", "-r", "2", "-t", "1", "-fa", "on")
     proc = subprocess.run([PY, "-m", "logitlab", "bench", "compare", str(one), str(two), "--markdown",
                            str(tmp_path / "cmp.md"), "--json", str(tmp_path / "cmp.json")],
                           capture_output=True, text=True, cwd=tmp_path)
