@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.logitlab-installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test tools bench clean
 
 setup: $(STAMP)
 
@@ -20,7 +20,12 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(VENV)/bin/logitlab ab --candidate flash_attn=1 --markdown out/demo.md --json out/demo.json
 
-test: setup
+# llama.cpp's own tools (llama-server, -perplexity, -bench, -quantize) from the installed llama-cpp-python's
+# sources, cached outside the repo (~/.cache/logitlab/llama-tools): ~20 min once, then a no-op.
+tools: setup
+	@bash scripts/build-llama-tools.sh $(PY)
+
+test: setup tools
 	@bash scripts/install-bench-tools.sh
 	$(PY) -m pytest -q
 

@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from logitlab.perf.commands import BenchRunResult
-from logitlab.perf.compare_files import FileComparison, NoiseProfile, ScenarioComparison
+from logitlab.perf.compare_files import MIN_SAMPLES_FOR_CI, FileComparison, NoiseProfile, ScenarioComparison
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Rich, Span, Table, rich
 from logitlab.report.speed_text import paired_reason, scenario_reason
 from logitlab.report.text import plural
@@ -235,7 +235,9 @@ def _headline(cmp: FileComparison) -> str:
 
 def _method(cmp: FileComparison) -> Rich:
     level = f"{100 * cmp.confidence:g}%"
-    methods = sorted({s.ci_method for s in cmp.scenarios})
+    methods = sorted({s.ci_method for s in cmp.scenarios} - {"none"})
+    no_ci = sum(s.ci_method == "none" for s in cmp.scenarios)
+    tested = sum(s.p_change is not None for s in cmp.scenarios)
     sources = sorted({s.margin_source for s in cmp.scenarios})
     if sources == ["noise"]:
         margin = rich("δ per scenario from A/A noise (" + (cmp.noise_path or "calibration") + ")")
@@ -247,14 +249,18 @@ def _method(cmp: FileComparison) -> Rich:
         for i, source in enumerate(sources):
             parts += [", " if i else None, named[source]]
         margin = rich(*parts)
-    tested = sum(s.p_change is not None for s in cmp.scenarios)
-    return rich(
-        Span("Method.", "strong"),
-        f" Ratio = PR/base of geometric means per scenario; {level} CI by {', '.join(methods)} over the samples; ",
-        margin, ". ",
-        f"Status from the CI and δ together: regressed/improved only when the whole CI clears δ, with Holm's "
-        f"correction across {tested} scenarios (family-wise error {100 * (1 - cmp.confidence):g}%); unchanged "
-        f"when the CI lies inside ±δ; else inconclusive.")
+    why = f"fewer than {MIN_SAMPLES_FOR_CI} samples on a side, or a summary only"
+    ci = (f"no CI for any scenario ({why})" if not methods else
+          f"{level} CI by {', '.join(methods)} over the samples"
+          + (f" (none for {plural(no_ci, 'scenario')}: {why})" if no_ci else ""))
+    if not tested:
+        status = "Status: inconclusive for every scenario, as no CI can be given; the changes are shown for reference."
+    else:
+        status = (f"Status from the CI and δ together: regressed/improved only when the whole CI clears δ, with "
+                  f"Holm's correction across {plural(tested, 'scenario')} (family-wise error "
+                  f"{100 * (1 - cmp.confidence):g}%); unchanged when the CI lies inside ±δ; else inconclusive.")
+    return rich(Span("Method.", "strong"), f" Ratio = PR/base of geometric means per scenario; {ci}; ", margin,
+                ". ", status)
 
 
 def _geomean_text(cmp: FileComparison) -> str | None:

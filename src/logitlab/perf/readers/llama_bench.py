@@ -19,8 +19,12 @@ from logitlab.errors import InputError
 from logitlab.perf.readers.base import BenchmarkFile, make_scenario, require_scenarios
 
 FORMAT = "llama-bench"
-_PARAMS = ("model_filename", "n_batch", "n_ubatch", "n_threads", "cpu_mask", "type_k", "type_v", "n_gpu_layers",
-           "split_mode", "flash_attn", "tensor_split", "use_mmap", "embeddings", "backends", "devices")
+#: Parameters that name a scenario when they vary within a file: those of llama-bench's ``test::get_fields``
+#: (llama.cpp 0.5 era, as llama-cpp-python 0.3.36 vendors it) and older ones (``use_mmap``).
+_PARAMS = ("model_filename", "n_batch", "n_ubatch", "n_threads", "cpu_mask", "cpu_strict", "poll", "type_k",
+           "type_v", "n_gpu_layers", "n_cpu_moe", "split_mode", "main_gpu", "no_kv_offload", "flash_attn",
+           "tensor_split", "tensor_buft_overrides", "use_mmap", "load_mode", "lazy_mode", "embeddings",
+           "no_op_offload", "no_host", "repack", "fit_target", "fit_min_ctx", "backends", "devices")
 
 
 def looks_like(data: Any) -> bool:
@@ -56,7 +60,7 @@ def read(path: str, rows: Any) -> BenchmarkFile:
         )
     first = rows[0]
     context = {k: first.get(k) for k in ("cpu_info", "gpu_info", "backends", "build_commit", "model_filename",
-                                         "n_threads") if k in first}
+                                         "n_threads") if k in first and k not in varying}
     return BenchmarkFile(path, FORMAT, require_scenarios(path, FORMAT, scenarios), context)
 
 

@@ -1,0 +1,118 @@
+"""Locating llama.cpp's tools (``logitlab.tools``) and the script that builds them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from logitlab.errors import InputError
+from logitlab.tools import (ENV_VAR, TOOLS, llama_cpp_python_version, llama_tool, llama_tools_cache,
+                            llama_tools_dir)
+
+from peers import tool
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "build-llama-tools.sh"
+
+
+def executable(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def empty_cache(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    return tmp_path / "logitlab" / "llama-tools"
+
+
+def test_version_is_the_installed_distribution():
+    llama_cpp = pytest.importorskip("llama_cpp")
+    assert llama_cpp_python_version() == llama_cpp.__version__
+
+
+def test_env_var_folder_overrides_the_cache(tmp_path, monkeypatch):
+    bench = executable(tmp_path / "bin" / "llama-bench")
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "bin"))
+    assert llama_tools_dir() == tmp_path / "bin"
+    assert llama_tool("llama-bench") == bench
+    with pytest.raises(InputError, match=r"no llama.cpp tool 'llama-server' in .*bin .*run scripts/build-llama-tools"
+                                         r"\.sh \(or: make tools\)"):
+        llama_tool("llama-server")
+
+
+def test_env_var_that_is_not_a_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "nowhere"))
+    with pytest.raises(InputError, match=rf"\${ENV_VAR}=.*nowhere is not a folder"):
+        llama_tools_dir()
+
+
+def test_non_executable_file_is_not_a_tool(tmp_path, monkeypatch):
+    (tmp_path / "llama-bench").write_text("not a program")
+    monkeypatch.setenv(ENV_VAR, str(tmp_path))
+    with pytest.raises(InputError, match="no llama.cpp tool 'llama-bench'"):
+        llama_tool("llama-bench")
+
+
+def test_cache_lookup_takes_the_newest_completed_build_of_this_version(empty_cache):
+    version = llama_cpp_python_version()
+    with pytest.raises(InputError, match=rf"llama.cpp tools for llama-cpp-python {version} are not built "
+                                         r"\(none in .*\): run scripts/build-llama-tools.sh"):
+        llama_tools_dir()
+    old, new, unfinished, other = (empty_cache / f"{version}-aaaa", empty_cache / f"{version}-bbbb",
+                                   empty_cache / f"{version}-cccc", empty_cache / "0.0.1-dddd")
+    for folder in (old, new, unfinished, other):
+        executable(folder / "bin" / "llama-bench")
+    for folder, mtime in ((old, 1_000_000), (new, 2_000_000), (other, 3_000_000)):
+        (folder / ".stamp").touch()
+        os.utime(folder / ".stamp", (mtime, mtime))
+    assert llama_tools_cache() == empty_cache
+    assert llama_tools_dir() == new / "bin"  # not the unstamped one, nor another version's
+    assert llama_tool("llama-bench") == new / "bin" / "llama-bench"
+
+
+def test_build_script_without_llama_cpp_python_is_one_line_exit_2(tmp_path):
+    fake = executable(tmp_path / "python")
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    proc = subprocess.run(["bash", str(SCRIPT), str(fake)], capture_output=True, text=True,
+                          env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"build-llama-tools: llama-cpp-python is not installed for {fake} (run: make setup)"
+    assert proc.stdout == ""
+
+
+# -- with the tools built (make tools) ----------------------------------------------------------
+@pytest.mark.peers
+def test_build_script_is_a_silent_no_op_once_built():
+    for name in TOOLS:  # fails with the build hint when they are missing
+        tool(name)
+    if os.environ.get(ENV_VAR):
+        pytest.fail(f"unset ${ENV_VAR}: this test checks the script's own cache", pytrace=False)
+    proc = subprocess.run(["bash", str(SCRIPT), sys.executable], capture_output=True, text=True, cwd=ROOT)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+
+@pytest.mark.peers
+def test_build_script_fails_loudly_when_cmake_fails(tmp_path):
+    version = llama_cpp_python_version()
+    sdist = llama_tools_cache() / "sdist" / f"llama_cpp_python-{version}.tar.gz"
+    if not sdist.is_file():
+        pytest.fail(f"no {sdist}: run scripts/build-llama-tools.sh first", pytrace=False)
+    cache = tmp_path / "logitlab" / "llama-tools" / "sdist"
+    cache.mkdir(parents=True)
+    (cache / sdist.name).symlink_to(sdist)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "CMAKE_ARGS": "-DCMAKE_C_COMPILER=/nonexistent/cc"}
+    proc = subprocess.run(["bash", str(SCRIPT), sys.executable], capture_output=True, text=True, env=env)
+    assert proc.returncode == 1
+    assert proc.stdout.startswith("build-llama-tools: building llama-server llama-perplexity llama-bench "
+                                  f"llama-quantize from llama-cpp-python {version} into {tmp_path}")
+    assert "build-llama-tools: cmake configure failed (last lines of" in proc.stderr
+    assert "/nonexistent/cc" in proc.stderr  # the log's tail names the cause
+    assert not list((tmp_path / "logitlab" / "llama-tools").glob("*/.stamp"))
