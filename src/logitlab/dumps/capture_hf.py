@@ -154,7 +154,7 @@ class HfCapture(StepRecorder):
                 missing[path if layer is None else "model.layers.*" + path[len(f"model.layers.{layer}"):]] = None
                 continue
             taps.setdefault(id(module), (module, path, []))[2].append((side, name, layer, layout))
-        for path in missing:
+        for path in missing if table.llamacpp_names else ():  # the hf-name fallback takes the modules there are
             self.notes.append(f"{arch} has no module {path}: its tensor is not captured")
         for module, path, specs in taps.values():
             specs.sort(key=lambda spec: spec[0] != "input")  # a module's input comes before its output
