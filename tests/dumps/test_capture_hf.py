@@ -183,7 +183,7 @@ def test_cli_dump_float32_vs_bfloat16_then_dump_diff(tmp_path):
     assert proc.stderr.strip() == "error: dump capture is implemented for hf, llamacpp, not 'openai'"
 
 
-def test_a_model_without_llama_style_layers_is_refused_in_one_line(tmp_path):
+def test_a_model_without_decoder_layers_is_refused_in_one_line(tmp_path):
     import types
 
     import torch
@@ -191,6 +191,6 @@ def test_a_model_without_llama_style_layers_is_refused_in_one_line(tmp_path):
     from logitlab.dumps.capture_hf import HfCapture
 
     engine = types.SimpleNamespace(torch=torch, dtype_name="float32", hf_model=torch.nn.Linear(2, 2))
-    with pytest.raises(InputError, match=r"^hf dump capture needs a Llama-style model \(model.layers\[i\] with "
+    with pytest.raises(InputError, match=r"^hf dump capture needs a decoder-only model \(model.layers\[i\] with "
                                          r"self_attn and mlp, .*\); Linear has not$"):
         HfCapture(engine, TensorFilter(), tmp_path)

@@ -5,9 +5,9 @@
   prefill + decode driver).
 - :mod:`~logitlab.dumps.capture_llamacpp`: capture from llama.cpp through ggml's eval callback.
 - :mod:`~logitlab.dumps.capture_hf`: capture from transformers through forward hooks, under llama.cpp's
-  tensor names where the two correspond.
+  tensor names where the two correspond (:mod:`~logitlab.dumps.hf_names`: one table per architecture).
 - :mod:`~logitlab.dumps.readers`: open logitlab dumps and dumps made elsewhere (raw f32/i32, .npy, .safetensors).
-- :mod:`~logitlab.dumps.stats`: per-tensor statistics (bit-exact, ULP histogram, NMSE, cosine).
+- :mod:`~logitlab.dumps.stats`: per-tensor statistics (bit-exact, ULP histogram, NMSE, cosine, a fitted scale).
 - :mod:`~logitlab.dumps.diff`: align, compare in execution order, first divergence, per-layer growth.
 - :mod:`~logitlab.dumps.run`: dump a variant or a pair; :func:`localize` for ``ab --localize``.
 

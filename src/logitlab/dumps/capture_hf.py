@@ -3,7 +3,7 @@
 How tensors are observed
 ------------------------
 PyTorch forward hooks (``Module.register_forward_hook``) on the modules of a
-Llama-style causal LM — ``model.embed_tokens``, each decoder layer
+decoder-only causal LM (Llama, Qwen2, Gemma …) — ``model.embed_tokens``, each decoder layer
 ``model.layers[i]`` and its sub-modules, ``model.norm`` and ``lm_head`` — see
 each module's input and output as the engine's own forward pass runs (the
 session, its KV cache and its thread setting are the engine's, untouched).
@@ -16,46 +16,45 @@ Names: llama.cpp's where the two correspond
 Each tap gets the name llama.cpp's graph gives the same quantity
 (``attn_norm-3``, ``kqv_out-3``, ``l_out-3``, ``result_output``), so a dump
 from hf and one from llama.cpp align in ``dump-diff`` by (name, layer,
-position). Checked on the embedded SmolLM2 (LlamaForCausalLM) against a
-llama.cpp dump of the same tokens: every mapped pair has cosine similarity
-above 0.9997 in layer 0 (llama.cpp runs the Q4_1 weights, hf their float32
-de-quantisation, so they are never bit-exact; ``embd`` is).
+position). Which module holds which quantity depends on the architecture:
+one table per family in :mod:`logitlab.dumps.hf_names`, chosen by
+``config.model_type``. Checked against llama.cpp dumps of the same tokens
+(llama.cpp runs the quantised weights, hf their float32 de-quantisation, so
+they are never bit-exact; the embedding lookup is):
 
-=============================================  ======================  =========================
-hf module (per decoder layer ``i``)            taken from               name in the dump
-=============================================  ======================  =========================
-``model.embed_tokens``                         output                   ``embd``
-``model.layers.i.input_layernorm``             output                   ``attn_norm-i``
-``model.layers.i.self_attn.q_proj``            output                   ``q_proj-i`` (hf only)
-``model.layers.i.self_attn.k_proj``            output                   ``k_proj-i`` (hf only)
-``model.layers.i.self_attn.v_proj``            output                   ``Vcur-i``
-``model.layers.i.self_attn.o_proj``            input                    ``kqv_out-i``
-``model.layers.i.self_attn.o_proj``            output                   ``attn_out-i``
-``model.layers.i.post_attention_layernorm``    input (residual sum)     ``ffn_inp-i``
-``model.layers.i.post_attention_layernorm``    output                   ``ffn_norm-i``
-``model.layers.i.mlp.gate_proj``               output                   ``ffn_gate-i``
-``model.layers.i.mlp.act_fn``                  output                   ``act_fn-i`` (hf only)
-``model.layers.i.mlp.up_proj``                 output                   ``ffn_up-i``
-``model.layers.i.mlp.down_proj``               input                    ``ffn_swiglu-i`` (SiLU
-                                                                        models; ``ffn_geglu-i``
-                                                                        GELU; else
-                                                                        ``down_proj_in-i``)
-``model.layers.i.mlp.down_proj``               output                   ``ffn_out-i``
-``model.layers.i``                             output                   ``l_out-i``
-``model.norm``                                 output                   ``result_norm``
-``lm_head``                                    output                   ``result_output``
-=============================================  ======================  =========================
+=====================================  ======  ==============================  ===============================
+hf module (decoder layer ``i``)        side    Llama / Mistral / Qwen2         Gemma 3 (Gemma 2: no Q/K norms)
+=====================================  ======  ==============================  ===============================
+``model.embed_tokens``                 output  ``embd``                        ``inp_scaled`` (×√hidden_size)
+``model.layers.i.input_layernorm``     output  ``attn_norm-i``                 ``attn_norm-i``
+``self_attn.q_proj`` / ``k_proj``      output  ``q_proj-i`` / ``k_proj-i``     ``Qcur-i`` / ``Kcur-i``
+                                               (hf only: permuted in GGUF)
+``self_attn.v_proj``                   output  ``Vcur-i``                      ``Vcur-i``
+``self_attn.q_norm`` / ``k_norm``      output  –                               ``Qcur_normed-i`` /
+                                                                               ``Kcur_normed-i``
+``self_attn.o_proj``                   input   ``kqv_out-i``                   ``kqv_out-i``
+``self_attn.o_proj``                   output  ``attn_out-i``                  ``attn_out-i`` (hf only)
+``post_attention_layernorm``           input   ``ffn_inp-i`` (residual sum)    –
+``post_attention_layernorm``           output  ``ffn_norm-i``                  ``attn_post_norm-i``
+``pre_feedforward_layernorm``          input   –                               ``sa_out-i`` (residual sum)
+``pre_feedforward_layernorm``          output  –                               ``ffn_norm-i``
+``mlp.gate_proj`` / ``mlp.up_proj``    output  ``ffn_gate-i`` / ``ffn_up-i``   ``ffn_gate-i`` / ``ffn_up-i``
+``mlp.act_fn``                         output  ``act_fn-i`` (hf only)          ``act_fn-i`` (hf only)
+``mlp.down_proj``                      input   ``ffn_swiglu-i`` (SiLU)         ``ffn_geglu-i``
+``mlp.down_proj``                      output  ``ffn_out-i``                   ``ffn_out-i``
+``post_feedforward_layernorm``         output  –                               ``ffn_post_norm-i``
+``model.layers.i``                     output  ``l_out-i``                     ``l_out-i``
+``model.norm``                         output  ``result_norm``                 ``result_norm``
+``lm_head``                            output  ``result_output``               ``result_output``
+=====================================  ======  ==============================  ===============================
 
-Not mapped, on purpose: ``q_proj``/``k_proj`` outputs are llama.cpp's
-``Qcur``/``Kcur`` before RoPE only up to a permutation of the rows of each
-head: llama.cpp's GGUF converter reorders the Q and K weights of Llama models
-for its RoPE layout, and transformers undoes that when it loads a GGUF (on
-the embedded model, cosine 0.07 as stored, 0.999997 once permuted). The
-permutation depends on the architecture, so these keep hf names rather than
-a transformed copy. llama.cpp's un-weighted RMS norms (``norm-i``,
-``norm-i#1``, ``norm``), the RoPE'd Q/K and the attention internals
-(``kq``, ``kq_soft_max``, ``kqv``) have no hf module and are not captured;
-they show as "only in" one dump in a cross-engine dump-diff.
+An architecture without a table is captured under hf module names
+(``input_layernorm-3``, ``self_attn.o_proj.input-3``, ``lm_head``) with a
+note in the manifest: it aligns with nothing in a llama.cpp dump rather than
+comparing different quantities under one name. llama.cpp's un-weighted RMS
+norms (``norm-i``, ``norm-i#1``, ``norm``), the RoPE'd Q/K and the attention
+internals (``kq``, ``kq_soft_max``, ``kqv``) have no hf module and are not
+captured; they show as "only in" one dump in a cross-engine dump-diff.
 
 Layout and dtype
 ----------------
@@ -81,49 +80,10 @@ from typing import Any, Callable, Sequence
 
 from logitlab.dumps.capture import CaptureResult, StepRecorder, check_capture_inputs, run_capture
 from logitlab.dumps.format import StepInfo, TensorFilter, format_label
+from logitlab.dumps.hf_names import NameTable, down_proj_input_name, known_model_types, name_table
 from logitlab.errors import EngineError, InputError
 
-#: Taps inside each decoder layer: (sub-module path, "input" or "output", name). ``""`` is the layer itself.
-#: The name of ``mlp.down_proj``'s input depends on the activation (:func:`down_proj_input_name`).
-LAYER_TAPS: tuple[tuple[str, str, str], ...] = (
-    ("input_layernorm", "output", "attn_norm"),
-    ("self_attn.q_proj", "output", "q_proj"),
-    ("self_attn.k_proj", "output", "k_proj"),
-    ("self_attn.v_proj", "output", "Vcur"),
-    ("self_attn.o_proj", "input", "kqv_out"),
-    ("self_attn.o_proj", "output", "attn_out"),
-    ("post_attention_layernorm", "input", "ffn_inp"),
-    ("post_attention_layernorm", "output", "ffn_norm"),
-    ("mlp.gate_proj", "output", "ffn_gate"),
-    ("mlp.act_fn", "output", "act_fn"),
-    ("mlp.up_proj", "output", "ffn_up"),
-    ("mlp.down_proj", "input", "<down_proj input>"),
-    ("mlp.down_proj", "output", "ffn_out"),
-    ("", "output", "l_out"),
-)
-#: Taps outside the layers: (module path from the causal LM, side, name).
-MODEL_TAPS: tuple[tuple[str, str, str], ...] = (
-    ("model.embed_tokens", "output", "embd"),
-    ("model.norm", "output", "result_norm"),
-    ("lm_head", "output", "result_output"),
-)
-#: Names that exist only in hf dumps (no llama.cpp tensor holds the same values in the same layout).
-HF_ONLY_NAMES = frozenset({"q_proj", "k_proj", "act_fn", "down_proj_in"})
 STORED_DTYPE = "float32"
-
-
-def down_proj_input_name(hidden_act: str | None) -> str:
-    """llama.cpp's name for ``act(gate) * up`` (the input of ``down_proj``) under activation ``hidden_act``.
-
-    ``silu``/``swish`` -> ``ffn_swiglu``; ``gelu*`` -> ``ffn_geglu``; anything
-    else -> ``down_proj_in`` (an hf-only name).
-    """
-    act = (hidden_act or "").lower()
-    if act in ("silu", "swish"):
-        return "ffn_swiglu"
-    if act.startswith("gelu"):
-        return "ffn_geglu"
-    return "down_proj_in"
 
 
 def _first_tensor(value: Any) -> Any:
@@ -142,9 +102,11 @@ class HfCapture(StepRecorder):
     :meth:`begin_step` / engine call / :meth:`end_step` around each engine call;
     :meth:`close` removes the hooks. Names and layout: see the module docstring.
 
+    Names come from :func:`logitlab.dumps.hf_names.name_table` (``self.table``).
+
     Raises:
-        InputError: the model is not Llama-style (no ``model.layers`` of
-            decoder layers with ``self_attn`` and ``mlp``).
+        InputError: the model has no ``model.layers`` of decoder layers with
+            ``self_attn`` and ``mlp``.
     """
 
     callback_where = "a transformers forward hook"
@@ -170,25 +132,29 @@ class HfCapture(StepRecorder):
         arch = type(model).__name__
         if layers is None or not len(layers) or not all(
                 hasattr(layer, "self_attn") and hasattr(layer, "mlp") for layer in layers):
-            raise InputError(f"hf dump capture needs a Llama-style model (model.layers[i] with self_attn and mlp, "
-                             f"as LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM); {arch} has not")
-        hidden_act = getattr(getattr(model, "config", None), "hidden_act", None)
-        swiglu = down_proj_input_name(hidden_act)
-        taps: dict[int, tuple[Any, str, list[tuple[str, str, int | None]]]] = {}
+            raise InputError(f"hf dump capture needs a decoder-only model (model.layers[i] with self_attn and mlp, "
+                             f"as LlamaForCausalLM, Qwen2ForCausalLM, Gemma3ForCausalLM); {arch} has not")
+        table = self.table = name_table(model)
+        if not table.llamacpp_names:
+            model_type = getattr(getattr(model, "config", None), "model_type", None)
+            self.notes.append(f"{arch} (model_type {model_type}) has no llama.cpp name table: tensors keep hf "
+                              f"module names and align with nothing in a llama.cpp dump (tables: "
+                              f"{', '.join(known_model_types())})")
+        taps: dict[int, tuple[Any, str, list[tuple[str, str, int | None, str]]]] = {}
         missing: dict[str, None] = {}
-        # (path, side, name, layer) of every tap; hooks fire in execution order whatever the order here
-        wanted = [(path, side, name, None) for path, side, name in MODEL_TAPS]
+        # (path, side, name, layer, layout) of every tap; hooks fire in execution order whatever the order here
+        wanted = [(t.path, t.side, t.name, None, t.layout) for t in table.model_taps]
         for i in range(len(layers)):
-            wanted += [(f"model.layers.{i}" + (f".{sub}" if sub else ""), side,
-                        swiglu if name == "<down_proj input>" else name, i) for sub, side, name in LAYER_TAPS]
-        for path, side, name, layer in wanted:
+            wanted += [(f"model.layers.{i}" + (f".{t.path}" if t.path else ""), t.side, t.name, i, t.layout)
+                       for t in table.layer_taps]
+        for path, side, name, layer, layout in wanted:
             try:
                 module = model.get_submodule(path)
             except AttributeError:
                 missing[path if layer is None else "model.layers.*" + path[len(f"model.layers.{layer}"):]] = None
                 continue
-            taps.setdefault(id(module), (module, path, []))[2].append((side, name, layer))
-        for path in missing:
+            taps.setdefault(id(module), (module, path, []))[2].append((side, name, layer, layout))
+        for path in missing if table.llamacpp_names else ():  # the hf-name fallback takes the modules there are
             self.notes.append(f"{arch} has no module {path}: its tensor is not captured")
         for module, path, specs in taps.values():
             specs.sort(key=lambda spec: spec[0] != "input")  # a module's input comes before its output
@@ -201,17 +167,17 @@ class HfCapture(StepRecorder):
             handle.remove()
         self._handles = []
 
-    def _hook_for(self, path: str, specs: list[tuple[str, str, int | None]]) -> Callable[..., None]:
+    def _hook_for(self, path: str, specs: list[tuple[str, str, int | None, str]]) -> Callable[..., None]:
         def hook(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
             if not self._active or self.failed:
                 return
             try:
-                for side, name, layer in specs:
+                for side, name, layer, layout in specs:
                     if side == "input":
                         value = args[0] if args else next(iter(kwargs.values()), None)
                     else:
                         value = output
-                    self._observe(f"{path}:{side}", name, layer, _first_tensor(value))
+                    self._observe(f"{path}:{side}", name, layer, _first_tensor(value), layout)
             except BaseException as exc:  # never unwind transformers' forward from a hook
                 self.fail(exc)
 
@@ -259,7 +225,7 @@ class HfCapture(StepRecorder):
         super().abort()
 
     # -- one tensor ------------------------------------------------------------------
-    def _observe(self, where: str, name: str, layer: int | None, tensor: Any) -> None:
+    def _observe(self, where: str, name: str, layer: int | None, tensor: Any, layout: str = "tokens") -> None:
         label = format_label(name, layer)
         if self._probe is not None:
             self.seen[(name, layer)] = None
@@ -273,6 +239,10 @@ class HfCapture(StepRecorder):
                               f"{tuple(getattr(tensor, 'shape', ()))}, not a (batch, tokens, ...) tensor")
         if tensor.shape[0] != 1:
             raise EngineError(f"{label} ({where}) has batch size {tensor.shape[0]}; dump capture runs one sequence")
+        if layout == "heads":  # (batch, heads, tokens, head_dim) -> (batch, tokens, heads, head_dim)
+            if tensor.dim() != 4:
+                raise EngineError(f"{label} ({where}) is {tuple(tensor.shape)}, not (batch, heads, tokens, head_dim)")
+            tensor = tensor.transpose(1, 2)
         start, stop = self._span
         n_new, rows = stop - start, int(tensor.shape[1])
         if rows not in (n_new, stop):
@@ -327,7 +297,7 @@ def capture_hf(
         ``replay`` too short, the tokens exceed the model's
         ``max_position_embeddings``, a filter that keeps nothing, ``max_bytes``
         smaller than the first tensor (then nothing is written), or a model
-        that is not Llama-style.
+        without ``model.layers`` of decoder layers (``self_attn`` and ``mlp``).
     EngineError
         transformers failed, or a tensor had an unexpected shape.
     """
@@ -338,5 +308,4 @@ def capture_hf(
                        on_event=on_event)
 
 
-__all__ = ["HF_ONLY_NAMES", "HfCapture", "LAYER_TAPS", "MODEL_TAPS", "STORED_DTYPE", "capture_hf",
-           "down_proj_input_name"]
+__all__ = ["HfCapture", "NameTable", "STORED_DTYPE", "capture_hf", "down_proj_input_name"]

@@ -22,6 +22,10 @@ JSON format history (``schema_version`` of :meth:`DumpDiffResult.summary`):
 - 3: one-side groups say whether the other dump has the name at other layers or positions
   (``other_side_has_name``); layer rows count the tensor-positions not compared (``not_compared``).
 - 4: ``kind`` (``"dump-diff"``), so that ``logitlab report`` knows the result.
+- 5: tensor stats carry the fitted factor (``scale``, ``scale_only``); a pair that differs by a
+  factor only is not the first divergence (``first_divergence`` is the first other differing pair;
+  ``first_by_position`` likewise); ``scale_only`` lists those pairs by name (:class:`ScaleGroup`),
+  ``scale_only_before_first`` their labels before the first divergence.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from logitlab.dumps.stats import TensorStats, tensor_stats
 from logitlab.errors import InputError
 from logitlab.jsonio import ResultRecord
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: Names of attention tensors (llama.cpp's, and the hf capture's own ``q_proj``/``k_proj``), for saying what
 #: kind of tensor diverged first.
@@ -51,18 +55,23 @@ HF_FFN_NAMES = frozenset({"act_fn", "down_proj_in"})
 
 
 def tensor_kind(name: str) -> str:
-    """``attention``, ``ffn``, ``norm``, ``residual``, ``embedding``, ``output`` or ``other``."""
-    if name in ATTENTION_NAMES or name.startswith("attn_") and name != "attn_norm":
+    """``attention``, ``ffn``, ``norm``, ``residual``, ``embedding``, ``output`` or ``other``.
+
+    Knows llama.cpp's names and the hf capture's own (``q_proj``, ``act_fn``; for architectures without a
+    name table, hf module paths such as ``self_attn.o_proj.input`` or ``post_feedforward_layernorm``)."""
+    if name in ATTENTION_NAMES or name.startswith("self_attn."):
         return "attention"
-    if name.startswith("ffn_") and name != "ffn_norm" or name in HF_FFN_NAMES:
-        return "ffn"
-    if name.endswith("norm") or name == "norm":
+    if name.endswith("norm"):  # attn_norm, attn_post_norm, ffn_norm, ffn_post_norm, result_norm, input_layernorm
         return "norm"
-    if name in ("l_out", "ffn_inp"):
+    if name.startswith("attn_"):
+        return "attention"
+    if name.startswith(("ffn_", "mlp.")) or name in HF_FFN_NAMES:
+        return "ffn"
+    if name in ("l_out", "ffn_inp", "sa_out", "layer"):
         return "residual"
-    if name in ("embd", "inp_embd", "inp_scaled"):
+    if name in ("embd", "inp_embd", "inp_scaled", "embed_tokens"):
         return "embedding"
-    if name.startswith("result"):
+    if name.startswith("result") or name == "lm_head":
         return "output"
     return "other"
 
@@ -103,6 +112,16 @@ class TensorDiff:
     @property
     def differs(self) -> bool:
         return self.stats is not None and not self.stats.bit_exact
+
+    @property
+    def scale_only(self) -> bool:
+        """Differs by a factor only (see :class:`~logitlab.dumps.stats.TensorStats`)."""
+        return self.differs and self.stats.scale_only
+
+    @property
+    def diverges(self) -> bool:
+        """Differs, and not by a factor only: a candidate for the first divergence."""
+        return self.differs and not self.stats.scale_only
 
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "name": self.name, "layer": self.layer, "instance": self.instance,
@@ -195,6 +214,55 @@ class OneSideGroup:
                 "count": self.count, "other_side_has_name": self.other_side_has_name}
 
 
+@dataclass
+class ScaleGroup:
+    """Pairs of one name (and layer, instance) that differ by a factor only: B ≈ scale × A.
+
+    Attributes:
+        name, layer, instance: the tensor.
+        positions: the positions where it is scale-only (empty for a tensor without positions).
+        count: scale-only tensor-positions; min_scale, max_scale: the fitted factors' range;
+        min_cosine: the lowest cosine among them.
+    """
+
+    name: str
+    layer: int | None
+    instance: int
+    positions: list[int]
+    count: int
+    min_scale: float
+    max_scale: float
+    min_cosine: float
+
+    @property
+    def label(self) -> str:
+        return format_label(self.name, self.layer, self.instance)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "layer": self.layer, "instance": self.instance, "label": self.label,
+                "positions": compress_ranges(self.positions), "count": self.count, "min_scale": self.min_scale,
+                "max_scale": self.max_scale, "min_cosine": self.min_cosine}
+
+
+def scale_groups(tensors: list[TensorDiff]) -> list[ScaleGroup]:
+    """The scale-only pairs of ``tensors`` grouped by (name, layer, instance), in order of first appearance."""
+    groups: dict[tuple, ScaleGroup] = {}
+    for t in tensors:
+        if not t.scale_only:
+            continue
+        s = t.stats
+        key = (t.name, t.layer, t.instance)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = ScaleGroup(t.name, t.layer, t.instance, [], 0, s.scale, s.scale, s.cosine)
+        g.count += 1
+        g.min_scale, g.max_scale = min(g.min_scale, s.scale), max(g.max_scale, s.scale)
+        g.min_cosine = min(g.min_cosine, s.cosine)
+        if t.position is not None:
+            g.positions.append(t.position)
+    return list(groups.values())
+
+
 def compress_ranges(values: list[int]) -> str:
     """``[0,1,2,5,7,8]`` -> ``"0-2,5,7-8"``; empty -> ``""``."""
     values = sorted(set(values))
@@ -253,11 +321,23 @@ class DumpDiffResult(ResultRecord):
 
     @property
     def first_divergence(self) -> TensorDiff | None:
-        return next((t for t in self.tensors if t.differs), None)
+        """The first differing pair in A's execution order that does not differ by a factor only."""
+        return next((t for t in self.tensors if t.diverges), None)
 
     @property
     def first_index(self) -> int | None:
-        return next((i for i, t in enumerate(self.tensors) if t.differs), None)
+        return next((i for i, t in enumerate(self.tensors) if t.diverges), None)
+
+    @property
+    def scale_only(self) -> list[ScaleGroup]:
+        """Every pair that differs by a factor only, grouped by name."""
+        return scale_groups(self.tensors)
+
+    @property
+    def scale_only_before_first(self) -> list[ScaleGroup]:
+        """The scale-only pairs before the first divergence (all of them when there is none), grouped."""
+        stop = self.first_index if self.first_index is not None else len(self.tensors)
+        return scale_groups(self.tensors[:stop])
 
     @property
     def unresolved_before_first(self) -> list[TensorDiff]:
@@ -278,10 +358,10 @@ class DumpDiffResult(ResultRecord):
         return "bit-exact"
 
     def first_by_position(self) -> dict[int, str]:
-        """For each position, the label of its first differing tensor (execution order)."""
+        """For each position, the label of its first differing tensor that is not scale-only (execution order)."""
         out: dict[int, str] = {}
         for t in self.tensors:
-            if t.differs and t.position is not None and t.position not in out:
+            if t.diverges and t.position is not None and t.position not in out:
                 out[t.position] = t.label
         return dict(sorted(out.items()))
 
@@ -297,8 +377,10 @@ class DumpDiffResult(ResultRecord):
             "n_aligned": self.n_aligned, "n_compared": self.n_compared, "n_differing": self.n_differing,
             "n_bit_exact": self.n_compared - self.n_differing, "n_unresolved": self.n_unresolved,
             "first_divergence": first.to_dict() if first else None,
-            "bit_exact_before_first": (sum(1 for t in self.tensors[: self.first_index] if t.stats is not None)
-                                       if first else None),
+            "bit_exact_before_first": (sum(1 for t in self.tensors[: self.first_index]
+                                           if t.stats is not None and not t.differs) if first else None),
+            "scale_only": [g.to_dict() for g in self.scale_only],
+            "scale_only_before_first": [g.label for g in self.scale_only_before_first],
             "unresolved_before_first": [t.label for t in self.unresolved_before_first],
             "first_by_position": self.first_by_position(),
             "layers": [row.to_dict() for row in self.layers],
@@ -532,5 +614,5 @@ def _sample(refs: list[TensorRef]) -> str:
     return ", ".join(labels[:3]) + (" ..." if len(labels) > 3 else "")
 
 
-__all__ = ["ATTENTION_NAMES", "DumpDiffResult", "LayerRow", "OneSideGroup", "TensorDiff", "compress_ranges",
-           "diff_dumps", "layer_table", "tensor_kind"]
+__all__ = ["ATTENTION_NAMES", "DumpDiffResult", "LayerRow", "OneSideGroup", "ScaleGroup", "TensorDiff",
+           "compress_ranges", "diff_dumps", "layer_table", "scale_groups", "tensor_kind"]

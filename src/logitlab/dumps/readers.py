@@ -72,7 +72,7 @@ LLAMACPP_NAMES = (
     "inp_embd", "embd", "inp_scaled", "inp_pos", "inp_out_ids",
     "norm", "attn_norm", "wqkv", "bqkv", "Qcur", "Kcur", "Vcur", "Qcur_normed", "Kcur_normed",
     "q", "k", "v", "kq", "kq_scaled", "kq_masked", "kq_soft_max", "kq_soft_max_ext", "__fattn__", "fattn",
-    "kqv", "kqv_merged", "kqv_merged_cont", "kqv_out", "kqv_wo", "attn_out", "attn_post_norm",
+    "kqv", "kqv_merged", "kqv_merged_cont", "kqv_out", "kqv_wo", "attn_out", "attn_post_norm", "sa_out",
     "ffn_inp", "ffn_norm", "ffn_up", "ffn_up_b", "ffn_gate", "ffn_gate_b", "ffn_gate_par", "ffn_act",
     "ffn_silu", "ffn_gelu", "ffn_relu", "ffn_swiglu", "ffn_geglu", "ffn_down", "ffn_out", "ffn_post_norm",
     "ffn_moe_logits", "ffn_moe_probs", "ffn_moe_topk", "ffn_moe_weights", "ffn_moe_out", "ffn_shexp",

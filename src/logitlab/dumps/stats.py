@@ -4,7 +4,9 @@ A small, self-contained counterpart of the logit comparison in
 ``numerics/``: dumps hold many small tensors, and what a dump-diff needs per
 tensor is a handful of numbers — is it bit-exact, how many elements differ,
 by how much in absolute terms and in ULPs, and how large the difference is
-relative to the signal (NMSE, cosine similarity).
+relative to the signal (NMSE, cosine similarity) — and whether the two differ
+by a factor only (the fitted scale), as a tensor taken before and after a
+scaling does (Gemma's embedding and its ×√hidden_size copy ``inp_scaled``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,15 @@ ULP_BIN_EDGES = (0, 1, 4, 16, 256)
 ULP_BIN_LABELS = ("0", "1", "2-4", "5-16", "17-256", ">256")
 
 _CHUNK = 1 << 20  # elements per chunk for the float64 sums
+
+#: A pair differs "by a scale only" when the least-squares factor s (observed ≈ s · reference) is at least this
+#: far from 1 ...
+SCALE_MIN_DEVIATION = 0.01
+#: ... and what is left after scaling, Σ(o − s·r)², is at most this fraction of the difference Σ(o − r)²: the
+#: factor explains at least 99 % of the squared difference. A factor of 1 % or more that explains nearly all of
+#: it is a convention (√d, 1/√d, a norm weight stored as w vs 1 + w, a sign) or two names for quantities taken
+#: before and after a scaling, not rounding noise, which has no preferred direction.
+SCALE_MAX_RESIDUAL = 0.01
 
 
 @dataclass(frozen=True)
@@ -42,6 +53,12 @@ class TensorStats:
             finite pairs (1.0 when bit-exact, nan for two zero vectors).
         nonfinite_mismatch: elements where one side is finite and the other
             is not, or both are non-finite with different bits.
+        scale: least-squares factor s = Σ r·o / Σ r² of observed ≈ s ·
+            reference over finite pairs (1.0 when bit-exact; nan when the
+            reference is all zeros, and for int32).
+        scale_only: the two differ by the factor ``scale`` and (almost)
+            nothing else: |s − 1| ≥ ``SCALE_MIN_DEVIATION`` and Σ(o − s·r)² ≤
+            ``SCALE_MAX_RESIDUAL`` · Σ(o − r)², with no non-finite mismatch.
     """
 
     n: int
@@ -52,6 +69,8 @@ class TensorStats:
     nmse: float
     cosine: float
     nonfinite_mismatch: int = 0
+    scale: float = 1.0
+    scale_only: bool = False
 
     @property
     def bit_exact(self) -> bool:
@@ -60,7 +79,8 @@ class TensorStats:
     def to_dict(self) -> dict[str, Any]:
         return {"n": self.n, "differing": self.differing, "max_abs_diff": self.max_abs_diff,
                 "max_ulp": self.max_ulp, "ulp_hist": list(self.ulp_hist), "nmse": self.nmse,
-                "cosine": self.cosine, "nonfinite_mismatch": self.nonfinite_mismatch}
+                "cosine": self.cosine, "nonfinite_mismatch": self.nonfinite_mismatch, "scale": self.scale,
+                "scale_only": self.scale_only}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TensorStats":
@@ -69,7 +89,8 @@ class TensorStats:
 
         return cls(int(data["n"]), int(data["differing"]), num(data["max_abs_diff"]), int(data["max_ulp"]),
                    tuple(int(x) for x in data["ulp_hist"]), num(data["nmse"]), num(data["cosine"]),
-                   int(data.get("nonfinite_mismatch", 0)))
+                   int(data.get("nonfinite_mismatch", 0)), num(data.get("scale", 1.0)),
+                   bool(data.get("scale_only", False)))
 
 
 def _dot(a: np.ndarray, b: np.ndarray) -> float:
@@ -112,7 +133,9 @@ def tensor_stats(reference: np.ndarray, observed: np.ndarray) -> TensorStats:
     float maths). Otherwise only the differing elements go through
     :func:`logitlab.numerics.ulp.ulp_distance`; sums for NMSE and cosine are
     accumulated in float64 in chunks of 2**20 elements.
-    NMSE = Σ(o − r)² / Σ r²; cosine = Σ r·o / √(Σ r² Σ o²).
+    NMSE = Σ(o − r)² / Σ r²; cosine = Σ r·o / √(Σ r² Σ o²); the fitted
+    scale s = Σ r·o / Σ r² (least squares, no intercept) and its residual
+    Σ(o − s·r)² = Σ o² − (Σ r·o)² / Σ r² (see :class:`TensorStats`).
     """
     ref = np.ascontiguousarray(reference).reshape(-1)
     obs = np.ascontiguousarray(observed).reshape(-1)
@@ -168,7 +191,34 @@ def tensor_stats(reference: np.ndarray, observed: np.ndarray) -> TensorStats:
     nmse = sq_diff / rr if rr > 0 else (0.0 if sq_diff == 0 else float("inf"))
     denom = np.sqrt(rr * oo)
     cosine = ro / denom if denom > 0 else float("nan")
-    return TensorStats(n, differing, max_abs, max_ulp, tuple(hist), nmse, float(cosine), nonfinite)
+    scale, scale_only = fitted_scale(rr, ro, oo, sq_diff) if not is_int and not nonfinite else (float("nan"), False)
+    return TensorStats(n, differing, max_abs, max_ulp, tuple(hist), nmse, float(cosine), nonfinite, scale,
+                       scale_only)
 
 
-__all__ = ["TensorStats", "ULP_BIN_LABELS", "ULP_NAN_MISMATCH", "tensor_stats", "ulp_histogram"]
+def fitted_scale(rr: float, ro: float, oo: float, sq_diff: float) -> tuple[float, bool]:
+    """The least-squares factor s of observed ≈ s · reference and whether it is all the two differ by.
+
+    Parameters
+    ----------
+    rr, ro, oo : float
+        Σ r², Σ r·o, Σ o² (float64 sums over finite pairs).
+    sq_diff : float
+        Σ (o − r)².
+
+    Returns
+    -------
+    (scale, scale_only)
+        ``scale`` = ro / rr (nan when rr is 0); ``scale_only`` as defined in :class:`TensorStats`
+        (thresholds ``SCALE_MIN_DEVIATION``, ``SCALE_MAX_RESIDUAL``).
+    """
+    if not rr > 0 or not np.isfinite(rr * oo):
+        return float("nan"), False
+    scale = ro / rr
+    residual = max(oo - ro * scale, 0.0)  # Σ(o − s r)², the projection's remainder
+    scale_only = abs(scale - 1.0) >= SCALE_MIN_DEVIATION and residual <= SCALE_MAX_RESIDUAL * sq_diff
+    return float(scale), bool(scale_only)
+
+
+__all__ = ["SCALE_MAX_RESIDUAL", "SCALE_MIN_DEVIATION", "TensorStats", "ULP_BIN_LABELS", "ULP_NAN_MISMATCH",
+           "fitted_scale", "tensor_stats", "ulp_histogram"]

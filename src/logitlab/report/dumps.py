@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from logitlab.dumps.diff import DumpDiffResult, LayerRow, OneSideGroup, TensorDiff
+from logitlab.dumps.diff import DumpDiffResult, LayerRow, OneSideGroup, TensorDiff, compress_ranges
 from logitlab.dumps.format import format_bytes
 from logitlab.dumps.stats import ULP_BIN_LABELS, ULP_NAN_MISMATCH
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
@@ -144,18 +144,33 @@ def headline(result: DumpDiffResult) -> str:
     return text
 
 
+def scale_lines(result: DumpDiffResult, limit: int = 5) -> list[str]:
+    """One line per name that differs by a factor only (at most ``limit``, then a count)."""
+    out = []
+    groups = result.scale_only
+    for g in groups[:limit]:
+        lo, hi = f"{g.min_scale:.4g}", f"{g.max_scale:.4g}"
+        where = f" (positions {compress_ranges(g.positions)})" if g.positions else ""
+        out.append(f"{g.label}{where}: B = {lo if lo == hi else f'{lo}…{hi}'} × A: a scale, most likely a naming or "
+                   f"convention mismatch (cosine {fmt_cos(g.min_cosine)}); not taken as the first divergence")
+    if len(groups) > limit:
+        out.append(f"… and {plural(len(groups) - limit, 'other name')} that differ by a scale only (see --json)")
+    return out
+
+
 def first_lines(result: DumpDiffResult) -> list[str]:
-    """The first-divergence paragraph (plain text lines)."""
+    """The first-divergence paragraph (plain text lines), with the scale-only pairs before it."""
     first = result.first_divergence
     if first is None:
-        return []
+        return scale_lines(result)
     s = first.stats
     layer = f"layer {first.layer}" if first.layer is not None else "outside the layers"
     out = [f"first divergence: {first.label} ({layer}, {first.kind}, {first.dtype} {list(first.shape or [])}): "
            f"{s.differing}/{s.n} differ, max |Δ| {fmt_float(s.max_abs_diff)}, max {fmt_ulp(s.max_ulp)} ULP, "
            f"NMSE {fmt_float(s.nmse)}, cosine {fmt_cos(s.cosine)}"]
-    before = sum(1 for t in result.tensors[: result.first_index] if t.stats is not None)
+    before = sum(1 for t in result.tensors[: result.first_index] if t.stats is not None and not t.differs)
     out.append(f"{before} tensor-positions before it in execution order are bit-exact")
+    out += scale_lines(result)
     hidden = result.unresolved_before_first
     if hidden:
         labels = ", ".join(t.label for t in hidden[:5]) + (" …" if len(hidden) > 5 else "")
