@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -24,6 +25,7 @@ from logitlab.engines.base import Engine
 from logitlab.engines.variant import Variant
 from logitlab.errors import EngineError, InputError, LogitlabError
 from logitlab.experiments import crossengine
+from logitlab.experiments.autostop import AutoStop, check_auto_budget
 from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner, load_engine, stronger_isolation
 from logitlab.experiments.schedule import CANDIDATE, CONTROL, Slot, ab_schedule
 from logitlab.experiments.workload import RunOutput
@@ -43,7 +45,10 @@ class AbConfig:
         control, candidate: the two variants.
         prompt: prompt text.
         n_decode: greedy decode steps after the prompt (tokens).
-        repeats: ABBA/BAAB blocks (4 measured slots each).
+        repeats: ABBA/BAAB blocks (4 measured slots each), or ``"auto"``: after each block the
+            sequential rule (:mod:`logitlab.perf.sequential`, on decode tokens/s) says whether to stop.
+        max_repeats: budget of blocks with ``repeats="auto"``.
+        max_time: wall-clock budget in seconds with ``repeats="auto"`` (None: none).
         warmup: untimed runs per variant before the blocks.
         isolation: ``session``, ``engine`` or ``process``.
         randomize: seeded balanced random order of block patterns.
@@ -60,7 +65,7 @@ class AbConfig:
     candidate: Variant
     prompt: str
     n_decode: int = 64
-    repeats: int = 3
+    repeats: int | str = 3
     warmup: int = 1
     isolation: str = "session"
     randomize: bool = False
@@ -70,11 +75,21 @@ class AbConfig:
     thresholds: Thresholds = field(default_factory=Thresholds)
     margin: float | None = None
     localize: bool = False
+    max_repeats: int = 12
+    max_time: float | None = None
+
+    @property
+    def auto(self) -> bool:
+        return self.repeats == "auto"
 
     def validate(self) -> None:
         if self.n_decode < 1:
             raise InputError(f"--tokens must be at least 1, got {self.n_decode}")
-        ab_schedule(self.repeats, warmup=self.warmup)  # raises on --repeats < 1 or --warmup < 0
+        if isinstance(self.repeats, str) and not self.auto:
+            raise InputError(f"--repeats must be a number of blocks or 'auto', got {self.repeats!r}")
+        if self.auto:
+            check_auto_budget(self.max_repeats, self.max_time)
+        ab_schedule(self.max_repeats if self.auto else self.repeats, warmup=self.warmup)  # --repeats < 1, --warmup < 0
         if self.isolation not in ISOLATION_LEVELS:
             raise InputError(f"unknown --isolation {self.isolation!r}; valid: {', '.join(ISOLATION_LEVELS)}")
         if self.top_k < 1:
@@ -160,6 +175,7 @@ class AbResult:
     verdict: Verdict | None = None
     verdict_slot: int | None = None
     speed: dict[str, PairedComparison] = field(default_factory=dict)
+    sequential: dict[str, Any] = field(default_factory=dict)  # --repeats auto: SequentialDecision per phase
     localization: dict[str, Any] | None = None
     error: str | None = None
     schema_version: int = SCHEMA_VERSION
@@ -210,6 +226,7 @@ class AbResult:
             "verdict": None if self.verdict is None else dataclasses.asdict(self.verdict),
             "verdict_slot": self.verdict_slot,
             "speed": {name: dataclasses.asdict(p) for name, p in self.speed.items()},
+            "sequential": {name: d.to_dict() for name, d in self.sequential.items()},
             "localization": self.localization,
             "notes": self.notes,
             "error": self.error,
@@ -230,6 +247,7 @@ class AbExperiment:
         self.reference: RunOutput | None = None
         self.first_candidate: RunOutput | None = None
         self.candidate_verdicts: list[tuple[int, Verdict]] = []
+        self.autostop: AutoStop | None = None
 
     # -- public -------------------------------------------------------------
     def run(self) -> AbResult:
@@ -299,10 +317,14 @@ class AbExperiment:
         result.notes += ([vocab] if vocab else []) + crossengine.cross_engine_notes(self._probe_describe, described)
 
     def _run_blocks(self, runner: SlotRunner, result: AbResult) -> None:
-        slots = ab_schedule(self.config.repeats, warmup=self.config.warmup,
-                            randomize=self.config.randomize, seed=self.config.seed)
+        cfg = self.config
+        slots = ab_schedule(cfg.max_repeats if cfg.auto else cfg.repeats, warmup=cfg.warmup,
+                            randomize=cfg.randomize, seed=cfg.seed)
         self.on_event("start", {"slots": len(slots)})
         for slot in slots:
+            if cfg.auto and self.autostop is None and not slot.is_warmup:  # the clock starts with the blocks
+                self.autostop = AutoStop(max_blocks=cfg.max_repeats, max_time=cfg.max_time, margin=cfg.margin,
+                                         metric="decode tokens/s", unit="tokens/s")
             output = runner.run(slot.variant, result.prompt_ids, self.config.n_decode,
                                 None if self.reference is None else self.reference.generated)
             record = self._record(slot, output, result)
@@ -310,6 +332,16 @@ class AbExperiment:
             self._log(record)
             self.on_event("slot", {"slot": slot, "record": record})
             self._check_finite(record, slot)
+            if self.autostop is not None and slot.position == 3 and self._stop_now(result, slot.block + 1):
+                break
+
+    def _stop_now(self, result: AbResult, blocks_run: int) -> bool:
+        """--repeats auto: after a block, ask the sequential rule about the blocks so far."""
+        phase, blocks = _driving_blocks(result.runs)
+        self.autostop.metric = f"{phase} tokens/s"
+        decision = self.autostop.look(blocks, blocks_run=blocks_run)
+        self.on_event("look", {"decision": decision})
+        return decision.stop
 
     def _record(self, slot: Slot, output: RunOutput, result: AbResult) -> RunRecord:
         record = RunRecord(
@@ -375,11 +407,24 @@ class AbExperiment:
             slot, verdict = max(self.candidate_verdicts, key=lambda sv: (VERDICTS.index(sv[1].word), -sv[0]))
             result.verdict, result.verdict_slot = verdict, slot
         result.speed = analyse_speed(result.runs, margin=cfg.margin, seed=cfg.seed)
+        if cfg.auto:
+            self._restate_speed(result)
         busy = busy_machine_note()
         if busy:
             result.notes.append(busy)
         if cfg.localize:
             self._localize(result)
+
+    def _restate_speed(self, result: AbResult) -> None:
+        """--repeats auto: the speed calls and CIs valid at the stop (repeated CIs), and the stopping note."""
+        blocks_run = len({r.block for r in result.runs if r.block is not None})
+        if self.autostop is None:
+            return
+        for phase, metric in (("decode", "decode_tokens_per_second"), ("prefill", "prefill_tokens_per_second")):
+            if phase in result.speed:
+                result.speed[phase], result.sequential[phase] = self.autostop.restate(
+                    result.speed[phase], speed_blocks(result.runs, metric))
+        result.notes.append(self.autostop.note(blocks_run))
 
     def _localize(self, result: AbResult) -> None:
         """Dump-diff the first pair that is not bit-exact: control/control (A/A) first, else control/candidate."""
@@ -453,6 +498,14 @@ def speed_blocks(runs: Sequence[RunRecord], metric: str) -> list[Block]:
         if len(block_runs) == 4 and all(math.isfinite(v) and v > 0 for v in values):
             blocks.append(Block(min(block_runs, key=lambda r: r.position).pattern, tuple(values)))
     return blocks
+
+
+def _driving_blocks(runs: Sequence[RunRecord]) -> tuple[str, list[Block]]:
+    """The metric whose sequential decision stops an auto run: decode tokens/s, or prefill where no decode is timed."""
+    blocks = speed_blocks(runs, "decode_tokens_per_second")
+    if blocks or not speed_blocks(runs, "prefill_tokens_per_second"):
+        return "decode", blocks
+    return "prefill", speed_blocks(runs, "prefill_tokens_per_second")
 
 
 def analyse_speed(runs: Sequence[RunRecord], *, margin: float | None, seed: int) -> dict[str, PairedComparison]:

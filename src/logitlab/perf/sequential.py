@@ -723,8 +723,11 @@ def sequential_comparison(comparison: PairedComparison, decision: SequentialDeci
                          f"{decision.n_blocks}: analyse the same blocks")
     call = "inconclusive" if decision.call == "continue" else decision.call
     fixed = "n/a" if comparison.ci_low is None else f"{comparison.ci_low:.4g}-{comparison.ci_high:.4g}"
-    reason = (f"{decision.reason} (The fixed-size paired t CI over the same blocks, {fixed}, and its call "
-              f"'{comparison.call}' are not valid after optional stopping and are not used.)")
+    reason = decision.reason
+    if decision.call == "continue":  # the run stopped on another metric's decision
+        reason = "inconclusive when the run stopped on another metric:" + reason.split(":", 1)[1]
+    reason += (f" (The fixed-size paired t CI over the same blocks, {fixed}, and its call '{comparison.call}' "
+               f"are not valid after optional stopping and are not used.)")
     return dataclasses.replace(
         comparison, call=call, ci_low=decision.ci_low, ci_high=decision.ci_high,
         speedup_ci_low=decision.speedup_ci_low, speedup_ci_high=decision.speedup_ci_high,
