@@ -25,7 +25,7 @@ from logitlab.engines.base import Engine
 from logitlab.engines.variant import Variant
 from logitlab.errors import EngineError, InputError, LogitlabError
 from logitlab.experiments import crossengine
-from logitlab.experiments.autostop import AutoStop, check_auto_budget
+from logitlab.perf.autostop import AutoStop, check_auto_budget
 from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner, load_engine, stronger_isolation
 from logitlab.experiments.schedule import CANDIDATE, CONTROL, Slot, ab_schedule
 from logitlab.experiments.workload import RunOutput

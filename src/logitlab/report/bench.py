@@ -249,8 +249,12 @@ _RUN_HEADER = ("metric", "control", "candidate", "ratio", "95% CI", "call", "δ"
 def _run_facts(result: BenchRunResult) -> list[str]:
     cfg = result.config
     n_valid = result.primary.n_blocks if result.primary else 0
-    facts = [f"{plural(cfg['blocks'], 'ABBA/BAAB block')} ({'random' if cfg['randomize'] else 'alternating'} order), "
+    size = f"up to {plural(cfg['blocks'], 'ABBA/BAAB block')} (--blocks auto)" if cfg.get("auto") else \
+        plural(cfg['blocks'], 'ABBA/BAAB block')
+    facts = [f"{size} ({'random' if cfg['randomize'] else 'alternating'} order), "
              f"{cfg['warmup']} untimed warmup(s) per variant; {n_valid} block(s) compared"]
+    if getattr(result, "stop_note", None):
+        facts.append(result.stop_note)
     if result.failed_blocks:
         failed = [r for r in result.runs if not r.ok and r.block in result.failed_blocks]
         facts.append(f"failed blocks (left out, never timed as a success): {result.failed_blocks} — "

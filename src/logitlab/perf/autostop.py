@@ -1,10 +1,10 @@
-"""``--repeats auto`` / ``--blocks auto``: ask the sequential rule after each block whether to stop.
+"""``ab --repeats auto`` / ``bench run --blocks auto``: ask the sequential rule after each block whether to stop.
 
 The statistics are :mod:`logitlab.perf.sequential` (group-sequential design,
 repeated CIs valid at any stopping time). This module adds what a run loop
 needs around it: the budget of blocks, a wall-clock budget, and, when the
 run is over, the fixed-size comparisons restated with the sequential call
-and the CI valid at the stop (:func:`~logitlab.perf.sequential.sequential_comparison`).
+and the CI valid at the stop (:func:`~logitlab.perf.sequential.sequential_comparison`). Nothing here prints.
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ class AutoStop:
         higher_is_better: direction of the metric that drives the stop.
         metric, unit: its names, for the reasons.
         clock: seconds, monotonic (tests replace it).
+        budget_flag: the option that sets ``max_blocks``, for messages: ``--max-repeats`` (ab) or
+            ``--max-blocks`` (bench run).
     """
 
     max_blocks: int = DEFAULT_MAX_BLOCKS
@@ -64,11 +66,12 @@ class AutoStop:
     metric: str = ""
     unit: str = ""
     clock: Callable[[], float] = time.monotonic
+    budget_flag: str = "--max-repeats"
     decision: SequentialDecision | None = field(default=None, init=False)
     time_up: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
-        check_auto_budget(self.max_blocks, self.max_time)
+        check_auto_budget(self.max_blocks, self.max_time, flag=self.budget_flag)
         self._started = self.clock()
 
     def look(self, blocks: Sequence[Block], *, blocks_run: int) -> SequentialDecision:
@@ -99,15 +102,19 @@ class AutoStop:
                                        unit=comparison.unit)
         return sequential_comparison(comparison, decision), decision
 
+    @property
+    def mode_flag(self) -> str:
+        return "--blocks auto" if self.budget_flag == "--max-blocks" else "--repeats auto"
+
     def note(self, blocks_run: int) -> str:
         """One line for the report: blocks run, the budget and why the run stopped."""
         d = self.decision
         if d is None:
-            return f"--repeats auto: no look was reached in {blocks_run} block(s)"
+            return f"{self.mode_flag}: no look was reached in {blocks_run} block(s)"
         why = {"decided": f"decided: {d.metric or 'metric'} {d.call}",
                "max-blocks": "budget of blocks spent without a call",
                "max-time": "time budget spent without a call",
                None: "stopped before a call"}[d.stop_reason]
-        return (f"--repeats auto: ran {blocks_run} of at most {self.max_blocks} blocks ({why}); sequential design "
+        return (f"{self.mode_flag}: ran {blocks_run} of at most {self.max_blocks} blocks ({why}); sequential design "
                 f"with O'Brien-Fleming-type alpha spending, looks after every block from {d.min_blocks}: the CIs "
                 f"and calls shown are {100 * (1 - d.alpha):g}% repeated CIs, valid at this stopping time")
