@@ -300,8 +300,11 @@ def spending_boundaries(
 
     Examples
     --------
+    Pocock type, known variance, 5 looks (gsDesign's exact values: 2.438
+    2.427 2.410 2.397 2.386):
+
     >>> spending_boundaries(min_blocks=1, max_blocks=5, spending="pocock", statistic="z").round(2)
-    array([2.44, 2.43, 2.41, 2.4 , 2.39])
+    array([2.44, 2.43, 2.41, 2.4 , 2.38])
     """
     if statistic not in ("t", "z"):
         raise InputError(f"statistic {statistic!r} is not valid: use 't' or 'z'")
