@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,7 @@ class FakeSession(Session):
 
     def _decode(self, tokens: list[int]) -> np.ndarray:
         rows = []
+        time.sleep(self.engine.options.get("sleep", 0.0) * len(tokens))
         for offset, token in enumerate(tokens):
             position = self.n_past + offset
             row = np.random.default_rng(position * 7919 + token).normal(0, 3, self.engine.n_vocab)
@@ -36,7 +39,8 @@ class FakeEngine(Engine):
     name = "fake"
     OPTIONS = {"offset": (float, "constant added to every logit"), "nan_at": (int, "position whose row gets a NaN"),
                "vocab": (int, "vocabulary size"), "leak": (int, "logits depend on sessions opened before"),
-               "nondeterministic": (int, "random noise on every run")}
+               "nondeterministic": (int, "random noise on every run"),
+               "sleep": (float, "seconds slept per token (a known speed)")}
 
     def _load(self) -> None:
         self.sessions_opened = 0

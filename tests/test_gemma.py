@@ -55,8 +55,8 @@ def verdict_run(result):
 
 def show(what, result):
     c = verdict_run(result)
-    print(f"\n{what}: {result.verdict.word}; {c['differing_rows']}/{c['n_positions']} rows differ, max |Δ| "
-          f"{c['max_abs_diff']:.3g}, top-1 agreement {c['argmax_agreement']:.1%}, KLD mean {c['kld']['mean']:.3g}")
+    print(f"\n{what}: {result.verdict.word}; {c.differing_rows}/{c.n_positions} rows differ, max |Δ| "
+          f"{c.max_abs_diff:.3g}, top-1 agreement {c.argmax_agreement:.1%}, KLD mean {c.kld['mean']:.3g}")
 
 
 # -- the model ----------------------------------------------------------------------------------------------
@@ -86,8 +86,8 @@ def test_ab_flash_attention_on_gemma(gemma):
     show("Gemma 3 llama.cpp flash_attn 0 vs 1", result)
     c = verdict_run(result)
     assert result.control_reproducible and result.verdict.word in ("ulp-noise", "near-tie")
-    assert c["n_vocab"] == N_VOCAB and c["n_positions"] == len(result.prompt_ids) + 8
-    assert c["differing_rows"] > 0 and not c["flips"]  # measured: 20/21 rows differ, max |Δ| 1.46, no flip
+    assert c.n_vocab == N_VOCAB and c.n_positions == len(result.prompt_ids) + 8
+    assert c.differing_rows > 0 and not c.flips  # measured: 20/21 rows differ, max |Δ| 1.46, no flip
     assert result.prompt_ids[0] == 2  # Gemma's BOS
 
 
@@ -113,13 +113,13 @@ def test_invariance_batch_on_gemma(gemma):
         prompt=SHORT_PROMPT, batch_sizes=(1, 2)))
     b1, b2 = result.checks
     n = len(result.prompt_ids)
-    print(f"\nGemma 3 invariance batch: B=2 {b2.word}, {b2.comparison['differing_rows']}/{2 * n} rows differ, "
-          f"max |Δ| {b2.comparison['max_abs_diff']:.3g}, copies bit-exact {b2.details['copies_bit_exact']}")
+    print(f"\nGemma 3 invariance batch: B=2 {b2.word}, {b2.comparison.differing_rows}/{2 * n} rows differ, "
+          f"max |Δ| {b2.comparison.max_abs_diff:.3g}, copies bit-exact {b2.details['copies_bit_exact']}")
     assert b1.name == "B=1 again" and b1.word == "bit-exact"
-    assert b2.comparison["n_positions"] == 2 * n and b2.comparison["n_vocab"] == N_VOCAB
+    assert b2.comparison.n_positions == 2 * n and b2.comparison.n_vocab == N_VOCAB
     # Measured (llama-cpp-python 0.3.36, CPU): unlike SmolLM2, Gemma 3 is not batch-invariant here — the last
     # prompt position of each copy, and positions 9-12 of copy 1, differ by up to 1.07 — but no argmax moves.
-    assert b2.word in ("bit-exact", "ulp-noise", "near-tie") and not b2.comparison["flips"]
+    assert b2.word in ("bit-exact", "ulp-noise", "near-tie") and not b2.comparison.flips
 
 
 # -- the hf engine and llama.cpp vs hf -------------------------------------------------------------------------
@@ -129,8 +129,8 @@ def test_hf_engine_float32_vs_bfloat16_on_gemma(gemma):
     show("Gemma 3 hf float32 vs bfloat16", result)
     c = verdict_run(result)
     assert result.control_reproducible and result.manifest["engine"]["engine"] == "hf"
-    assert c["n_vocab"] == N_VOCAB and c["differing_rows"] == c["n_positions"]  # bfloat16 changes every row
-    assert result.verdict.word in ("ulp-noise", "near-tie") and c["argmax_agreement"] >= 0.9
+    assert c.n_vocab == N_VOCAB and c.differing_rows == c.n_positions  # bfloat16 changes every row
+    assert result.verdict.word in ("ulp-noise", "near-tie") and c.argmax_agreement >= 0.9
 
 
 @pytest.mark.engine
@@ -138,8 +138,8 @@ def test_llamacpp_vs_hf_on_gemma(gemma):
     result = run_ab(ab_config(gemma, f"llamacpp:?{ONE_THREAD.replace(',', '&')}", "hf:?threads=1"))
     show("Gemma 3 llama.cpp vs hf", result)
     c = verdict_run(result)
-    assert result.manifest["candidate_engine"]["engine"] == "hf" and c["n_vocab"] == N_VOCAB
-    assert c["differing_rows"] > 0 and c["argmax_agreement"] >= 0.9 and c["kld"]["mean"] < 0.05
+    assert result.manifest["candidate_engine"]["engine"] == "hf" and c.n_vocab == N_VOCAB
+    assert c.differing_rows > 0 and c.argmax_agreement >= 0.9 and c.kld["mean"] < 0.05
     assert any("quantises on the fly" in n for n in result.notes)
 
 

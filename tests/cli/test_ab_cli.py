@@ -76,6 +76,9 @@ def test_missing_prompt_file(tmp_path):
     (["--candidate", "flash_attn=banana"], "error: bad value 'banana' for llamacpp option 'flash_attn'"),
     (["--repeats", "0"], "error: --repeats must be at least 1, got 0"),
     (["--warmup", "-1"], "error: --warmup must be 0 or more, got -1"),
+    (["--repeats", "auto", "--max-repeats", "2"], "error: --max-repeats must be an integer from 3 (the first look) "
+                                                  "to 100, got 2"),
+    (["--max-time", "10m"], "error: --max-time is the budget of --repeats auto; with --repeats 1 drop it"),
     (["--candidate", "n_ctx=16"], "error: prompt (12 tokens) + --tokens 8 = 20 exceeds the candidate's context of 16"),
     (["--json", "."], "error: --json . is a folder; give a file path"),
     (["--markdown", "/proc/report.md"], "error: --markdown /proc/report.md cannot be written"),

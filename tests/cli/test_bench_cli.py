@@ -108,6 +108,11 @@ def test_hyperfine_compare(tmp_path):
      "--margin must be a fraction between 0 and 1 (0.02 = 2 %), got 5"),
     (["run", "--control", "echo x=2", "--candidate", "echo x=2", "--metric", "x=[0-9]+", "--higher-is-better"],
      "--metric 'x=[0-9]+' has no capture group"),
+    (["run", "--control", "true", "--aa", "--blocks", "auto", "--max-blocks", "101"],
+     "--max-blocks must be an integer from 3 (the first look) to 100, got 101"),
+    (["run", "--control", "true", "--aa", "--blocks", "4", "--max-blocks", "8"],
+     "--max-blocks is the budget of --blocks auto; with --blocks 4 drop it"),
+    (["run", "--control", "true", "--aa", "--max-time", "1m"], "--max-time is the budget of --blocks auto"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     one_line_error(in_process(*args, cwd=tmp_path), message)
@@ -128,6 +133,17 @@ def test_unwritable_outputs_exit_2_before_any_work(tmp_path):
                        "--quiet", cwd=tmp_path)
         one_line_error(r, f"{option} /proc/r.out cannot be written: ")
         assert not (tmp_path / "ran").exists()  # checked before any command ran
+
+
+def test_run_blocks_auto_stops_and_says_why(tmp_path):
+    r = in_process("run", "--control", "sleep 0.02", "--candidate", "sleep 0.06", "--blocks", "auto", "--max-blocks",
+                   "10", "--warmup", "0", "--quiet", "--json", "auto.json", "--markdown", "auto.md", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    data = json.loads((tmp_path / "auto.json").read_text())
+    wall = data["sequential"]["wall"]
+    assert (wall["call"], wall["stop_reason"]) == ("slower", "decided") and wall["n_blocks"] < 10
+    assert f"--blocks auto: ran {wall['n_blocks']} of at most 10 blocks (decided: wall slower)" in r.stdout
+    assert "repeated CI" in (tmp_path / "auto.md").read_text()
 
 
 def test_run_one_block_renders(tmp_path):

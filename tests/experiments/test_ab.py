@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from logitlab.engines.variant import parse_variant
+from logitlab import report
 from logitlab.errors import EngineError, InputError
 from logitlab.experiments.ab import AbConfig, run_ab
 
@@ -163,3 +164,38 @@ def test_localize_names_the_first_divergent_tensor_of_flash_attention():
 
 def test_localize_does_nothing_when_bit_exact():
     assert run_ab(config(localize=True)).localization is None
+
+
+# --- --repeats auto (the sequential rule; statistics in tests/perf/test_sequential.py) ----------
+
+
+def test_repeats_auto_stops_early_on_a_clear_slowdown():
+    # The fake engine sleeps per token: the candidate decodes at half the control's speed.
+    result = run_ab(config("sleep=0.002", "sleep=0.004", engine="fake", repeats="auto", max_repeats=10))
+    decision = result.sequential["decode"]
+    blocks_run = len({r.block for r in result.runs if r.block is not None})
+    assert (decision.call, decision.stop_reason) == ("slower", "decided")
+    assert 3 <= decision.n_blocks == blocks_run < 10
+    decode = result.speed["decode"]
+    assert decode.call == "slower" and (decode.ci_low, decode.ci_high) == (decision.ci_low, decision.ci_high)
+    assert decode.ci_high < 1 and decode.p_value is None
+    assert f"--repeats auto: ran {blocks_run} of at most 10 blocks (decided" in report.markdown(result)
+    assert set(result.to_dict()["sequential"]) == {"decode", "prefill"}
+
+
+def test_repeats_auto_respects_the_budgets():
+    result = run_ab(config("", "", engine="fake", repeats="auto", max_repeats=3))
+    assert result.sequential["decode"].stop_reason in ("decided", "max-blocks")
+    assert len({r.block for r in result.runs if r.block is not None}) <= 3
+    timed = run_ab(config("sleep=0.001", "sleep=0.001", engine="fake", repeats="auto", max_time=0.001))
+    assert len({r.block for r in timed.runs if r.block is not None}) == 1
+    assert (timed.sequential["decode"].stop_reason, timed.sequential["decode"].call) == ("max-time", "inconclusive")
+
+
+def test_repeats_auto_bad_budgets():
+    with pytest.raises(InputError, match="--max-repeats must be an integer from 3"):
+        run_ab(config(engine="fake", repeats="auto", max_repeats=2))
+    with pytest.raises(InputError, match="--max-time must be a positive duration"):
+        run_ab(config(engine="fake", repeats="auto", max_time=-1.0))
+    with pytest.raises(InputError, match="'auto'"):
+        run_ab(config(engine="fake", repeats="sometimes"))

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from logitlab.errors import InputError
+from logitlab import report
 from logitlab.perf.commands import BenchRunConfig, bench_run, compile_metric, run_command
 
 PY = sys.executable
@@ -143,6 +144,9 @@ def test_aa_mode_reports_false_positive_rate_and_suggests_margin():
     (dict(control="a", candidate="b", margin=5.0),
      r"--margin must be a fraction between 0 and 1 \(0.02 = 2 %\), got 5$"),
     (dict(control="a", candidate="b", margin=0.0), "--margin must be a fraction between 0 and 1"),
+    (dict(control="a", candidate="b", blocks=2, auto=True), "--max-blocks must be an integer from 3"),
+    (dict(control="a", candidate="b", blocks=12, auto=True, max_time=0.0), "--max-time must be a positive"),
+    (dict(control="a", candidate="b", max_time=60.0), "--max-time is the budget of --blocks auto"),
 ])
 def test_config_errors(kwargs, message):
     with pytest.raises(InputError, match=message):
@@ -192,3 +196,40 @@ def test_no_complete_block_prints_one_line_instead_of_the_table():
     md = report.markdown(e.value.partial)
     assert "no complete block: 0/12 timed runs done, 1 failed (first: candidate warmup, exit status 1)" in md
     assert "| metric |" not in md and "**Stopped early:**" in md
+
+
+# --- --blocks auto (statistics: tests/perf/test_sequential.py) ---------------------------------
+
+
+def test_auto_stops_early_on_a_clear_speedup_with_the_repeated_ci():
+    runner = FakeRunner(ratio=0.8)
+    result = bench_run(BenchRunConfig(control="ctl", candidate="cand", blocks=12, auto=True, warmup=1,
+                                      n_bootstrap=200), runner=runner)
+    decision = result.sequential["wall"]
+    assert (decision.call, decision.stop_reason) == ("faster", "decided")
+    assert 3 <= decision.n_blocks < 12 and len(runner.calls) == 2 + 4 * decision.n_blocks
+    p = result.primary
+    assert p.call == "faster" and (p.ci_low, p.ci_high) == (decision.ci_low, decision.ci_high) and p.ci_high < 1
+    assert set(result.sequential) == set(result.comparisons)
+    assert f"--blocks auto: ran {decision.n_blocks} of at most 12 blocks (decided" in report.markdown(result)
+    data = result.to_dict()
+    assert data["sequential"]["wall"]["stop_reason"] == "decided" and data["config"]["auto"] is True
+
+
+def test_auto_skips_failed_blocks_and_keeps_the_aa_report():
+    runner = FakeRunner(fail=lambda n, cmd: n == 3)  # a measured run in block 0
+    result = bench_run(BenchRunConfig(control="ctl", candidate="ctl", aa=True, blocks=6, auto=True, warmup=0,
+                                      n_bootstrap=200), runner=runner)
+    assert result.failed_blocks == [0]
+    decision = result.sequential["wall"]
+    assert decision.n_blocks == result.primary.n_blocks == len({r.block for r in result.runs if r.block is not None}) - 1
+    assert decision.stop_reason in ("decided", "max-blocks") and decision.call != "continue"
+    assert result.aa is not None and result.aa.false_positive == (decision.call in ("faster", "slower"))
+
+
+def test_auto_with_real_commands_stops_on_a_slower_sleep():
+    result = bench_run(BenchRunConfig(control="sleep 0.02", candidate="sleep 0.06", blocks=10, auto=True, warmup=0,
+                                      n_bootstrap=200))
+    decision = result.sequential["wall"]
+    assert (decision.call, decision.stop_reason) == ("slower", "decided") and decision.n_blocks < 10
+    assert result.primary.ratio > 1.5

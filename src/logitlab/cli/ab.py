@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from logitlab.cli.auto_options import CountOrAuto, Duration
 from logitlab.cli.common import (
     EXIT_CHECK_FAILED,
     EXIT_INTERRUPTED,
@@ -27,7 +28,7 @@ from logitlab.cli.common import (
     variant_pair_options,
     write_reports,
 )
-from logitlab.errors import Interrupted
+from logitlab.errors import InputError, Interrupted
 from logitlab.experiments.isolation import ISOLATION_LEVELS
 from logitlab.numerics import VERDICTS
 
@@ -44,7 +45,13 @@ REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
 @click.option("--candidate-model", default=None, help="Model of the candidate only.")
 @prompt_options("a built-in prose prompt")
 @click.option("--tokens", "n_decode", type=int, default=64, show_default=True, help="Greedy decode steps.")
-@click.option("--repeats", type=int, default=5, show_default=True, help="ABBA/BAAB blocks (4 timed slots each).")
+@click.option("--repeats", type=CountOrAuto(), default=5, show_default=True,
+              help="ABBA/BAAB blocks (4 timed slots each), or 'auto': after each block a sequential rule "
+                   "(O'Brien-Fleming-type alpha spending, repeated CIs valid at any stopping time) stops as soon as "
+                   "decode tokens/s is called faster, slower or equivalent.")
+@click.option("--max-repeats", type=int, default=None, help="Budget of blocks of --repeats auto.  [default: 12]")
+@click.option("--max-time", type=Duration(), default=None,
+              help="Wall-clock budget of --repeats auto, e.g. 10m: no block starts that would end past it.")
 @click.option("--warmup", type=int, default=1, show_default=True, help="Untimed runs per variant first.")
 @click.option("--isolation", type=click.Choice(ISOLATION_LEVELS), default="session", show_default=True,
               help="session: fresh session per slot on one engine per variant; engine: fresh engine object per "
@@ -92,6 +99,7 @@ def ab(**opts: Any) -> None:
         candidate=candidate,
         prompt=load_prompt(opts["prompt"], opts["prompt_file"]),
         n_decode=opts["n_decode"], repeats=opts["repeats"], warmup=opts["warmup"],
+        **_auto_budget(opts),
         isolation=opts["isolation"], randomize=opts["randomize"], seed=opts["seed"],
         escalate=not opts["no_escalate"], localize=opts["localize"], top_k=opts["top_k"], margin=opts["margin"],
         thresholds=thresholds_from(opts),
@@ -110,6 +118,17 @@ def ab(**opts: Any) -> None:
     if error is not None:
         fail(str(error))
     sys.exit(_require_exit_code(result, opts["require"]))
+
+
+def _auto_budget(opts: dict[str, Any]) -> dict[str, Any]:
+    """--max-repeats / --max-time, which only --repeats auto takes."""
+    if opts["repeats"] != "auto":
+        for flag, key in (("--max-repeats", "max_repeats"), ("--max-time", "max_time")):
+            if opts[key] is not None:
+                raise InputError(f"{flag} is the budget of --repeats auto; with --repeats {opts['repeats']} "
+                                 f"drop it")
+        return {}
+    return {"max_repeats": 12 if opts["max_repeats"] is None else opts["max_repeats"], "max_time": opts["max_time"]}
 
 
 def _default_log_path(json_path: str | None) -> str:
@@ -132,6 +151,8 @@ def _run_with_progress(config: Any, log_path: str, quiet: bool) -> tuple[Any, Ba
                 progress.update(task, advance=1, description=f"ab {slot.variant:9s} {slot.pattern}")
             elif kind == "localize":
                 progress.update(task, description=f"dumping {' vs '.join(data['pair'])} to localize")
+            elif kind == "look" and data["decision"].stop:
+                progress.update(task, description=f"ab stop: {data['decision'].stop_reason}")
             elif kind == "escalate":
                 progress.update(task, description=f"A/A at {data['isolation']} isolation")
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from logitlab.cli.auto_options import CountOrAuto, Duration
 from logitlab.cli.common import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
@@ -50,7 +51,13 @@ def _metric_name(regex: str | None) -> str:
 @click.option("--candidate", default=None, metavar="CMD", help="Shell command of the candidate (B).")
 @click.option("--aa", is_flag=True, help="A/A: run the control on both sides; reports the false-positive rate "
                                          "and suggests δ.")
-@click.option("--blocks", type=int, default=10, show_default=True, help="ABBA/BAAB blocks (4 timed runs each).")
+@click.option("--blocks", type=CountOrAuto(), default=10, show_default=True,
+              help="ABBA/BAAB blocks (4 timed runs each), or 'auto': after each block a sequential rule "
+                   "(O'Brien-Fleming-type alpha spending, repeated CIs valid at any stopping time) stops as soon as "
+                   "the primary metric is called faster, slower or equivalent.")
+@click.option("--max-blocks", type=int, default=None, help="Budget of blocks of --blocks auto.  [default: 12]")
+@click.option("--max-time", type=Duration(), default=None,
+              help="Wall-clock budget of --blocks auto, e.g. 10m: no block starts that would end past it.")
 @click.option("--warmup", type=int, default=1, show_default=True, help="Untimed runs per variant first.")
 @click.option("--randomize", is_flag=True, help="Seeded, balanced random order of block patterns.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --randomize and the bootstrap.")
@@ -94,7 +101,7 @@ def run_cmd(**opts: Any) -> None:
         raise InputError("give --candidate CMD, or --aa to run the control on both sides")
     config = BenchRunConfig(
         control=opts["control"], candidate=opts["control"] if opts["aa"] else opts["candidate"],
-        blocks=opts["blocks"], warmup=opts["warmup"], randomize=opts["randomize"], seed=opts["seed"],
+        **_blocks(opts), warmup=opts["warmup"], randomize=opts["randomize"], seed=opts["seed"],
         metric_regex=opts["metric_regex"], metric_name=opts["metric_name"] or _metric_name(opts["metric_regex"]),
         metric_unit=opts["metric_unit"], higher_is_better=bool(opts["higher_is_better"]), aa=opts["aa"],
         margin=opts["margin"], timeout=opts["timeout"],
@@ -105,6 +112,9 @@ def run_cmd(**opts: Any) -> None:
         def on_event(kind: str, data: dict[str, Any]) -> None:
             if kind == "start":
                 progress.update(task, total=data["slots"])
+            elif kind == "look":
+                if data["decision"].stop:
+                    progress.update(task, description=f"stop: {data['decision'].stop_reason}")
             else:
                 run = data["run"]
                 where = "warmup" if run.is_warmup else f"block {run.block} {run.pattern}"
@@ -120,6 +130,16 @@ def run_cmd(**opts: Any) -> None:
         click.echo(f"fail-on {opts['fail_on']}: the call is {call}", err=True)
         sys.exit(EXIT_CHECK_FAILED)
     sys.exit(EXIT_OK)
+
+
+def _blocks(opts: dict[str, Any]) -> dict[str, Any]:
+    """--blocks N, or --blocks auto with its budget (--max-blocks, --max-time)."""
+    if opts["blocks"] != "auto":
+        if opts["max_blocks"] is not None:
+            raise InputError(f"--max-blocks is the budget of --blocks auto; with --blocks {opts['blocks']} drop it")
+        return {"blocks": opts["blocks"], "max_time": opts["max_time"]}
+    return {"blocks": 12 if opts["max_blocks"] is None else opts["max_blocks"], "auto": True,
+            "max_time": opts["max_time"]}
 
 
 def _read_pair(base: str, candidate: str | None, fmt: str | None, baseline: str | None) -> tuple[Any, Any]:

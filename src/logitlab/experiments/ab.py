@@ -11,8 +11,8 @@ speed decision. Each run is appended to a JSONL log as soon as it finishes.
 from __future__ import annotations
 
 import dataclasses
-import os
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
@@ -20,21 +20,22 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from logitlab.engines.base import Engine
+from logitlab.engines.topk import TopKRows
 from logitlab.engines.variant import Variant
+from logitlab.engines.workload import RunOutput
 from logitlab.errors import EngineError, InputError, Interrupted, LogitlabError
 from logitlab.events import Event, ignore_event
 from logitlab.experiments import crossengine
 from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner, load_engine, stronger_isolation
-from logitlab.perf.design import CANDIDATE, CONTROL, Slot, ab_schedule
-from logitlab.engines.workload import RunOutput
 from logitlab.jsonio import ResultRecord, dumps_line
 from logitlab.manifest import build_manifest
 from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict, classify, compare_logits
-from logitlab.engines.topk import TopKRows
 from logitlab.numerics.topk import TopKComparison, classify_topk, compare_topk
-from logitlab.perf.design import Block
+from logitlab.perf.autostop import AutoStop, check_auto_budget
+from logitlab.perf.design import CANDIDATE, CONTROL, Block, Slot, ab_schedule
 from logitlab.perf.equivalence import check_margin
 from logitlab.perf.paired import PairedComparison, paired_comparison
+from logitlab.perf.sequential import SequentialDecision
 
 @dataclass(frozen=True)
 class AbConfig:
@@ -44,7 +45,10 @@ class AbConfig:
         control, candidate: the two variants.
         prompt: prompt text.
         n_decode: greedy decode steps after the prompt (tokens).
-        repeats: ABBA/BAAB blocks (4 measured slots each).
+        repeats: ABBA/BAAB blocks (4 measured slots each), or ``"auto"``: after each block the
+            sequential rule (:mod:`logitlab.perf.sequential`, on decode tokens/s) says whether to stop.
+        max_repeats: budget of blocks with ``repeats="auto"``.
+        max_time: wall-clock budget in seconds with ``repeats="auto"`` (None: none).
         warmup: untimed runs per variant before the blocks.
         isolation: ``session``, ``engine`` or ``process``.
         randomize: seeded balanced random order of block patterns.
@@ -61,7 +65,7 @@ class AbConfig:
     candidate: Variant
     prompt: str
     n_decode: int = 64
-    repeats: int = 3
+    repeats: int | str = 3
     warmup: int = 1
     isolation: str = "session"
     randomize: bool = False
@@ -71,11 +75,21 @@ class AbConfig:
     thresholds: Thresholds = field(default_factory=Thresholds)
     margin: float | None = None
     localize: bool = False
+    max_repeats: int = 12
+    max_time: float | None = None
+
+    @property
+    def auto(self) -> bool:
+        return self.repeats == "auto"
 
     def validate(self) -> None:
         if self.n_decode < 1:
             raise InputError(f"--tokens must be at least 1, got {self.n_decode}")
-        ab_schedule(self.repeats, warmup=self.warmup)  # raises on --repeats < 1 or --warmup < 0
+        if isinstance(self.repeats, str) and not self.auto:
+            raise InputError(f"--repeats must be a number of blocks or 'auto', got {self.repeats!r}")
+        if self.auto:
+            check_auto_budget(self.max_repeats, self.max_time)
+        ab_schedule(self.max_repeats if self.auto else self.repeats, warmup=self.warmup)  # --repeats < 1, --warmup < 0
         if self.isolation not in ISOLATION_LEVELS:
             raise InputError(f"unknown --isolation {self.isolation!r}; valid: {', '.join(ISOLATION_LEVELS)}")
         if self.top_k < 1:
@@ -182,6 +196,7 @@ class AbResult(ResultRecord):
     verdict: Verdict | None = None
     verdict_slot: int | None = None
     speed: dict[str, PairedComparison] = field(default_factory=dict)
+    sequential: dict[str, SequentialDecision] = field(default_factory=dict)  # --repeats auto, per phase
     localization: dict[str, Any] | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)  # cross-engine facts the report must state
@@ -241,6 +256,7 @@ class AbExperiment:
         self.reference: RunOutput | None = None
         self.first_candidate: RunOutput | None = None
         self.candidate_verdicts: list[tuple[int, Verdict]] = []
+        self.autostop: AutoStop | None = None
 
     # -- public -------------------------------------------------------------
     def run(self) -> AbResult:
@@ -320,10 +336,14 @@ class AbExperiment:
         result.notes += ([vocab] if vocab else []) + crossengine.cross_engine_notes(self._probe_describe, described)
 
     def _run_blocks(self, runner: SlotRunner, result: AbResult) -> None:
-        slots = ab_schedule(self.config.repeats, warmup=self.config.warmup,
-                            randomize=self.config.randomize, seed=self.config.seed)
+        cfg = self.config
+        slots = ab_schedule(cfg.max_repeats if cfg.auto else cfg.repeats, warmup=cfg.warmup,
+                            randomize=cfg.randomize, seed=cfg.seed)
         self.on_event("start", {"slots": len(slots)})
         for slot in slots:
+            if cfg.auto and self.autostop is None and not slot.is_warmup:  # the clock starts with the blocks
+                self.autostop = AutoStop(max_blocks=cfg.max_repeats, max_time=cfg.max_time, margin=cfg.margin,
+                                         metric="decode tokens/s", unit="tokens/s")
             # Every run after the reference replays its tokens (a server may return fewer, merged tokens).
             n_decode = self.config.n_decode if self.reference is None else len(self.reference.generated)
             output = runner.run(slot.variant, result.prompt_ids, n_decode,
@@ -333,6 +353,16 @@ class AbExperiment:
             self._log(record)
             self.on_event("slot", {"slot": slot, "record": record})
             self._check_reference(record, slot)
+            if self.autostop is not None and slot.position == 3 and self._stop_now(result, slot.block + 1):
+                break
+
+    def _stop_now(self, result: AbResult, blocks_run: int) -> bool:
+        """--repeats auto: after a block, ask the sequential rule about the blocks so far."""
+        phase, blocks = _driving_blocks(result.runs)
+        self.autostop.metric = f"{phase} tokens/s"
+        decision = self.autostop.look(blocks, blocks_run=blocks_run)
+        self.on_event("look", {"decision": decision})
+        return decision.stop
 
     def _record(self, slot: Slot, output: RunOutput, result: AbResult) -> RunRecord:
         record = RunRecord(
@@ -419,11 +449,22 @@ class AbExperiment:
             slot, verdict = max(self.candidate_verdicts, key=lambda sv: (VERDICTS.index(sv[1].word), -sv[0]))
             result.verdict, result.verdict_slot = verdict, slot
         result.speed = analyse_speed(result.runs, margin=cfg.margin, seed=cfg.seed)
+        if cfg.auto:
+            self._restate_speed(result)
         busy = busy_machine_note()
         if busy:
             result.notes.append(busy)
         if cfg.localize:
             self._localize(result)
+
+    def _restate_speed(self, result: AbResult) -> None:
+        """--repeats auto: the speed calls and CIs valid at the stop (repeated CIs) and their decisions."""
+        if self.autostop is None:
+            return
+        for phase, metric in PHASES:
+            if phase in result.speed:
+                result.speed[phase], result.sequential[phase] = self.autostop.restate(
+                    result.speed[phase], speed_blocks(result.runs, metric))
 
     def _localize(self, result: AbResult) -> None:
         """Dump-diff the first pair that is not bit-exact: control/control (A/A) first, else control/candidate."""
@@ -491,6 +532,14 @@ def speed_blocks(runs: Sequence[RunRecord], metric: str) -> list[Block]:
         if len(block_runs) == 4 and all(math.isfinite(v) and v > 0 for v in values):
             blocks.append(Block(min(block_runs, key=lambda r: r.position).pattern, tuple(values)))
     return blocks
+
+
+def _driving_blocks(runs: Sequence[RunRecord]) -> tuple[str, list[Block]]:
+    """The metric whose sequential decision stops an auto run: decode tokens/s, or prefill where no decode is timed."""
+    blocks = speed_blocks(runs, "decode_tokens_per_second")
+    if blocks or not speed_blocks(runs, "prefill_tokens_per_second"):
+        return "decode", blocks
+    return "prefill", speed_blocks(runs, "prefill_tokens_per_second")
 
 
 #: The phases of a run timed for speed, and the run field of each one's tokens/s.

@@ -39,11 +39,13 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from logitlab.errors import InputError
-from logitlab.jsonio import ResultRecord
 from logitlab.events import ignore_event
+from logitlab.jsonio import ResultRecord
+from logitlab.perf.autostop import AutoStop, check_auto_budget
 from logitlab.perf.design import CANDIDATE, CONTROL, Block, ab_schedule
 from logitlab.perf.equivalence import check_margin
 from logitlab.perf.paired import PairedComparison, paired_comparison
+from logitlab.perf.sequential import SequentialDecision
 
 __all__ = ["SCHEMA_VERSION", "CommandRun", "BenchRunConfig", "AaReport", "BenchRunResult", "run_command",
            "bench_run", "compile_metric"]
@@ -279,7 +281,7 @@ class BenchRunConfig:
     control, candidate : str
         Shell commands (the same string in A/A mode).
     blocks : int
-        ABBA/BAAB blocks (>= 2 for a CI), 4 timed runs each.
+        ABBA/BAAB blocks (>= 2 for a CI), 4 timed runs each; with ``auto``, the budget.
     warmup : int
         Untimed runs per variant before the blocks.
     randomize : bool
@@ -301,6 +303,11 @@ class BenchRunConfig:
         Seconds per run.
     confidence : float
     n_bootstrap : int
+    auto : bool
+        ``--blocks auto``: after each block the sequential rule
+        (:mod:`logitlab.perf.sequential`) on the primary metric says whether to stop.
+    max_time : float or None
+        With ``auto``: wall-clock budget in seconds (no block starts that would end past it).
     """
 
     control: str
@@ -318,6 +325,8 @@ class BenchRunConfig:
     timeout: float | None = None
     confidence: float = 0.95
     n_bootstrap: int = 9999
+    auto: bool = False
+    max_time: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("control", "candidate"):
@@ -332,6 +341,10 @@ class BenchRunConfig:
             raise InputError(f"--timeout must be positive seconds, got {self.timeout!r}")
         if self.margin is not None:
             check_margin(self.margin, option="--margin")
+        if self.auto:
+            check_auto_budget(self.blocks, self.max_time, flag="--max-blocks")
+        elif self.max_time is not None:
+            raise InputError("--max-time is the budget of --blocks auto; with a fixed number of blocks drop it")
         compile_metric(self.metric_regex)
 
     @property
@@ -390,6 +403,9 @@ class BenchRunResult(ResultRecord):
         means over the valid blocks' slots, in the metric's unit.
     aa : AaReport or None
         A/A mode only.
+    sequential : dict of str to SequentialDecision
+        ``--blocks auto`` only: per compared metric, the sequential decision at
+        the stop (the comparisons then carry its call and repeated CI).
     host : dict
         :func:`logitlab.manifest.host_info` at the start.
     error : str or None
@@ -408,6 +424,7 @@ class BenchRunResult(ResultRecord):
     aa: AaReport | None
     host: dict[str, Any]
     error: str | None = None
+    sequential: dict[str, SequentialDecision] = dataclasses.field(default_factory=dict)
 
     @property
     def primary(self) -> PairedComparison | None:
@@ -482,6 +499,11 @@ def bench_run(
     runs: list[CommandRun] = []
     attempts = {CONTROL: [], CANDIDATE: []}  # type: dict[str, list[bool]]
     error = None
+    autostop = None
+    if config.auto:
+        autostop = AutoStop(max_blocks=config.blocks, max_time=config.max_time, margin=config.margin,
+                            higher_is_better=_direction(config, config.primary), metric=config.primary,
+                            unit=_unit(config, config.primary), budget_flag="--max-blocks")
     for slot in schedule:
         measured = runner(commands[slot.variant], metric=pattern, timeout=config.timeout)
         run = CommandRun(variant=slot.variant, index=slot.index, block=slot.block, position=slot.position,
@@ -502,7 +524,12 @@ def bench_run(
                 error = what if regex_fault else f"{what} on each of its first {len(attempts[slot.variant])} runs"
             if error:
                 break
-    result = _analyse(config, runs, host, error)
+        if autostop is not None and slot.position == 3:
+            decision = autostop.look(_metric_blocks(config, runs, config.primary), blocks_run=slot.block + 1)
+            emit("look", {"decision": decision})
+            if decision.stop:
+                break
+    result = _analyse(config, runs, host, error, autostop)
     if error is not None or not result.comparisons:
         raise InputError(error or _no_blocks_message(config, result), partial=result)
     return result
@@ -515,15 +542,39 @@ def _no_blocks_message(config: BenchRunConfig, result: BenchRunResult) -> str:
     return f"no block of {config.blocks} completed without a failed run: nothing to compare{detail}"
 
 
-def _analyse(config: BenchRunConfig, runs: list[CommandRun], host: dict[str, Any], error: str | None
-             ) -> BenchRunResult:
+def _valid_blocks(runs: list[CommandRun]) -> tuple[list[list[CommandRun]], list[int]]:
+    """Complete blocks whose four runs succeeded, in run order, and the failed block numbers."""
     by_block: dict[int, list[CommandRun]] = {}
     for run in runs:
         if run.block is not None:
             by_block.setdefault(run.block, []).append(run)
     complete = {b: s for b, s in by_block.items() if len(s) == 4}
     failed = sorted(b for b, s in complete.items() if not all(r.ok for r in s))
-    valid = [complete[b] for b in sorted(complete) if b not in failed]
+    return [complete[b] for b in sorted(complete) if b not in failed], failed
+
+
+def _direction(config: BenchRunConfig, metric: str) -> bool:
+    return config.higher_is_better if metric == config.metric_name and config.metric_regex else _UNITS[metric][1]
+
+
+def _unit(config: BenchRunConfig, metric: str) -> str:
+    return config.metric_unit if metric == config.metric_name and config.metric_regex else _UNITS[metric][0]
+
+
+def _metric_blocks(config: BenchRunConfig, runs: list[CommandRun], metric: str) -> list[Block]:
+    """The valid blocks of one metric (a block with a value <= 0 is left out)."""
+    valid, _ = _valid_blocks(runs)
+    out = []
+    for slots in valid:
+        values = [_value(r, metric) for r in slots]
+        if all(v is not None and v > 0 for v in values):
+            out.append(Block(slots[0].pattern, tuple(values)))
+    return out
+
+
+def _analyse(config: BenchRunConfig, runs: list[CommandRun], host: dict[str, Any], error: str | None,
+             autostop: AutoStop | None = None) -> BenchRunResult:
+    valid, failed = _valid_blocks(runs)
     metrics = ([config.metric_name] if config.metric_regex else []) + ["wall", "user", "sys", "max_rss"]
     comparisons: dict[str, PairedComparison] = {}
     skipped: dict[str, str] = {}
@@ -546,9 +597,15 @@ def _analyse(config: BenchRunConfig, runs: list[CommandRun], host: dict[str, Any
             variant: float(np.exp(np.mean([math.log(v) for slots, row in zip(valid, values)
                                            for r, v in zip(slots, row) if r.variant == variant])))
             for variant in (CONTROL, CANDIDATE)}
+    sequential: dict[str, SequentialDecision] = {}
+    if autostop is not None:
+        for metric, comparison in list(comparisons.items()):
+            comparisons[metric], sequential[metric] = autostop.restate(
+                comparison, _metric_blocks(config, runs, metric))
     aa = None
     primary = comparisons.get(config.primary)
     if config.aa and primary is not None:
         aa = _aa_report(valid, primary, config.primary)
     return BenchRunResult(config=dataclasses.asdict(config), runs=runs, failed_blocks=failed,
-                          comparisons=comparisons, skipped_metrics=skipped, summaries=summaries, aa=aa, host=host, error=error)
+                          comparisons=comparisons, skipped_metrics=skipped, summaries=summaries, aa=aa, host=host,
+                          error=error, sequential=sequential)

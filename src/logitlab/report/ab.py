@@ -9,7 +9,7 @@ from __future__ import annotations
 from logitlab.experiments.ab import PHASES, AbResult, speed_blocks
 from logitlab.perf.design import CANDIDATE
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
-from logitlab.report.speed_text import paired_reason
+from logitlab.report.speed_text import paired_reason, sequential_reason, stopping_note
 from logitlab.report.text import (
     FLIP_HEADER,
     SPEED_HEADER,
@@ -122,5 +122,11 @@ def _speed(result: AbResult) -> list:
     table = Table(SPEED_HEADER, speed_rows(result, blocks),
                   title="speed (tokens/s): candidate / control; columns and ratio are geometric means over the "
                         "ABBA/BAAB blocks")
-    return [table, *[Paragraph(f"{phase}: {paired_reason(p)}", tone="dim", tight=True)
-                     for phase, p in result.speed.items()]]
+    reasons = [Paragraph(f"{phase}: " + (sequential_reason(result.sequential[phase]) if phase in result.sequential
+                                         else paired_reason(p)), tone="dim", tight=True)
+               for phase, p in result.speed.items()]
+    if result.config.get("repeats") == "auto":
+        driving = result.sequential.get("decode") or result.sequential.get("prefill")
+        blocks_run = len({r.block for r in result.runs if r.block is not None})
+        reasons.append(Paragraph(stopping_note(driving, blocks_run, "--repeats auto"), tone="note", tight=True))
+    return [table, *reasons]

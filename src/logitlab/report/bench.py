@@ -15,7 +15,7 @@ from typing import Any
 from logitlab.perf.commands import BenchRunResult
 from logitlab.perf.compare_files import MIN_SAMPLES_FOR_CI, FileComparison, NoiseProfile, ScenarioComparison
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Rich, Span, Table, rich
-from logitlab.report.speed_text import paired_reason, scenario_reason
+from logitlab.report.speed_text import paired_reason, scenario_reason, sequential_reason, stopping_note
 from logitlab.report.text import plural
 
 __all__ = ["run_document", "compare_document", "calibration_document", "fmt_value", "host_line"]
@@ -122,8 +122,15 @@ def no_block_line(result: BenchRunResult, *, detail: bool = False) -> str | None
 def _schedule_line(result: BenchRunResult) -> str:
     cfg = result.config
     n_valid = result.primary.n_blocks if result.primary else 0
-    return (f"{plural(cfg['blocks'], 'ABBA/BAAB block')} ({'random' if cfg['randomize'] else 'alternating'} "
-            f"order), {cfg['warmup']} untimed warmup(s) per variant; {n_valid} block(s) compared")
+    size = f"up to {plural(cfg['blocks'], 'ABBA/BAAB block')} (--blocks auto)" if cfg.get("auto") else \
+        plural(cfg['blocks'], 'ABBA/BAAB block')
+    line = (f"{size} ({'random' if cfg['randomize'] else 'alternating'} order), "
+            f"{cfg['warmup']} untimed warmup(s) per variant; {n_valid} block(s) compared")
+    if cfg.get("auto"):
+        primary = result.sequential.get(result.config["metric_name"] if result.config["metric_regex"] else "wall")
+        line += "; " + stopping_note(primary, len({r.block for r in result.runs if r.block is not None}),
+                                     "--blocks auto")
+    return line
 
 
 def _problem_lines(result: BenchRunResult) -> list[str]:
@@ -190,7 +197,8 @@ def run_document(result: BenchRunResult, *, show_error: bool = True) -> Document
                 Paragraph(f"{note}; {_schedule_line(result)}", tone="dim", tight=True),
                 Bullets(problems, tone="warning", tight=True) if problems else None)
     if p:
-        doc.add(Paragraph(paired_reason(p)))
+        decision = result.sequential.get(result.config["metric_name"] if result.config["metric_regex"] else "wall")
+        doc.add(Paragraph(sequential_reason(decision) if decision else paired_reason(p)))
     if result.aa:
         doc.add(Bullets(_aa_lines(result), tone="note" if result.aa.false_positive else None))
     if not empty:

@@ -14,8 +14,10 @@ from logitlab.perf.compare_files import MIN_SAMPLES_FOR_CI, FileComparison, Scen
 from logitlab.perf.equivalence import three_way_call
 from logitlab.perf.paired import PairedComparison, better_orientation
 from logitlab.perf.power import blocks_needed
+from logitlab.perf.sequential import SPENDING_NAMES, SequentialDecision
+from logitlab.report.text import plural
 
-__all__ = ["paired_reason", "scenario_reason"]
+__all__ = ["paired_reason", "scenario_reason", "sequential_reason", "stopping_note"]
 
 
 def _pct(x: float) -> str:
@@ -105,3 +107,61 @@ def scenario_reason(s: ScenarioComparison, comparison: FileComparison) -> str:
         return (f"inconclusive: {ci_txt} lies beyond the {region}, but not after Holm's adjustment "
                 f"over {tested} scenarios (p {s.p_holm:.2g})")
     return f"inconclusive: {ci_txt} straddles an edge of the {region}"
+
+
+def sequential_reason(d: SequentialDecision) -> str:
+    """One paragraph with the numbers behind a sequential call (``--repeats auto``, ``--blocks auto``)."""
+    call, stop_reason, n, min_blocks, max_blocks = d.call, d.stop_reason, d.n_blocks, d.min_blocks, d.max_blocks
+    look, n_looks, alpha, spending, nominal = d.look, d.n_looks, d.alpha, d.spending, d.nominal_confidence
+    mean, sd, delta, margin_source = d.mean_log_ratio, d.sd_log_ratio, d.margin, d.margin_source
+    metric, unit, higher_is_better = d.metric, d.unit, d.higher_is_better
+    lo, hi = _log(d.ci_low), _log(d.ci_high)
+    label = f"{metric} ({unit})" if metric and unit else (metric or unit or "metric")
+    design = (f"sequential design, {SPENDING_NAMES[spending]} alpha spending over looks after blocks "
+              f"{min_blocks}-{max_blocks}")
+    where = {"decided": "stopped", "max-blocks": "budget spent", "max-time": "time budget spent",
+             None: "running"}[stop_reason]
+    head = f"{call}: {where} after {n} of at most {max_blocks} blocks ({design})"
+    if lo is None:
+        if look is None:
+            body = f"the first look is after block {min_blocks}"
+        else:
+            body = f"look {look} of {n_looks} spends no alpha yet"
+        if mean is not None:
+            body += f"; the geometric-mean {label} ratio so far is {math.exp(mean):.4g}"
+        return f"{head}; {body}."
+    ci = f"{100 * (1 - alpha):g}% repeated CI {math.exp(lo):.4g}-{math.exp(hi):.4g}"
+    stats_text = (f"candidate/control geometric-mean {label} ratio {math.exp(mean):.4g}, {ci} (look {look} of "
+                  f"{n_looks}: paired t at nominal {100 * nominal:.4g}%, df {n - 1}; valid at any stopping time)")
+    region = f"equivalence region {1 / (1 + delta):.4g}-{1 + delta:.4g} (delta {_pct(delta)}, from {margin_source})"
+    side = "above" if higher_is_better else "below"
+    other = "below" if higher_is_better else "above"
+    if call == "equivalent":
+        body = f"the repeated CI lies inside the {region}"
+    elif call == "faster":
+        body = f"the whole repeated CI is on the better side of 1 ({side} 1 for this metric), not inside the {region}"
+    elif call == "slower":
+        body = f"the whole repeated CI is on the worse side of 1 ({other} 1 for this metric), not inside the {region}"
+    else:
+        body = f"the repeated CI includes 1 and reaches beyond the {region}"
+        if call == "continue":
+            body += f"; up to {max_blocks - n} more block{'s' if max_blocks - n != 1 else ''}"
+    text = f"{head}: {stats_text}; {body}."
+    if sd == 0.0:
+        text += f" All {n} block log ratios are identical (sd 0): the CI has zero width."
+    return text
+
+
+
+
+def stopping_note(d: SequentialDecision | None, blocks_run: int, mode_flag: str) -> str:
+    """One line: the blocks run against the budget, why the run stopped, and what the CIs shown are."""
+    if d is None:
+        return f"{mode_flag}: no look was reached in {plural(blocks_run, 'block')}"
+    why = {"decided": f"decided: {d.metric or 'metric'} {d.call}",
+           "max-blocks": "budget of blocks spent without a call",
+           "max-time": "time budget spent without a call",
+           None: "stopped before a call"}[d.stop_reason]
+    return (f"{mode_flag}: ran {blocks_run} of at most {d.max_blocks} blocks ({why}); sequential design with "
+            f"{SPENDING_NAMES[d.spending]} alpha spending, looks after every block from {d.min_blocks}: the CIs "
+            f"and calls shown are {100 * (1 - d.alpha):g}% repeated CIs, valid at this stopping time")

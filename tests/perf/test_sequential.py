@@ -1,0 +1,280 @@
+"""Maths of logitlab.perf.sequential on crafted and simulated data (seeded, a few seconds)."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from logitlab.errors import InputError
+from logitlab.report.speed_text import sequential_reason
+from logitlab.perf import Block, aa_margin, paired_comparison
+from logitlab.perf.sequential import (
+    SequentialDecision,
+    sequential_comparison,
+    sequential_decision,
+    sequential_step,
+    spending_boundaries,
+    spent_alpha,
+)
+from logitlab.perf.simulate import simulate_blocks
+from logitlab.perf.simulate_sequential import simulate_sequential
+
+
+def run_until_stop(x, **kw):
+    """Feed the log ratios one block at a time; the decision at the stop."""
+    for n in range(1, len(x) + 1):
+        d = sequential_step(x[:n], **kw)
+        if d.stop:
+            return d
+    raise AssertionError("the rule did not stop at max_blocks")
+
+
+# --- boundaries --------------------------------------------------------------
+
+
+def test_spent_alpha_ends_and_orders():
+    for spending in ("obrien-fleming", "pocock"):
+        assert spent_alpha(0.0, spending=spending) == 0.0
+        assert spent_alpha(1.0, alpha=0.05, spending=spending) == 0.05
+        grid = [spent_alpha(t, spending=spending) for t in np.linspace(0.05, 1.0, 20)]
+        assert all(a < b for a, b in zip(grid, grid[1:]))
+    # O'Brien-Fleming type spends far less early than Pocock type.
+    assert spent_alpha(0.25) < 0.1 * spent_alpha(0.25, spending="pocock")
+    assert spent_alpha(0.25) == pytest.approx(2 * stats.norm.sf(1.959963984540054 / 0.5))
+
+
+def test_pocock_type_boundaries_match_published_values():
+    # Lan-DeMets Pocock-type spending, 5 equally spaced looks, two-sided alpha 0.05
+    # (the values gsDesign's sfLDPocock gives: 2.438 2.427 2.410 2.397 2.386).
+    c = spending_boundaries(min_blocks=1, max_blocks=5, spending="pocock", statistic="z")
+    np.testing.assert_allclose(c, [2.438, 2.427, 2.410, 2.397, 2.386], atol=0.02)
+
+
+@pytest.mark.parametrize("spending", ["obrien-fleming", "pocock"])
+def test_boundaries_spend_alpha_exactly(spending):
+    """Independent check with scipy's multivariate normal CDF: P(no crossing by look k) = 1 - alpha(t_k)."""
+    c = spending_boundaries(min_blocks=2, max_blocks=4, spending=spending, statistic="z")
+    info = np.array([2.0, 3.0, 4.0])
+    cov = np.sqrt(np.minimum.outer(info, info) / np.maximum.outer(info, info))
+    for k in range(1, 4):
+        inside = stats.multivariate_normal(mean=np.zeros(k), cov=cov[:k, :k]).cdf(
+            c[:k], lower_limit=-c[:k], rng=np.random.default_rng(0))
+        assert 1 - inside == pytest.approx(spent_alpha(info[k - 1] / 4, spending=spending), abs=1e-3)
+
+
+def test_obrien_fleming_boundaries_fall_to_near_the_fixed_value():
+    z = spending_boundaries(min_blocks=3, max_blocks=12, statistic="z")
+    t = spending_boundaries(min_blocks=3, max_blocks=12)
+    assert np.all(np.diff(z) < 0) and np.all(np.diff(t) < 0)
+    assert z[0] > 3.5 and 1.96 < z[-1] < 2.2
+    # The t boundary is above the t quantile of the z boundary's nominal level at small df
+    # (the shortcut is anti-conservative), and above the fixed t quantile at the last look.
+    # (From the second look on: the first spends 9e-5, ~90 simulated paths, too few to order.)
+    df = np.arange(2, 12)
+    assert np.all((t > stats.t.isf(stats.norm.sf(z), df))[1:])
+    assert stats.t.isf(0.025, 11) < t[-1] < 1.15 * stats.t.isf(0.025, 11)
+
+
+def test_single_look_is_the_fixed_design():
+    assert spending_boundaries(min_blocks=6, max_blocks=6)[0] == pytest.approx(stats.t.isf(0.025, 5), rel=0.01)
+    assert spending_boundaries(min_blocks=6, max_blocks=6, statistic="z")[0] == pytest.approx(1.96, rel=0.01)
+
+
+# --- one decision --------------------------------------------------------------
+
+
+def blocks_with_ratios(log_ratios, *, base=100.0, aa=()):
+    """Alternating blocks whose block log ratio is exactly each value (A/A ratio from ``aa``, default 0)."""
+    out = []
+    for i, r in enumerate(log_ratios):
+        a1 = base
+        a2 = base * math.exp(aa[i]) if aa else base
+        b = math.sqrt(a1 * a2) * math.exp(r)
+        out.append(Block("ABBA", (a1, b, b, a2)) if i % 2 == 0 else Block("BAAB", (b, a1, a2, b)))
+    return out
+
+
+def test_single_look_reproduces_paired_comparison():
+    """With min = max = n there is one look: the repeated CI is the fixed paired-t CI, the call the same."""
+    rng = np.random.default_rng(3)
+    for effect in (1.0, 1.01, 1.05):
+        blocks = simulate_blocks(8, effect=effect, noise_sd=0.02, seed=rng)
+        fixed = paired_comparison(blocks, higher_is_better=True, metric="m", unit="u", n_bootstrap=0)
+        seq = sequential_decision(blocks, higher_is_better=True, min_blocks=8, max_blocks=8)
+        assert seq.critical_t == pytest.approx(stats.t.isf(0.025, 7), rel=0.01)
+        assert seq.ci_low == pytest.approx(fixed.ci_low, rel=1e-3)
+        assert seq.ci_high == pytest.approx(fixed.ci_high, rel=1e-3)
+        assert seq.margin == fixed.margin and seq.margin_source == fixed.margin_source
+        assert seq.call == fixed.call and seq.stop
+
+
+def test_margin_is_the_aa_margin_of_the_blocks_so_far():
+    rng = np.random.default_rng(4)
+    blocks = simulate_blocks(7, noise_sd=0.03, seed=rng)
+    d = sequential_decision(blocks, higher_is_better=True)
+    assert d.margin == aa_margin(blocks) and d.margin_source == "a/a"
+    assert sequential_decision(blocks[:2], higher_is_better=True).margin_source == "default"
+    assert sequential_decision(blocks, higher_is_better=True, margin=0.03).margin_source == "option"
+
+
+def test_clear_effect_stops_early_and_faster():
+    x = [0.10, 0.11, 0.09, 0.10, 0.105, 0.095]
+    d = run_until_stop(x + [0.1] * 6, margin=0.02)
+    assert (d.call, d.stop_reason) == ("faster", "decided")
+    assert d.n_blocks <= 6 and d.ci_low > 1.0
+    assert d.ratio == pytest.approx(math.exp(np.mean(x[:d.n_blocks])))
+
+
+def test_direction_follows_the_metric():
+    x = [0.10, 0.11, 0.09, 0.10, 0.105, 0.095]
+    up = sequential_step(x, margin=0.02, higher_is_better=True)
+    down = sequential_step(x, margin=0.02, higher_is_better=False)
+    assert (up.call, down.call) == ("faster", "slower")
+    assert down.speedup_ci_high == pytest.approx(1 / up.speedup_ci_low)
+    assert (up.ci_low, up.ci_high) == (down.ci_low, down.ci_high)
+
+
+def test_equivalent_when_tight_around_zero():
+    x = [0.001, -0.001, 0.0005, -0.0005, 0.0, 0.0008, -0.0008]
+    d = run_until_stop(x + [0.0] * 5, margin=0.02)
+    assert (d.call, d.stop_reason) == ("equivalent", "decided")
+    assert 1 / 1.02 < d.ci_low < 1 < d.ci_high < 1.02
+
+
+def test_min_and_max_blocks_are_respected():
+    x = [0.5, 0.5, 0.5, 0.5, 0.5]  # identical: zero-width CI, a call at the first look
+    assert [sequential_step(x[:n], margin=0.02, min_blocks=4).call for n in range(1, 4)] == ["continue"] * 3
+    before = sequential_step(x[:3], margin=0.02, min_blocks=4)
+    assert not before.stop and before.look is None and before.ci_low is None
+    first = sequential_step(x[:4], margin=0.02, min_blocks=4)
+    assert first.stop and first.look == 1 and first.call == "faster"
+    noisy = np.random.default_rng(5).normal(0.0, 0.05, 6)
+    last = sequential_step(noisy, margin=0.001, min_blocks=3, max_blocks=6)
+    assert last.stop and last.stop_reason == "max-blocks" and last.call == "inconclusive"
+    assert last.look == last.n_looks == 4
+    with pytest.raises(InputError, match="exceed the budget"):
+        sequential_step(np.zeros(7), margin=0.02, max_blocks=6)
+
+
+def test_time_up_stops_with_max_time():
+    noisy = [0.03, -0.04, 0.05, -0.02]
+    d = sequential_step(noisy, margin=0.01, time_up=True)
+    assert (d.stop, d.stop_reason, d.call) == (True, "max-time", "inconclusive")
+    assert d.ci_low is not None  # the repeated CI at a stop for time is still reported
+    assert sequential_step([0.01], margin=0.02, time_up=True).stop_reason == "max-time"
+    # A call reached at this look wins over the clock.
+    assert sequential_step([0.5] * 4, margin=0.02, time_up=True).stop_reason == "decided"
+
+
+def test_repeated_ci_is_wider_than_the_fixed_ci_and_narrows_with_blocks():
+    rng = np.random.default_rng(6)
+    x = rng.normal(0.0, 0.02, 12)
+    widths = []
+    for n in range(3, 13):
+        d = sequential_step(x[:n], margin=0.5)  # wide margin: ignore the call
+        fixed = stats.ttest_1samp(x[:n], 0.0).confidence_interval(0.95)
+        assert d.ci_high / d.ci_low > math.exp(fixed.high - fixed.low)
+        assert d.nominal_confidence > 0.95 and d.alpha_spent == pytest.approx(spent_alpha(n / 12))
+        widths.append(d.critical_t)
+    assert all(a > b for a, b in zip(widths, widths[1:]))
+
+
+def test_bigger_effects_stop_sooner_on_average():
+    rng = np.random.default_rng(7)
+    noise = rng.normal(0.0, 0.02, (150, 12))
+    mean_blocks = []
+    for effect in (0.02, 0.04, 0.08):
+        mean_blocks.append(np.mean([run_until_stop(effect + row, margin=0.01).n_blocks for row in noise]))
+    assert mean_blocks[0] > mean_blocks[1] > mean_blocks[2]
+
+
+def test_fpr_under_optional_stopping_is_bounded_and_peeking_is_not():
+    """A/A: looking after every block and stopping at the first call keeps the FPR <= alpha;
+    stopping at the first naive p < 0.05 over the same looks does not."""
+    rng = np.random.default_rng(8)
+    n_exp = 600
+    noise = rng.normal(0.0, 0.02, (n_exp, 12))
+    flagged = peeked = 0
+    for row in noise:
+        d = run_until_stop(row, margin=0.01)
+        flagged += d.call in ("faster", "slower")
+        n = np.arange(3, 13)
+        t = np.array([abs(row[:k].mean()) / (row[:k].std(ddof=1) / math.sqrt(k)) for k in n])
+        peeked += bool(np.any(t >= stats.t.isf(0.025, n - 1)))
+    se = math.sqrt(0.05 * 0.95 / n_exp)
+    assert flagged / n_exp <= 0.05 + 2 * se
+    assert peeked / n_exp > 0.05 + 4 * se
+
+
+def test_repeated_ci_covers_the_truth_at_the_stop():
+    rng = np.random.default_rng(9)
+    n_exp, truth = 400, 0.03
+    covered = 0
+    for row in rng.normal(truth, 0.02, (n_exp, 12)):
+        d = run_until_stop(row, margin=0.01)
+        covered += math.log(d.ci_low) <= truth <= math.log(d.ci_high)
+    assert covered / n_exp >= 0.95 - 2 * math.sqrt(0.05 * 0.95 / n_exp)
+
+
+def test_simulated_machine_with_drift_keeps_the_fpr():
+    r = simulate_sequential(150, design="auto", effect=1.0, noise_sd=0.02, block_sd=0.02, drift=0.3, seed=10)
+    assert r["flagged"] <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 150)
+    assert len(r["blocks"]) == 150 and all(3 <= b <= 12 for b in r["blocks"])
+
+
+# --- results and errors --------------------------------------------------------
+
+
+def test_json_round_trip():
+    d = sequential_step([0.01, 0.02, 0.015, 0.012], margin=0.02, metric="decode", unit="tokens/s")
+    text = json.dumps(d.to_dict(), allow_nan=False)
+    assert SequentialDecision.from_dict(json.loads(text)) == d
+    with pytest.raises(InputError, match="unknown keys"):
+        SequentialDecision.from_dict({**d.to_dict(), "extra": 1})
+    with pytest.raises(InputError, match="call"):
+        SequentialDecision.from_dict({**d.to_dict(), "call": "maybe"})
+
+
+def test_sequential_comparison_restates_the_call_and_ci():
+    rng = np.random.default_rng(11)
+    blocks = simulate_blocks(6, effect=1.05, noise_sd=0.01, seed=rng)
+    fixed = paired_comparison(blocks, higher_is_better=True, metric="decode", unit="tokens/s", n_bootstrap=99)
+    d = sequential_decision(blocks, higher_is_better=True, metric="decode", unit="tokens/s")
+    merged = sequential_comparison(fixed, d)
+    assert (merged.call, merged.ci_low, merged.ci_high) == (d.call, d.ci_low, d.ci_high)
+    assert merged.ratio == fixed.ratio and merged.p_value is None and merged.bootstrap_method is None
+    assert "repeated CI" in sequential_reason(d) and "valid at any stopping time" in sequential_reason(d)
+    with pytest.raises(InputError, match="same blocks"):
+        sequential_comparison(fixed, sequential_decision(blocks[:5], higher_is_better=True))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(log_ratios=[0.1, float("nan"), 0.2]), "NaN or infinite"),
+    (dict(log_ratios=[[0.1, 0.2]]), "1-D"),
+    (dict(log_ratios="abc"), "not a sequence"),
+    (dict(margin=0.0), "margin"),
+    (dict(margin=float("inf")), "margin"),
+    (dict(alpha=0.7), "alpha"),
+    (dict(spending="haybittle"), "spending"),
+    (dict(min_blocks=1), "min_blocks"),
+    (dict(min_blocks=5, max_blocks=4), "below min_blocks"),
+    (dict(max_blocks=10_000), "above"),
+    (dict(max_blocks=2.5), "not an integer"),
+    (dict(time_up="yes"), "bools"),
+    (dict(margin_source="guess"), "margin_source"),
+])
+def test_bad_input(kwargs, match):
+    args = dict(log_ratios=[0.1, 0.2, 0.3], margin=0.02)
+    args.update(kwargs)
+    x = args.pop("log_ratios")
+    with pytest.raises(InputError, match=match):
+        sequential_step(x, **args)
+
+
+def test_bad_blocks_and_fraction():
+    with pytest.raises(InputError):
+        sequential_decision([1, 2, 3], higher_is_better=True)
+    with pytest.raises(InputError, match="fraction"):
+        spent_alpha(1.5)
