@@ -55,7 +55,7 @@ def test_missing_and_truncated_files_are_reported_and_the_plant_still_found(tmp_
     assert [t.label for t in result.unresolved_before_first] == ["ffn_inp-1@pos0"]
     problems = "\n".join(result.problems)
     assert f"{truncated}: truncated (250 bytes is not a multiple of 4" in problems
-    assert "l_out-3@pos2: size mismatch: A 32 vs B 64 elements (truncated?)" in problems
+    assert f"l_out-3@pos2: size mismatch: A 32 vs B 64 elements (truncated?: A {half})" in problems  # names the file
     assert len(result.problems) == 2 and all("\n" not in p for p in result.problems)
     assert result.n_unresolved == 2 and result.n_aligned == len(base) - 1
 
@@ -145,7 +145,7 @@ def test_dtype_mismatch_between_bin_and_i32(tmp_path):
     np.arange(4, dtype="<i4").tofile(a / "r_ids_pos1.i32")
     np.array([0, 1, 2, 5], dtype="<i4").tofile(b / "r_ids_pos1.i32")
     result = diff_dumps(open_dump(a), open_dump(b))
-    assert any("dtype mismatch: A float32 vs B int32" in p for p in result.problems)
+    assert any("dtype mismatch: A float32 vs B int32 (A " in p and str(b) in p for p in result.problems)
     assert result.first_divergence.label == "ids@pos1" and result.first_divergence.stats.max_ulp == 2
 
 

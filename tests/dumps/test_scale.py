@@ -10,7 +10,7 @@ from rich.console import Console
 from logitlab.dumps import diff_dumps, open_dump
 from logitlab.dumps.diff import DumpDiffResult
 from logitlab.dumps.stats import SCALE_MAX_RESIDUAL, SCALE_MIN_DEVIATION, TensorStats, fitted_scale, tensor_stats
-from logitlab.report.dumps import display_dump_diff, format_dump_diff_markdown
+from logitlab import report
 from rawdumps import N_POS, base_tensors, plant, write_folder
 
 SQRT_640 = np.float32(np.sqrt(640.0))  # Gemma 3 270M's embedding scale, √hidden_size
@@ -100,12 +100,12 @@ def test_dump_diff_skips_a_scale_for_the_first_divergence_and_says_so(tmp_path):
     again = DumpDiffResult.from_dict(json.loads(json.dumps(result.to_dict())))
     assert again.first_divergence.label == first.label and again.scale_only[0].count == N_POS
     out = io.StringIO()
-    display_dump_diff(result, Console(file=out, width=400))
+    report.display(result, Console(file=out, width=400))
     text = out.getvalue()
     line = ("attn_norm-0 (positions 0-2): B = 25.3 × A: a scale, most likely a naming or convention mismatch "
             "(cosine ")
     assert "first divergence: ffn_out-1@pos1 (layer 1, ffn" in text and line in text
-    assert "not taken as the first divergence" in format_dump_diff_markdown(result)
+    assert "not taken as the first divergence" in report.markdown(result)
 
 
 def test_only_scales_differ_then_there_is_no_first_divergence_but_the_scale_is_said(tmp_path):
@@ -116,6 +116,6 @@ def test_only_scales_differ_then_there_is_no_first_divergence_but_the_scale_is_s
                         open_dump(write_folder(tmp_path / "b", b, "q")))
     assert result.verdict == "differs" and result.first_divergence is None and result.first_by_position() == {}
     out = io.StringIO()
-    display_dump_diff(result, Console(file=out, width=400))
+    report.display(result, Console(file=out, width=400))
     assert "l_out-2 (positions 0): B = -2 × A: a scale" in out.getvalue()
     assert "first divergence:" not in out.getvalue()

@@ -142,17 +142,18 @@ def _blocks(opts: dict[str, Any]) -> dict[str, Any]:
             "max_time": opts["max_time"]}
 
 
-def _read_pair(base: str, candidate: str | None, fmt: str | None, baseline: str | None) -> tuple[Any, Any]:
+def _read_pair(base: str, candidate: str | None, fmt: str | None, baseline: str | None,
+               time: str = "real") -> tuple[Any, Any]:
     from logitlab.perf.readers import read_benchmark_file
 
     if candidate is None:
         if not Path(base).is_dir() or baseline is None:
             raise InputError("give two files (BASE CANDIDATE), or one criterion folder with --baseline NAME "
                              "(compared with its latest run, 'new')")
-        return (read_benchmark_file(base, format=fmt, baseline=baseline),
-                read_benchmark_file(base, format=fmt, baseline="new"))
-    return (read_benchmark_file(base, format=fmt, baseline=baseline or "new"),
-            read_benchmark_file(candidate, format=fmt, baseline="new"))
+        return (read_benchmark_file(base, format=fmt, baseline=baseline, time=time),
+                read_benchmark_file(base, format=fmt, baseline="new", time=time))
+    return (read_benchmark_file(base, format=fmt, baseline=baseline or "new", time=time),
+            read_benchmark_file(candidate, format=fmt, baseline="new", time=time))
 
 
 @bench.command("compare")
@@ -161,6 +162,9 @@ def _read_pair(base: str, candidate: str | None, fmt: str | None, baseline: str 
 @click.option("--baseline", default=None, help="criterion: the saved baseline of BASE (e.g. main); with one "
                                                "folder, compared with its latest run ('new').")
 @click.option("--format", "fmt", type=click.Choice(_FORMATS), default=None, help="Input format (default: detect).")
+@click.option("--time", type=click.Choice(("real", "cpu")), default="real", show_default=True,
+              help="Wall-clock or CPU time, where the tool records both (Google Benchmark: cpu_time; hyperfine: "
+                   "user + system). On a loaded machine CPU time can show what wall time hides.")
 @click.option("--noise", "noise_path", default=None, help="Per-scenario margins from `bench calibrate`.")
 @click.option("--margin", type=float, default=None, help="One margin δ for every scenario (0.05 = 5 %); "
                                                         "overrides --noise.")
@@ -194,13 +198,16 @@ def compare_cmd(**opts: Any) -> None:
                        inputs=[opts["base"], opts["candidate"], opts["noise_path"]])
     if opts["margin"] is not None:
         check_margin(opts["margin"], option="--margin")
-    base, candidate = _read_pair(opts["base"], opts["candidate"], opts["fmt"], opts["baseline"])
+    base, candidate = _read_pair(opts["base"], opts["candidate"], opts["fmt"], opts["baseline"], opts["time"])
     noise = None
     if opts["noise_path"]:
         noise = NoiseProfile.from_dict(_load_json(opts["noise_path"]), source=opts["noise_path"])
         if noise.format != base.format:
             raise InputError(f"--noise {opts['noise_path']} was calibrated on {noise.format} runs, but the files "
                              f"are {base.format}")
+        if noise.time != base.time:
+            raise InputError(f"--noise {opts['noise_path']} was calibrated on {noise.time} time, but --time is "
+                             f"{base.time}: calibrate the clock you compare (bench calibrate --time {base.time})")
     result = compare_benchmarks(base, candidate, margin=opts["margin"], noise=noise, noise_path=opts["noise_path"],
                                 confidence=opts["confidence"], n_bootstrap=opts["n_bootstrap"], seed=opts["seed"])
     write_reports(result, opts)
@@ -231,6 +238,8 @@ def _load_json(path: str) -> Any:
 @click.option("--baseline", "baselines", multiple=True,
               help="criterion: read these saved baselines of one folder as the runs (repeat the option).")
 @click.option("--format", "fmt", type=click.Choice(_FORMATS), default=None, help="Input format (default: detect).")
+@click.option("--time", type=click.Choice(("real", "cpu")), default="real", show_default=True,
+              help="Wall-clock or CPU time (as bench compare --time; calibrate the clock you compare).")
 @click.option("--confidence", type=float, default=0.95, show_default=True,
               help="Share of A/A comparisons the margin must cover.")
 @output_options(json=False, quiet_help="Do not print the report on the terminal (only write the files).")
@@ -250,9 +259,10 @@ def calibrate_cmd(**opts: Any) -> None:
     if opts["baselines"]:
         if len(opts["runs"]) != 1:
             raise InputError("--baseline reads several baselines of ONE criterion folder: give one path")
-        files = [read_benchmark_file(opts["runs"][0], format=opts["fmt"], baseline=b) for b in opts["baselines"]]
+        files = [read_benchmark_file(opts["runs"][0], format=opts["fmt"], baseline=b, time=opts["time"])
+                 for b in opts["baselines"]]
     else:
-        files = [read_benchmark_file(p, format=opts["fmt"]) for p in opts["runs"]]
+        files = [read_benchmark_file(p, format=opts["fmt"], time=opts["time"]) for p in opts["runs"]]
     profile = calibrate_noise(files, confidence=opts["confidence"])
     write_reports(profile, opts)
     if not opts["quiet"]:

@@ -494,7 +494,7 @@ def _compare_pair(a: TensorRef, b: TensorRef) -> TensorDiff:
         diff.problem = "; ".join(d for d in (a.defect and f"A: {a.defect}", b.defect and f"B: {b.defect}") if d)
         return diff
     if a.dtype != b.dtype:
-        diff.problem = f"{label}: dtype mismatch: A {a.dtype} vs B {b.dtype}"
+        diff.problem = f"{label}: dtype mismatch: A {a.dtype} vs B {b.dtype} (A {a.source}, B {b.source})"
         return diff
     try:
         x = a.load()
@@ -504,8 +504,9 @@ def _compare_pair(a: TensorRef, b: TensorRef) -> TensorDiff:
         return diff
     if x.size != y.size:
         what = "truncated?" if min(x.size, y.size) else "empty"
-        diff.problem = (f"{label}: size mismatch: A {x.size} vs B {y.size} elements ({what}); "
-                        f"A shape {tuple(x.shape)}, B shape {tuple(y.shape)}")
+        short_side, short = ("A", a) if x.size < y.size else ("B", b)
+        diff.problem = (f"{label}: size mismatch: A {x.size} vs B {y.size} elements ({what}: {short_side} "
+                        f"{short.source}); A shape {tuple(x.shape)}, B shape {tuple(y.shape)}")
         return diff
     try:
         diff.stats = tensor_stats(x, y)

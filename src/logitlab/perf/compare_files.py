@@ -225,6 +225,7 @@ class FileComparison(ResultRecord):
     n_bootstrap: int = 9999
     seed: int = 0
     host: dict[str, Any] = field(default_factory=dict)
+    time: str = "real"
 
     def worst_first(self) -> list[ScenarioComparison]:
         """Scenarios by status (regressed first), then by how much worse they got."""
@@ -286,6 +287,8 @@ class NoiseProfile(ResultRecord):
     scenarios : dict of str to ScenarioNoise
     skipped : list of str
         Scenarios missing from some run (not calibrated).
+    time : {'real', 'cpu'}
+        The clock of the runs (``bench calibrate --time``).
     """
 
     KIND: ClassVar[str] = _NOISE_KIND
@@ -296,6 +299,7 @@ class NoiseProfile(ResultRecord):
     confidence: float
     scenarios: dict[str, ScenarioNoise]
     skipped: list[str] = field(default_factory=list)
+    time: str = "real"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "noise file") -> "NoiseProfile":
@@ -314,7 +318,7 @@ class NoiseProfile(ResultRecord):
         try:
             scenarios = {k: from_fields(ScenarioNoise, v) for k, v in data["scenarios"].items()}
             return cls(runs=list(data["runs"]), format=str(data["format"]), confidence=float(data["confidence"]),
-                       scenarios=scenarios, skipped=list(data.get("skipped", [])))
+                       scenarios=scenarios, skipped=list(data.get("skipped", [])), time=str(data.get("time", "real")))
         except (KeyError, TypeError, AttributeError, InputError) as exc:
             raise InputError(f"{source} is a damaged noise profile ({exc}): run bench calibrate again") from None
 
@@ -433,6 +437,9 @@ def compare_benchmarks(
         raise InputError(f"n_bootstrap {n_bootstrap!r} must be an integer >= 100")
     if margin is not None:
         margin = check_margin(margin, option="--margin")
+    if base.time != candidate.time:
+        raise InputError(f"{base.path} holds {base.time} time but {candidate.path} {candidate.time} time: "
+                         "compare the same clock")
     if base.format != candidate.format:
         raise InputError(f"mixed formats: {base.path} is {base.format} output but {candidate.path} is "
                          f"{candidate.format}: compare files from the same tool")
@@ -527,7 +534,7 @@ def compare_benchmarks(
         scenarios=results, only_base=only_base, only_candidate=only_cand,
         geomean_ratio=float(math.exp(logs.mean())), geomean_ci_low=g_lo, geomean_ci_high=g_hi, counts=counts,
         noise_path=noise_path, base_context=dict(base.context), candidate_context=dict(candidate.context),
-        n_bootstrap=n_bootstrap, seed=seed, host=host_info(),
+        n_bootstrap=n_bootstrap, seed=seed, host=host_info(), time=base.time,
     )
 
 
@@ -578,6 +585,8 @@ def calibrate_noise(runs: Sequence[BenchmarkFile], *, confidence: float = 0.95) 
     confidence = check_confidence(confidence)
     if len(runs) < 2:
         raise InputError(f"calibration needs at least 2 runs of the same code, got {len(runs)}")
+    if len({r.time for r in runs}) > 1:
+        raise InputError("calibration runs mix wall-clock and CPU time: read them with the same --time")
     formats = {r.format for r in runs}
     if len(formats) > 1:
         raise InputError(f"mixed formats in calibration runs: {', '.join(f'{r.path} is {r.format}' for r in runs)}")
@@ -601,4 +610,4 @@ def calibrate_noise(runs: Sequence[BenchmarkFile], *, confidence: float = 0.95) 
             margin=noise_margin(ratio_sd, confidence),
         )
     return NoiseProfile(runs=[r.path for r in runs], format=runs[0].format, confidence=confidence,
-                        scenarios=out, skipped=skipped)
+                        scenarios=out, skipped=skipped, time=runs[0].time)

@@ -300,8 +300,9 @@ def compare_document(cmp: FileComparison, *, show_error: bool = True) -> Documen
     """
     conf = f"{100 * cmp.confidence:g}%"
     doc = Document("bench-compare", "logitlab bench compare")
+    clock = [("clock", "CPU time (--time cpu)")] if cmp.time == "cpu" else []
     doc.add(Heading(f"logitlab bench compare ({cmp.format}): {_headline(cmp)}"),
-            KeyValues([("base", Span(cmp.base_path, "code")), ("PR", Span(cmp.candidate_path, "code"))],
+            KeyValues([("base", Span(cmp.base_path, "code")), ("PR", Span(cmp.candidate_path, "code")), *clock],
                       boxed=True))
     doc.add(Table(("status", "scenario", "base", "PR", "change", f"{conf} CI of ratio", "δ", "samples"),
                   compare_rows(cmp), align=("left", "left") + ("right",) * 6),

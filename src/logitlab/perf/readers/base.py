@@ -97,12 +97,15 @@ class BenchmarkFile:
     context : dict
         Host and run information the file carries (CPU, load, tool version),
         for the report; may be empty.
+    time : {'real', 'cpu'}
+        The clock of the times read: wall-clock (``real``) or CPU time.
     """
 
     path: str
     format: str
     scenarios: dict[str, Scenario]
     context: dict[str, Any] = field(default_factory=dict)
+    time: str = "real"
 
 
 def load_json_text(path: str | Path, text: str | None = None) -> Any:

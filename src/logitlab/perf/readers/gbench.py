@@ -25,7 +25,7 @@ def looks_like(data: Any) -> bool:
     return isinstance(data, dict) and isinstance(data.get("benchmarks"), list) and isinstance(data.get("context"), dict)
 
 
-def read(path: str, data: Any, *, time_field: str = "real_time") -> BenchmarkFile:
+def read(path: str, data: Any, *, time: str = "real") -> BenchmarkFile:
     """Read parsed Google Benchmark JSON.
 
     Parameters
@@ -34,15 +34,16 @@ def read(path: str, data: Any, *, time_field: str = "real_time") -> BenchmarkFil
         For messages.
     data : dict
         The parsed file.
-    time_field : {'real_time', 'cpu_time'}, optional
-        Which time to use. Defaults to ``'real_time'`` (what compare.py
-        reports first).
+    time : {'real', 'cpu'}, optional
+        ``real_time`` (default; what compare.py reports first) or ``cpu_time``
+        of each repetition.
 
     Raises
     ------
     InputError
         On a missing time or unit, an unknown ``time_unit``, or no results.
     """
+    time_field = {"real": "real_time", "cpu": "cpu_time"}[time]
     iterations: dict[str, list[float]] = {}
     aggregates: dict[str, dict[str, float]] = {}
     errors: dict[str, int] = {}

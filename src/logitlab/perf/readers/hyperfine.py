@@ -23,8 +23,9 @@ def looks_like(data: Any) -> bool:
             and all(isinstance(r, dict) and "command" in r for r in data["results"]))
 
 
-def read(path: str, data: Any) -> BenchmarkFile:
-    """Read parsed hyperfine JSON.
+def read(path: str, data: Any, *, time: str = "real") -> BenchmarkFile:
+    """Read parsed hyperfine JSON: wall time per run (``times``), or with ``time='cpu'`` the mean
+    ``user`` + ``system`` time per command (hyperfine records CPU time as a mean only: no samples, no CI).
 
     Raises
     ------
@@ -34,6 +35,14 @@ def read(path: str, data: Any) -> BenchmarkFile:
     scenarios = {}
     for entry in data["results"]:
         name = str(entry["command"])
+        if time == "cpu":
+            if not isinstance(entry.get("user"), (int, float)) or not isinstance(entry.get("system"), (int, float)):
+                raise InputError(f"{path}: command {name!r} has no user/system time: --time cpu needs hyperfine's "
+                                 "user and system fields")
+            scenarios[name] = make_scenario(path=path, name=name, unit="s", higher_is_better=False,
+                                            summary=float(entry["user"]) + float(entry["system"]),
+                                            summary_statistic="hyperfine mean user + system (CPU) time")
+            continue
         times = entry.get("times")
         if not times:
             scenarios[name] = make_scenario(path=path, name=name, unit="s", higher_is_better=False,
