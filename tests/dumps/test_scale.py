@@ -94,7 +94,7 @@ def test_dump_diff_skips_a_scale_for_the_first_divergence_and_says_so(tmp_path):
         float(SQRT_640), rel=1e-6)
     assert result.first_by_position() == {1: "ffn_out-1@pos1", 2: "ffn_out-1@pos2"}
     summary = result.summary()
-    assert summary["schema_version"] == 4 and summary["scale_only_before_first"] == ["attn_norm-0"]
+    assert summary["schema_version"] == 5 and summary["scale_only_before_first"] == ["attn_norm-0"]
     assert summary["bit_exact_before_first"] == sum(1 for t in result.tensors[: result.first_index]
                                                     if not t.differs)
     again = DumpDiffResult.from_dict(json.loads(json.dumps(result.to_dict())))

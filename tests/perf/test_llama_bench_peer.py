@@ -130,4 +130,8 @@ def test_bench_compare_with_too_few_samples_says_so_plainly(model_path, tmp_path
         assert "by none" not in text and "across 0 scenarios" not in text
     data = json.loads((tmp_path / "cmp.json").read_text())
     assert [s["status"] for s in data["scenarios"]] == ["inconclusive"] * 2
-    assert all("2 samples on a side (< 5)" in s["reason"] for s in data["scenarios"])
+    from logitlab import report
+    from logitlab.report.speed_text import scenario_reason
+
+    result = report.load_result(data)
+    assert all("2 samples on a side (< 5)" in scenario_reason(s, result) for s in result.scenarios)
