@@ -10,7 +10,7 @@ from logitlab.cli.common import check_output_paths, handle_errors, output_option
 
 
 @click.command()
-@click.argument("result_file", metavar="RESULT.json")
+@click.argument("result_file", metavar="RESULT.json|SWEEP_DIR")
 @output_options(json_help="Write the result again as JSON.",
                 quiet_help="Do not print the report on the terminal (only write the files).")
 @handle_errors
@@ -18,17 +18,27 @@ def report(result_file: str, **opts: Any) -> None:
     """Render a result saved with --json: the terminal report, and --markdown / --json files.
 
     Works for every result kind: ab, verify, invariance, bench run, bench
-    compare, bench calibrate and dump-diff. Nothing is rerun.
+    compare, bench calibrate, dump-diff, sweep and a sweep's job files; a
+    sweep's --out folder shows its summary again, from the job results there.
+    Nothing is rerun.
 
     \b
     Examples:
       logitlab report out/demo.json
       logitlab report out/demo.json --markdown out/demo.md
+      logitlab report runs/
     """
+    from pathlib import Path
+
     from logitlab.report import read_result
 
     check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], inputs=[result_file])
-    result = read_result(result_file)
+    if Path(result_file).is_dir():  # a sweep's --out folder: the summary, recomputed from its job files
+        from logitlab.experiments.sweep import load_sweep
+
+        result = load_sweep(result_file)
+    else:
+        result = read_result(result_file)
     write_reports(result, opts)
     if not opts["quiet"]:
         show_report(result)

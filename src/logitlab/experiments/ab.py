@@ -15,7 +15,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -248,9 +248,13 @@ class AbResult(ResultRecord):
 class AbExperiment:
     """Runs an :class:`AbConfig`; :func:`run_ab` is the one-call form."""
 
-    def __init__(self, config: AbConfig, *, log_path: str | Path | None = None, on_event: Event | None = None):
+    def __init__(self, config: AbConfig, *, log_path: str | Path | None = None, on_event: Event | None = None,
+                 loader: Callable[[Variant], Engine] | None = None):
+        """``loader``: loads a variant's engine (default :func:`load_engine`); a sweep worker passes one that
+        keeps engines loaded between jobs (``session`` isolation)."""
         config.validate()
         self.config = config
+        self._load = loader or load_engine
         self.log_path = Path(log_path) if log_path else None
         self.on_event = on_event or ignore_event
         self.reference: RunOutput | None = None
@@ -271,10 +275,10 @@ class AbExperiment:
         with SlotRunner(variants, cfg.isolation) as runner:
             # Both engines load before any run: bad options, a context too small or another
             # tokenizer fail here, not after the control has run.
-            probe = load_engine(cfg.control)  # tokenizer, manifest; detokenizes the greedy text
+            probe = self._load(cfg.control)  # tokenizer, manifest; detokenizes the greedy text
             engines = [probe]
             try:
-                engines.append(candidate := load_engine(cfg.candidate))
+                engines.append(candidate := self._load(cfg.candidate))
                 if cfg.isolation == "session":  # reused for every slot; the runner closes them
                     runner.adopt(CONTROL, probe)
                     runner.adopt(CANDIDATE, candidate)

@@ -21,6 +21,7 @@ predicting ``g[i+1]``); ``position`` is its absolute position in the sequence
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -197,6 +198,8 @@ class VerifyExperiment:
         self.config = config
         self.on_event = on_event or ignore_event
         self._engine = engine
+        #: SHA-256 over the bits of every M=1 and M=K logit row, in run order (a sweep's logits hash)
+        self.logits_digest = hashlib.sha256()
 
     def run(self) -> VerifyResult:
         """Run the probe (and the guard).
@@ -248,11 +251,13 @@ class VerifyExperiment:
             first_batched: np.ndarray | None = None  # rows of the smallest K >= 2, to test batch invariance
             self.on_event("step", {"description": f"{prompt.name}: M=1 greedy"})
             ref = greedy_m1(engine, ids, cfg.n_decode)
+            self.logits_digest.update(np.ascontiguousarray(ref.rows, dtype=np.float32).tobytes())
             result.prompts.append(PromptRecord(prompt.name, prompt.kind, len(ids), ref.tokens,
                                                engine.detokenize(ref.tokens), ref.decode_seconds))
             for k in cfg.ks:
                 self.on_event("step", {"description": f"{prompt.name}: M={k} verify"})
                 obs, seconds = replay_mk(engine, ids, ref.tokens, k)
+                self.logits_digest.update(np.ascontiguousarray(obs, dtype=np.float32).tobytes())
                 c = compare_logits(ref.decode_rows, obs, top_k=cfg.top_k, token_ids=ref.tokens)
                 result.sweep.append(sweep_entry(prompt.name, k, c, len(ids), cfg.thresholds, seconds))
                 result.flips += self._flips(engine, prompt.name, k, len(ids), c, ref.decode_rows, obs)

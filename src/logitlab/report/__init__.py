@@ -32,6 +32,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "bench-compare": ("logitlab.perf.compare_files:FileComparison", "logitlab.report.bench:compare_document"),
     "logitlab-bench-noise": ("logitlab.perf.compare_files:NoiseProfile", "logitlab.report.bench:calibration_document"),
     "dump-diff": ("logitlab.dumps.diff:DumpDiffResult", "logitlab.report.dumps:dump_diff_document"),
+    "sweep": ("logitlab.experiments.sweep_summary:SweepResult", "logitlab.report.sweep:sweep_document"),
+    "sweep-job": ("logitlab.experiments.sweep_job:SweepJobResult", "logitlab.report.sweep:sweep_job_document"),
 }
 
 
