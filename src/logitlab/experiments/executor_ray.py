@@ -47,6 +47,9 @@ class _SweepWorker:
     def __init__(self, lane: int, keep_engines: int, placement: dict[str, Any] | None):
         context = ray.get_runtime_context()
         self.cache = EngineCache(keep_engines)
+        if placement is not None:  # what an engine's own Ray tasks started from here would be placed in
+            current = ray.util.get_current_placement_group()
+            placement = {**placement, "captures_child_tasks": current is not None and current.id.hex() == placement["id"]}
         self.where = worker_info("ray", lane=lane, gpus=[str(g) for g in ray.get_gpu_ids()],
                                  node_id=context.get_node_id(), node_ip=ray.util.get_node_ip_address(),
                                  actor_id=context.get_actor_id(), **({"placement_group": placement} if placement

@@ -511,6 +511,8 @@ def _axes(table: Any, base: Path, *, shared: bool) -> list[Axis]:
         kind, dot, name = str(key).partition(".")
         if dot and kind in ("options", "env"):
             nested.setdefault(kind, {})[name] = value
+        elif key in ("options", "env") and isinstance(value, Mapping):
+            nested.setdefault(key, {}).update(value)
         else:
             nested[key] = value
     axes = []
