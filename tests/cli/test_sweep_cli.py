@@ -117,3 +117,17 @@ def test_report_of_a_folder_without_a_sweep(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr == (f"error: {tmp_path} holds no sweep (sweep.json is missing): give a sweep's --out folder "
                            "or a result file\n")
+
+
+@pytest.mark.ray
+def test_no_cluster_at_the_address(matrix, tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = logitlab("sweep", matrix, "--out", tmp_path / "runs", "--executor", "ray", "--address", f"127.0.0.1:{port}")
+    assert proc.returncode == 2 and proc.stderr == (
+        f"error: no Ray cluster answers at --address 127.0.0.1:{port} (Connection refused): start one "
+        "(ray start --head) or check the address\n")
+    assert not (tmp_path / "runs").exists()  # a sweep that cannot start leaves nothing behind

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -87,14 +88,15 @@ def sweep(matrix_file: str, **opts: Any) -> None:
     executor = make_executor(opts["executor"], workers=opts["workers"], retries=opts["retries"],
                              address=opts["address"], runtime_env=matrix.ray.get("runtime_env"))
     result, interrupted = _run_with_progress(matrix, out, executor, opts)
+    jobs = os.path.join(out, "jobs", "")
     write_reports(result, opts)
     show_report(result, show_error=not interrupted)
     if interrupted:
-        click.echo(f"error: interrupted; finished jobs are in {out}/jobs/; --resume continues", err=True)
+        click.echo(f"error: interrupted; finished jobs are in {jobs}; --resume continues", err=True)
         sys.exit(EXIT_INTERRUPTED)
     counts = result.counts()
     if counts["failed"]:
-        fail(f"{counts['failed']} of {len(result.jobs)} jobs failed (their errors are above and in {out}/jobs/); "
+        fail(f"{counts['failed']} of {len(result.jobs)} jobs failed (their errors are above and in {jobs}); "
              f"logitlab sweep {matrix_file} --out {out} --resume runs them again")
     sys.exit(_require_exit_code(result, opts["require"]))
 

@@ -23,6 +23,7 @@ a dead actor is replaced by a fresh one and its job follows the executor's
 from __future__ import annotations
 
 import math
+import socket
 from typing import Any
 
 import ray
@@ -89,6 +90,7 @@ class RayExecutor(Executor):
         if self.runtime_env:
             kwargs["runtime_env"] = self.runtime_env
         if self.address:
+            _check_reachable(self.address)
             kwargs["address"] = self.address
         else:
             kwargs.update(address="local", include_dashboard=False)
@@ -186,6 +188,27 @@ class RayExecutor(Executor):
                 remove_placement_group(lane.group)
             except Exception:
                 pass
+
+
+#: Seconds to wait for a TCP connection to a cluster's address before ``ray.init`` (which retries for minutes).
+CONNECT_TIMEOUT = 10.0
+
+
+def _check_reachable(address: str) -> None:
+    """Raise InputError when nothing accepts a TCP connection at ``HOST:PORT`` or ``ray://HOST:PORT``.
+
+    ``auto`` and addresses without a port are left to Ray.
+    """
+    target = address.removeprefix("ray://")
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT):
+            pass
+    except OSError as exc:
+        raise InputError(f"no Ray cluster answers at --address {address} ({exc.strerror or exc}): start one "
+                         "(ray start --head) or check the address") from None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -253,9 +253,9 @@ class LocalExecutor(Executor):
     def _result(self, handle: Future) -> dict[str, Any]:
         try:
             return handle.result()
-        except BrokenProcessPool as exc:
-            raise WorkerDied(str(exc) or "the worker process ended abruptly (killed, or a crash in native code)") \
-                from None
+        except BrokenProcessPool:
+            raise WorkerDied("the worker process ended abruptly (killed by a signal, out of memory, or a crash in "
+                             "native code)") from None
 
     def _replace_lane(self, lane: _LocalLane) -> _LocalLane:
         self._close_lane(lane)

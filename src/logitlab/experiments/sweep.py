@@ -83,13 +83,23 @@ class _Record:
                  manifest: dict[str, Any], notes: list[str]):
         self.matrix, self.out, self.specs, self.results = matrix, out, specs, results
         self.manifest, self.notes = manifest, notes
-        (out / JOBS).mkdir(parents=True, exist_ok=True)
+        self.started = False
+
+    def start(self, executor: str, to_run: int) -> None:
+        """Create the folder and the manifest, once the workers are up (a sweep that cannot start leaves nothing)."""
+        if self.started:
+            return
+        self.started = True
+        (self.out / JOBS).mkdir(parents=True, exist_ok=True)
+        self.event("sweep-start", jobs=len(self.specs), to_run=to_run, finished=len(self.results), executor=executor)
+        self.summary()
 
     def event(self, kind: str, **data: Any) -> None:
         with (self.out / EVENTS).open("a", encoding="utf-8") as f:
             f.write(dumps_line({"time": now_utc(), "event": kind, **data}) + "\n")
 
     def job(self, result: SweepJobResult) -> None:
+        self.start("?", 0)  # (already started by the workers' event)
         write_json(self.out / JOBS / f"{result.key}.json", result.to_dict())
         self.results[result.key] = result
         self.event("job-end", job=result.key, status=result.status, attempt=result.attempt, where=result.where,
@@ -129,13 +139,12 @@ def run_sweep(matrix: Matrix, out: str | Path, executor: Executor, *, resume: bo
     manifest = {"logitlab_version": _version(), "driver": host_info(), "started_at": now_utc(), "finished_at": None,
                 "out": str(out), "resume": resume, "executor": executor.describe()}
     record = _Record(matrix, out, specs, dict(done), manifest, notes)
-    record.event("sweep-start", jobs=len(specs), to_run=len(todo), finished=len(done), executor=executor.name)
-    record.summary()
     on_event("sweep-start", {"jobs": len(todo), "finished": len(done)})
 
     def forward(kind: str, data: dict[str, Any]) -> None:
         if kind == "workers":
             manifest["executor"] = executor.describe()
+            record.start(executor.name, len(todo))
             record.event("workers", workers=data["workers"])
         elif kind in ("job-start", "job-retry"):
             record.event(kind, job=data["spec"].key, attempt=data["attempt"], where=data["where"],
@@ -150,9 +159,13 @@ def run_sweep(matrix: Matrix, out: str | Path, executor: Executor, *, resume: bo
                 on_event("job-end", {"result": result})
     except KeyboardInterrupt:
         manifest["finished_at"] = now_utc()
+        if not record.started:  # interrupted while the workers started: nothing written
+            raise Interrupted("interrupted", partial=summarize(matrix.name, matrix.to_dict(), manifest, specs, done,
+                                                               notes=notes, error="interrupted")) from None
         partial = record.summary(error="interrupted")
         record.event("sweep-end", status="interrupted")
         raise Interrupted("interrupted", partial=partial) from None
+    record.start(executor.name, len(todo))  # nothing to run: no worker started
     manifest["finished_at"] = now_utc()
     manifest["executor"] = executor.describe()
     result = record.summary()

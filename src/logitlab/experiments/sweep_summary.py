@@ -166,7 +166,7 @@ def summarize(name: str, matrix: Mapping[str, Any], manifest: Mapping[str, Any],
               error: str | None = None) -> SweepResult:
     """The :class:`SweepResult` of ``specs`` (matrix order) given the results finished so far (by job key)."""
     jobs = [_job_summary(spec, results.get(spec.key)) for spec in specs]
-    typed = {key: r.experiment_result() for key, r in results.items() if r.ok}
+    typed = {key: r.experiment_result() for key, r in results.items() if r.ok and r.result is not None}
     cells: dict[str, list[JobSpec]] = {}
     for spec in specs:
         cells.setdefault(spec.cell, []).append(spec)

@@ -41,6 +41,8 @@ def sweep_document(result: SweepResult, *, show_error: bool = True) -> Document:
                  f" (worst of {plural(len(result.cells), 'cell')})")
     doc.add(Heading(title), _header(result, counts))
     doc.add(_matrix_table(result))
+    if result.speed:
+        doc.add(_speed_table(result))
     doc.add(Figure("sweep-heatmap", _heatmap_caption(result), heatmap_data(result)))
     failed = [job for job in result.jobs if job.status == "failed"]
     if failed:
@@ -86,8 +88,9 @@ def _header(result: SweepResult, counts: dict[str, int]) -> KeyValues:
         ("jobs", f"{plural(len(result.cells), 'cell')} × {plural(len(matrix['prompts']), 'prompt')} = "
                  f"{plural(len(result.jobs), 'job')}: "
                  f"{counts['ok']} ok, {counts['failed']} failed, {counts['pending']} pending"),
-        ("executor", _executor_text(executor)),
     ]
+    if executor:
+        rows.append(("executor", _executor_text(executor)))
     if matrix.get("source"):
         rows.append(("matrix", matrix["source"]))
     if manifest.get("out"):
@@ -100,9 +103,8 @@ def _short(axis: dict[str, Any], value: Any) -> str:
 
 
 def _executor_text(executor: dict[str, Any]) -> str:
-    if not executor:
-        return "n/a"
-    text = f"{executor.get('executor')}, {plural(executor.get('workers') or 0, 'worker')}"
+    workers = executor.get("workers")
+    text = f"{executor.get('executor')}, " + (plural(workers, "worker") if workers else "no worker started")
     if executor.get("address"):
         text += f", Ray at {executor['address']}"
     if executor.get("retries"):
@@ -126,10 +128,7 @@ def _matrix_table(result: SweepResult) -> Table:
     header += ["cause"] if verify else ["A/A"]
     header += ["diff rows", "max |Δ|"]
     header += [] if verify else ["KLD mean", "KLD p99"]
-    header += ["flips"]
-    if result.speed:
-        header += ["decode ratio (95% CI)", "call"]
-    header += ["jobs", "logits hash"]
+    header += ["flips", "jobs", "logits hash"]
     rows = [_row(result, cell, verify) for cell in result.cells]
     align = ["left"] * (len(result.axes) + 2) + ["right"] * (len(header) - len(result.axes) - 2)
     if verify:
@@ -149,16 +148,35 @@ def _row(result: SweepResult, cell: CellSummary, verify: bool) -> list[Any]:
         row += [fmt_num(cell.kld_mean) if cell.kld_mean is not None else "—",
                 fmt_num(cell.kld_p99) if cell.kld_p99 is not None else "—"]
     row.append(str(cell.flips) if cell.flips is not None else "—")
-    if result.speed:
-        decode = cell.speed.get("decode")
-        if decode is None or decode.ratio is None:
-            row += ["—", "—"]
-        else:
-            ci = "" if decode.ci_low is None else f" ({decode.ci_low:.3f}–{decode.ci_high:.3f})"
-            row += [f"{decode.ratio:.3f}{ci}", Span(decode.call, f"call:{decode.call}")]
     jobs = f"{cell.ok}/{cell.jobs}" + (f" ({cell.failed} failed)" if cell.failed else "")
     row += [jobs, cell.logits_hash[:HASH_CHARS] if cell.logits_hash else "—"]
     return row
+
+
+SPEED_HEADER = ("decode ratio (95% CI)", "call", "prefill ratio (95% CI)", "call", "δ", "MDE", "blocks")
+
+
+def _speed_table(result: SweepResult) -> Table:
+    """Per cell: the paired speed comparison of decode and prefill tokens/s over every prompt's blocks."""
+    rows = []
+    for cell in result.cells:
+        row: list[Any] = [cell.values.get(axis, "") for axis in result.axes]
+        for phase in ("decode", "prefill"):
+            p = cell.speed.get(phase)
+            if p is None or p.ratio is None:
+                row += ["—", "—"]
+            else:
+                ci = "" if p.ci_low is None else f" ({p.ci_low:.3f}–{p.ci_high:.3f})"
+                row += [f"{p.ratio:.3f}{ci}", Span(p.call, f"call:{p.call}")]
+        decode = cell.speed.get("decode")
+        row += ["—", "—", "—"] if decode is None else [
+            f"{100 * decode.margin:.1f}% {decode.margin_source}",
+            "n/a" if decode.mde is None else f"{100 * decode.mde:.1f}%", str(decode.n_blocks)]
+        rows.append(row)
+    return Table((*result.axes, *SPEED_HEADER), rows,
+                 title="speed (tokens/s): candidate / control, geometric mean over the ABBA/BAAB blocks of every "
+                       "prompt of the cell; δ and MDE of decode",
+                 align=["left"] * len(result.axes) + ["right"] * len(SPEED_HEADER))
 
 
 def _heatmap_caption(result: SweepResult) -> str:
