@@ -174,6 +174,19 @@ def test_local_2x2(local_run, matrix_file, tmp_path):
     assert md.read_text() == (out.parent / "s.md").read_text()
     shown = logitlab("report", out)
     assert shown.stdout == again.stdout and "flash_attn" in shown.stdout and "near-tie" in shown.stdout
+    # the HTML report's heatmap: rows the first axis, columns the second, one entry per cell
+    from logitlab import report
+    from logitlab.experiments.sweep import load_sweep
+    from logitlab.report.document import Figure
+
+    (figure,) = [b for b in report.document(load_sweep(out)).blocks if isinstance(b, Figure)]
+    assert figure.kind == "sweep-heatmap" and "rows: flash_attn; columns: n_ubatch" in figure.caption
+    data = figure.data
+    assert (data["row_axis"], data["column_axes"], data["rows"], data["columns"]) == (
+        "flash_attn", ["n_ubatch"], ["0", "1"], ["512", "4"])
+    assert [(c["row"], c["column"], c["verdict"]) for c in data["cells"]] == [
+        (0, 0, "bit-exact"), (0, 1, "bit-exact"), (1, 0, verdicts[KEYS[2]]), (1, 1, verdicts[KEYS[3]])]
+    assert data["cells"][2]["severity"] == data["verdicts"].index(verdicts[KEYS[2]]) > 0
     # --resume with every job done runs nothing and keeps every file
     before = {p.name: p.read_bytes() for p in (out / "jobs").iterdir()}
     resumed = logitlab("sweep", matrix_file, "--out", out, "--resume", "-q")
@@ -265,7 +278,7 @@ def test_local_worker_killed_then_resume(local_run, matrix_file, tmp_path):
 @pytest.mark.ray
 def test_ray_worker_killed_is_retried(ray_cluster, local_run, matrix_file, tmp_path):
     out = tmp_path / "runs"
-    args = [matrix_file, "--out", out, "--executor", "ray", "--address", ray_cluster["client"], "--workers", "1",
+    args = [matrix_file, "--out", out, "--executor", "ray", "--address", ray_cluster["address"], "--workers", "1",
             "--retries", "1", "-q"]
     proc, pid, killed = _sweep_and_kill(args, _env(**LOOPBACK), out)
     assert proc.returncode == 0, proc.stderr
@@ -281,12 +294,15 @@ def test_ray_worker_killed_is_retried(ray_cluster, local_run, matrix_file, tmp_p
 
 @pytest.mark.ray
 def test_ray_placement_group_per_worker(ray_cluster, tmp_path):
-    """Bundles from the matrix: each worker reserves a placement group and its child tasks land in it."""
+    """Bundles from the matrix: each worker reserves a placement group and its child tasks land in it.
+
+    The driver reaches the cluster through Ray Client (``ray://``), as from outside a cluster.
+    """
     matrix = tmp_path / "pg.toml"
     matrix.write_text(MATRIX.replace("options.n_ubatch = [512, 4]\n", "").replace("[0, 1]", "[1]")
                       + '\n[resources]\nbundles = [{ CPU = 1 }, { CPU = 1 }]\nstrategy = "STRICT_PACK"\n')
     out = tmp_path / "runs"
-    proc = logitlab("sweep", matrix, "--out", out, "--executor", "ray", "--address", ray_cluster["address"], "-q",
+    proc = logitlab("sweep", matrix, "--out", out, "--executor", "ray", "--address", ray_cluster["client"], "-q",
                     env=_env(**LOOPBACK))
     assert proc.returncode == 0, proc.stderr
     (job,) = _jobs(out).values()
