@@ -130,7 +130,7 @@ def test_speed_is_pooled_over_the_cells_prompts():
     assert cell.kld_p99 == pytest.approx(float(np.percentile(np.array(rows, dtype=float), 99)))
     assert cell.positions == sum(len(r.prompt_ids) + 8 for r in abs_)
     text = report.markdown(summary)
-    assert "decode ratio (95% CI)" in text and f"**{expected.call}**" in text
+    assert "decode (95% CI)" in text and f"**{expected.call}**" in text
 
     # both result kinds survive JSON: typed again, nothing lost, the same report
     data = json.loads(json.dumps(to_jsonable(summary.to_dict())))

@@ -153,7 +153,7 @@ def _row(result: SweepResult, cell: CellSummary, verify: bool) -> list[Any]:
     return row
 
 
-SPEED_HEADER = ("decode ratio (95% CI)", "call", "prefill ratio (95% CI)", "call", "δ", "MDE", "blocks")
+SPEED_HEADER = ("decode (95% CI)", "call", "prefill (95% CI)", "call", "δ", "MDE", "blocks")
 
 
 def _speed_table(result: SweepResult) -> Table:
@@ -174,8 +174,7 @@ def _speed_table(result: SweepResult) -> Table:
             "n/a" if decode.mde is None else f"{100 * decode.mde:.1f}%", str(decode.n_blocks)]
         rows.append(row)
     return Table((*result.axes, *SPEED_HEADER), rows,
-                 title="speed (tokens/s): candidate / control, geometric mean over the ABBA/BAAB blocks of every "
-                       "prompt of the cell; δ and MDE of decode",
+                 title="speed: candidate / control tokens/s over every prompt's ABBA/BAAB blocks (δ, MDE: decode)",
                  align=["left"] * len(result.axes) + ["right"] * len(SPEED_HEADER))
 
 
