@@ -1,0 +1,123 @@
+"""Real llama.cpp tools as test peers: locate them, run them, start and stop ``llama-server``.
+
+The tools are built once by ``scripts/build-llama-tools.sh`` (``make tools``;
+``make test`` runs it) and found by :func:`logitlab.tools.llama_tool`. A test
+that needs one is marked ``peers`` and calls :func:`tool`: when the tools are
+missing the test *fails* with the build hint (it is never skipped quietly);
+deselect them with ``-m "not peers"``.
+
+``llama_server(...)`` starts ``llama-server`` on 127.0.0.1 on a free port,
+waits for ``/health``, yields the base URL and stops the process (terminate,
+then kill) when the ``with`` block ends, also when the test fails inside it.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import pytest
+
+from logitlab.errors import InputError
+from logitlab.tools import llama_tool
+
+READY_TIMEOUT = 120.0  # s: model load on a busy 2-core machine
+STOP_TIMEOUT = 15.0  # s: between terminate and kill
+
+
+def tool(name: str) -> str:
+    """Path of a built llama.cpp tool; fails the calling test (never skips) with the build hint when missing."""
+    try:
+        return str(llama_tool(name))
+    except InputError as exc:
+        pytest.fail(f"peer tool missing: {exc}", pytrace=False)
+
+
+def run_tool(name: str, *args: str, timeout: float = 300.0) -> subprocess.CompletedProcess:
+    """Run a tool to completion; fail the test with the tail of its output on a non-zero exit."""
+    proc = subprocess.run([tool(name), *args], capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        pytest.fail(f"{name} {' '.join(args)} exited with {proc.returncode}:\n{proc.stderr[-2000:]}", pytrace=False)
+    return proc
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_json(url: str, payload: dict | None = None, timeout: float = 60.0) -> Any:
+    """GET (``payload`` None) or POST JSON to ``url``; the decoded JSON answer."""
+    data = None if payload is None else json.dumps(payload).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def llama_server(model: str | Path, log_dir: Path, args: Sequence[str] = (), *,
+                 ready_timeout: float = READY_TIMEOUT) -> Iterator[str]:
+    """Run ``llama-server -m model`` on 127.0.0.1 for the duration of a ``with`` block.
+
+    Parameters
+    ----------
+    model : path
+        GGUF file (the embedded model in most tests).
+    log_dir : Path
+        Where ``llama-server.log`` (stdout + stderr) goes; its tail is shown
+        when the server exits early or is not ready in time.
+    args : sequence of str
+        Extra command-line arguments, e.g. ``["-c", "512", "-t", "2"]``.
+    ready_timeout : float
+        Seconds to wait for ``GET /health`` to answer 200 (it answers 503
+        while the model loads).
+
+    Yields
+    ------
+    str
+        The base URL, ``http://127.0.0.1:PORT`` (no trailing slash).
+    """
+    port = free_port()
+    log = Path(log_dir) / f"llama-server-{port}.log"
+    cmd = [tool("llama-server"), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), *args]
+    with log.open("w") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + ready_timeout
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"llama-server exited with {proc.returncode} before it was ready:\n"
+                            f"{log.read_text()[-1500:]}", pytrace=False)
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except (OSError, urllib.error.HTTPError):
+                pass  # not listening yet, or 503 while loading
+            if time.monotonic() > deadline:
+                pytest.fail(f"llama-server not ready after {ready_timeout:g} s:\n{log.read_text()[-1500:]}",
+                            pytrace=False)
+            time.sleep(0.2)
+        yield url
+    finally:
+        _stop(proc)
