@@ -228,7 +228,7 @@ def _finish(result: Any, opts: dict[str, Any]) -> None:
 
 @golden.command()
 @click.argument("golden_dir", metavar="DIR")
-@click.option("--reason", required=True, help="Why the golden changes (kept in its history).")
+@click.option("--reason", default=None, help="Why the golden changes (kept in its history; required).")
 @variant_options(recorded=True)
 @click.option("--build-commit", default=None, help="Source commit of this engine build (recorded as provenance).")
 @threshold_options
@@ -245,7 +245,7 @@ def update(golden_dir: str, **opts: Any) -> None:
     check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], inputs=[golden_dir])
     with make_progress(opts["quiet"]) as progress:
         task = progress.add_task("loading", total=None)
-        manifest = update_golden(golden_dir, opts["reason"], overrides=_overrides(opts),
+        manifest = update_golden(golden_dir, opts["reason"] or "", overrides=_overrides(opts),
                                  build_commit=opts["build_commit"], thresholds=thresholds_from(opts),
                                  top_k=opts["top_k"], on_event=_progress_events(progress, task, "re-recording"))
     write_reports(manifest, opts)
@@ -279,4 +279,8 @@ def export_kld(golden_dir: str, out: str, n_ctx: int | None) -> None:
     click.echo(f"golden {match.folder} ({match.reason})")
     click.echo(f"wrote {info.path}: {info.n_chunk} chunks × {info.n_ctx} tokens, {info.scored} scored positions, "
                f"vocabulary {info.n_vocab}, {format_bytes(info.bytes)}")
+    if info.decode_scored:
+        click.echo(f"note: {info.decode_scored} of the {info.scored} scored positions were decoded one token at a time "
+                   "(M=1) when recorded; llama-perplexity evaluates each chunk in one batch, so its KLD there includes "
+                   "the prefill-vs-decode difference (record long prompts with --tokens 0 for a batch-only base)")
     click.echo(f"next: llama-perplexity -m MODEL --kl-divergence-base {info.path} --kl-divergence -c {info.n_ctx}")

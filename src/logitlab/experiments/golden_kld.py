@@ -150,7 +150,13 @@ def check_kld_base(path: str | Path, variant: Variant, *, bar: Bar | None = None
 
 @dataclass(frozen=True)
 class KldExport:
-    """What :func:`export_kld_base` wrote: the file, its dimensions and size (bytes)."""
+    """What :func:`export_kld_base` wrote: the file, its dimensions and size (bytes).
+
+    ``decode_scored``: scored positions whose golden logits came from M=1 decode steps (the others from
+    the prompt's prefill). llama-perplexity evaluates every chunk in one batch, so at those positions
+    its KLD includes the engine's prefill-vs-decode difference (on llama.cpp's CPU backend a near-tie
+    difference; ``logitlab invariance prefill-decode`` measures it).
+    """
 
     path: str
     n_ctx: int
@@ -158,6 +164,7 @@ class KldExport:
     n_vocab: int
     scored: int
     bytes: int
+    decode_scored: int = 0
 
 
 def export_kld_base(manifest: GoldenManifest, path: str | Path, *, n_ctx: int | None = None) -> KldExport:
@@ -186,5 +193,9 @@ def export_kld_base(manifest: GoldenManifest, path: str | Path, *, n_ctx: int | 
                   for i in range(len(manifest.prompts)))
         write_kld_base(path, tokens, n_vocab, chunks)
     n_chunk = len(manifest.prompts)
+    # the logits at position j came from a decode step when j >= the prompt's length - 1 (the last prompt
+    # row is prefill; it predicts the first decode token)
+    decode = sum(max(0, (n_ctx - 1) - max(first, len(p.prompt_ids))) for p in manifest.prompts)
     return KldExport(path=str(path), n_ctx=n_ctx, n_chunk=n_chunk, n_vocab=n_vocab,
-                     scored=n_chunk * (n_ctx - 1 - first), bytes=kld_base_size(n_ctx, n_vocab, n_chunk))
+                     scored=n_chunk * (n_ctx - 1 - first), bytes=kld_base_size(n_ctx, n_vocab, n_chunk),
+                     decode_scored=decode)
