@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from logitlab.device import Device
+from logitlab.device import Device, device_info
 from logitlab.dumps.golden_format import (
     GoldenLogits,
     GoldenManifest,
@@ -60,7 +60,6 @@ from logitlab.experiments.golden_provenance import (
     provenance_changes,
     read_goldens,
 )
-from logitlab.device import device_info
 from logitlab.experiments.isolation import load_engine
 from logitlab.experiments.prompts import Prompt
 from logitlab.jsonio import ResultRecord
@@ -307,6 +306,7 @@ def record_golden(config: RecordConfig, root: str | Path, *, on_event: Event | N
     root = Path(root)
     engine = load_engine(config.variant)
     try:
+        engine.require("logits", "a golden (it stores logits)")
         prompt_ids = _tokenize(engine, config.prompts, config.n_decode)
         provenance = collect_provenance(engine, config.variant, config.prompts, prompt_ids, config.build_commit)
         folder = root / provenance.device.key
@@ -354,6 +354,7 @@ def open_check_engine(root: str | Path, overrides: VariantOverrides, *, strict: 
     variant = overrides.apply(template)
     engine = load_engine(variant)
     try:
+        engine.require("logits", "a golden check (it compares logits)")
         device = device_info(engine_device(engine.describe()))
         match = match_golden(manifests, device, strict=strict)
         chosen = read_golden(match.folder, verify=True)
@@ -361,6 +362,7 @@ def open_check_engine(root: str | Path, overrides: VariantOverrides, *, strict: 
         if other != variant:
             engine.close()
             variant, engine = other, load_engine(other)
+            engine.require("logits", "a golden check (it compares logits)")
     except BaseException:
         engine.close()
         raise

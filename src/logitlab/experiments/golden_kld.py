@@ -110,6 +110,7 @@ def check_kld_base(path: str | Path, variant: Variant, *, bar: Bar | None = None
     base = read_kld_base(path)
     engine = load_engine(variant)
     try:
+        engine.require("logits", "a check against a llama.cpp base file (it needs every logit)")
         if engine.n_vocab != base.n_vocab:
             raise InputError(f"{path} was written for a vocabulary of {base.n_vocab}, this engine has "
                              f"{engine.n_vocab}: it is for another model or tokenizer")
