@@ -125,6 +125,30 @@ def test_obtained_file_goes_away_once_passing(pytester, monkeypatch):
     assert not obtained.exists()
 
 
+def test_a_golden_from_another_device_key_gets_the_other_device_bar(pytester, monkeypatch):
+    pytester.makepyfile(test_other=textwrap.dedent("""
+        import numpy as np
+        from safetensors.numpy import save_file
+
+        def test_other(golden_logits):
+            x = np.zeros((2, 8), np.float32)
+            x[:, 2] = 5.0
+            golden = golden_logits.path()
+            if not golden.exists():  # a golden some other machine recorded
+                golden.parent.mkdir(parents=True, exist_ok=True)
+                save_file({"logits": x}, str(golden), metadata={"device_key": "cpu-elsewhere-00000000"})
+            y = x.copy()
+            y[1, 6] = np.float32(0.5)
+            golden_logits.check(y, other_device="near-tie")
+            golden_logits.check(y)  # the default bar: bit-exact
+    """))
+    result = pytester.runpytest(*plugin_args())
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*golden_logits.check(y)  # the default bar: bit-exact",
+                                 "E       AssertionError: near-tie: first divergence at position 1, token 6:*",
+                                 "E       *golden * (device cpu-elsewhere-00000000, logitlab ?)"])
+
+
 def test_pytest11_entry_point_loads_the_plugin(tmp_path):
     """pyproject declares the entry point; a distribution declaring it makes pytest load the plugin by itself."""
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["pytest11"]
