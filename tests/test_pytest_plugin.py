@@ -55,8 +55,8 @@ TEST_FILE = """
 
 
 def test_golden_logits_written_then_passing_then_failing_then_regen(pytester, monkeypatch):
-    pytester.makepyfile(test_golden=textwrap.dedent(TEST_FILE))
-    golden = pytester.path / "test_golden" / "test_model.safetensors"
+    pytester.makepyfile(test_plugin_probe=textwrap.dedent(TEST_FILE))
+    golden = pytester.path / "test_plugin_probe" / "test_model.safetensors"
     obtained = golden.with_name("test_model.obtained.safetensors")
 
     first = pytester.runpytest(*plugin_args(), "-k", "test_model")
@@ -100,7 +100,7 @@ def test_golden_logits_written_then_passing_then_failing_then_regen(pytester, mo
 
 
 def test_assertion_message_in_a_plain_test(pytester):
-    pytester.makepyfile(test_golden=textwrap.dedent(TEST_FILE))
+    pytester.makepyfile(test_plugin_probe=textwrap.dedent(TEST_FILE))
     result = pytester.runpytest(*plugin_args(), "-k", "test_close")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
@@ -114,11 +114,11 @@ def test_assertion_message_in_a_plain_test(pytester):
 
 
 def test_obtained_file_goes_away_once_passing(pytester, monkeypatch):
-    pytester.makepyfile(test_golden=textwrap.dedent(TEST_FILE))
+    pytester.makepyfile(test_plugin_probe=textwrap.dedent(TEST_FILE))
     pytester.runpytest(*plugin_args(), "-k", "test_model")  # writes the golden
     monkeypatch.setenv("SHIFT", "1")
     pytester.runpytest(*plugin_args(), "-k", "test_model").assert_outcomes(failed=1)
-    obtained = pytester.path / "test_golden" / "test_model.obtained.safetensors"
+    obtained = pytester.path / "test_plugin_probe" / "test_model.obtained.safetensors"
     assert obtained.is_file()
     monkeypatch.setenv("SHIFT", "0")
     pytester.runpytest(*plugin_args(), "-k", "test_model").assert_outcomes(passed=1)

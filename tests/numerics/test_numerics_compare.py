@@ -1,4 +1,4 @@
-"""compare_logits, LogitComparison and assert_logits_equivalent (logitlab.numerics.compare)."""
+"""compare_logits, LogitComparison (logitlab.numerics.compare) and assert_logits_equivalent (logitlab.numerics.assertions)."""
 
 import dataclasses
 import json

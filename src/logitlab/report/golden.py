@@ -55,7 +55,7 @@ def golden_document(manifest: GoldenManifest, **_: Any) -> Document:
     doc = Document("golden", "logitlab golden")
     title = "logitlab golden: updated" if updated else "logitlab golden: recorded"
     doc.add(Heading(title))
-    rows: list[tuple] = [("folder", manifest.folder or "(not saved)"),
+    rows: list[tuple] = [("folder", manifest.folder or "(the folder this manifest.json lies in)"),
                          ("recorded", manifest.created_at),
                          ("store", f"{manifest.store}, {manifest.dtype}, {format_bytes(manifest.logits_bytes)} "
                                    f"(sha256 {manifest.logits_sha256[:12]}…)"),
