@@ -19,6 +19,7 @@ import re
 
 import numpy as np
 import pytest
+from peers import run_tool
 
 from logitlab.dumps.llamacpp_kld import read_kld_base
 from logitlab.engines import engine_class
@@ -27,8 +28,6 @@ from logitlab.experiments.golden import RecordConfig, record_golden
 from logitlab.experiments.golden_kld import check_kld_base, export_kld_base
 from logitlab.experiments.prompts import Prompt
 from logitlab.numerics.llamacpp_kld import LlamaCppKldStats, quantize_log_probs
-
-from peers import run_tool
 
 pytestmark = [pytest.mark.peers, pytest.mark.engine]
 

@@ -7,19 +7,22 @@ import os
 import subprocess
 import sys
 import textwrap
-import tomllib
 from importlib.metadata import entry_points
 from pathlib import Path
 
+import tomllib
+
 import pytest
 
-# pytester runs in this process and drops the modules a run imported afterwards; extension modules
-# (ml_dtypes, numba) cannot be imported twice, so they are imported here once, before any run.
-import logitlab.device  # noqa: F401,E402
-import logitlab.numerics.assertions  # noqa: F401,E402
-import safetensors.numpy  # noqa: F401,E402
-
 pytest_plugins = ["pytester"]
+
+
+@pytest.fixture
+def pytester(pytester):
+    """Each run in its own process: an in-process run drops the modules it imported (numba's among them),
+    which breaks numba for the tests that follow."""
+    pytester.runpytest = pytester.runpytest_subprocess
+    return pytester
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -33,16 +33,17 @@ from typing import Any, Iterable
 
 import pytest
 
-__all__ = ["assert_logits_equal", "assert_logits_close", "assert_verdict", "assert_logits_equivalent",
-           "assert_probe_sensitive", "GoldenLogitsFixture", "REGEN_OPTION"]
+__all__ = ["GoldenLogitsFixture", "REGEN_OPTION", "golden_logits"]
+#: The assertions of :mod:`logitlab.numerics.assertions`, importable from here (loaded on first use, PEP 562).
+ASSERTIONS = ("assert_logits_equal", "assert_logits_close", "assert_verdict", "assert_logits_equivalent",
+              "assert_probe_sensitive")
 
 REGEN_OPTION = "--logitlab-regen"
 
 
 def __getattr__(name: str) -> Any:
     """The assertions, imported on first use (loading the plugin must not load numba kernels)."""
-    if name in ("assert_logits_equal", "assert_logits_close", "assert_verdict", "assert_logits_equivalent",
-                "assert_probe_sensitive"):
+    if name in ASSERTIONS:
         from logitlab.numerics import assertions
 
         return getattr(assertions, name)
@@ -165,7 +166,8 @@ def _read(path: Path) -> tuple[Any, Any, dict[str, str]]:
         with safe_open(str(path), framework="numpy") as f:
             meta = dict(f.metadata() or {})
             logits = f.get_tensor("logits")
-            ids = f.get_tensor("token_ids").tolist() if "token_ids" in f.keys() else None
+            keys = set(f.keys())  # safe_open has no __contains__
+            ids = f.get_tensor("token_ids").tolist() if "token_ids" in keys else None
     except Exception as exc:  # the library raises its own error types for damaged files
         pytest.fail(f"golden logits {path} cannot be read ({exc}); rewrite it with {REGEN_OPTION}", pytrace=False)
     return logits, ids, meta

@@ -1,4 +1,4 @@
-"""compare_logits, LogitComparison (logitlab.numerics.compare) and assert_logits_equivalent (logitlab.numerics.assertions)."""
+"""compare_logits and LogitComparison (numerics.compare); assert_logits_equivalent (numerics.assertions)."""
 
 import dataclasses
 import json

@@ -37,11 +37,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from logitlab.device import Device
+from logitlab.dumps.format import SafetensorsFiles, StepWriter, read_safetensors_header
 from logitlab.errors import InputError
 from logitlab.jsonio import ResultRecord, read_json, write_json
 from logitlab.numerics.verdict import Verdict
-
-from logitlab.dumps.format import SafetensorsFiles, StepWriter, read_safetensors_header
 
 __all__ = [
     "MANIFEST_FILE",

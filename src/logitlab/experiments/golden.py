@@ -483,7 +483,7 @@ def update_golden(root: str | Path, reason: str, *, overrides: VariantOverrides 
     if not reason or not reason.strip():
         raise InputError("golden update needs --reason TEXT: why the golden changes (it goes into the history)")
     on_event = on_event or ignore_event
-    engine, variant, old, match, device = open_check_engine(root, overrides or VariantOverrides(), strict=True)
+    engine, variant, old, _, _ = open_check_engine(root, overrides or VariantOverrides(), strict=True)
     folder = Path(old.folder)
     try:
         prompts = [Prompt(p.name, p.text) for p in old.prompts]

@@ -19,7 +19,7 @@ from logitlab.dumps.golden_format import GoldenManifest, Provenance
 from logitlab.experiments.golden import GoldenCheckResult
 from logitlab.experiments.golden_kld import KldCheckResult
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
-from logitlab.report.text import comparison_lines, flip_rows, FLIP_HEADER, fmt_num, plural, variant_text
+from logitlab.report.text import FLIP_HEADER, comparison_lines, flip_rows, fmt_num, plural, variant_text
 
 __all__ = ["golden_document", "golden_check_document", "golden_kld_document", "PROMPT_HEADER"]
 
