@@ -35,7 +35,7 @@ def _modules() -> list[tuple[str, Path]]:
 
 
 def _layer(module: str) -> int:
-    if module == "logitlab.__main__":  # ``python -m logitlab``: the command line
+    if module in ("logitlab.__main__", "logitlab.pytest_plugin"):  # entry points: the outermost layer
         return LAYERS.index("cli")
     parts = module.split(".")
     if len(parts) > 1 and parts[1] in LAYERS:

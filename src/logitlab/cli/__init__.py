@@ -31,3 +31,5 @@ from logitlab.cli.verify import verify  # noqa: E402
 main.add_command(verify)
 from logitlab.cli.report import report  # noqa: E402
 main.add_command(report)
+from logitlab.cli.golden import golden  # noqa: E402
+main.add_command(golden)

@@ -31,7 +31,6 @@ from logitlab.numerics.ulp import check_pair, float_bits, float_hex, ulp_distanc
 __all__ = [
     "LogitComparison",
     "compare_logits",
-    "assert_logits_equivalent",
     "merge_comparisons",
     "SCHEMA_VERSION",
     "HISTOGRAM_BINS",
@@ -72,7 +71,7 @@ class LogitComparison(Comparison):
     side is non-finite and the bits differ (counted in ``nonfinite_mismatch``;
     equal entries, equal infinities and NaN/NaN pairs count as Δ = 0);
     ``max_ulp`` (:func:`~logitlab.numerics.ulp.ulp_distance`) is the smallest
-    ``max_ulp`` that :func:`assert_logits_equivalent` passes; element-wise ULP
+    ``max_ulp`` that :func:`~logitlab.numerics.assertions.assert_logits_equivalent` passes; element-wise ULP
     distances explode for logits near zero, ``max_scaled_ulp`` does not;
     ``row_kth_gap_ref`` is None when ``n_vocab <= top_k``. Infinities stay
     floats (Python's ``json`` writes them as ``Infinity``).
@@ -417,49 +416,3 @@ def _assemble(ref, obs, chunks, top_k, kk, ids) -> LogitComparison:
         row_scaled_ulp=[float(x) for x in scaled],
         token_ids=ids,
     )
-
-
-def assert_logits_equivalent(reference, observed, max_ulp: int = 0) -> np.ndarray:
-    """Assert that two logit arrays are within ``max_ulp`` ULPs element-wise.
-
-    In the style of ``numpy.testing.assert_array_max_ulp``.
-
-    Parameters
-    ----------
-    reference, observed : ndarray
-        Same shape and dtype (``float32``, ``float16`` or ``bfloat16``).
-    max_ulp : int, optional
-        Largest allowed ULP distance.  Default 0: equal values (``+0 == -0``
-        and NaN == NaN; use ``compare_logits(...).bit_exact`` for bits).
-
-    Returns
-    -------
-    ndarray of int64
-        The element-wise ULP distances (:func:`~logitlab.numerics.ulp.ulp_distance`).
-
-    Raises
-    ------
-    AssertionError
-        If some distance exceeds ``max_ulp``; the message states the
-        tolerance, the worst distance and where it is, with both values.
-    InputError
-        If shapes or dtypes differ.
-    """
-    __tracebackhide__ = True  # noqa: F841  (pytest hides this frame)
-    dist = ulp_distance(reference, observed)
-    if dist.size == 0:
-        return dist
-    worst = int(dist.max())
-    if worst > max_ulp:
-        ref = np.asarray(reference)
-        obs = np.asarray(observed)
-        at = np.unravel_index(int(dist.argmax()), dist.shape)
-        n_bad = int(np.count_nonzero(dist > max_ulp))
-        where = f"position {at[0]}, token {at[1]}" if len(at) == 2 else f"index {tuple(int(i) for i in at)}"
-        raise AssertionError(
-            f"Logits not equivalent to {max_ulp} ULP (max is {worst} ULP at {where}: "
-            f"reference {float_hex(ref[at])} ({float_bits(ref[at])}), "
-            f"observed {float_hex(obs[at])} ({float_bits(obs[at])})); "
-            f"{n_bad} of {dist.size} entries exceed the tolerance"
-        )
-    return dist

@@ -32,6 +32,9 @@ KINDS: dict[str, tuple[str, str]] = {
     "bench-compare": ("logitlab.perf.compare_files:FileComparison", "logitlab.report.bench:compare_document"),
     "logitlab-bench-noise": ("logitlab.perf.compare_files:NoiseProfile", "logitlab.report.bench:calibration_document"),
     "dump-diff": ("logitlab.dumps.diff:DumpDiffResult", "logitlab.report.dumps:dump_diff_document"),
+    "golden": ("logitlab.dumps.golden_format:GoldenManifest", "logitlab.report.golden:golden_document"),
+    "golden-check": ("logitlab.experiments.golden:GoldenCheckResult", "logitlab.report.golden:golden_check_document"),
+    "golden-kld": ("logitlab.experiments.golden_kld:KldCheckResult", "logitlab.report.golden:golden_kld_document"),
 }
 
 
