@@ -56,7 +56,9 @@ def _block(block: Block) -> list[str]:
         return lines
     if isinstance(block, Table):
         lines = [f"**{block.title}**", ""] if block.title else []
-        return lines + markdown_table(block.header, block.rows)
+        rows = [[markdown_text(c, in_table=True) if isinstance(c, Rich) else c.replace("|", "\\|") for c in row]
+                for row in block.rows]
+        return lines + markdown_table(block.header, rows, escaped=True)
     if isinstance(block, Bullets):
         return [f"- {markdown_text(item)}" for item in block.items]
     if isinstance(block, Figure):
