@@ -31,3 +31,7 @@ from logitlab.cli.verify import verify  # noqa: E402
 main.add_command(verify)
 from logitlab.cli.report import report  # noqa: E402
 main.add_command(report)
+from logitlab.cli.history import history  # noqa: E402
+main.add_command(history)
+from logitlab.cli.bisect import bisect  # noqa: E402
+main.add_command(bisect)
