@@ -53,12 +53,13 @@ print("built build/engine.py")
 '''
 
 
-def git(repo: Path, *args: str, date: str | None = None) -> str:
+def git(repo: Path, *args: str, date: str | None = None, check: bool = True) -> str:
+    """``git -C repo ARGS`` with a fixed author (and ``date``); its stdout, stripped."""
     env = {**os.environ, "GIT_AUTHOR_NAME": "dev", "GIT_AUTHOR_EMAIL": "dev@example.com",
            "GIT_COMMITTER_NAME": "dev", "GIT_COMMITTER_EMAIL": "dev@example.com"}
     if date:
         env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = date
-    return subprocess.run(["git", "-C", str(repo), *args], env=env, check=True, capture_output=True,
+    return subprocess.run(["git", "-C", str(repo), *args], env=env, check=check, capture_output=True,
                           text=True).stdout.strip()
 
 

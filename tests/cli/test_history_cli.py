@@ -14,7 +14,6 @@ runs them, in fresh processes.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -173,7 +172,8 @@ def test_bisect_speed_names_the_commit_and_removes_its_worktree(engine, tmp_path
     start = time.perf_counter()
     r = logitlab("bisect", "v1.0..HEAD", "--repo", str(repo), "--build", BUILD, "--probe", "speed",
                  "--metric", BENCH_METRIC, "--metric-name", "decode_seconds", "--unit", "s", "--lower-is-better",
-                 "--max-blocks", "6", "--json", str(out), "--markdown", str(tmp_path / "b.md"), "--", *BENCH.split())
+                 "--max-blocks", "6", "--warmup", "0", "--json", str(out), "--markdown", str(tmp_path / "b.md"),
+                 "--", *BENCH.split())
     seconds = time.perf_counter() - start
     assert r.returncode == 0, r.stderr
     print(r.stdout, f"bisect --probe speed: {seconds:.1f} s")
@@ -265,3 +265,31 @@ def test_record_and_history_bad_input_is_one_error_line(engine, tmp_path):
     (tmp_path / "file").write_text("x")
     one_line_error(in_process("bench", "run", "--control", "true", "--aa", "--blocks", "2", "--record",
                               str(tmp_path / "file"), "--commit", "abc", cwd=tmp_path), "is a file")
+
+
+def test_bench_compare_record_and_history_add_of_saved_results(engine, tmp_path):
+    repo, shas = engine
+    data = Path(__file__).resolve().parents[1] / "data" / "bench" / "criterion"
+    history = tmp_path / "h"
+    r = in_process("bench", "compare", str(data), "--baseline", "main", "--bootstrap", "199", "-q", "--record",
+                   str(history), "--repo", str(repo), "--commit", "v1.0", "--machine", "ci-1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (record,) = [json.loads(p.read_text()) for p in (history / "ci-1").glob("*.json")]
+    assert record["commit"] == shas[0] and record["commit_date"].startswith("2026-01-01")
+    assert set(record["metrics"]) == {"candidate", "ratio"} and "matmul/f32_256" in record["metrics"]["ratio"]
+    # a saved result recorded later: history add (HEAD of --repo, machine from $LOGITLAB_MACHINE)
+    saved, failed = tmp_path / "run.json", tmp_path / "failed.json"
+    assert in_process("bench", "run", "--control", "true", "--aa", "--blocks", "2", "--warmup", "0", "-q",
+                      "--json", str(saved), cwd=tmp_path).returncode == 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LOGITLAB_MACHINE", "ci-1")
+        added = in_process("history", "add", str(saved), "--dir", str(history), "--repo", str(repo), cwd=tmp_path)
+    assert added.returncode == 0 and f"commit {shas[-1][:12]}, machine ci-1" in added.stderr, added.stderr
+    assert len(list((history / "ci-1").glob("*.json"))) == 2
+    # a run that stopped early is not recorded
+    assert in_process("bench", "run", "--control", "true", "--candidate", "exit 3", "--blocks", "2", "-q",
+                      "--json", str(failed), cwd=tmp_path).returncode == 2
+    one_line_error(in_process("history", "add", str(failed), "--dir", str(history), "--commit", "x", cwd=tmp_path),
+                   "stopped early")
+    one_line_error(in_process("history", "add", str(tmp_path / "none.json"), "--dir", str(history), "--commit",
+                              "x", cwd=tmp_path), "does not exist")

@@ -522,8 +522,9 @@ def new_record(
     metrics: Mapping[str, Mapping[str, Metric]],
     recorded_at: str | None = None,
 ) -> HistoryRecord:
-    """A :class:`HistoryRecord` stamped now (UTC) unless ``recorded_at`` is given."""
-    when = recorded_at or datetime.now(timezone.utc).isoformat(timespec="seconds")
+    """A :class:`HistoryRecord` stamped now (UTC, to the microsecond: records of one second keep their order)
+    unless ``recorded_at`` is given."""
+    when = recorded_at or datetime.now(timezone.utc).isoformat(timespec="microseconds")
     return HistoryRecord(machine, commit, commit_date, when, dict(manifest), {v: dict(m) for v, m in metrics.items()})
 
 
