@@ -37,6 +37,20 @@ BUILD = f"{PY} build.py"
 #: The engine as a ``cmd`` spec, paths relative to the work tree (vocab of the toy model).
 SPEC = (f"cmd:{PY} build/engine.py --tokens {{tokens}} --logits {{logits}} --n-prompt {{n_prompt}} "
         f"--n-decode {{n_decode}}?vocab=4096")
+
+
+def spec(folder: str | Path) -> str:
+    """The engine built in ``folder`` (e.g. a pinned reference build) as a ``cmd`` spec."""
+    return SPEC.replace("build/engine.py", f"{folder}/build/engine.py")
+
+
+def pinned_build(repo: Path, rev: str, folder: Path) -> Path:
+    """Export ``rev`` of ``repo`` into ``folder`` (``git archive``, no second work tree) and build it there."""
+    folder.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(repo), "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    subprocess.run(BUILD, shell=True, cwd=folder, check=True, capture_output=True)
+    return folder
 #: The benchmark command (decode 128 tokens) and the metric it prints.
 BENCH = f"{PY} build/engine.py --bench 128"
 BENCH_METRIC = r"decode_seconds=([0-9.eE+-]+)"
@@ -116,3 +130,10 @@ def make_engine_repo(repo: Path) -> list[str]:
     git(repo, "tag", "v1.0", shas[0])
     git(repo, "tag", "v1.1", shas[-1])
     return shas
+
+
+if __name__ == "__main__":  # python tests/engine_repo.py DIR: the repository of the tests, for a demo
+    if len(sys.argv) != 2:
+        sys.exit("usage: python tests/engine_repo.py NEW_FOLDER")
+    for i, sha in enumerate(make_engine_repo(Path(sys.argv[1]))):
+        print(i, sha[:10], git(Path(sys.argv[1]), "show", "-s", "--format=%s", sha))

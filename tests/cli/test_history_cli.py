@@ -4,11 +4,13 @@ The repository (``tests/engine_repo.py``) holds ``examples/numpy_cmd_engine.py``
 and a build script. Commit 5 changes the arithmetic (the RMS norm accumulates
 in float64: different logits bits), commit 7 breaks the build (commit 8 fixes
 it), commit 11 makes decode about twice as slow (a debug check scans the output
-weights at every step). At every commit that builds, an A/A ``ab`` on the
-engine is recorded with ``--record`` (in this process: a fresh ``python -m
-logitlab`` costs seconds of imports on a loaded machine); ``history show``,
-``bisect --probe numerics`` and ``bisect --probe speed`` then run as a user
-runs them, in fresh processes.
+weights at every step). At every commit that builds, an ``ab`` of the commit's
+build (candidate) against a pinned build of v1.0 (control) is recorded with
+``--record`` (in this process: a fresh ``python -m logitlab`` costs seconds of
+imports on a loaded machine): the candidate/control ratio cancels the machine's
+load, which moves absolute tokens/s here by tens of per cent from one build to
+the next. ``history show``, ``bisect --probe numerics`` and ``bisect --probe
+speed`` then run as a user runs them, in fresh processes.
 """
 
 from __future__ import annotations
@@ -24,7 +26,19 @@ import pytest
 from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from engine_repo import BENCH, BENCH_METRIC, BROKEN, BUILD, NUMERICS, SLOWER, SPEC, git, make_engine_repo  # noqa: E402
+from engine_repo import (  # noqa: E402
+    BENCH,
+    BENCH_METRIC,
+    BROKEN,
+    BUILD,
+    NUMERICS,
+    SLOWER,
+    SPEC,
+    git,
+    make_engine_repo,
+    pinned_build,
+    spec,
+)
 
 PY = sys.executable
 MACHINE = "test-box"
@@ -58,10 +72,11 @@ def engine(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def recorded(engine, tmp_path_factory):
-    """An A/A ab recorded at every commit that builds (commit 7 does not)."""
+    """At every commit that builds (commit 7 does not): ab of the commit's build against v1.0's, recorded."""
     repo, shas = engine
     history = tmp_path_factory.mktemp("history") / "h"
     logs = history.parent / "runs"
+    pinned = pinned_build(repo, "v1.0", history.parent / "pinned")
     start = time.perf_counter()
     for i, sha in enumerate(shas):
         git(repo, "checkout", "-q", "--detach", sha)
@@ -70,9 +85,9 @@ def recorded(engine, tmp_path_factory):
             assert built.returncode != 0 and "SyntaxError" in built.stderr
             continue
         assert built.returncode == 0, built.stderr
-        r = in_process("ab", "--engine", SPEC, "--tokens", "48", "--repeats", "1", "--warmup", "0", "--no-escalate",
-                       "-q", "--log", str(logs / f"{i}.jsonl"), "--record", str(history), "--repo", ".",
-                       "--machine", MACHINE, cwd=repo)
+        r = in_process("ab", "--control", spec(pinned), "--candidate", SPEC, "--tokens", "48", "--repeats", "2",
+                       "--warmup", "0", "--no-escalate", "-q", "--log", str(logs / f"{i}.jsonl"), "--record",
+                       str(history), "--repo", ".", "--machine", MACHINE, cwd=repo)
         assert r.returncode == 0, r.stderr
     git(repo, "checkout", "-q", "main")
     print(f"recorded 15 builds in {time.perf_counter() - start:.1f} s")
@@ -83,20 +98,23 @@ def test_every_build_is_one_record_with_commit_date_manifest_and_samples(engine,
     repo, shas = engine
     files = sorted((recorded / MACHINE).glob("*.json"))
     assert len(files) == 15
-    records = [json.loads(f.read_text()) for f in files]
-    assert sorted(r["commit"] for r in records) == sorted(s for i, s in enumerate(shas) if i != BROKEN)
-    r = next(r for r in records if r["commit"] == shas[0])
-    assert r["commit_date"].startswith("2026-01-01T12:00:00") and r["machine"] == MACHINE
-    assert r["manifest"]["result_kind"] == "ab" and r["manifest"]["manifest"]["engine"]["engine"] == "cmd"
-    control = r["metrics"]["control"]  # an A/A is one build: only the control
-    assert set(r["metrics"]) == {"control"}
-    assert control["decode"]["unit"] == "tokens/s" and len(control["decode"]["samples"]) == 1
-    assert control["logits"]["kind"] == "fingerprint" and len(control["logits"]["value"]) == 64
-    assert control["bit_exact_share"]["value"] == 100.0 and control["bit_exact_share"]["unit"] == "%"
-    fingerprints = {rec["commit"]: rec["metrics"]["control"]["logits"]["value"] for rec in records}
-    assert len({fingerprints[s] for s in shas[:NUMERICS]}) == 1
-    assert len({fingerprints[s] for i, s in enumerate(shas[NUMERICS:]) if i + NUMERICS != BROKEN}) == 1
-    assert fingerprints[shas[0]] != fingerprints[shas[NUMERICS]]
+    records = {r["commit"]: r for r in (json.loads(f.read_text()) for f in files)}
+    assert sorted(records) == sorted(s for i, s in enumerate(shas) if i != BROKEN)
+    first = records[shas[0]]
+    assert first["commit_date"].startswith("2026-01-01T12:00:00") and first["machine"] == MACHINE
+    assert first["manifest"]["result_kind"] == "ab" and first["manifest"]["manifest"]["engine"]["engine"] == "cmd"
+    assert set(first["metrics"]) == {"control", "candidate", "ratio"}
+    decode = first["metrics"]["candidate"]["decode"]
+    assert decode["unit"] == "tokens/s" and len(decode["samples"]) == 2  # one per ABBA/BAAB block
+    assert len(first["metrics"]["ratio"]["decode"]["samples"]) == 2
+    built = [s for i, s in enumerate(shas) if i != BROKEN]
+    control = {records[s]["metrics"]["control"]["logits"]["value"] for s in built}
+    assert len(control) == 1  # the pinned v1.0 build: the same bits at every commit
+    for sha in built:
+        m = records[sha]["metrics"]["candidate"]
+        changed = shas.index(sha) >= NUMERICS
+        assert (m["logits"]["value"] in control) is not changed
+        assert (m["bit_exact_share"]["value"] < 100.0) is changed and (m["kld_mean"]["value"] > 0) is changed
 
 
 def test_history_show_flags_the_numerics_change_and_the_slowdown(engine, recorded, tmp_path):
@@ -109,27 +127,34 @@ def test_history_show_flags_the_numerics_change_and_the_slowdown(engine, recorde
     data = json.loads(out.read_text())
     assert data["kind"] == "history" and data["n_records"] == 15
     series = {s["variant"] + "/" + s["metric"]: s for s in data["series"]}
-    assert set(series) == {"control/decode", "control/prefill", "control/logits", "control/bit_exact_share"}
+    assert {"ratio/decode", "candidate/logits", "control/logits", "candidate/kld_mean"} <= set(series)
     assert all(s["ordered_by"] == "git" and s["commits"] == [c for i, c in enumerate(shas) if i != BROKEN]
                for s in series.values())
-    logits = series["control/logits"]["detection"]["change_points"]
-    assert [(c["previous_label"], c["label"], c["direction"]) for c in logits] == \
-        [(shas[NUMERICS - 1], shas[NUMERICS], "changed")]
-    decode = series["control/decode"]["detection"]["change_points"]
-    slow = [c for c in decode if c["label"] == shas[SLOWER]]
-    assert len(slow) == 1 and slow[0]["previous_label"] == shas[SLOWER - 1], decode
-    assert slow[0]["direction"] == "regression" and slow[0]["change"] < -0.25 and slow[0]["p_value"] <= 0.001
-    assert series["control/bit_exact_share"]["detection"]["change_points"] == []
-    # the terminal and Markdown reports name both, with the commit ranges
-    for text in (r.stdout, md.read_text()):
-        assert "numerics changed" in text and "regression" in text
-        assert f"{shas[NUMERICS - 1][:10]} → {shas[NUMERICS][:10]}" in text
-        assert f"{shas[SLOWER - 1][:10]} → {shas[SLOWER][:10]}" in text
-    # in record order (no --repo) the series are the same here: recorded oldest commit first
-    again = in_process("history", "show", "--dir", str(recorded), "--metric", "control/logits", "--json",
+
+    def changes(name):
+        return [(c["previous_label"], c["label"], c["direction"]) for c in series[name]["detection"]["change_points"]]
+
+    numerics = (shas[NUMERICS - 1], shas[NUMERICS])
+    assert changes("candidate/logits") == [(*numerics, "changed")]
+    assert changes("control/logits") == []
+    assert changes("candidate/kld_mean") == [(*numerics, "regression")]
+    assert changes("candidate/bit_exact_share") == [(*numerics, "regression")]
+    (slow,) = [c for c in series["ratio/decode"]["detection"]["change_points"] if c["label"] == shas[SLOWER]]
+    assert slow["previous_label"] == shas[SLOWER - 1] and slow["direction"] == "regression"
+    assert slow["change"] < -0.25 and slow["p_value"] <= 0.001
+    # the terminal and Markdown reports name both, with the commit ranges (a terminal cell may wrap)
+    text = md.read_text()
+    assert text.startswith("## logitlab history: **") and "**bits changed**" in text and "**regression**" in text
+    assert f"| `candidate/logits` | {shas[NUMERICS - 1][:10]} → {shas[NUMERICS][:10]} |" in text
+    assert f"| `ratio/decode` | {shas[SLOWER - 1][:10]} → {shas[SLOWER][:10]} |" in text
+    for sha in (shas[NUMERICS - 1], shas[NUMERICS], shas[SLOWER - 1], shas[SLOWER]):
+        assert sha[:10] in r.stdout
+    # in record order (no --repo) the same series: recorded oldest commit first
+    again = in_process("history", "show", "--dir", str(recorded), "--metric", "candidate/logits", "--json",
                        str(tmp_path / "r.json"), "-q", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    assert json.loads((tmp_path / "r.json").read_text())["series"][0]["ordered_by"] == "record"
+    (only,) = json.loads((tmp_path / "r.json").read_text())["series"]
+    assert only["ordered_by"] == "record" and only["detection"]["change_points"][0]["label"] == shas[NUMERICS]
 
 
 def test_regressions_only_exits_1_for_ci_and_keeps_only_alarming_series(engine, recorded, tmp_path):
@@ -137,13 +162,14 @@ def test_regressions_only_exits_1_for_ci_and_keeps_only_alarming_series(engine, 
     r = in_process("history", "show", "--dir", str(recorded), "--repo", str(repo), "--regressions-only",
                    "--last", "20", "--json", str(tmp_path / "r.json"), cwd=tmp_path)
     assert r.returncode == 1, r.stderr
-    assert "regressions-only:" in r.stderr and "control/logits" in r.stderr and "control/decode" in r.stderr
+    assert "regressions-only:" in r.stderr and "candidate/logits" in r.stderr and "ratio/decode" in r.stderr
     data = json.loads((tmp_path / "r.json").read_text())
-    assert {s["metric"] for s in data["series"]} >= {"logits", "decode"}
-    assert "bit_exact_share" not in {s["metric"] for s in data["series"]} and data["hidden"] >= 1
+    names = {s["variant"] + "/" + s["metric"] for s in data["series"]}
+    assert {"candidate/logits", "ratio/decode"} <= names
+    assert "control/logits" not in names and data["hidden"] >= 1  # the pinned build's bits never change
     # the last 3 builds hold neither change: nothing to report, exit 0
     quiet = in_process("history", "show", "--dir", str(recorded), "--repo", str(repo), "--regressions-only",
-                       "--last", "3", "--metric", "control/logits", cwd=tmp_path)
+                       "--last", "3", "--metric", "candidate/logits", "--metric", "ratio/decode", cwd=tmp_path)
     assert quiet.returncode == 0, quiet.stderr
 
 

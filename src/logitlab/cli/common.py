@@ -299,7 +299,8 @@ def record_options(*, record_flag: bool = True) -> Callable[[Callable[..., Any]]
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         options = [
             click.option("--commit", "record_commit", default=None, metavar="REV",
-                         help="The engine's commit the result belongs to (default: HEAD of --repo)."),
+                         help="The engine's commit the result belongs to: resolved (full hash, date) in --repo when "
+                              "that is given, else kept as given. Default: HEAD of --repo."),
             click.option("--repo", "record_repo", default=None, metavar="PATH",
                          help="The engine's git repository, for the commit and its date (default: the current "
                               "folder)."),
@@ -320,8 +321,9 @@ def record_target(opts: dict[str, Any]) -> Any:
     """Where ``--record`` will write: folder, machine key, commit and commit date; None without ``--record``.
 
     The commit is ``--commit`` (or a command's ``--build-commit``), resolved
-    to a full hash with its date in ``--repo`` when that is given; without
-    ``--commit``, ``HEAD`` of ``--repo`` (default: the current folder).
+    to a full hash with its date in ``--repo`` when that is given, else kept
+    as given (no date); without ``--commit``, ``HEAD`` of ``--repo`` (default:
+    the current folder).
 
     Raises:
         InputError: ``--commit``/``--repo``/``--machine`` without ``--record``; a folder that cannot be

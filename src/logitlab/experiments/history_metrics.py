@@ -61,6 +61,7 @@ __all__ = [
     "result_metrics",
     "result_manifest",
     "record_from_result",
+    "is_numerics_metric",
     "ab_metrics",
     "verify_metrics",
     "bench_run_metrics",
@@ -78,6 +79,15 @@ EXTRACTORS: dict[str, str] = {
 }
 
 Metrics = dict[str, dict[str, Metric]]
+
+#: Metric names (of the extractors above) that measure numerics, not speed.
+NUMERICS_METRICS = ("logits", "greedy", "kld_mean", "kld_p99", "bit_exact_share")
+
+
+def is_numerics_metric(name: str) -> bool:
+    """True for a metric about the numbers an engine computes (fingerprints, KLD, bit-exact shares, flips),
+    False for speed and resources: which ``bisect --probe`` finds its change."""
+    return name in NUMERICS_METRICS or name.endswith((" bit_exact_share", " flips"))
 
 
 # ---------------------------------------------------------------------------

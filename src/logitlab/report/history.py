@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from logitlab.experiments.history_metrics import is_numerics_metric
 from logitlab.experiments.history_show import HistoryResult, SeriesChanges, is_alarm
 from logitlab.perf.changepoint import ChangePoint
 from logitlab.report.bench import fmt_value
@@ -25,11 +26,18 @@ SERIES_HEADER = ("series", "unit", "builds", "latest", "values (│ change point
 #: Points a sparkline shows (the latest ones).
 SPARK_POINTS = 48
 _BARS = "▁▂▃▄▅▆▇█"
-_WORDS = {"regression": "regression", "improvement": "improvement", "changed": "numerics changed"}
+_WORDS = {"regression": "regression", "improvement": "improvement", "changed": "bits changed"}
 
 
 def _short(commit: str | None) -> str:
     return "?" if commit is None else commit[:10]
+
+
+def _value(value: float | None, unit: str) -> str:
+    """A level in its unit; a ratio as ``0.4009×``."""
+    if unit == "ratio" and value is not None:
+        return f"{value:.4g}×"
+    return fmt_value(value, unit)
 
 
 def sparkline(values: list[Any], cuts: set[int], *, start: int = 0) -> str:
@@ -66,8 +74,7 @@ def _change_row(s: SeriesChanges, c: ChangePoint, machines: int) -> tuple:
                 rich(direction))
     change = "n/a" if c.change is None else f"{100 * c.change:+.1f}%"
     p = "n/a" if c.p_value is None else f"{c.p_value:.2g}"
-    return (name, between, fmt_value(c.mean_before, s.unit), fmt_value(c.mean_after, s.unit), change, p,
-            rich(direction))
+    return (name, between, _value(c.mean_before, s.unit), _value(c.mean_after, s.unit), change, p, rich(direction))
 
 
 def _series_row(s: SeriesChanges, machines: int) -> tuple:
@@ -75,7 +82,7 @@ def _series_row(s: SeriesChanges, machines: int) -> tuple:
     start = len(s.values) - len(shown)
     cuts = {c.index for c in s.detection.change_points}
     latest = s.values[-1]
-    latest_text = latest[:12] if isinstance(latest, str) else fmt_value(latest, s.unit)
+    latest_text = latest[:12] if isinstance(latest, str) else _value(latest, s.unit)
     noise = "n/a" if s.detection.noise_sd is None else (
         f"{100 * s.detection.noise_sd:.1f}%" if s.detection.log_scale else f"{s.detection.noise_sd:.3g}")
     cps = s.change_points
@@ -83,6 +90,22 @@ def _series_row(s: SeriesChanges, machines: int) -> tuple:
         f"{_WORDS[c.direction]} at {_short(c.label)}" for c in cps)
     return (Span(_series_name(s, machines), "code"), s.unit or "hash", str(len(s.values)), latest_text,
             sparkline(shown, cuts, start=start), noise, summary)
+
+
+def _next_steps(ordered: list[tuple[SeriesChanges, ChangePoint]]) -> list[Paragraph]:
+    """One ``bisect`` command line for the first numerics alarm and one for the first speed alarm."""
+    lines = []
+    for numerics in (True, False):
+        first = next(((s, c) for s, c in ordered if is_alarm(c) and is_numerics_metric(s.metric) == numerics
+                      and c.previous_label and c.label), None)
+        if first is None:
+            continue
+        s, c = first
+        command = (f"logitlab bisect {_short(c.previous_label)}..{_short(c.label)} --repo ENGINE --build 'BUILD' "
+                   f"--probe {'numerics' if numerics else 'speed'} -- ...")
+        lines.append(Paragraph(rich("next: ", Span(command, "code"), f" ({s.name}) finds the commit in the range, "
+                                    "if it holds more than one"), tone="dim", tight=True))
+    return lines
 
 
 def _figure(s: SeriesChanges) -> Figure:
@@ -133,14 +156,7 @@ def history_document(result: HistoryResult, **_: Any) -> Document:
         doc.add(Table(CHANGE_HEADER, [_change_row(s, c, machines) for s, c in ordered], title="change points",
                       align=("left", "left", "right", "right", "right", "right", "left"),
                       tone="error" if alarms else None))
-        first = next((sc for sc in ordered if is_alarm(sc[1])), None)
-        if first is not None and first[1].previous_label and first[1].label:
-            s, c = first
-            probe = "numerics" if c.direction == "changed" else "speed"
-            doc.add(Paragraph(rich("next: ", Span(f"logitlab bisect {_short(c.previous_label)}..{_short(c.label)} "
-                                                  f"--repo ENGINE --build 'BUILD' --probe {probe} -- ...", "code"),
-                                   " finds the commit inside the range, if it holds more than one."),
-                              tone="dim", tight=True))
+        doc.add(*_next_steps(ordered))
     elif result.series:
         doc.add(Paragraph("no change point among the builds shown", tone="ok"))
     if result.series:
