@@ -18,7 +18,8 @@ def report(result_file: str, **opts: Any) -> None:
     """Render a result saved with --json: the terminal report, and --markdown / --json files.
 
     Works for every result kind: ab, verify, invariance, bench run, bench
-    compare, bench calibrate and dump-diff. Nothing is rerun.
+    compare, bench calibrate, dump-diff, history show and bisect. Nothing is
+    rerun.
 
     \b
     Examples:

@@ -48,7 +48,8 @@ def _step_row(i: int, step: BisectStep) -> tuple:
     outcome = step.outcome
     word = Span(outcome, f"call:{outcome}") if outcome in ("good", "bad", "skip") else Span(outcome, "strong")
     role = {"good": "GOOD", "bad": "BAD", "test": "midpoint"}[step.role]
-    return (str(i), Span(step.commit[:10], "code"), step.subject[:48], role, rich(word), step.reason,
+    subject = step.subject if len(step.subject) <= 36 else step.subject[:35] + "…"
+    return (str(i), Span(step.commit[:10], "code"), subject, role, rich(word), step.reason,
             _seconds(step.build.seconds if step.build else None),
             _seconds(step.probe.seconds if step.probe else None))
 
