@@ -198,7 +198,7 @@ def test_bisect_speed_names_the_commit_and_removes_its_worktree(engine, tmp_path
     start = time.perf_counter()
     r = logitlab("bisect", "v1.0..HEAD", "--repo", str(repo), "--build", BUILD, "--probe", "speed",
                  "--metric", BENCH_METRIC, "--metric-name", "decode_seconds", "--unit", "s", "--lower-is-better",
-                 "--max-blocks", "6", "--warmup", "0", "--json", str(out), "--markdown", str(tmp_path / "b.md"),
+                 "--max-blocks", "8", "--warmup", "0", "--json", str(out), "--markdown", str(tmp_path / "b.md"),
                  "--", *BENCH.split())
     seconds = time.perf_counter() - start
     assert r.returncode == 0, r.stderr
