@@ -18,8 +18,8 @@ def report(result_file: str, **opts: Any) -> None:
     """Render a result saved with --json: the terminal report, and --markdown / --json files.
 
     Works for every result kind: ab, verify, invariance, bench run, bench
-    compare, bench calibrate, dump-diff, golden (a golden's manifest.json), golden check
-    and golden check --llamacpp-kld. Nothing is rerun.
+    compare, bench calibrate, dump-diff, golden (a golden's manifest.json), golden check,
+    golden check --llamacpp-kld, history show and bisect. Nothing is rerun.
 
     \b
     Examples:

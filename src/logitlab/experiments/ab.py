@@ -180,7 +180,12 @@ class AbResult(ResultRecord):
 
     JSON format history (``schema_version``): 1 — first version; 2 — ``kind``,
     typed comparisons (one field list), ``candidate_self_exact`` on the run,
-    an unmeasured A/A is ``null``.
+    an unmeasured A/A is ``null``; later in 2, ``fingerprints`` (absent: empty).
+
+    ``fingerprints``: per variant, the SHA-256 of the logits' bits of its first
+    measured run (:meth:`~logitlab.engines.workload.RunOutput.fingerprint`):
+    the control's is the reference run's. A history of results compares them
+    across builds.
     """
 
     KIND: ClassVar[str] = "ab"
@@ -200,6 +205,7 @@ class AbResult(ResultRecord):
     localization: dict[str, Any] | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)  # cross-engine facts the report must state
+    fingerprints: dict[str, str] = field(default_factory=dict)
 
     # -- derived views ------------------------------------------------------
     def measured(self, variant: str) -> list[RunRecord]:
@@ -376,6 +382,7 @@ class AbExperiment:
         if self.reference is None:
             self.reference = output
             record.is_reference = True
+            result.fingerprints[CONTROL] = output.fingerprint()
             result.generated_ids = list(output.generated)
             result.generated_text = self._detokenize(output.generated)
             return record
@@ -386,6 +393,7 @@ class AbExperiment:
         if slot.variant == CANDIDATE:
             if self.first_candidate is None:
                 self.first_candidate = output
+                result.fingerprints[CANDIDATE] = output.fingerprint()
             else:
                 record.candidate_self_exact = self.first_candidate.same_bits(output)
         record.comparison = comparison

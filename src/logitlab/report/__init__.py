@@ -35,6 +35,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "golden": ("logitlab.dumps.golden_format:GoldenManifest", "logitlab.report.golden:golden_document"),
     "golden-check": ("logitlab.experiments.golden:GoldenCheckResult", "logitlab.report.golden:golden_check_document"),
     "golden-kld": ("logitlab.experiments.golden_kld:KldCheckResult", "logitlab.report.golden:golden_kld_document"),
+    "history": ("logitlab.experiments.history_show:HistoryResult", "logitlab.report.history:history_document"),
+    "bisect": ("logitlab.experiments.bisect:BisectResult", "logitlab.report.bisect:bisect_document"),
 }
 
 
