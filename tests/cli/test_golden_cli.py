@@ -139,3 +139,17 @@ def test_export_and_check_against_a_kld_file(golden, tmp_path):
     assert again.returncode == 0 and (tmp_path / "k-again.md").read_text() == (tmp_path / "k.md").read_text()
     tight = logitlab("golden", "check", "--llamacpp-kld", tmp_path / "g.kld", "--max-kld-mean", "1e-9")
     assert tight.returncode == 1 and tight.stderr.startswith("golden check failed: mean KLD")
+
+
+def test_check_record_adds_the_golden_numerics_to_the_history(golden, tmp_path):
+    history = tmp_path / "history"
+    proc = logitlab("golden", "check", golden, "--variant", "flash_attn=1", "--allow", "near-tie", "--quiet",
+                    "--record", history, "--commit", "abc123", "--machine", "ci-box")
+    assert proc.returncode == 0, proc.stderr
+    files = sorted((history / "ci-box").glob("*.json"))
+    assert len(files) == 1
+    record = json.loads(files[0].read_text())
+    metrics = {(v, m) for v, ms in record["metrics"].items() for m in ms}
+    assert ("golden:prompt-1", "kld_mean") in metrics and ("golden:prompt-1", "bit_exact_share") in metrics
+    share = record["metrics"]["golden:prompt-1"]["bit_exact_share"]["value"]
+    assert 0 <= share < 100  # flash attention changes the logits against the golden

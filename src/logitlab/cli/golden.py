@@ -17,6 +17,9 @@ from logitlab.cli.common import (
     handle_errors,
     make_progress,
     output_options,
+    record_options,
+    record_result,
+    record_target,
     show_report,
     threshold_options,
     thresholds_from,
@@ -167,6 +170,7 @@ def _topk_bytes(data: dict[str, Any]) -> int:
 @click.option("--build-commit", default=None, help="Source commit of this engine build (compared with the golden's).")
 @threshold_options
 @output_options()
+@record_options()
 @handle_errors
 def check(golden_dir: str | None, **opts: Any) -> None:
     """Replay a golden's token ids and judge this build against it: exit 0 pass, 1 fail, 2 bad input.
@@ -190,9 +194,11 @@ def check(golden_dir: str | None, **opts: Any) -> None:
     config = CheckConfig(root=golden_dir, overrides=_overrides(opts), bar=bar, thresholds=thresholds_from(opts),
                          top_k=opts["top_k"], strict_device=opts["strict_device"], build_commit=opts["build_commit"])
     check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], inputs=[golden_dir])
+    target = record_target(opts)
     with make_progress(opts["quiet"]) as progress:
         task = progress.add_task("loading", total=None)
         result = check_golden(config, on_event=_progress_events(progress, task, "replaying"))
+    record_result(result, opts, target)
     _finish(result, opts)
 
 

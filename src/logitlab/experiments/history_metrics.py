@@ -1,7 +1,7 @@
 """What a result contributes to the history: its metrics per variant, with their raw per-block samples.
 
 :func:`record_from_result` turns any result that can be recorded (``ab``,
-``verify``, ``bench run``, ``bench compare``; see :data:`EXTRACTORS`) into a
+``verify``, ``bench run``, ``bench compare``, ``golden check``; see :data:`EXTRACTORS`) into a
 :class:`~logitlab.experiments.history.HistoryRecord` for one engine commit on
 one machine. Per result kind (variant / metric, unit, sense):
 
@@ -76,6 +76,7 @@ EXTRACTORS: dict[str, str] = {
     "verify": "logitlab.experiments.history_metrics:verify_metrics",
     "bench-run": "logitlab.experiments.history_metrics:bench_run_metrics",
     "bench-compare": "logitlab.experiments.history_metrics:bench_compare_metrics",
+    "golden-check": "logitlab.experiments.history_metrics:golden_check_metrics",
 }
 
 Metrics = dict[str, dict[str, Metric]]
@@ -167,6 +168,23 @@ def ab_metrics(result: Any) -> Metrics:
                  Metric(HIGHER, 100.0 * (1.0 - c.differing_rows / c.n_positions), "%"))
     for phase, comparison in result.speed.items():
         _put(out, "ratio", phase, _ratio(comparison))
+    return out
+
+
+def golden_check_metrics(result: Any) -> Metrics:
+    """Metrics of a :class:`~logitlab.experiments.golden.GoldenCheckResult`: per prompt (variant
+    ``golden:NAME``) ``kld_mean``, ``kld_p99`` (nats, lower is better) and ``bit_exact_share`` (% of
+    positions bit-identical with the golden, higher is better) — the numerics of each build against one
+    recorded reference."""
+    out: Metrics = {}
+    for prompt in result.prompts:
+        c, variant = prompt.comparison, f"golden:{prompt.name}"
+        for name, key in (("kld_mean", "mean"), ("kld_p99", "p99")):
+            if c.kld.get(key) is not None:
+                _put(out, variant, name, Metric(LOWER, float(c.kld[key]), "nats"))
+        if c.n_positions:
+            _put(out, variant, "bit_exact_share", Metric(HIGHER, 100.0 * (1.0 - c.differing_rows / c.n_positions),
+                                                         "%"))
     return out
 
 
