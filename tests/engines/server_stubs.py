@@ -192,11 +192,13 @@ class TgiStub(Stub):
             TgiStub._vocab = GgufTokenizer(default_model_path())
         return TgiStub._vocab
 
-    def word_ids(self) -> list[int]:
-        return [self.vocab().tokenize(w)[0] for w in self.WORDS]
+    @classmethod
+    def word_ids(cls) -> list[int]:
+        return [cls.vocab().tokenize(w)[0] for w in cls.WORDS]
 
-    def dist(self, prefix: list[int]) -> dict[int, float]:
-        words = self.word_ids()
+    @classmethod
+    def dist(cls, prefix: list[int]) -> dict[int, float]:
+        words = cls.word_ids()
         i = words.index(prefix[-1]) if prefix[-1] in words else -1
         return {words[(i + 1) % 10]: -0.25, words[(i + 3) % 10]: -2.0, words[(i + 5) % 10]: -3.5}
 

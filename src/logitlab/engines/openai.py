@@ -209,8 +209,9 @@ class OpenAIEngine(Engine):
             except ModeUnsupported as exc:
                 tried.append((name, str(exc)))
                 continue
-            check = check_against_generation(scored.rows, anchors, where=f"{self.url} in {name} mode",
-                                             text_of=self._text_of)
+            check = check_against_generation(
+                scored.rows, anchors, text_of=self._text_of,
+                where=f"{self.url} in {name} mode (probe: {PROBE_TEXT!r} + {PROBE_TOKENS} greedy tokens)")
             return mode, tried, check
         what = "; ".join(f"{name}: {why}" for name, why in tried)
         raise EngineError(f"the server at {self.url} ({self.server.text()}) supports none of the scoring modes "
