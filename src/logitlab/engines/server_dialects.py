@@ -96,7 +96,7 @@ class Dialect:
         self.prompt_of = prompt_of
         self.server_kind = server_kind
 
-    def _v1(self, body: dict) -> tuple[dict, float]:
+    def completions(self, body: dict) -> tuple[dict, float]:
         data, seconds = self.client.post("/completions", {"model": self.model, **GREEDY, **body})
         choices = data.get("choices") or []
         if not choices or not isinstance(choices[0], dict):
@@ -107,7 +107,7 @@ class Dialect:
         return {"return_tokens_as_token_ids": True} if self.server_kind == "vllm" else {}
 
     def generate(self, prompt: list[int], n: int) -> Generation:
-        data, seconds = self._v1({"prompt": self.prompt_of(prompt), "max_tokens": n, "logprobs": self.k,
+        data, seconds = self.completions({"prompt": self.prompt_of(prompt), "max_tokens": n, "logprobs": self.k,
                                   "echo": False, **self._extra()})
         choice = data["choices"][0]
         entries = completion_entries(choice)
@@ -117,7 +117,7 @@ class Dialect:
         return Generation(tokens, choice.get("text") or "", entries, seconds, n_tokens)
 
     def step(self, prefix: list[int]) -> Step:
-        data, seconds = self._v1({"prompt": self.prompt_of(prefix), "max_tokens": 1, "logprobs": self.k,
+        data, seconds = self.completions({"prompt": self.prompt_of(prefix), "max_tokens": 1, "logprobs": self.k,
                                   "echo": False, **self._extra()})
         entries = completion_entries(data["choices"][0])
         timings = data.get("timings") or {}

@@ -110,7 +110,7 @@ class ScoringMode:
 
     def _post_v1(self, body: dict) -> tuple[dict, float]:
         try:
-            return self.ctx.dialect._v1(body)
+            return self.ctx.dialect.completions(body)
         except HttpStatusError as exc:
             raise ModeUnsupported(f"HTTP {exc.status}") from None
 

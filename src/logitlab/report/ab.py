@@ -9,7 +9,7 @@ from __future__ import annotations
 from logitlab.experiments.ab import PHASES, AbResult, speed_blocks
 from logitlab.perf.design import CANDIDATE
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
-from logitlab.report.server_text import offsets_text, run_scoring_text, scoring_rows
+from logitlab.report.server_text import run_scoring_text, scoring_rows
 from logitlab.report.speed_text import paired_reason, sequential_reason, stopping_note
 from logitlab.report.text import (
     FLIP_HEADER,
@@ -120,7 +120,7 @@ def _verdict(result: AbResult) -> list:
 
 def _server_lines(result: AbResult, run) -> list[tuple[str, str]]:
     """Top-k data: the per-row offsets of this run, and how the server scored it and the reference."""
-    lines = [("per-row offsets", offsets_text(run.row_offsets))] if run.row_offsets is not None else []
+    lines = [("per-row offsets", run.row_offsets.sentence())] if run.row_offsets is not None else []
     reference = next((r for r in result.runs if r.is_reference), None)
     for label, record in (("scoring, this run", run), ("scoring, reference", reference)):
         if record is not None and record.scoring:

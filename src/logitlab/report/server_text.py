@@ -1,8 +1,8 @@
 """Plain-text pieces about engines that return top-k log-probabilities only (servers).
 
-How a server scored the positions (mode, endpoint, requests, time, the
-alignment check) and the per-row offsets between two runs' log-probabilities.
-Every function returns strings or rows of strings; none prints.
+How a server scored the positions: its mode, endpoint, requests, their time,
+and the alignment check. Every function returns strings or rows of strings;
+none prints.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from logitlab.report.text import plural
 
-__all__ = ["scoring_rows", "run_scoring_text", "offsets_text"]
+__all__ = ["scoring_rows", "run_scoring_text"]
 
 
 def scoring_rows(engine: dict[str, Any], label: str = "scoring") -> list[tuple[str, str]]:
@@ -52,8 +52,3 @@ def run_scoring_text(scoring: dict[str, Any]) -> str:
     else:
         text += "; alignment: no confident position in this run's completion"
     return text
-
-
-def offsets_text(offsets: Any) -> str:
-    """The per-row offsets (:class:`~logitlab.numerics.topk_offsets.RowOffsets`) in one line."""
-    return offsets.sentence()
