@@ -178,12 +178,17 @@ def test_process_isolation_carries_the_topk_data_and_how_it_was_scored():
         {k: v for k, v in here.scoring.items() if k != "seconds"}
 
 
-def test_ab_json_keeps_scoring_and_row_offsets_per_run(tmp_path):
+def test_ab_json_keeps_scoring_and_row_offsets_per_run_and_renders_again(tmp_path):
+    from logitlab import report
+    from logitlab.experiments.ab import RunRecord
+    from logitlab.jsonio import to_jsonable
+    from logitlab.numerics.topk_offsets import RowOffsets
+
+    saved, run_md, again_md = tmp_path / "ab.json", tmp_path / "run.md", tmp_path / "again.md"
     with stub_server(VllmStub) as (url, _):
-        out = tmp_path / "ab.json"
-        proc = ab_cli(url, tmp_path, "--json", str(out))
+        proc = ab_cli(url, tmp_path, "--json", str(saved), "--markdown", str(run_md))
     assert proc.returncode == 0, proc.stderr
-    data = json.loads(out.read_text())
+    data = json.loads(saved.read_text())
     reference, *others = data["runs"]
     assert reference["is_reference"] and reference["scoring"]["mode"] == "prompt_logprobs"
     assert reference["row_offsets"] is None  # nothing to compare the reference with
@@ -195,3 +200,12 @@ def test_ab_json_keeps_scoring_and_row_offsets_per_run(tmp_path):
     assert data["manifest"]["engine"]["server"] == {"kind": "vllm", "build": "0.0.0-stub", "model_path": None,
                                                     "n_ctx": None, "slots": None, "asked": "GET /version"}
     assert "prompt_logprobs (probed): POST /v1/completions, 1 per run" in proc.stdout
+    # the saved result loads back typed and renders the same report (no server needed)
+    result = report.load_result(data)
+    assert all(isinstance(r, RunRecord) for r in result.runs)
+    assert all(isinstance(r.row_offsets, RowOffsets) for r in result.runs[1:])
+    assert to_jsonable(result.to_dict()) == data
+    again = subprocess.run([PY, "-m", "logitlab", "report", str(saved), "--markdown", str(again_md)],
+                           capture_output=True, text=True, cwd=tmp_path)
+    assert again.returncode == 0 and again_md.read_bytes() == run_md.read_bytes()
+    assert "per-row offsets" in run_md.read_text() and "scoring, this run" in run_md.read_text()

@@ -4,12 +4,12 @@
 
 Servers do not return logits; they return the top-k log-probabilities of
 positions. When the engine loads it asks which server it talks to
-(:mod:`~logitlab.engines.server_info`: llama-server's ``/props`` gives its
-build), then *probes* the scoring modes (:mod:`~logitlab.engines.server_modes`:
+(:mod:`~logitlab.engines.servers.identity`: llama-server's ``/props`` gives its
+build), then *probes* the scoring modes (:mod:`~logitlab.engines.servers.modes`:
 ``prompt_logprobs``, ``return_logprob``, ``echo``, ``teacher-forced``) in the
 order that suits that server, on a short counting prompt, and keeps the first
 whose rows line up with the server's own greedy completion
-(:mod:`~logitlab.engines.server_alignment`); ``mode=NAME`` forces one (it is
+(:mod:`~logitlab.engines.servers.alignment`); ``mode=NAME`` forces one (it is
 still checked). None working is an :class:`~logitlab.errors.EngineError`
 naming every mode tried and why it failed.
 
@@ -18,7 +18,7 @@ One run of the workload, ``temperature`` 0 throughout:
 1. **generate** (the reference run; every other run too while
    ``decode_timing`` is on, for the decode timing): a greedy completion of
    ``n_decode`` tokens with the top-k log-probabilities of each
-   (:mod:`~logitlab.engines.server_dialects`). The reference's decode tokens
+   (:mod:`~logitlab.engines.servers.dialects`). The reference's decode tokens
    are its ids where the server gives ids, else the tokenization of prompt
    text + completion text minus the prompt (the canonical tokenization of the
    greedy text, which may merge tokens the model produced one by one).
@@ -36,7 +36,7 @@ vLLM, SGLang), ``text`` the detokenized sequence (llama-cpp-python's server,
 TGI), ``auto`` (default) ids if the server takes a one-token id prompt.
 Tokenizing uses the server's endpoint (``/extras/tokenize``, ``/tokenize``)
 or ``tokenizer=PATH.gguf``. Requests time out after ``timeout`` s and are
-retried (:mod:`~logitlab.engines.server_http`); a server that stops answering
+retried (:mod:`~logitlab.engines.servers.http`); a server that stops answering
 ends the run with :class:`~logitlab.errors.EngineError` (``ab`` keeps the runs
 done so far).
 """
@@ -51,11 +51,11 @@ import numpy as np
 
 from logitlab.engines.base import Engine, StepTiming
 from logitlab.engines.options import positive_float, positive_int, to_bool
-from logitlab.engines.server_alignment import AlignmentCheck, check_against_generation
-from logitlab.engines.server_dialects import Dialect, Generation, dialect_for
-from logitlab.engines.server_http import HttpStatusError, ServerClient
-from logitlab.engines.server_info import ServerInfo, identify
-from logitlab.engines.server_modes import MODE_NAMES, MODES, ModeContext, ModeUnsupported, ScoringMode, \
+from logitlab.engines.servers.alignment import AlignmentCheck, check_against_generation
+from logitlab.engines.servers.dialects import Dialect, Generation, dialect_for
+from logitlab.engines.servers.http import HttpStatusError, ServerClient
+from logitlab.engines.servers.identity import ServerInfo, identify
+from logitlab.engines.servers.modes import MODE_NAMES, MODES, ModeContext, ModeUnsupported, ScoringMode, \
     preferred_modes
 from logitlab.errors import EngineError, InputError
 
@@ -132,12 +132,15 @@ class OpenAIEngine(Engine):
                                    api_key=self.options.get("api_key") or os.environ.get("OPENAI_API_KEY"))
         self.root = self.client.root
         self._tokenize_endpoint: str | None = None
+        self._detokenize_endpoint: str | None = None
         self._gguf = None
         if "tokenizer" in self.options:
             from logitlab.engines.tokenizers import GgufTokenizer
 
             self._gguf = GgufTokenizer(self.options["tokenizer"])
         self.served = self._served_models()
+        if self.server.kind == "llama-server":  # its own /tokenize and /detokenize (with add_special)
+            self._tokenize_endpoint, self._detokenize_endpoint = "/tokenize", "/detokenize"
         if self.model is None:
             self.model = self.served[0]
         elif self.model not in self.served:
@@ -246,15 +249,19 @@ class OpenAIEngine(Engine):
         if self._gguf is not None:
             return self._gguf.detokenize(tokens)
         ids = [int(t) for t in tokens]
-        for path, body, key in (("/extras/detokenize", {"tokens": ids, "model": self.model}, "text"),
-                                ("/detokenize", {"tokens": ids, "model": self.model}, "prompt"),
-                                ("/detokenize", {"tokens": ids}, "content")):
+        # llama-cpp-python: /extras/detokenize -> text; vLLM: /detokenize -> prompt; llama-server: -> content
+        for path in ("/extras/detokenize", "/detokenize"):
+            if self._detokenize_endpoint not in (None, path):
+                continue
             try:
-                data = self.client.request("POST", self.root + path, body)
+                data = self.client.request("POST", self.root + path, {"tokens": ids, "model": self.model})
             except HttpStatusError:
                 continue
-            if isinstance(data, dict) and isinstance(data.get(key), str):
-                return data[key]
+            text = next((data[key] for key in ("text", "prompt", "content")
+                         if isinstance(data, dict) and isinstance(data.get(key), str)), None)
+            if text is not None:
+                self._detokenize_endpoint = path
+                return text
         raise InputError(f"the server at {self.root} has no detokenize endpoint (tried /extras/detokenize, "
                          "/detokenize): pass tokenizer=PATH.gguf in the variant")
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from logitlab.engines.server_http import ServerClient
+from logitlab.engines.servers.http import ServerClient
 from logitlab.errors import EngineError
 
 __all__ = ["ServerInfo", "identify"]

@@ -5,7 +5,7 @@ Two requests every scoring mode builds on, in each server's own dialect:
 ``generate(prompt, n)``
     a greedy completion of ``n`` tokens with the top-k log-probabilities of
     each generated token (the reference run's decode tokens, the decode
-    timing, and the *anchor* rows :mod:`~logitlab.engines.server_alignment`
+    timing, and the *anchor* rows :mod:`~logitlab.engines.servers.alignment`
     checks the scoring rows against).
 ``step(prefix)``
     one next-token distribution after ``prefix`` (``max_tokens`` 1, top-k
@@ -36,9 +36,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from logitlab.engines.server_alignment import check_named_tokens
-from logitlab.engines.server_http import ServerClient
-from logitlab.engines.server_logprobs import Entry, completion_entries, llama_native_entries, tgi_entries
+from logitlab.engines.servers.alignment import check_named_tokens
+from logitlab.engines.servers.http import ServerClient
+from logitlab.engines.servers.layouts import Entry, completion_entries, llama_native_entries, tgi_entries
 from logitlab.engines.topk import Key
 from logitlab.errors import EngineError
 
@@ -187,5 +187,5 @@ class TgiDialect(Dialect):
 
 
 def dialect_for(server_kind: str) -> type[Dialect]:
-    """The dialect class for a :class:`~logitlab.engines.server_info.ServerInfo` kind."""
+    """The dialect class for a :class:`~logitlab.engines.servers.identity.ServerInfo` kind."""
     return {"llama-server": LlamaServerDialect, "tgi": TgiDialect}.get(server_kind, Dialect)

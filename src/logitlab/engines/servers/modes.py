@@ -29,7 +29,7 @@ the distribution after position i (the one that predicts token i+1), as
     one.
 
 Whichever mode is used, the rows are checked against the server's own greedy
-completion (:mod:`~logitlab.engines.server_alignment`) before they are used.
+completion (:mod:`~logitlab.engines.servers.alignment`) before they are used.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
-from logitlab.engines.server_alignment import check_held_tokens, check_named_tokens
-from logitlab.engines.server_dialects import Dialect
-from logitlab.engines.server_http import HttpStatusError, ServerClient
-from logitlab.engines.server_logprobs import completion_entries, sglang_entries, vllm_prompt_entries
+from logitlab.engines.servers.alignment import check_held_tokens, check_named_tokens
+from logitlab.engines.servers.dialects import Dialect
+from logitlab.engines.servers.http import HttpStatusError, ServerClient
+from logitlab.engines.servers.layouts import completion_entries, sglang_entries, vllm_prompt_entries
 from logitlab.engines.topk import Key
 from logitlab.errors import EngineError
 

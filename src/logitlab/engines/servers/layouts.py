@@ -142,7 +142,7 @@ def completion_entries(choice: Mapping[str, Any]) -> list[Entry]:
 
 def vllm_prompt_entries(prompt_logprobs: Sequence[Any]) -> list[Entry]:
     """vLLM's ``prompt_logprobs`` list: entry j scores prompt token j (the token is not marked; see
-    :func:`~logitlab.engines.server_alignment.check_named_tokens`)."""
+    :func:`~logitlab.engines.servers.alignment.check_held_tokens`)."""
     entries = []
     for item in prompt_logprobs:
         if item is None:
