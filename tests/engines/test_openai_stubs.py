@@ -142,7 +142,8 @@ def test_server_without_logprobs_names_every_mode_tried_exit_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"error: the server at {url} (unknown server) supports none of the scoring modes tried — prompt_logprobs: "
-        "no choices[0].prompt_logprobs in the answer; return_logprob: HTTP 404; echo: answered without logprobs; "
+        "no choices[0].prompt_logprobs in the answer; return_logprob: HTTP 404: {\"detail\": \"Not Found\"}; echo: "
+        "answered without logprobs; "
         "teacher-forced: answered without log-probabilities of the generated token; it must return "
         "log-probabilities of prompt tokens (echo, prompt_logprobs, return_logprob) or of a generated token "
         "(teacher-forced)"]
@@ -199,7 +200,7 @@ def test_ab_json_keeps_scoring_and_row_offsets_per_run_and_renders_again(tmp_pat
         assert offsets["positions"] == list(range(len(data["prompt_ids"]) + N_DECODE))
     assert data["manifest"]["engine"]["server"] == {"kind": "vllm", "build": "0.0.0-stub", "model_path": None,
                                                     "n_ctx": None, "slots": None, "asked": "GET /version"}
-    assert "prompt_logprobs (probed): POST /v1/completions, 1 per run" in proc.stdout
+    assert "prompt_logprobs (probed): POST /v1/completions, 1 request per scoring" in proc.stdout
     # the saved result loads back typed and renders the same report (no server needed)
     result = report.load_result(data)
     assert all(isinstance(r, RunRecord) for r in result.runs)

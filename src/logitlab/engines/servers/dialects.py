@@ -103,12 +103,13 @@ class Dialect:
             raise EngineError(f"{self.client.url}/completions answered without choices: {str(data)[:200]}")
         return data, seconds
 
-    def _extra(self) -> dict:
+    def extra(self) -> dict:
+        """Extra body fields for ``/v1/completions`` on this server (vLLM: token ids as keys)."""
         return {"return_tokens_as_token_ids": True} if self.server_kind == "vllm" else {}
 
     def generate(self, prompt: list[int], n: int) -> Generation:
         data, seconds = self.completions({"prompt": self.prompt_of(prompt), "max_tokens": n, "logprobs": self.k,
-                                  "echo": False, **self._extra()})
+                                  "echo": False, **self.extra()})
         choice = data["choices"][0]
         entries = completion_entries(choice)
         ids = [e.token for e in entries]
@@ -118,7 +119,7 @@ class Dialect:
 
     def step(self, prefix: list[int]) -> Step:
         data, seconds = self.completions({"prompt": self.prompt_of(prefix), "max_tokens": 1, "logprobs": self.k,
-                                  "echo": False, **self._extra()})
+                                  "echo": False, **self.extra()})
         entries = completion_entries(data["choices"][0])
         timings = data.get("timings") or {}
         evaluated = timings.get("prompt_n")

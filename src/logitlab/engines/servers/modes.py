@@ -50,6 +50,11 @@ __all__ = ["MODES", "MODE_NAMES", "ModeUnsupported", "Scored", "ScoringMode", "p
 class ModeUnsupported(EngineError):
     """The server's answer does not carry what a scoring mode needs (the message says what was missing)."""
 
+    @classmethod
+    def refused(cls, exc: HttpStatusError) -> "ModeUnsupported":
+        """The server refused the mode's request: its status and the start of its answer."""
+        return cls(str(exc).split(" answered ", 1)[-1][:160])
+
 
 @dataclass
 class Scored:
@@ -86,7 +91,7 @@ class ScoringMode:
 
     name: ClassVar[str] = ""
     #: requests per scoring, in words
-    requests: ClassVar[str] = "1 per run"
+    requests: ClassVar[str] = "1 request per scoring"
 
     def __init__(self, ctx: ModeContext):
         self.ctx = ctx
@@ -112,7 +117,7 @@ class ScoringMode:
         try:
             return self.ctx.dialect.completions(body)
         except HttpStatusError as exc:
-            raise ModeUnsupported(f"HTTP {exc.status}") from None
+            raise ModeUnsupported.refused(exc) from None
 
 
 class EchoMode(ScoringMode):
@@ -120,7 +125,7 @@ class EchoMode(ScoringMode):
 
     def score(self, sequence: list[int]) -> Scored:
         data, seconds = self._post_v1({"prompt": self.ctx.prompt_of(sequence), "max_tokens": 1,
-                                       "logprobs": self.ctx.k, "echo": True})
+                                       "logprobs": self.ctx.k, "echo": True, **self.ctx.dialect.extra()})
         entries = completion_entries(data["choices"][0])
         n = len(sequence)
         if sum(1 for e in entries if e.top) <= 1:
@@ -150,9 +155,9 @@ class PromptLogprobsMode(ScoringMode):
     name = "prompt_logprobs"
 
     def score(self, sequence: list[int]) -> Scored:
-        extra = {"return_tokens_as_token_ids": True} if self.ctx.server_kind == "vllm" else {}
         data, seconds = self._post_v1({"prompt": self.ctx.prompt_of(sequence), "max_tokens": 1,
-                                       "logprobs": self.ctx.k, "prompt_logprobs": self.ctx.k, **extra})
+                                       "logprobs": self.ctx.k, "prompt_logprobs": self.ctx.k,
+                                       **self.ctx.dialect.extra()})
         choice = data["choices"][0]
         listed = choice.get("prompt_logprobs", data.get("prompt_logprobs"))
         if not isinstance(listed, list):
@@ -181,7 +186,7 @@ class ReturnLogprobMode(ScoringMode):
         try:
             data, seconds = self.ctx.client.post("/generate", body, root=True)
         except HttpStatusError as exc:
-            raise ModeUnsupported(f"HTTP {exc.status}") from None
+            raise ModeUnsupported.refused(exc) from None
         meta = data.get("meta_info")
         if not isinstance(meta, dict) or not meta.get("input_top_logprobs"):
             raise ModeUnsupported("no meta_info.input_top_logprobs in the answer")
@@ -198,7 +203,7 @@ class ReturnLogprobMode(ScoringMode):
 
 class TeacherForcedMode(ScoringMode):
     name = "teacher-forced"
-    requests = "1 per position"
+    requests = "1 request per position"
 
     @property
     def endpoint(self) -> str:
@@ -213,7 +218,7 @@ class TeacherForcedMode(ScoringMode):
                 step = self.ctx.dialect.step(sequence[:i + 1])
             except HttpStatusError as exc:
                 if i == 0:
-                    raise ModeUnsupported(f"HTTP {exc.status}") from None
+                    raise ModeUnsupported.refused(exc) from None
                 raise
             if not step.top:
                 if i == 0:
