@@ -209,6 +209,7 @@ def test_full_logits_against_a_server_are_compared_on_its_topk(servers):
     assert any("compared on the top-k the control returned" in note for note in result.notes)
     assert run.comparison.n_vocab == 20 and run.comparison.argmax_agreement == 1.0  # same kernels, same argmax
     assert result.verdict.word in ("bit-exact", "ulp-noise")
+    assert run.comparison.dtype == "float32"  # the server's float32, though it returns no row for position 0
     offsets = run.row_offsets
     assert offsets.positions == run.comparison.positions_compared
     assert offsets.max_residual_ulp <= 1 and 0 < offsets.max_abs_offset < 1e-5  # float32 vs float64 normaliser

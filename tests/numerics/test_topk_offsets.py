@@ -70,7 +70,13 @@ def test_rows_without_a_shared_token_or_missing_are_left_out():
     r = row_offsets(a, b)
     assert r.positions == [1] and r.offset[0] is None and r.offset[2] is None
     assert r.offset[1] == pytest.approx(-0.1) and r.residual[1] == pytest.approx(0.0, abs=1e-15)
-    assert on_normaliser(a, b).values[2] == a.values[2]  # nothing shared: kept as it was
+    assert on_normaliser(a, b).values[2] == a.values[2]  # nothing shared: not shifted
+    # a row the other run did not return is not shifted, but rounded as the others (float32 here), so that
+    # the comparison's dtype is decided by the rows compared
+    full = TopKRows.from_mappings([{5: -0.1000000001, 6: -3.0}, {5: -0.2000000001}], k=2)
+    server = TopKRows.from_mappings([None, {5: float(np.float32(-0.2))}], k=2)
+    moved = on_normaliser(full, server)
+    assert moved.values[0] == (float(np.float32(-0.1000000001)), -3.0) and moved.values[1] == server.values[1]
     with pytest.raises(InputError, match="differ in length"):
         row_offsets(a, TopKRows.from_mappings([None], k=2))
 

@@ -146,8 +146,8 @@ def on_normaliser(rows: TopKRows, like: TopKRows) -> TopKRows:
     The anchor is the first token of ``like``'s row (most likely first) that
     ``rows`` also holds. Where ``like``'s values are all float32 numbers (as
     servers return them), the shifted values are rounded to float32 too, so
-    that a comparison measures float32 ULPs on both sides. Rows without a
-    shared token, or missing on either side, are kept as they are.
+    that a comparison measures float32 ULPs on both sides (rows without a
+    shared token, or missing in ``like``, are not shifted but rounded alike).
 
     Parameters
     ----------
@@ -171,15 +171,13 @@ def on_normaliser(rows: TopKRows, like: TopKRows) -> TopKRows:
     f32 = all(float(np.float32(v)) == v for vals in like.values if vals for v in vals if math.isfinite(v))
     values = []
     for keys, vals, lk, lv in zip(rows.keys, rows.values, like.keys, like.values):
-        if not keys or not lk:
+        if not keys:
             values.append(vals)
             continue
         own = dict(zip(keys, vals))
-        anchor = _anchor(lk, own)
-        if anchor is None:
-            values.append(vals)
-            continue
-        base = dict(zip(lk, lv))[anchor]
-        shifted = [base + (v - own[anchor]) for v in vals]  # like's anchor value + the row's own gaps
-        values.append(tuple(float(np.float32(v)) if f32 else float(v) for v in shifted))
+        anchor = _anchor(lk, own) if lk else None
+        if anchor is not None:
+            base = dict(zip(lk, lv))[anchor]
+            vals = tuple(base + (v - own[anchor]) for v in vals)  # like's anchor value + the row's own gaps
+        values.append(tuple(float(np.float32(v)) if f32 else float(v) for v in vals))
     return TopKRows(rows.keys, tuple(values), rows.requested_k)
