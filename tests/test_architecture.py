@@ -18,7 +18,7 @@ import logitlab
 PACKAGE = Path(logitlab.__file__).resolve().parent
 LAYERS = ("", "engines", "numerics", "perf", "dumps", "experiments", "report", "cli")
 #: engine adapter modules: only engines/ and an engine's own capture module may import one
-ADAPTERS = {"llamacpp", "llamacpp_batch", "hf", "command", "openai", "ortgenai"}
+ADAPTERS = {"llamacpp", "llamacpp_batch", "hf", "command", "openai", "servers", "ortgenai"}
 #: what numerics may use of the engine layer: the contract of top-k rows, nothing else
 NUMERICS_FROM_ENGINES = {"logitlab.engines.topk"}
 

@@ -29,11 +29,17 @@ def test_first_difference():
     assert crossengine.first_difference([1, 2], [1, 2, 3]) == 2
 
 
-def test_needs_check_only_for_another_engine_or_model():
+def test_needs_check_only_for_another_engine_model_or_target():
     same = parse_variant("n_threads=1", "control", default_engine="llamacpp")
     assert not crossengine.needs_check(same, parse_variant("flash_attn=1", "candidate", default_engine="llamacpp"))
     assert crossengine.needs_check(same, parse_variant("hf:", "candidate", default_engine="llamacpp"))
     assert crossengine.needs_check(same, parse_variant("other.gguf", "candidate", default_engine="llamacpp"))
+    # another server behind the same engine may serve another tokenizer under the same model name
+    server = parse_variant("", "control", default_engine="openai:http://h:1/v1", default_model="m")
+    assert not crossengine.needs_check(server, parse_variant("logprobs=5", "candidate",
+                                                             default_engine="openai:http://h:1/v1", default_model="m"))
+    assert crossengine.needs_check(server, parse_variant("openai:http://h:2/v1", "candidate",
+                                                         default_engine="openai:http://h:1/v1", default_model="m"))
 
 
 def test_vocab_rule_compares_the_common_prefix_loudly():

@@ -15,7 +15,7 @@ import json
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -36,6 +36,9 @@ class RunOutput:
         topk: for engines that return only the top-k log-probabilities per
             position (``openai``): those, and ``logits`` is then empty,
             shape ``(n_positions, 0)``.
+        scoring: how such an engine obtained ``topk`` (JSON-ready: its mode,
+            requests, their time, the alignment check), for the report; None
+            for engines that return logits.
     """
 
     logits: np.ndarray
@@ -43,6 +46,7 @@ class RunOutput:
     generated: list[int]
     timings: list[StepTiming]
     topk: TopKRows | None = None
+    scoring: dict[str, Any] | None = None
 
     def same_bits(self, other: "RunOutput") -> bool:
         """True iff both runs returned bit-identical logits (or top-k data)."""
