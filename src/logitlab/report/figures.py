@@ -100,6 +100,7 @@ def _plot_function(kind: str) -> Callable[[Any, dict[str, Any]], None]:
 
 
 _XML_HEAD = re.compile(r"\A.*?(?=<svg)", re.S)
+_ID_REF = re.compile(r'( id="|href="#|url\(#)')
 
 
 def figure_svg(block: Figure, ident: str = "fig") -> str:
@@ -107,9 +108,10 @@ def figure_svg(block: Figure, ident: str = "fig") -> str:
 
     Args:
         block: the figure block (its ``kind`` picks the plot function).
-        ident: a prefix unique in the page: the ids matplotlib writes (clip
-            paths, and the ``gid`` a plot gives an artist, e.g. ``flips``)
-            become ``{ident}-...``, so several figures share one page.
+        ident: a prefix unique in the page: every id in the SVG (clip
+            paths, groups, and the ``gid`` a plot gives an artist, e.g.
+            ``flips``) and every reference to one becomes ``{ident}-...``, so
+            several figures share one page.
 
     Raises:
         InputError: no plot function for the kind.
@@ -121,9 +123,9 @@ def figure_svg(block: Figure, ident: str = "fig") -> str:
     with matplotlib.rc_context({**STYLE, "svg.hashsalt": ident}):
         fig = MplFigure(figsize=_SIZE, layout="constrained")
         plot(fig, block.data)
-        for artist in fig.findobj(lambda a: bool(a.get_gid())):
-            artist.set_gid(f"{ident}-{artist.get_gid()}")
         buffer = io.StringIO()
         fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
     svg = _XML_HEAD.sub("", buffer.getvalue(), count=1)
-    return svg
+    # every id and every reference to one gets the page-unique prefix (matplotlib numbers its groups per
+    # figure: "legend_1", "patch_2"); text is escaped by matplotlib, so no label holds id="
+    return _ID_REF.sub(lambda m: f"{m.group(1)}{ident}-", svg)
