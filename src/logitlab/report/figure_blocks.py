@@ -70,11 +70,12 @@ def comparison_figures(c: Comparison, *, near_tie_margin: float, n_prompt: int |
             f"ULP distance of every logit, {what} ({total:,} entries, log count). The first bar is the "
             f"bit-exact share ({100 * exact / total:.2f} % of entries). Rounding noise keeps its mass in the "
             "first bins; a change of algorithm (another reduction order, another kernel) moves most entries "
-            "past 16 ULP; entries past 256 ULP in a bit-exact-looking run point at a real change."),
+            "past 16 ULP."),
             {"bins": list(c.ulp_histogram), "counts": [int(v) for v in c.ulp_histogram.values()],
              "exact_share": exact / total if total else None}))
     out.append(Figure("kld-positions", (
-        f"KL divergence per position, {what} (nats, log scale; bit-identical positions sit on the floor). "
+        f"KL divergence per position, {what} (nats, log scale; bit-identical positions sit on the floor, a tenth "
+        "of the smallest KLD). "
         "Red crosses: argmax flips; the dashed line: the first differing logit"
         + ("; the grey line: where the prompt (prefill) ends and greedy decode begins" if n_prompt else "")
         + ". Read where along the sequence the two runs part, whether the divergence grows with the position "

@@ -17,7 +17,8 @@ from logitlab.report.figures import COLORS, legend_above, plain, tag_bars
 __all__ = ["ulp_histogram", "kld_positions", "margin_scatter", "kld_confidence", "check_heatmap", "verify_k",
            "verify_flip_margins", "guard_cost"]
 
-#: KLD values below this are drawn on the floor of the log axis (bit-identical rows have KLD 0).
+#: The lowest floor of the KLD log axes; bit-identical rows (KLD 0) are drawn on the floor, a tenth of the
+#: smallest positive KLD of the plot.
 KLD_FLOOR = 1e-12
 
 
@@ -46,7 +47,9 @@ def kld_positions(fig: Any, data: dict[str, Any]) -> None:
     ax = fig.add_subplot()
     kld = data["kld"]
     xs = list(range(len(kld)))
-    ys = [KLD_FLOOR if v is None or v <= 0 else max(v, KLD_FLOOR) for v in kld]
+    positive = [v for v in kld if v is not None and v > 0]
+    floor = max(min(positive) / 10, KLD_FLOOR) if positive else KLD_FLOOR  # bit-identical positions sit here
+    ys = [floor if v is None or v <= 0 else max(v, floor) for v in kld]
     ax.plot(xs, ys, color=COLORS["control"], lw=1, marker=".", ms=3, label="KLD (nats)")
     flips = data.get("flips") or []
     if flips:
@@ -62,7 +65,7 @@ def kld_positions(fig: Any, data: dict[str, Any]) -> None:
         boundary = ax.axvline(n_prompt - 0.5, color=COLORS["neutral"], lw=1.5, label="prompt | decode")
         boundary.set_gid("prompt-boundary")
     ax.set_yscale("log")
-    ax.set_ylim(bottom=KLD_FLOOR / 3)
+    ax.set_ylim(bottom=floor / 3)
     ax.set_xlim(-0.5, len(kld) - 0.5)
     ax.set_xlabel("position")
     ax.set_ylabel("KL(P_ref ‖ P_cand), nats")
