@@ -192,3 +192,19 @@ def test_bad_pages_and_paths_are_one_error_line(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith(f"error: result file {damaged}: the result embedded")
     proc = logitlab("bench", "compare", DATA / "criterion", "--baseline", "main", "--html", tmp_path)
     assert proc.returncode == 2 and proc.stderr == f"error: --html {tmp_path} is a folder; give a file path\n"
+
+
+def test_figures_of_rows_with_nan_infinities_and_a_flat_reference_draw():
+    """A NaN (KLD undefined), a -inf on one side (KLD infinite) and a uniform reference row all still draw."""
+    rng = np.random.default_rng(1)
+    a = rng.normal(0, 2, (6, 200)).astype(np.float32)
+    b = a + rng.normal(0, 1e-2, a.shape).astype(np.float32)
+    b[2, 3], b[4, 7] = np.nan, -np.inf
+    a[5], b[5] = 0, 0
+    b[5, 1] = 1e-3
+    c = compare_logits(a, b)
+    assert c.row_kld[2] is None and c.row_kld[4] == float("inf") and c.row_top1_prob_ref[5] == pytest.approx(1 / 200)
+    blocks = comparison_figures(c, near_tie_margin=0.5, n_prompt=3)
+    assert [f.kind for f in blocks] == ["ulp-histogram", "kld-positions", "margin-scatter", "kld-confidence"]
+    svgs = [figures.figure_svg(f, f"f{i}") for i, f in enumerate(blocks)]
+    assert all(s.startswith("<svg") for s in svgs) and "infinite KLD (1)" in svgs[1]

@@ -31,7 +31,7 @@ class ConfidenceBucket:
         positions: positions in the bucket.
         mean_kld: their mean KL divergence (nats); None for an empty bucket.
         max_kld: their largest KL divergence (nats); None for an empty bucket.
-        share: their part of the summed KLD of all bucketed positions (0-1; None when that sum is 0).
+        share: their part of the summed KLD of all bucketed positions (0-1; None when that sum is 0 or infinite).
     """
 
     low: float
@@ -85,5 +85,5 @@ def kld_by_confidence(row_kld: Sequence[float | None], row_top1_prob: Sequence[f
         groups[i].append(float(kld))
     total = sum(sum(g) for g in groups)
     return [ConfidenceBucket(low, high, len(g), sum(g) / len(g) if g else None, max(g) if g else None,
-                             sum(g) / total if total > 0 else None)
+                             sum(g) / total if 0 < total < math.inf else None)
             for low, high, g in zip(edges, edges[1:], groups)]

@@ -47,10 +47,15 @@ def kld_positions(fig: Any, data: dict[str, Any]) -> None:
     ax = fig.add_subplot()
     kld = data["kld"]
     xs = list(range(len(kld)))
-    positive = [v for v in kld if v is not None and v > 0]
+    positive = [v for v in kld if v is not None and 0 < v < math.inf]
     floor = max(min(positive) / 10, KLD_FLOOR) if positive else KLD_FLOOR  # bit-identical positions sit here
-    ys = [floor if v is None or v <= 0 else max(v, floor) for v in kld]
+    ceiling = max(positive) * 3 if positive else 1.0  # an infinite KLD (a token the candidate rules out) sits here
+    ys = [floor if v is None or v <= 0 else ceiling if v == math.inf else max(v, floor) for v in kld]
     ax.plot(xs, ys, color=COLORS["control"], lw=1, marker=".", ms=3, label="KLD (nats)")
+    infinite = [i for i, v in enumerate(kld) if v == math.inf]
+    if infinite:
+        ax.scatter(infinite, [ceiling] * len(infinite), marker="^", s=40, color=COLORS["ink"], zorder=6,
+                   label=f"infinite KLD ({len(infinite)})")
     flips = data.get("flips") or []
     if flips:
         points = ax.scatter(flips, [ys[p] for p in flips], marker="X", s=60, color=COLORS["flip"], zorder=5,
@@ -117,18 +122,22 @@ def kld_confidence(fig: Any, data: dict[str, Any]) -> None:
     ax = fig.add_subplot()
     buckets = data["buckets"]
     means = [b["mean_kld"] or 0.0 for b in buckets]
-    bars = ax.bar(range(len(buckets)), [max(m, KLD_FLOOR) if b["positions"] else 0 for m, b in zip(means, buckets)],
+    positive = [m for m in means if 0 < m < math.inf]
+    top = max(positive) * 3 if positive else 1.0  # an infinite mean (a token the candidate rules out) is drawn here
+    heights = [0 if not b["positions"] else top if m == math.inf else max(m, KLD_FLOOR)
+               for m, b in zip(means, buckets)]
+    bars = ax.bar(range(len(buckets)), heights,
                   color=[COLORS["candidate"] if b["positions"] else COLORS["neutral"] for b in buckets])
     tag_bars(bars, "bars")
     ax.set_yscale("log")
     ax.set_xticks(range(len(buckets)), [b["label"] for b in buckets])
     ax.set_xlabel("reference top-1 probability")
     ax.set_ylabel("mean KLD (nats)")
-    positive = [m for m in means if m > 0]
     if positive:
-        ax.set_ylim(min(positive) / 5, max(positive) * 8)
-    for rect, b in zip(bars, buckets):
-        share = "" if b["share"] is None else f", {100 * b['share']:.0f} % of ΣKLD"
+        ax.set_ylim(min(positive) / 5, top * 3)
+    for rect, b, m in zip(bars, buckets, means):
+        share = "" if b["share"] is None or not math.isfinite(b["share"]) else f", {100 * b['share']:.0f} % of ΣKLD"
+        share += ", mean inf" if m == math.inf else ""
         y = rect.get_height() if b["positions"] else (min(positive) / 4 if positive else 1e-9)
         ax.annotate(f"n={b['positions']}{share}", (rect.get_x() + rect.get_width() / 2, y), ha="center",
                     va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
