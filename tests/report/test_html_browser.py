@@ -61,7 +61,8 @@ def reports(tmp_path_factory):
         return ["--json", jsons[kind]]
 
     _run("ab", "--control", LLAMA, "--candidate", f"flash_attn=1,{LLAMA}", "--tokens", "8", "--repeats", "2",
-         "--warmup", "0", "--prompt", f"{SHORT_PROMPT} {HOSTILE}", "-q", *out("ab"), "--log", folder / "runs.jsonl")
+         "--warmup", "0", "--prompt", f"{SHORT_PROMPT} {HOSTILE}", "-q", *out("ab"), "--log", folder / "runs.jsonl",
+         "--html", folder / "ab.run.html")
     _run("verify", "--k", "1", "2", "4", "--tokens", "8", "--prompt", SHORT_PROMPT, "--options", LLAMA, "--guard",
          "0.5", "--guard-k", "2", "-q", *out("verify"))
     _run("invariance", "batch", "--batch", "1", "2", "--prompt", SHORT_PROMPT, "--variant", LLAMA, "-q",
@@ -89,6 +90,8 @@ def reports(tmp_path_factory):
         start = time.perf_counter()
         _run("report", js, "--html", page, "-q")
         pages[kind] = (page, js, time.perf_counter() - start)
+    # the page the run wrote itself equals the one rendered again from its JSON, byte for byte
+    assert (folder / "ab.run.html").read_bytes() == pages["ab"][0].read_bytes()
     return pages
 
 
