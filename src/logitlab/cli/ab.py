@@ -110,7 +110,8 @@ def ab(**opts: Any) -> None:
         thresholds=thresholds_from(opts),
     )
     log_path = opts["log_path"] or _default_log_path(opts["json_path"])
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], log=log_path,
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
+                       log=log_path,
                        inputs=[control.model, candidate.model, opts["prompt_file"]])
     target = record_target(opts)
     result, error = _run_with_progress(config, log_path, opts["quiet"])

@@ -97,7 +97,7 @@ def run_cmd(**opts: Any) -> None:
     """
     from logitlab.perf.commands import BenchRunConfig, bench_run
 
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"])
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"])
     target = record_target(opts)
     if opts["metric_regex"] and opts["higher_is_better"] is None:
         raise InputError("--metric needs a direction: add --higher-is-better (tokens/s) or --lower-is-better "
@@ -201,7 +201,7 @@ def compare_cmd(**opts: Any) -> None:
     from logitlab.perf.compare_files import NoiseProfile, compare_benchmarks
     from logitlab.perf.equivalence import check_margin
 
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"],
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
                        inputs=[opts["base"], opts["candidate"], opts["noise_path"]])
     if opts["margin"] is not None:
         check_margin(opts["margin"], option="--margin")
@@ -264,7 +264,8 @@ def calibrate_cmd(**opts: Any) -> None:
     from logitlab.perf.compare_files import calibrate_noise
     from logitlab.perf.readers import read_benchmark_file
 
-    check_output_paths(out=opts["json_path"], markdown=opts["markdown_path"], inputs=list(opts["runs"]))
+    check_output_paths(out=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
+                       inputs=list(opts["runs"]))
     if opts["baselines"]:
         if len(opts["runs"]) != 1:
             raise InputError("--baseline reads several baselines of ONE criterion folder: give one path")

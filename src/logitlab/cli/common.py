@@ -131,7 +131,8 @@ def keep_partial(run: Callable[[], Any]) -> tuple[Any, LogitlabError | None]:
 def output_options(*, json_help: str = "Write the full result as JSON.", markdown: bool = True,
                    quiet_help: str = "No progress bar.",
                    json: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``--json PATH``, ``--markdown PATH`` (unless ``markdown=False``) and ``--quiet``: one group for every command.
+    """``--json PATH``, ``--markdown PATH`` and ``--html PATH`` (unless ``markdown=False``: a command without a
+    report) and ``--quiet``: one group for every command.
 
     ``json=False``: the command declares its own JSON output option (``bench calibrate --out/--json``,
     required there); it must keep the ``json_path`` name that :func:`write_reports` reads.
@@ -141,13 +142,17 @@ def output_options(*, json_help: str = "Write the full result as JSON.", markdow
         if markdown:
             options.append(click.option("--markdown", "markdown_path", type=str, default=None,
                                         help="Write the report as Markdown (a PR comment)."))
+            options.append(click.option("--html", "html_path", type=str, default=None,
+                                        help="Write the report as one self-contained HTML page with figures "
+                                             "(opens from a file, no network; the result JSON is inside)."))
         options.append(click.option("--quiet", "-q", is_flag=True, help=quiet_help))
         return _apply(func, options)
     return decorate
 
 
 def write_reports(result: Any, opts: dict[str, Any], **options: Any) -> None:
-    """Write ``result.to_dict()`` as JSON (``--json``) and its Markdown report (``--markdown``) where asked.
+    """Write ``result.to_dict()`` as JSON (``--json``), its Markdown report (``--markdown``) and its HTML
+    page (``--html``) where asked.
 
     ``options`` go to the result's document builder (e.g. ``max_rows`` of a dump-diff).
     """
@@ -158,6 +163,8 @@ def write_reports(result: Any, opts: dict[str, Any], **options: Any) -> None:
         write_json(opts["json_path"], result.to_dict())
     if opts.get("markdown_path"):
         write_text(opts["markdown_path"], report.markdown(result, **options))
+    if opts.get("html_path"):
+        write_text(opts["html_path"], report.html(result, **options))
 
 
 def show_report(result: Any, *, show_error: bool = True, **options: Any) -> None:

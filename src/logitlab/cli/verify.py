@@ -147,7 +147,7 @@ def verify(**opts: Any) -> None:
     fallback = opts["guard_fallback"]
     variant = parse_variant(opts["options"], "verify", default_engine=opts["engine"], default_model=opts["model"],
                             env=parse_env(opts["env"]), option="--options")
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"],
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
                        inputs=[variant.model, opts["prompts_file"], opts["calibration_prompts"]])
     target = record_target(opts)
     config = VerifyConfig(

@@ -54,7 +54,7 @@ from logitlab.engines.options import positive_float, positive_int, to_bool
 from logitlab.engines.servers.alignment import AlignmentCheck, check_against_generation
 from logitlab.engines.servers.dialects import Dialect, Generation, dialect_for
 from logitlab.engines.servers.http import HttpStatusError, ServerClient
-from logitlab.engines.servers.identity import ServerInfo, identify
+from logitlab.engines.servers.identity import identify
 from logitlab.engines.servers.modes import MODE_NAMES, MODES, ModeContext, ModeUnsupported, ScoringMode, \
     preferred_modes
 from logitlab.errors import EngineError, InputError

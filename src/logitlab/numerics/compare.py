@@ -108,7 +108,8 @@ def merge_comparisons(parts: Sequence[LogitComparison]) -> LogitComparison:
     rows: dict[str, list] = {}
     for f in dataclasses.fields(LogitComparison):
         if f.name.startswith("row_"):
-            rows[f.name] = [x for p in parts for x in getattr(p, f.name)]
+            values = [getattr(p, f.name) for p in parts]  # an optional row field may be None (older results)
+            rows[f.name] = None if any(v is None for v in values) else [x for v in values for x in v]
     kld = np.array([x for x in rows["row_kld"] if x is not None], dtype=np.float64)
     kld_summary = {name: (float(kld.mean()) if q is None else float(np.percentile(kld, q))) if kld.size else None
                    for name, q in KLD_STATS}
@@ -315,6 +316,7 @@ def _assemble(ref, obs, chunks, top_k, kk, ids) -> LogitComparison:
     max_ulp = _cat(chunks, "max_ulp")
     scaled = _cat(chunks, "scaled_ulp")
     kld = _cat(chunks, "kld")
+    p_top = _cat(chunks, "p_top_ref")
     top_ref, topv_ref = _cat(chunks, "top_ref"), _cat(chunks, "topv_ref")
     top_obs, topv_obs = _cat(chunks, "top_obs"), _cat(chunks, "topv_obs")
     hist = np.sum([c.hist for c in chunks], axis=0)
@@ -414,5 +416,6 @@ def _assemble(ref, obs, chunks, top_k, kk, ids) -> LogitComparison:
         row_kld=[_f(x) for x in kld],
         row_max_ulp=[int(x) for x in max_ulp],
         row_scaled_ulp=[float(x) for x in scaled],
+        row_top1_prob_ref=[_f(x) for x in p_top],
         token_ids=ids,
     )

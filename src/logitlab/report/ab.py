@@ -10,6 +10,7 @@ from logitlab.experiments.ab import PHASES, AbResult, speed_blocks
 from logitlab.perf.design import CANDIDATE
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.server_text import run_scoring_text, scoring_rows
+from logitlab.report.figure_blocks import ab_slot_figure, comparison_figures, paired_figure
 from logitlab.report.speed_text import paired_reason, sequential_reason, stopping_note
 from logitlab.report.text import (
     FLIP_HEADER,
@@ -115,7 +116,9 @@ def _verdict(result: AbResult) -> list:
     if result.candidate_reproducible is False:
         blocks.append(Paragraph("candidate runs differ among themselves (candidate not reproducible)",
                                 tone="warning", tight=True))
-    return blocks
+    near_tie = result.config["thresholds"]["near_tie_margin"]
+    return blocks + comparison_figures(run.comparison, near_tie_margin=near_tie, n_prompt=len(result.prompt_ids),
+                                       what=f"candidate slot {run.slot} vs the reference")
 
 
 def _server_lines(result: AbResult, run) -> list[tuple[str, str]]:
@@ -142,4 +145,5 @@ def _speed(result: AbResult) -> list:
         driving = result.sequential.get("decode") or result.sequential.get("prefill")
         blocks_run = len({r.block for r in result.runs if r.block is not None})
         reasons.append(Paragraph(stopping_note(driving, blocks_run, "--repeats auto"), tone="note", tight=True))
-    return [table, *reasons]
+    figures = [paired_figure(list(result.speed.values())), ab_slot_figure(result.runs, PHASES)]
+    return [table, *reasons, *(f for f in figures if f is not None)]
