@@ -173,6 +173,7 @@ def test_server_dying_mid_run_ends_it_with_partial_results(servers, model_path, 
                     r"\(timeout 120 s each\): ConnectionRefusedError", partial.error), partial.error
 
 
+@pytest.mark.engine
 def test_unreachable_url_is_one_line_exit_2(tmp_path):
     url = f"http://127.0.0.1:{free_port()}/v1"
     proc = subprocess.run([PY, "-m", "logitlab", "ab", "--engine", f"openai:{url}", "--control", "retries=0",

@@ -50,12 +50,14 @@ def test_vocab_rule_compares_the_common_prefix_loudly():
     assert ref.shape == obs.shape == (3, 10)
 
 
+@pytest.mark.engine
 def test_different_tokenizers_are_an_error_naming_the_first_position():
     with pytest.raises(InputError, match=r"the tokenizers differ on the prompt at token position 0: control "
                                          r"\(llamacpp\) has id 504 'The', candidate \(fake\) has id 84"):
         run_ab(config("llamacpp:", "fake:"))
 
 
+@pytest.mark.engine
 def test_llamacpp_vs_hf_on_the_same_gguf():
     pytest.importorskip("transformers")
     result = run_ab(config("llamacpp:?n_threads=1&n_threads_batch=1", "hf:?threads=1", n_decode=16))
@@ -75,6 +77,7 @@ def test_llamacpp_vs_hf_on_the_same_gguf():
     assert "- candidate engine: transformers" in md and "**note:** cross-engine comparison" in md
 
 
+@pytest.mark.engine
 def test_hf_tokenizer_is_the_gguf_one():
     pytest.importorskip("transformers")
     llama = engine_class("llamacpp")(model=None)
