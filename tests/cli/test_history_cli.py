@@ -94,6 +94,7 @@ def recorded(engine, tmp_path_factory):
     return history
 
 
+@pytest.mark.engine
 def test_every_build_is_one_record_with_commit_date_manifest_and_samples(engine, recorded):
     repo, shas = engine
     files = sorted((recorded / MACHINE).glob("*.json"))
@@ -173,6 +174,7 @@ def test_regressions_only_exits_1_for_ci_and_keeps_only_alarming_series(engine, 
     assert quiet.returncode == 0, quiet.stderr
 
 
+@pytest.mark.engine
 def test_bisect_numerics_names_the_commit_and_restores_the_checkout(engine, tmp_path):
     repo, shas = engine
     out = tmp_path / "bisect.json"
@@ -192,6 +194,7 @@ def test_bisect_numerics_names_the_commit_and_restores_the_checkout(engine, tmp_
     assert git(repo, "symbolic-ref", "--short", "HEAD") == "main" and git(repo, "status", "--porcelain") == ""
 
 
+@pytest.mark.engine
 def test_bisect_speed_names_the_commit_and_removes_its_worktree(engine, tmp_path):
     repo, shas = engine
     out = tmp_path / "bisect.json"
@@ -214,6 +217,7 @@ def test_bisect_speed_names_the_commit_and_removes_its_worktree(engine, tmp_path
     assert git(repo, "symbolic-ref", "--short", "HEAD") == "main"
 
 
+@pytest.mark.engine
 def test_ctrl_c_restores_the_checkout_and_keeps_the_steps(engine, tmp_path):
     repo, shas = engine
     git(repo, "checkout", "-q", "--detach", shas[3])  # a detached start is restored as detached
@@ -242,6 +246,7 @@ def test_ctrl_c_restores_the_checkout_and_keeps_the_steps(engine, tmp_path):
 # --- bad input: one error line, exit 2 -------------------------------------------------------------------
 
 
+@pytest.mark.engine
 def test_bisect_bad_input_is_one_error_line(engine, tmp_path):
     repo, shas = engine
     spec = ["--", SPEC]

@@ -25,6 +25,8 @@ from logitlab.models import default_model_path
 from server_stubs import (ContentStub, DroppedEntryStub, NoLogprobsStub, SglangStub, Stub, TgiStub, VllmStub, dist,
                           stub_server)
 
+pytestmark = pytest.mark.engine
+
 PY = sys.executable
 N_DECODE = 3
 

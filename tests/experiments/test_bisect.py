@@ -68,6 +68,7 @@ def test_range_parsing():
             parse_range(bad)
 
 
+@pytest.mark.engine
 def test_skips_between_good_and_bad_leave_every_suspect(skip_repo):
     repo, shas = skip_repo
     result = run_bisect(repo, shas[0], "main", probe(), build="test ! -f BROKEN")
@@ -78,6 +79,7 @@ def test_skips_between_good_and_bad_leave_every_suspect(skip_repo):
     assert git(repo, "symbolic-ref", "--short", "HEAD") == "main"
 
 
+@pytest.mark.engine
 def test_the_bar_decides_what_is_bad(skip_repo):
     repo, shas = skip_repo
     strict = run_bisect(repo, shas[0], shas[2], probe())  # no build: engine.py runs as committed
@@ -108,6 +110,7 @@ def test_first_parent_line_leaves_out_merged_branches(tmp_path):
         first_parent_range(repo, side, "main")
 
 
+@pytest.mark.engine
 def test_an_engine_failing_at_good_stops_and_restores_a_detached_checkout(skip_repo):
     repo, shas = skip_repo
     git(repo, "checkout", "-q", "--detach", shas[1])

@@ -62,6 +62,7 @@ def test_fingerprint_is_the_logits_bits():
                                                     []).fingerprint()
 
 
+@pytest.mark.engine
 def test_ab_records_both_builds_the_numerics_and_the_ratio(numpy_ab, tmp_path):
     ab, _ = numpy_ab
     m = result_metrics(ab)

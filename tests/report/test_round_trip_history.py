@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from roundtrip_tools import ROOT, assert_round_trip, logitlab
 
 sys.path.insert(0, str(ROOT / "tests"))
@@ -41,6 +43,7 @@ def test_history_show_round_trip(tmp_path):
     assert change.change > 1.0 and "**1 regression**" in md.read_text()
 
 
+@pytest.mark.engine
 def test_bisect_round_trip(tmp_path):
     from logitlab.experiments.bisect import BisectResult
 
