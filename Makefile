@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: setup
-	$(VENV)/bin/logitlab ab --candidate flash_attn=1 --markdown out/demo.md --json out/demo.json
+	$(VENV)/bin/logitlab ab --candidate flash_attn=1 --markdown out/demo.md --json out/demo.json --html out/demo.html
 
 # llama.cpp's own tools (llama-server, -perplexity, -bench, -quantize) from the installed llama-cpp-python's
 # sources, cached outside the repo (~/.cache/logitlab/llama-tools): ~20 min once, then a no-op.
@@ -40,11 +40,13 @@ $(RAY_STAMP): $(STAMP)
 
 test: setup tools $(GEMMA_STAMP) $(RAY_STAMP)
 	@bash scripts/install-bench-tools.sh
-	$(PY) -m pytest -q
+	@bash scripts/install-browser.sh
+	LOGITLAB_NO_SKIPS=1 $(PY) -m pytest -q
 
 bench: setup
 	$(PY) benchmarks/bench_compare.py
 	$(PY) benchmarks/bench_overhead.py
+	$(PY) benchmarks/bench_html.py
 
 clean:
 	rm -rf $(VENV) out logitlab-runs

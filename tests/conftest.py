@@ -72,3 +72,106 @@ def model_path() -> str:
     from logitlab.models import default_model_path
 
     return str(default_model_path())
+
+
+# -- one marker for every test that loads an engine --------------------------------------------------------
+#: CLI subcommands that load an engine (a test running one as a subprocess loads an engine too).
+ENGINE_COMMANDS = {"ab", "verify", "invariance", "dump", "golden", "explain", "sweep", "bisect"}
+#: Other programs that run a model.
+MODEL_PROGRAMS = ("llama_cpp.server", "llama-server", "llama-perplexity", "llama-bench", "llama-quantize",
+                  "onnxruntime_genai.models.builder")
+
+
+def _runs_a_model(argv) -> bool:
+    if isinstance(argv, (str, bytes)):
+        argv = str(argv).split()
+    words = [str(a) for a in argv]
+    if any(p in w for w in words for p in MODEL_PROGRAMS):
+        return True
+    if "logitlab" in words:
+        after = words[words.index("logitlab") + 1:]
+        return bool(after) and after[0] in ENGINE_COMMANDS and "--help" not in after
+    return False
+
+
+_LOADS: list[str] = []
+
+
+def pytest_configure(config):
+    """Watch, for the whole session, every real engine load in this process and every CLI or tool
+    subprocess that runs a model; :func:`pytest_runtest_makereport` charges them to the running test
+    (fixture setup included, so a module-scoped engine is charged to the first test that asks for it)."""
+    import subprocess
+
+    from logitlab.engines.base import Engine
+
+    original_init, original_popen = Engine.__post_init__, subprocess.Popen.__init__
+
+    def post_init(self):
+        original_init(self)  # a load refused for bad options does not count
+        if type(self).__module__.startswith("logitlab.engines."):
+            _LOADS.append(f"{type(self).__name__} in this process")
+
+    def popen(self, args, *a, **kw):
+        if _runs_a_model(args):
+            _LOADS.append(" ".join(map(str, [args] if isinstance(args, str) else args))[:120])
+        return original_popen(self, args, *a, **kw)
+
+    Engine.__post_init__ = post_init
+    subprocess.Popen.__init__ = popen
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Fail a test that ran a model without the ``engine`` marker, so that ``pytest -m "not engine"``
+    really is the fast suite (maths, files, CLI errors)."""
+    report = yield
+    if call.when == "setup":
+        item.stash.setdefault(_LOADS_KEY, [])
+    loads = item.stash.setdefault(_LOADS_KEY, [])
+    loads += _LOADS
+    _LOADS.clear()
+    if call.when == "teardown" and loads and item.get_closest_marker("engine") is None and report.passed:
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} runs a model ({loads[0]}) but is not marked @pytest.mark.engine: mark "
+                           "it (or its module: pytestmark = pytest.mark.engine)")
+    return report
+
+
+_LOADS_KEY = pytest.StashKey[list]()
+
+
+# -- no silent skips -------------------------------------------------------------------------------------------
+#: Skip reasons that are facts of the machine, not of its setup (a CPU-only test on a CUDA machine).
+ALLOWED_SKIPS = ("CUDA is available here", "this onnxruntime-genai has CUDA", "needs 80-bit long double")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    reasons: dict[str, int] = {}
+    for report in skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reasons[reason] = reasons.get(reason, 0) + 1
+    terminalreporter.section("skipped tests")
+    for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
+        allowed = any(a in reason for a in ALLOWED_SKIPS)
+        terminalreporter.write_line(f"{count:4d}  {reason}" + ("" if allowed else "   <- must not skip in CI"))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """With LOGITLAB_NO_SKIPS=1 (``make test`` sets it), a skip that is not a fact of the machine fails the run."""
+    import os
+
+    if os.environ.get("LOGITLAB_NO_SKIPS") != "1":
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter else []
+    bad = [r for r in skipped
+           if not any(a in (r.longrepr[2] if isinstance(r.longrepr, tuple) else str(r.longrepr)) for a in ALLOWED_SKIPS)]
+    if bad and session.exitstatus == 0:
+        session.exitstatus = 1
+        if reporter:
+            reporter.write_line(f"LOGITLAB_NO_SKIPS=1: {len(bad)} test(s) skipped that must run in CI (see above)",
+                                red=True)

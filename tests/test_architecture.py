@@ -18,7 +18,7 @@ import logitlab
 PACKAGE = Path(logitlab.__file__).resolve().parent
 LAYERS = ("", "engines", "numerics", "perf", "dumps", "experiments", "report", "cli")
 #: engine adapter modules: only engines/ and an engine's own capture module may import one
-ADAPTERS = {"llamacpp", "llamacpp_batch", "hf", "command", "openai", "ortgenai"}
+ADAPTERS = {"llamacpp", "llamacpp_batch", "hf", "command", "openai", "servers", "ortgenai"}
 #: what numerics may use of the engine layer: the contract of top-k rows, nothing else
 NUMERICS_FROM_ENGINES = {"logitlab.engines.topk"}
 
@@ -35,7 +35,7 @@ def _modules() -> list[tuple[str, Path]]:
 
 
 def _layer(module: str) -> int:
-    if module == "logitlab.__main__":  # ``python -m logitlab``: the command line
+    if module in ("logitlab.__main__", "logitlab.pytest_plugin"):  # entry points: the outermost layer
         return LAYERS.index("cli")
     parts = module.split(".")
     if len(parts) > 1 and parts[1] in LAYERS:

@@ -1,7 +1,8 @@
 """JSON in and out: strict JSON (NaN and ±Inf become null), written atomically; typed results.
 
 Every top-level result (``ab``, ``verify``, ``invariance``, ``bench run``,
-``bench compare``, ``bench calibrate``, ``dump-diff``) is a dataclass that
+``bench compare``, ``bench calibrate``, ``dump-diff``, ``history``,
+``bisect``) is a dataclass that
 derives from :class:`ResultRecord`: ``to_dict()`` writes its fields plus
 ``kind`` and ``schema_version``; ``ResultRecord.from_dict`` reads them back
 into the same typed objects (nested dataclasses included, through the

@@ -10,6 +10,8 @@ import pytest
 
 from conftest import SHORT_PROMPT
 
+pytestmark = pytest.mark.engine
+
 RUN = ["--tokens", "8", "--repeats", "1", "--warmup", "0", "--quiet"]
 SHORT = ["--prompt", SHORT_PROMPT, *RUN]
 

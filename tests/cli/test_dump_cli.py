@@ -81,6 +81,7 @@ def test_nothing_aligned_exits_2_with_one_line_per_problem(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.engine
 def test_bad_options_give_one_error_line(tmp_path):
     proc = logitlab("dump-diff", str(tmp_path), str(tmp_path), "--shape", "axb")
     assert proc.returncode == 2
@@ -110,6 +111,7 @@ def one_error_line(proc, message):
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
 
 
+@pytest.mark.engine
 def test_unwritable_outputs_and_bad_prompt_files_fail_before_any_work(tmp_path):
     a = write_folder(tmp_path / "a", base_tensors(), "p")
     (tmp_path / "file").write_text("")
@@ -155,6 +157,7 @@ def test_dump_filters_that_capture_nothing_are_one_error_line(tmp_path):
         assert not (tmp_path / str(i)).exists()  # the folder the command made is gone again
 
 
+@pytest.mark.engine
 def test_a_dump_that_fails_before_writing_removes_only_the_folders_it_made(tmp_path):
     new = tmp_path / "new" / "dumps"
     proc = logitlab("dump", "--control", "bogus=1", "--out", str(new))  # no --quiet: no empty line before error:
@@ -177,6 +180,7 @@ def test_a_dump_that_fails_before_writing_removes_only_the_folders_it_made(tmp_p
     ("--names", "", "error: --names '' is empty"),
     ("--names", "[", "error: bad --names glob '[': '[' without a closing ']'"),
 ])
+@pytest.mark.engine
 def test_malformed_filters_are_one_error_line_in_dump_and_dump_diff(tmp_path, option, value, message):
     a = write_folder(tmp_path / "a", base_tensors(), "p")
     one_error_line(logitlab("dump-diff", str(a), str(a), option, value, "-q"), message)

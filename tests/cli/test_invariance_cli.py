@@ -9,6 +9,8 @@ import pytest
 
 from conftest import SHORT_PROMPT
 
+pytestmark = pytest.mark.engine
+
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 LLAMA = "n_threads=1,n_threads_batch=1"  # 2 batch threads on a busy 2-core machine spin for seconds
 

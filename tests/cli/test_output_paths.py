@@ -49,6 +49,7 @@ def test_a_parent_that_is_a_file_is_named(tmp_path):
         check_output_paths(json=str(tmp_path / "f" / "x.json"))
 
 
+@pytest.mark.engine
 def test_cli_commands_refuse_to_overwrite_their_inputs(tmp_path):
     a = write_folder(tmp_path / "a", base_tensors(), "p")
     one_error_line(logitlab("dump-diff", str(a), str(a), "--json", str(a / "x.json"), "-q"),
@@ -83,6 +84,7 @@ def test_probing_leaves_no_folder_behind_and_the_writers_create_it(tmp_path):
     assert (tmp_path / "new" / "r.md").read_text() == report.markdown(result)
 
 
+@pytest.mark.engine
 def test_a_command_failing_on_bad_input_leaves_no_output_folder(tmp_path):
     one_error_line(logitlab("ab", "--candidate", "flash_attn=banana", "--json", str(tmp_path / "o" / "r.json")),
                    "bad value 'banana'")

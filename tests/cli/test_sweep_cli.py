@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.engine  # the tests run `logitlab sweep` in subprocesses (conftest counts it as a model run)
+
 MATRIX = """
 name = "fa"
 prompts = ["The capital of France is"]

@@ -8,6 +8,8 @@ import pytest
 
 from conftest import SHORT_PROMPT
 
+pytestmark = pytest.mark.engine
+
 # One thread for batched (M=K) evaluation: on a busy 2-core runner two threads contend and
 # make every verify block several times slower; thread count does not change llama.cpp's bits.
 SHORT = ["--prompt", SHORT_PROMPT, "--tokens", "8", "--quiet", "--options", "n_threads_batch=1"]

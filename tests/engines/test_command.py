@@ -75,6 +75,7 @@ def cmd_variant(template, label="control", **options):
     return parse_variant(f"?{query}" if query else "", label, default_engine=f"cmd:{template}")
 
 
+@pytest.mark.engine
 def test_ab_cli_nan_from_a_candidate_knob_is_a_divergent_verdict_not_bad_usage(fake, tmp_path):
     """A CI gate must tell "the engine produced a NaN" (exit 1) from "bad usage" (exit 2)."""
     out = tmp_path / "ab.json"
@@ -161,6 +162,7 @@ def test_ab_cli_flash_attn_knob_is_caught_with_the_engines_own_verdict(tmp_path)
 
 
 # -- formats, timing, failures (a tiny stand-in engine, no model) -----------------------------
+@pytest.mark.engine
 @pytest.mark.parametrize("fmt", ["npy", "safetensors", "f32"])
 def test_formats_and_reported_timing(fake, fmt):
     engine = load_engine(cmd_variant(fake, vocab=32, format=fmt,
@@ -172,6 +174,7 @@ def test_formats_and_reported_timing(fake, fmt):
     assert out.same_bits(run_workload(engine, prompt, 3, replay=out.generated))
 
 
+@pytest.mark.engine
 def test_wall_time_when_the_command_prints_no_timing(fake):
     engine = load_engine(cmd_variant(fake, vocab=16, timing_regex=r"never (?P<decode>\d+)"))
     out = run_workload(engine, [1, 2, 3], 1, replay=[4])
@@ -199,6 +202,7 @@ def test_read_logits_rejects_bad_files(tmp_path):
     ("bytes", r"is 380 bytes, not a whole number of rows of 16 float32"),
     ("nothing", r"exited 0 but wrote no logits file"),
 ])
+@pytest.mark.engine
 def test_broken_command_is_one_clear_error(fake, bad, message, monkeypatch):
     engine = load_engine(cmd_variant(fake, vocab=16, format="f32"))
     monkeypatch.setenv("FAKE_BAD", bad)
@@ -231,6 +235,7 @@ def test_engine_target_parsing():
     assert v.options == {"command": "./eng {tokens} {logits}", "format": "f32", "vocab": "9"}
 
 
+@pytest.mark.engine
 def test_cli_bad_input_is_one_line_exit_2_and_keeps_partial_results(fake, tmp_path):
     def ab(*args):
         return subprocess.run([PY, "-m", "logitlab", "ab", "--prompt", SHORT_PROMPT, "--tokens", "2",
@@ -253,6 +258,7 @@ def test_cli_bad_input_is_one_line_exit_2_and_keeps_partial_results(fake, tmp_pa
     assert data["error"] and [r["variant"] for r in data["runs"]] == ["control"]
 
 
+@pytest.mark.engine
 def test_ab_with_a_scorer_only_command_has_no_decode_phase(fake):
     control = cmd_variant(fake, vocab=16)
     result = run_ab(AbConfig(control=control, candidate=dataclasses.replace(control, label="candidate"),

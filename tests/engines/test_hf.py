@@ -16,6 +16,8 @@ from logitlab.numerics import compare_logits  # noqa: E402
 
 from conftest import SHORT_PROMPT  # noqa: E402
 
+pytestmark = pytest.mark.engine
+
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing is ever downloaded
 HfEngine = engine_class("hf")
 THREADS = {"threads": "1"}  # 2 threads on a busy 2-core machine make OpenMP spin

@@ -8,6 +8,8 @@ from logitlab.errors import InputError
 
 from conftest import SHORT_PROMPT
 
+pytestmark = pytest.mark.engine
+
 LlamaCppEngine = engine_class("llamacpp")
 
 

@@ -22,6 +22,7 @@ def config(control="", candidate="", *, engine="llamacpp", candidate_env=None, *
     )
 
 
+@pytest.mark.engine
 @pytest.mark.parametrize("isolation", ["session", "engine", "process"])
 def test_control_vs_control_is_bit_exact_at_every_isolation_level(isolation, tmp_path):
     log = tmp_path / "runs.jsonl"
@@ -35,12 +36,14 @@ def test_control_vs_control_is_bit_exact_at_every_isolation_level(isolation, tmp
     assert len(result.generated_ids) == 8
 
 
+@pytest.mark.engine
 def test_thread_count_is_bit_exact():
     result = run_ab(config("n_threads=1,n_threads_batch=1", "n_threads=2,n_threads_batch=2"))
     assert result.verdict.word == "bit-exact"
     assert result.runs[1].comparison.differing_entries == 0
 
 
+@pytest.mark.engine
 def test_flash_attention_is_not_bit_exact_and_names_the_first_mismatch():
     result = run_ab(config("flash_attn=0", "flash_attn=1"))
     assert result.control_reproducible
@@ -53,6 +56,7 @@ def test_flash_attention_is_not_bit_exact_and_names_the_first_mismatch():
     assert result.verdict.evidence
 
 
+@pytest.mark.engine
 def test_speed_decision_over_blocks():
     result = run_ab(config(repeats=2))
     decode = result.speed["decode"]
@@ -60,12 +64,14 @@ def test_speed_decision_over_blocks():
     assert decode.call in ("faster", "slower", "equivalent", "inconclusive")
 
 
+@pytest.mark.engine
 def test_prompt_longer_than_context():
     cfg = config("n_ctx=16", "n_ctx=16")
     with pytest.raises(InputError, match="exceeds the control's context of 16"):
         run_ab(cfg)
 
 
+@pytest.mark.engine
 def test_crash_in_a_process_slot_keeps_partial_results(tmp_path):
     log = tmp_path / "runs.jsonl"
     # PYTHONHOME pointing nowhere makes the candidate's interpreter die at start-up.
@@ -153,6 +159,7 @@ def test_bad_config_values():
         run_ab(config(margin=5))
 
 
+@pytest.mark.engine
 def test_localize_names_the_first_divergent_tensor_of_flash_attention():
     result = run_ab(config("flash_attn=0", "flash_attn=1", localize=True))
     loc = result.localization
@@ -162,6 +169,7 @@ def test_localize_names_the_first_divergent_tensor_of_flash_attention():
     assert result.to_dict()["localization"]["first_divergence"]["label"] == first["label"]
 
 
+@pytest.mark.engine
 def test_localize_does_nothing_when_bit_exact():
     assert run_ab(config(localize=True)).localization is None
 

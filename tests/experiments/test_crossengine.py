@@ -29,11 +29,17 @@ def test_first_difference():
     assert crossengine.first_difference([1, 2], [1, 2, 3]) == 2
 
 
-def test_needs_check_only_for_another_engine_or_model():
+def test_needs_check_only_for_another_engine_model_or_target():
     same = parse_variant("n_threads=1", "control", default_engine="llamacpp")
     assert not crossengine.needs_check(same, parse_variant("flash_attn=1", "candidate", default_engine="llamacpp"))
     assert crossengine.needs_check(same, parse_variant("hf:", "candidate", default_engine="llamacpp"))
     assert crossengine.needs_check(same, parse_variant("other.gguf", "candidate", default_engine="llamacpp"))
+    # another server behind the same engine may serve another tokenizer under the same model name
+    server = parse_variant("", "control", default_engine="openai:http://h:1/v1", default_model="m")
+    assert not crossengine.needs_check(server, parse_variant("logprobs=5", "candidate",
+                                                             default_engine="openai:http://h:1/v1", default_model="m"))
+    assert crossengine.needs_check(server, parse_variant("openai:http://h:2/v1", "candidate",
+                                                         default_engine="openai:http://h:1/v1", default_model="m"))
 
 
 def test_vocab_rule_compares_the_common_prefix_loudly():
@@ -44,12 +50,14 @@ def test_vocab_rule_compares_the_common_prefix_loudly():
     assert ref.shape == obs.shape == (3, 10)
 
 
+@pytest.mark.engine
 def test_different_tokenizers_are_an_error_naming_the_first_position():
     with pytest.raises(InputError, match=r"the tokenizers differ on the prompt at token position 0: control "
                                          r"\(llamacpp\) has id 504 'The', candidate \(fake\) has id 84"):
         run_ab(config("llamacpp:", "fake:"))
 
 
+@pytest.mark.engine
 def test_llamacpp_vs_hf_on_the_same_gguf():
     pytest.importorskip("transformers")
     result = run_ab(config("llamacpp:?n_threads=1&n_threads_batch=1", "hf:?threads=1", n_decode=16))
@@ -69,6 +77,7 @@ def test_llamacpp_vs_hf_on_the_same_gguf():
     assert "- candidate engine: transformers" in md and "**note:** cross-engine comparison" in md
 
 
+@pytest.mark.engine
 def test_hf_tokenizer_is_the_gguf_one():
     pytest.importorskip("transformers")
     llama = engine_class("llamacpp")(model=None)

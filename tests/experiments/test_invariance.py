@@ -62,6 +62,7 @@ def show(result):
 
 
 # -- batch ---------------------------------------------------------------------------------------
+@pytest.mark.engine
 def test_llamacpp_parallel_sequences_in_one_batch_vs_alone():
     result = probe("batch", batch_sizes=(1, 2, 4))
     show(result)
@@ -77,6 +78,7 @@ def test_llamacpp_parallel_sequences_in_one_batch_vs_alone():
     assert not result.notes and result.config["padding"] is None  # --padding not given: nothing to note
 
 
+@pytest.mark.engine
 def test_llamacpp_notes_that_padding_does_not_apply_only_when_given():
     result = probe("batch", batch_sizes=(2,), padding=("left",))
     assert len(result.notes) == 1 and "--padding does not apply" in result.notes[0]
@@ -119,6 +121,7 @@ def test_prompt_longer_than_the_context_names_what_each_probe_needs():
             run_invariance(InvarianceConfig(probe=name, variant=variant, prompt=long_prompt, n_decode=3))
 
 
+@pytest.mark.engine
 def test_hf_padded_batch_left_and_right():
     pytest.importorskip("transformers")
     result = probe("batch", engine="hf", spec="threads=1", batch_sizes=(1, 3))
@@ -149,6 +152,7 @@ def test_batch_needs_an_engine_that_can_batch():
 
 
 # -- prefill vs decode -----------------------------------------------------------------------------
+@pytest.mark.engine
 def test_llamacpp_prefill_vs_decode_every_position():
     result = probe("prefill-decode", n_decode=4)
     show(result)
@@ -160,6 +164,7 @@ def test_llamacpp_prefill_vs_decode_every_position():
     assert not check.comparison.flips
 
 
+@pytest.mark.engine
 def test_hf_prefill_vs_decode_and_recompute():
     pytest.importorskip("transformers")
     result = probe("prefill-decode", engine="hf", spec="threads=1", n_decode=2)
@@ -170,6 +175,7 @@ def test_hf_prefill_vs_decode_and_recompute():
 
 
 # -- determinism ---------------------------------------------------------------------------------
+@pytest.mark.engine
 @pytest.mark.parametrize("engine, spec", [("llamacpp", LLAMA), ("hf", "threads=1")])
 def test_real_engines_are_deterministic_run_to_run(engine, spec):
     if engine == "hf":

@@ -1,4 +1,4 @@
-"""compare_logits, LogitComparison and assert_logits_equivalent (logitlab.numerics.compare)."""
+"""compare_logits and LogitComparison (numerics.compare); assert_logits_equivalent (numerics.assertions)."""
 
 import dataclasses
 import json

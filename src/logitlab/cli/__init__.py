@@ -31,5 +31,11 @@ from logitlab.cli.verify import verify  # noqa: E402
 main.add_command(verify)
 from logitlab.cli.report import report  # noqa: E402
 main.add_command(report)
+from logitlab.cli.golden import golden  # noqa: E402
+main.add_command(golden)
+from logitlab.cli.history import history  # noqa: E402
+main.add_command(history)
+from logitlab.cli.bisect import bisect  # noqa: E402
+main.add_command(bisect)
 from logitlab.cli.sweep import sweep  # noqa: E402
 main.add_command(sweep)

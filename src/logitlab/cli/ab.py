@@ -21,6 +21,9 @@ from logitlab.cli.common import (
     make_progress,
     output_options,
     prompt_options,
+    record_options,
+    record_result,
+    record_target,
     show_report,
     threshold_options,
     thresholds_from,
@@ -69,6 +72,7 @@ REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
 @click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
               help="Exit 1 when the A/B verdict (or the A/A) is worse than this.")
 @output_options()
+@record_options()
 @click.option("--log", "log_path", type=str, default=None,
               help="JSONL file each run is appended to as it finishes (default: next to --json, else "
                    "./logitlab-runs/ab-TIMESTAMP.jsonl).")
@@ -89,6 +93,7 @@ def ab(**opts: Any) -> None:
       logitlab ab --candidate-env GGML_SOME_KNOB=1 --isolation process
       logitlab ab --engine 'cmd:./my-engine --tokens {tokens} --logits {logits}' --candidate-env MY_KNOB=1
       logitlab ab --engine openai:http://127.0.0.1:8080/v1 --control-model a --candidate-model b
+      logitlab ab --engine 'cmd:./build/engine --tokens {tokens} --logits {logits}' --record --repo .
     """
     from logitlab.experiments.ab import AbConfig
     from logitlab.experiments.prompts import load_prompt
@@ -105,11 +110,14 @@ def ab(**opts: Any) -> None:
         thresholds=thresholds_from(opts),
     )
     log_path = opts["log_path"] or _default_log_path(opts["json_path"])
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], log=log_path,
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
+                       log=log_path,
                        inputs=[control.model, candidate.model, opts["prompt_file"]])
+    target = record_target(opts)
     result, error = _run_with_progress(config, log_path, opts["quiet"])
     write_reports(result, opts)
     show_report(result, show_error=error is None)  # else the error: line below says it
+    record_result(result, opts, target)
     if not opts["quiet"]:
         click.echo(f"runs logged to {log_path}", err=True)
     if isinstance(error, Interrupted):

@@ -20,6 +20,9 @@ from logitlab.cli.common import (
     keep_partial,
     make_progress,
     output_options,
+    record_options,
+    record_result,
+    record_target,
     show_report,
     write_reports,
 )
@@ -74,6 +77,7 @@ def _metric_name(regex: str | None) -> str:
 @click.option("--fail-on", type=click.Choice(["slower", "not-faster"]), default=None,
               help="Exit 1 when the call is slower (or anything but faster).")
 @output_options()
+@record_options()
 @handle_errors
 def run_cmd(**opts: Any) -> None:
     """Run two shell commands in randomised, counterbalanced ABBA/BAAB blocks and compare them.
@@ -93,7 +97,8 @@ def run_cmd(**opts: Any) -> None:
     """
     from logitlab.perf.commands import BenchRunConfig, bench_run
 
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"])
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"])
+    target = record_target(opts)
     if opts["metric_regex"] and opts["higher_is_better"] is None:
         raise InputError("--metric needs a direction: add --higher-is-better (tokens/s) or --lower-is-better "
                          "(latency)")
@@ -123,6 +128,7 @@ def run_cmd(**opts: Any) -> None:
         result, error = keep_partial(lambda: bench_run(config, on_event=on_event))
     write_reports(result, opts)
     show_report(result, show_error=error is None)  # else the error: line below says it
+    record_result(result, opts, target)
     if error is not None:
         fail(str(error))
     call = result.primary.call if result.primary else "inconclusive"
@@ -175,6 +181,7 @@ def _read_pair(base: str, candidate: str | None, fmt: str | None, baseline: str 
               help="Exit 1 when a scenario regressed (or regressed or is inconclusive).")
 @output_options(json_help="Write the full comparison as JSON.",
                 quiet_help="Do not print the report on the terminal (only write the files).")
+@record_options()
 @handle_errors
 def compare_cmd(**opts: Any) -> None:
     """Compare a candidate's benchmark results with a base's, scenario by scenario.
@@ -194,10 +201,11 @@ def compare_cmd(**opts: Any) -> None:
     from logitlab.perf.compare_files import NoiseProfile, compare_benchmarks
     from logitlab.perf.equivalence import check_margin
 
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"],
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
                        inputs=[opts["base"], opts["candidate"], opts["noise_path"]])
     if opts["margin"] is not None:
         check_margin(opts["margin"], option="--margin")
+    target = record_target(opts)
     base, candidate = _read_pair(opts["base"], opts["candidate"], opts["fmt"], opts["baseline"], opts["time"])
     noise = None
     if opts["noise_path"]:
@@ -213,6 +221,7 @@ def compare_cmd(**opts: Any) -> None:
     write_reports(result, opts)
     if not opts["quiet"]:
         show_report(result)
+    record_result(result, opts, target)
     bad = {"regressed": ("regressed",), "inconclusive": ("regressed", "inconclusive")}.get(opts["fail_on"] or "", ())
     hits = [s.name for s in result.scenarios if s.status in bad]
     if hits:
@@ -255,7 +264,8 @@ def calibrate_cmd(**opts: Any) -> None:
     from logitlab.perf.compare_files import calibrate_noise
     from logitlab.perf.readers import read_benchmark_file
 
-    check_output_paths(out=opts["json_path"], markdown=opts["markdown_path"], inputs=list(opts["runs"]))
+    check_output_paths(out=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
+                       inputs=list(opts["runs"]))
     if opts["baselines"]:
         if len(opts["runs"]) != 1:
             raise InputError("--baseline reads several baselines of ONE criterion folder: give one path")

@@ -184,7 +184,7 @@ def dump_diff(**opts: Any) -> None:
     from logitlab.dumps.format import TensorFilter
     from logitlab.dumps.readers import ShapeSpec, open_dump
 
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"],
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
                        inputs=[opts["dump_a"], opts["dump_b"]])
     shapes = ShapeSpec.parse(opts["shapes"])
     prefixes = list(opts["prefixes"])

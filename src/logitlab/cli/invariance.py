@@ -151,7 +151,7 @@ def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
 
     variant = parse_variant(opts["spec"], "probe", default_engine=opts["engine"], default_model=opts["model"],
                             env=parse_env(opts["env"]), option="--variant")
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"],
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
                        inputs=[variant.model, opts["prompt_file"]])
     config = InvarianceConfig(
         probe=probe,

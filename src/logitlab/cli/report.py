@@ -15,24 +15,27 @@ from logitlab.cli.common import check_output_paths, handle_errors, output_option
                 quiet_help="Do not print the report on the terminal (only write the files).")
 @handle_errors
 def report(result_file: str, **opts: Any) -> None:
-    """Render a result saved with --json: the terminal report, and --markdown / --json files.
+    """Render a saved result (a --json file or an --html page) again: terminal, --markdown, --html, --json.
 
     Works for every result kind: ab, verify, invariance, bench run, bench
-    compare, bench calibrate, dump-diff, sweep and a sweep's job files; a
-    sweep's --out folder shows its summary again, from the job results there.
-    Nothing is rerun.
+    compare, bench calibrate, dump-diff, golden (a golden's manifest.json), golden check,
+    golden check --llamacpp-kld, history show, bisect, sweep and a sweep's job files. Nothing
+    is rerun. RESULT may also be a page written with --html: the result is embedded in it; or a
+    sweep's --out folder: its summary, recomputed from the job results there.
 
     \b
     Examples:
       logitlab report out/demo.json
       logitlab report out/demo.json --markdown out/demo.md
+      logitlab report out/demo.json --html out/demo.html
       logitlab report runs/
     """
     from pathlib import Path
 
     from logitlab.report import read_result
 
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], inputs=[result_file])
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
+                       inputs=[result_file])
     if Path(result_file).is_dir():  # a sweep's --out folder: the summary, recomputed from its job files
         from logitlab.experiments.sweep import load_sweep
 

@@ -17,6 +17,9 @@ from logitlab.cli.common import (
     keep_partial,
     make_progress,
     output_options,
+    record_options,
+    record_result,
+    record_target,
     show_report,
     threshold_options,
     thresholds_from,
@@ -108,6 +111,7 @@ def _guard(value: str | None) -> float | str | None:
 @click.option("--require-identical", is_flag=True,
               help="Exit 1 when a guarded run is not token-identical to M=1 greedy.")
 @output_options()
+@record_options()
 @handle_errors
 def verify(**opts: Any) -> None:
     """Speculative-decoding verify probe: M=1 greedy vs M=K verify, K sweep, cause.
@@ -143,8 +147,9 @@ def verify(**opts: Any) -> None:
     fallback = opts["guard_fallback"]
     variant = parse_variant(opts["options"], "verify", default_engine=opts["engine"], default_model=opts["model"],
                             env=parse_env(opts["env"]), option="--options")
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"],
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
                        inputs=[variant.model, opts["prompts_file"], opts["calibration_prompts"]])
+    target = record_target(opts)
     config = VerifyConfig(
         variant=variant,
         prompts=tuple(prompts), ks=_ks(opts["ks"]) or DEFAULT_KS, n_decode=opts["n_decode"], top_k=opts["top_k"],
@@ -155,6 +160,7 @@ def verify(**opts: Any) -> None:
     result, error = _run_with_progress(config, opts["quiet"])
     write_reports(result, opts)
     show_report(result, show_error=error is None)  # else the error: line below says it
+    record_result(result, opts, target)
     if error is not None:
         fail(str(error))
     sys.exit(_exit_code(result, opts["require"], opts["require_identical"]))

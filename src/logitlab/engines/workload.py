@@ -10,10 +10,12 @@ whether it went through sessions or through an engine's whole-run hook
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -34,6 +36,9 @@ class RunOutput:
         topk: for engines that return only the top-k log-probabilities per
             position (``openai``): those, and ``logits`` is then empty,
             shape ``(n_positions, 0)``.
+        scoring: how such an engine obtained ``topk`` (JSON-ready: its mode,
+            requests, their time, the alignment check), for the report; None
+            for engines that return logits.
     """
 
     logits: np.ndarray
@@ -41,6 +46,7 @@ class RunOutput:
     generated: list[int]
     timings: list[StepTiming]
     topk: TopKRows | None = None
+    scoring: dict[str, Any] | None = None
 
     def same_bits(self, other: "RunOutput") -> bool:
         """True iff both runs returned bit-identical logits (or top-k data)."""
@@ -50,6 +56,22 @@ class RunOutput:
             return self.topk.same_bits(other.topk)
         return self.logits.shape == other.logits.shape and np.array_equal(
             self.logits.view(np.uint32), other.logits.view(np.uint32))
+
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of the logits' bits and shape: equal iff :meth:`same_bits` (up to a hash collision).
+
+        The numerics fingerprint of a result history: little-endian float32
+        bytes of ``logits`` after a header naming the shape and dtype; for a
+        top-k run, of its rows' ids and float64 bits instead.
+        """
+        h = hashlib.sha256()
+        if self.topk is not None:
+            h.update(json.dumps(self.topk.to_dict(), sort_keys=True).encode())
+            return "topk-" + h.hexdigest()
+        logits = np.ascontiguousarray(self.logits, dtype=self.logits.dtype.newbyteorder("<"))
+        h.update(f"{logits.dtype.str}{logits.shape}".encode())
+        h.update(logits.tobytes())
+        return h.hexdigest()
 
     def seconds(self, kind: str) -> float:
         return float(sum(t.seconds for t in self.timings if t.kind == kind))

@@ -31,6 +31,7 @@ from logitlab.jsonio import ResultRecord, dumps_line
 from logitlab.manifest import build_manifest
 from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict, classify, compare_logits
 from logitlab.numerics.topk import TopKComparison, classify_topk, compare_topk
+from logitlab.numerics.topk_offsets import RowOffsets, on_normaliser, row_offsets
 from logitlab.perf.autostop import AutoStop, check_auto_budget
 from logitlab.perf.design import CANDIDATE, CONTROL, Block, Slot, ab_schedule
 from logitlab.perf.equivalence import check_margin
@@ -124,6 +125,10 @@ class RunRecord:
         verdict: the comparison's verdict word.
         candidate_self_exact: for candidate runs after the first, whether its logits are
             bit-identical with the first candidate run's.
+        scoring: for an engine returning top-k log-probabilities only, how it obtained them (its
+            ``RunOutput.scoring``: mode, requests, seconds, alignment check).
+        row_offsets: for top-k comparisons, the per-row constant (softmax normaliser) and the
+            within-row residual between this run and the reference (:mod:`logitlab.numerics.topk_offsets`).
     """
 
     slot: int
@@ -140,6 +145,8 @@ class RunRecord:
     comparison: TopKComparison | LogitComparison | None = None
     verdict: str | None = None
     candidate_self_exact: bool | None = None
+    scoring: dict[str, Any] | None = None
+    row_offsets: RowOffsets | None = None
 
     @property
     def prefill_tokens_per_second(self) -> float:
@@ -156,6 +163,7 @@ class RunRecord:
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["comparison"] = None if self.comparison is None else self.comparison.to_dict()
+        data["row_offsets"] = None if self.row_offsets is None else self.row_offsets.to_dict()
         data["prefill_tokens_per_second"] = self.prefill_tokens_per_second
         data["decode_tokens_per_second"] = self.decode_tokens_per_second
         return data
@@ -180,7 +188,12 @@ class AbResult(ResultRecord):
 
     JSON format history (``schema_version``): 1 — first version; 2 — ``kind``,
     typed comparisons (one field list), ``candidate_self_exact`` on the run,
-    an unmeasured A/A is ``null``.
+    an unmeasured A/A is ``null``; later in 2, ``fingerprints`` (absent: empty).
+
+    ``fingerprints``: per variant, the SHA-256 of the logits' bits of its first
+    measured run (:meth:`~logitlab.engines.workload.RunOutput.fingerprint`):
+    the control's is the reference run's. A history of results compares them
+    across builds.
     """
 
     KIND: ClassVar[str] = "ab"
@@ -200,6 +213,7 @@ class AbResult(ResultRecord):
     localization: dict[str, Any] | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)  # cross-engine facts the report must state
+    fingerprints: dict[str, str] = field(default_factory=dict)
 
     # -- derived views ------------------------------------------------------
     def measured(self, variant: str) -> list[RunRecord]:
@@ -322,8 +336,10 @@ class AbExperiment:
             topk_side, full_side = ("candidate", "control") if full[0] else ("control", "candidate")
             result.notes.append(
                 f"the {full_side} returns full logits, the {topk_side} only top-k log-probabilities: they are "
-                f"compared on the top-k the {topk_side} returned (log-softmax of the {full_side}'s logits), so "
-                "the statistics are top-k only")
+                f"compared on the top-k the {topk_side} returned (log-softmax of the {full_side}'s logits, moved "
+                f"per row onto the {topk_side}'s normaliser: the anchor token, its top-1, takes its value), so "
+                "the statistics are top-k only and a per-row constant is not counted as a difference; the "
+                "constants are reported as the per-row offsets")
         if (cfg.control.env or cfg.candidate.env) and cfg.isolation != "process":
             result.notes.append(
                 f"environment knobs are set around each slot inside this process (--isolation {cfg.isolation}): "
@@ -374,22 +390,25 @@ class AbExperiment:
             pattern=slot.pattern, isolation=self.config.isolation,
             prefill_tokens=output.n_tokens("prefill"), prefill_seconds=output.seconds("prefill"),
             decode_tokens=output.n_tokens("decode"), decode_seconds=output.seconds("decode"),
+            scoring=output.scoring,
         )
         if slot.is_warmup:
             return record
         if self.reference is None:
             self.reference = output
             record.is_reference = True
+            result.fingerprints[CONTROL] = output.fingerprint()
             result.generated_ids = list(output.generated)
             result.generated_text = self._detokenize(output.generated)
             return record
-        comparison = self._compare(self.reference.logits, output.logits, slot, output.topk)
+        comparison, record.row_offsets = self._compare(self.reference.logits, output.logits, slot, output.topk)
         vocab = crossengine.vocab_note(self.reference.logits.shape[1], output.logits.shape[1])
         if output.topk is None and vocab and vocab not in result.notes:
             result.notes.insert(0, vocab)
         if slot.variant == CANDIDATE:
             if self.first_candidate is None:
                 self.first_candidate = output
+                result.fingerprints[CANDIDATE] = output.fingerprint()
             else:
                 record.candidate_self_exact = self.first_candidate.same_bits(output)
         record.comparison = comparison
@@ -401,25 +420,34 @@ class AbExperiment:
         return record
 
     def _compare(self, reference: np.ndarray, observed: np.ndarray, slot: Slot,
-                 observed_topk: TopKRows | None = None) -> LogitComparison | TopKComparison:
+                 observed_topk: TopKRows | None = None) -> tuple[LogitComparison | TopKComparison, RowOffsets | None]:
+        """The comparison with the reference, and for top-k data the per-row offsets (the softmax normaliser)."""
         ref_topk = self.reference.topk
         if (ref_topk is None) != (observed_topk is None):
             # Full logits on one side, top-k log-probabilities on the other: the full logits hold the top-k,
-            # so both sides are compared on the top-k the top-k side returned (the report says so).
+            # so both sides are compared on the top-k the top-k side returned (the report says so), with the
+            # full side's log-softmax moved per row onto the top-k side's normaliser (its own float order
+            # differs by a per-row constant, reported as the offsets).
             returned = ref_topk or observed_topk
             key = self._topk_key(returned)
             if ref_topk is None:
                 ref_topk = TopKRows.from_logits(reference, returned.requested_k, key)
+                offsets = row_offsets(ref_topk, observed_topk)
+                ref_topk = on_normaliser(ref_topk, observed_topk)
             else:
                 observed_topk = TopKRows.from_logits(observed, returned.requested_k, key)
+                offsets = row_offsets(ref_topk, observed_topk)
+                observed_topk = on_normaliser(observed_topk, ref_topk)
+            return compare_topk(ref_topk, observed_topk, top_k=self.config.top_k,
+                                token_ids=self.reference.input_ids), offsets
         if observed_topk is not None:
             return compare_topk(ref_topk, observed_topk, top_k=self.config.top_k,
-                                token_ids=self.reference.input_ids)
+                                token_ids=self.reference.input_ids), row_offsets(ref_topk, observed_topk)
         if reference.shape[1] != observed.shape[1]:  # the common prefix; result.notes says so loudly
             reference, observed = crossengine.common_vocab(reference, observed)
         if reference.shape != observed.shape:
             raise EngineError(f"{slot.variant} returned {observed.shape[0]} rows, the reference {reference.shape[0]}")
-        return compare_logits(reference, observed, top_k=self.config.top_k, token_ids=self.reference.input_ids)
+        return compare_logits(reference, observed, top_k=self.config.top_k, token_ids=self.reference.input_ids), None
 
     def _topk_key(self, rows: TopKRows) -> Any:
         """How a top-k source names tokens: by id (None: the id itself), or by text (the control's tokenizer)."""

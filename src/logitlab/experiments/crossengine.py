@@ -26,8 +26,14 @@ from logitlab.errors import InputError
 
 
 def needs_check(control: Variant, candidate: Variant) -> bool:
-    """True when the two variants may tokenize differently: other engine or other model."""
-    return control.engine != candidate.engine or (control.model or None) != (candidate.model or None)
+    """True when the two variants may tokenize differently: other engine, other model, or another target
+    (the ``--engine NAME:TARGET`` part: another server URL, another command)."""
+    from logitlab.engines import engine_class
+
+    if control.engine != candidate.engine or (control.model or None) != (candidate.model or None):
+        return True
+    target = engine_class(control.engine).TARGET_OPTION
+    return target is not None and control.options.get(target) != candidate.options.get(target)
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:

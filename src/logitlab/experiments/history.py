@@ -44,14 +44,14 @@ import json
 import math
 import os
 import re
-import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from logitlab.errors import InputError
+from logitlab.experiments.gitrepo import commit_info, commit_order
+from logitlab.jsonio import read_json, write_json
 from logitlab.manifest import host_info
 from logitlab.perf.changepoint import SERIES_KINDS, ChangePointSeries, detect_change_points
 
@@ -62,6 +62,8 @@ __all__ = [
     "HistoryRecord",
     "Series",
     "HistoryStore",
+    "RecordTarget",
+    "check_key",
     "machine_key",
     "commit_order",
     "commit_info",
@@ -83,6 +85,28 @@ def _key(value: Any, what: str) -> str:
             f"{what} {value!r} is not valid: use letters, digits, '.', '_' and '-' (not first), up to 200 characters"
         )
     return value
+
+
+def check_key(value: Any, what: str) -> str:
+    """``value`` if it can name a machine or commit in the store (a folder- and file-safe name).
+
+    Raises
+    ------
+    InputError
+        If it holds anything but letters, digits, ``.``, ``_``, ``-`` (not
+        first), or is longer than 200 characters.
+    """
+    return _key(value, what)
+
+
+@dataclass(frozen=True)
+class RecordTarget:
+    """Where a new record goes: the store's folder, the machine key, the commit and its date."""
+
+    root: Path
+    machine: str
+    commit: str
+    commit_date: str | None
 
 
 def _iso(value: Any, what: str) -> str:
@@ -300,63 +324,6 @@ def machine_key(host: Mapping[str, Any] | None = None) -> str:
     return _key(slug[:200] or "machine", "machine key")
 
 
-def _git(repo: str | os.PathLike[str], *args: str) -> str:
-    try:
-        r = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
-    except FileNotFoundError:
-        raise InputError("git is not installed: install it, or read the history in record order") from None
-    if r.returncode != 0:
-        msg = (r.stderr.strip().splitlines() or ["?"])[-1]
-        raise InputError(f"git {' '.join(args)} failed in {repo}: {msg}")
-    return r.stdout
-
-
-def commit_order(repo: str | os.PathLike[str], ref: str = "HEAD") -> list[str]:
-    """Full hashes of ``ref``'s first-parent history, oldest first (``git rev-list --first-parent --reverse``).
-
-    Raises
-    ------
-    InputError
-        If git is missing, ``repo`` is not a git repository or ``ref`` is unknown.
-    """
-    return _git(repo, "rev-list", "--first-parent", "--reverse", ref, "--").split()
-
-
-def commit_info(repo: str | os.PathLike[str], commit: str = "HEAD") -> tuple[str, str]:
-    """Full hash and committer date (ISO 8601) of ``commit``, for a new record.
-
-    Raises
-    ------
-    InputError
-        If git is missing, ``repo`` is not a git repository or ``commit`` is unknown.
-    """
-    out = _git(repo, "show", "-s", "--format=%H%n%cI", commit, "--").split()
-    return out[0], out[1]
-
-
-def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, allow_nan=False, sort_keys=True)
-            f.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {what} {path}: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
-
-
 def _summary(rec: HistoryRecord) -> dict[str, Any]:
     return {
         "machine": rec.machine,
@@ -402,7 +369,7 @@ class HistoryStore:
         digest = hashlib.sha256(text.encode()).hexdigest()[:8]
         stamp = re.sub(r"[^0-9T]", "", record.recorded_at.split("+")[0])[:15]
         path = self.root / record.machine / f"{record.commit[:12]}-{stamp}-{digest}.json"
-        _write_json(path, data)
+        write_json(path, data)
         ignore = self.root / ".gitignore"
         if not ignore.exists():
             ignore.write_text(f"# derived, rebuilt by logitlab\n{INDEX_NAME}\n", encoding="utf-8")
@@ -434,10 +401,10 @@ class HistoryStore:
         cached: dict[str, Any] = {}
         if path.is_file():
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
+                data = read_json(path, what="history index")
                 if data.get("version") == _INDEX_VERSION and isinstance(data.get("files"), dict):
                     cached = data["files"]
-            except (OSError, ValueError, AttributeError):
+            except (InputError, AttributeError):
                 cached = {}  # a damaged index is rebuilt
         entries: dict[str, Any] = {}
         changed = set(cached) != set(files)
@@ -455,7 +422,7 @@ class HistoryStore:
             entries[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, **_summary(rec)}
             changed = True
         if changed and self.root.is_dir():
-            _write_json(path, {"version": _INDEX_VERSION, "files": entries})
+            write_json(path, {"version": _INDEX_VERSION, "files": entries})
         return entries
 
     # -- reading ---------------------------------------------------------------
@@ -463,7 +430,7 @@ class HistoryStore:
     def read(self, rel: str) -> HistoryRecord:
         """The full record (manifest and samples included) at ``MACHINE/FILE.json``."""
         path = self.root / rel
-        data = _read_json(path, "history record")
+        data = read_json(path, what="history record")
         try:
             return HistoryRecord.from_dict(data)
         except InputError as exc:
@@ -555,8 +522,9 @@ def new_record(
     metrics: Mapping[str, Mapping[str, Metric]],
     recorded_at: str | None = None,
 ) -> HistoryRecord:
-    """A :class:`HistoryRecord` stamped now (UTC) unless ``recorded_at`` is given."""
-    when = recorded_at or datetime.now(timezone.utc).isoformat(timespec="seconds")
+    """A :class:`HistoryRecord` stamped now (UTC, to the microsecond: records of one second keep their order)
+    unless ``recorded_at`` is given."""
+    when = recorded_at or datetime.now(timezone.utc).isoformat(timespec="microseconds")
     return HistoryRecord(machine, commit, commit_date, when, dict(manifest), {v: dict(m) for v, m in metrics.items()})
 
 

@@ -134,6 +134,7 @@ def run_in_subprocess(
         generated=result["generated"],
         timings=[StepTiming(**t) for t in result["timings"]],
         topk=_topk_from(result.get("topk")),
+        scoring=result.get("scoring"),
     )
 
 

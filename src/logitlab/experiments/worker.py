@@ -41,6 +41,7 @@ def main(argv: list[str]) -> int:
         "generated": output.generated,
         "timings": [dataclasses.asdict(t) for t in output.timings],
         "topk": None if output.topk is None else output.topk.to_dict(),
+        "scoring": output.scoring,
     }))
     return 0
 

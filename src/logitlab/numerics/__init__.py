@@ -15,8 +15,14 @@ from logitlab.numerics.compare import (
     KLD_STATS,
     SCHEMA_VERSION,
     LogitComparison,
-    assert_logits_equivalent,
     compare_logits,
+)
+from logitlab.numerics.assertions import (
+    assert_logits_close,
+    assert_logits_equal,
+    assert_logits_equivalent,
+    assert_probe_sensitive,
+    assert_verdict,
 )
 from logitlab.numerics.ulp import ULP_NAN_MISMATCH, float_bits, float_hex, ulp_distance
 from logitlab.numerics.verdict import VERDICTS, Thresholds, Verdict, classify, severity
@@ -25,6 +31,10 @@ __all__ = [
     "compare_logits",
     "LogitComparison",
     "assert_logits_equivalent",
+    "assert_logits_equal",
+    "assert_logits_close",
+    "assert_verdict",
+    "assert_probe_sensitive",
     "ulp_distance",
     "float_hex",
     "float_bits",

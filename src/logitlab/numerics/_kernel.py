@@ -81,6 +81,7 @@ class ChunkResult:
     max_ulp: np.ndarray  # int64
     scaled_ulp: np.ndarray  # float64, max|delta| / spacing(max|ref|)
     kld: np.ndarray  # float64, nats
+    p_top_ref: np.ndarray  # float64, the reference's top-1 probability (rows that differ; NaN elsewhere)
     top_ref: np.ndarray  # int64 (rows, kk), -1 padded
     topv_ref: np.ndarray  # float64 (rows, kk), nan padded
     top_obs: np.ndarray  # as top_ref
@@ -98,7 +99,7 @@ def new_result(rows: int, kk: int) -> ChunkResult:
     zf = lambda: np.zeros(rows, np.float64)  # noqa: E731
     return ChunkResult(
         differing=zi(), max_abs=zf(), sum_diff=zf(), sum_abs=zf(), m2=zf(),
-        n_used=zi(), max_ulp=zi(), scaled_ulp=zf(), kld=zf(),
+        n_used=zi(), max_ulp=zi(), scaled_ulp=zf(), kld=zf(), p_top_ref=np.full(rows, np.nan),
         top_ref=np.full((rows, kk), -1, np.int64), topv_ref=np.full((rows, kk), np.nan),
         top_obs=np.full((rows, kk), -1, np.int64), topv_obs=np.full((rows, kk), np.nan),
         nan_ref=zi(), nan_obs=zi(), inf_ref=zi(), inf_obs=zi(), nonfinite_mismatch=zi(),
@@ -226,6 +227,8 @@ def exact_row(res: ChunkResult, r: int, a_row: np.ndarray, b_row: np.ndarray, kk
     if res.differing[r]:
         res.top_obs[r], res.topv_obs[r] = topk_exact(b, kk)
         res.kld[r] = kld_exact(a, b)
+        la = _log_softmax(a)
+        res.p_top_ref[r] = math.nan if la is None else math.exp(float(la.max()))
     else:  # identical bits: identical distributions, KLD 0 by definition
         res.top_obs[r], res.topv_obs[r] = res.top_ref[r], res.topv_ref[r]
         res.kld[r] = 0.0
@@ -268,6 +271,8 @@ def fast_chunk(a_nat: np.ndarray, b_nat: np.ndarray, kk: int) -> ChunkResult:
     res.max_abs[ok] = out_f[ok, F.F_MAX_ABS]
     res.m2[ok] = out_f[ok, F.F_M2]
     res.kld[ok] = out_f[ok, F.F_KLD]
+    z = out_f[ok, F.F_Z]  # Σ exp(a - max a) of rows that differ (pass 2), 0 for identical rows
+    res.p_top_ref[ok] = np.where(differing[ok] > 0, 1.0 / np.where(z > 0, z, np.nan), np.nan)
     res.inf_ref[ok] = res.inf_obs[ok] = out_i[ok, F.I_MASKED]
     scale = out_i[ok, F.I_MAG_REF].astype(bits).view(a_nat.dtype).astype(np.float64)
     res.scaled_ulp[ok] = res.max_abs[ok] / spacing(scale, a_nat.dtype)

@@ -31,7 +31,6 @@ from logitlab.numerics.ulp import check_pair, float_bits, float_hex, ulp_distanc
 __all__ = [
     "LogitComparison",
     "compare_logits",
-    "assert_logits_equivalent",
     "merge_comparisons",
     "SCHEMA_VERSION",
     "HISTOGRAM_BINS",
@@ -72,7 +71,7 @@ class LogitComparison(Comparison):
     side is non-finite and the bits differ (counted in ``nonfinite_mismatch``;
     equal entries, equal infinities and NaN/NaN pairs count as Δ = 0);
     ``max_ulp`` (:func:`~logitlab.numerics.ulp.ulp_distance`) is the smallest
-    ``max_ulp`` that :func:`assert_logits_equivalent` passes; element-wise ULP
+    ``max_ulp`` that :func:`~logitlab.numerics.assertions.assert_logits_equivalent` passes; element-wise ULP
     distances explode for logits near zero, ``max_scaled_ulp`` does not;
     ``row_kth_gap_ref`` is None when ``n_vocab <= top_k``. Infinities stay
     floats (Python's ``json`` writes them as ``Infinity``).
@@ -109,7 +108,8 @@ def merge_comparisons(parts: Sequence[LogitComparison]) -> LogitComparison:
     rows: dict[str, list] = {}
     for f in dataclasses.fields(LogitComparison):
         if f.name.startswith("row_"):
-            rows[f.name] = [x for p in parts for x in getattr(p, f.name)]
+            values = [getattr(p, f.name) for p in parts]  # an optional row field may be None (older results)
+            rows[f.name] = None if any(v is None for v in values) else [x for v in values for x in v]
     kld = np.array([x for x in rows["row_kld"] if x is not None], dtype=np.float64)
     kld_summary = {name: (float(kld.mean()) if q is None else float(np.percentile(kld, q))) if kld.size else None
                    for name, q in KLD_STATS}
@@ -316,6 +316,7 @@ def _assemble(ref, obs, chunks, top_k, kk, ids) -> LogitComparison:
     max_ulp = _cat(chunks, "max_ulp")
     scaled = _cat(chunks, "scaled_ulp")
     kld = _cat(chunks, "kld")
+    p_top = _cat(chunks, "p_top_ref")
     top_ref, topv_ref = _cat(chunks, "top_ref"), _cat(chunks, "topv_ref")
     top_obs, topv_obs = _cat(chunks, "top_obs"), _cat(chunks, "topv_obs")
     hist = np.sum([c.hist for c in chunks], axis=0)
@@ -415,51 +416,6 @@ def _assemble(ref, obs, chunks, top_k, kk, ids) -> LogitComparison:
         row_kld=[_f(x) for x in kld],
         row_max_ulp=[int(x) for x in max_ulp],
         row_scaled_ulp=[float(x) for x in scaled],
+        row_top1_prob_ref=[_f(x) for x in p_top],
         token_ids=ids,
     )
-
-
-def assert_logits_equivalent(reference, observed, max_ulp: int = 0) -> np.ndarray:
-    """Assert that two logit arrays are within ``max_ulp`` ULPs element-wise.
-
-    In the style of ``numpy.testing.assert_array_max_ulp``.
-
-    Parameters
-    ----------
-    reference, observed : ndarray
-        Same shape and dtype (``float32``, ``float16`` or ``bfloat16``).
-    max_ulp : int, optional
-        Largest allowed ULP distance.  Default 0: equal values (``+0 == -0``
-        and NaN == NaN; use ``compare_logits(...).bit_exact`` for bits).
-
-    Returns
-    -------
-    ndarray of int64
-        The element-wise ULP distances (:func:`~logitlab.numerics.ulp.ulp_distance`).
-
-    Raises
-    ------
-    AssertionError
-        If some distance exceeds ``max_ulp``; the message states the
-        tolerance, the worst distance and where it is, with both values.
-    InputError
-        If shapes or dtypes differ.
-    """
-    __tracebackhide__ = True  # noqa: F841  (pytest hides this frame)
-    dist = ulp_distance(reference, observed)
-    if dist.size == 0:
-        return dist
-    worst = int(dist.max())
-    if worst > max_ulp:
-        ref = np.asarray(reference)
-        obs = np.asarray(observed)
-        at = np.unravel_index(int(dist.argmax()), dist.shape)
-        n_bad = int(np.count_nonzero(dist > max_ulp))
-        where = f"position {at[0]}, token {at[1]}" if len(at) == 2 else f"index {tuple(int(i) for i in at)}"
-        raise AssertionError(
-            f"Logits not equivalent to {max_ulp} ULP (max is {worst} ULP at {where}: "
-            f"reference {float_hex(ref[at])} ({float_bits(ref[at])}), "
-            f"observed {float_hex(obs[at])} ({float_bits(obs[at])})); "
-            f"{n_bad} of {dist.size} entries exceed the tolerance"
-        )
-    return dist

@@ -9,6 +9,7 @@ JSON format history (``schema_version``):
 
 - 1: first version (two separate field lists).
 - 2: one shared field list; ``scope`` on both (``"full"`` or ``"top-k"``).
+- 3: ``row_top1_prob_ref`` (optional; version-2 data reads with None there).
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from typing import Any, Mapping
 
 from logitlab.errors import InputError
 
-__all__ = ["SCHEMA_VERSION", "SCOPES", "Comparison"]
+__all__ = ["SCHEMA_VERSION", "READABLE_VERSIONS", "SCOPES", "Comparison"]
 
 #: Version of the JSON form of every comparison.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+#: Versions :meth:`Comparison.from_dict` reads (a version-2 result has no ``row_top1_prob_ref``).
+READABLE_VERSIONS = (2, 3)
 #: ``full``: every entry of both arrays; ``top-k``: the entries both runs returned.
 SCOPES = ("full", "top-k")
 
@@ -82,6 +85,12 @@ class Comparison:
         ``row_margin_obs`` (top-1 minus top-2), ``row_kth_gap_ref`` (k-th minus
         (k+1)-th largest reference value), ``row_topk_agree``, ``row_kld``
         (nats), ``row_max_ulp``, ``row_scaled_ulp``.
+    row_top1_prob_ref : list[float | None] or None
+        The reference's top-1 probability (softmax) per position, where the
+        row differs; None at bit-identical positions (not computed: their KLD
+        is 0 whatever the confidence) and where undefined. None as a whole
+        where not measured (top-k data; results of schema version 2). The
+        report's KLD-by-confidence figure reads it.
     token_ids : list[int] or None
         The token fed at each position, if the caller gave it.
     schema_version : int
@@ -125,6 +134,7 @@ class Comparison:
     row_kld: list
     row_max_ulp: list
     row_scaled_ulp: list
+    row_top1_prob_ref: list | None = None
     token_ids: list | None = None
     schema_version: int = SCHEMA_VERSION
 
@@ -133,7 +143,8 @@ class Comparison:
         if self.scope not in SCOPES:
             raise InputError(f"{name}.scope {self.scope!r} is not one of {', '.join(SCOPES)}")
         for f in dataclasses.fields(self):
-            if f.name.startswith("row_") and len(getattr(self, f.name)) != self.n_positions:
+            rows = getattr(self, f.name)
+            if f.name.startswith("row_") and rows is not None and len(rows) != self.n_positions:
                 raise InputError(f"{name}.{f.name} has {len(getattr(self, f.name))} entries, "
                                  f"expected n_positions = {self.n_positions}")
         if self.token_ids is not None and len(self.token_ids) != self.n_positions:
@@ -168,8 +179,9 @@ class Comparison:
         if not isinstance(data, Mapping):
             raise InputError(f"{name} data must be a dict, got {type(data).__name__}")
         version = data.get("schema_version", SCHEMA_VERSION)
-        if version != SCHEMA_VERSION:
-            raise InputError(f"{name} schema_version {version} not supported (this logitlab reads {SCHEMA_VERSION})")
+        if version not in READABLE_VERSIONS:
+            raise InputError(f"{name} schema_version {version} not supported "
+                             f"(this logitlab reads {', '.join(map(str, READABLE_VERSIONS))})")
         names = {f.name for f in dataclasses.fields(cls)}
         required = {f.name for f in dataclasses.fields(cls)
                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
@@ -177,4 +189,4 @@ class Comparison:
         unknown = sorted(data.keys() - names)
         if missing or unknown:
             raise InputError(f"{name} data: missing keys {missing}, unknown keys {unknown}")
-        return cls(**data)
+        return cls(**{**data, "schema_version": SCHEMA_VERSION})

@@ -246,6 +246,14 @@ def run_command(
         except ProcessLookupError:
             pass
         out, err = proc.communicate()
+    except KeyboardInterrupt:  # Ctrl-C: the command runs in its own session, so end it too
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        os.close(read_fd)
+        raise
     outer_wall = time.perf_counter() - start
     with os.fdopen(read_fd, "rb") as f:
         report = f.read().decode("ascii", errors="replace").split()

@@ -98,7 +98,7 @@ from scipy import stats
 from logitlab.errors import InputError
 from logitlab.perf.design import Block
 from logitlab.perf.equivalence import CALLS, DEFAULT_MARGIN, DEGENERATE_SPREAD, check_margin, three_way_call
-from logitlab.perf.paired import PairedComparison, aa_margin, block_log_ratios
+from logitlab.perf.paired import PairedComparison, aa_margin, block_log_ratios, from_fields
 
 __all__ = [
     "SPENDING_FUNCTIONS",
@@ -406,16 +406,7 @@ class SequentialDecision:
         InputError
             On unknown or missing keys or invalid values.
         """
-        if not isinstance(data, Mapping):
-            raise InputError(f"SequentialDecision data {data!r} is not a mapping: pass the dict from to_dict()")
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(data) - set(names))
-        missing = [f.name for f in dataclasses.fields(cls)
-                   if f.default is dataclasses.MISSING and f.name not in data]
-        if unknown or missing:
-            raise InputError(f"SequentialDecision data has unknown keys {unknown} / lacks keys {missing}: pass the "
-                             f"dict from to_dict()")
-        return cls(**dict(data))
+        return from_fields(cls, data)
 
 
 def _check_log_ratios(log_ratios: Any, max_blocks: int) -> np.ndarray:

@@ -3,6 +3,7 @@
 >>> from logitlab import report
 >>> report.markdown(result)            # any result object          # doctest: +SKIP
 >>> report.display(result)             # the terminal report         # doctest: +SKIP
+>>> report.html(result)                # one self-contained HTML page # doctest: +SKIP
 >>> report.load_result(json.load(f))   # a saved result, typed again # doctest: +SKIP
 
 A result kind registers its class and its document builder in
@@ -20,7 +21,7 @@ from logitlab.errors import InputError
 from logitlab.jsonio import ResultRecord, read_json
 from logitlab.report.document import Document
 
-__all__ = ["KINDS", "document", "markdown", "display", "load_result", "read_result"]
+__all__ = ["KINDS", "document", "markdown", "html", "display", "load_result", "read_result"]
 
 #: result kind -> (result class, document builder)
 KINDS: dict[str, tuple[str, str]] = {
@@ -34,6 +35,11 @@ KINDS: dict[str, tuple[str, str]] = {
     "dump-diff": ("logitlab.dumps.diff:DumpDiffResult", "logitlab.report.dumps:dump_diff_document"),
     "sweep": ("logitlab.experiments.sweep_summary:SweepResult", "logitlab.report.sweep:sweep_document"),
     "sweep-job": ("logitlab.experiments.sweep_job:SweepJobResult", "logitlab.report.sweep:sweep_job_document"),
+    "golden": ("logitlab.dumps.golden_format:GoldenManifest", "logitlab.report.golden:golden_document"),
+    "golden-check": ("logitlab.experiments.golden:GoldenCheckResult", "logitlab.report.golden:golden_check_document"),
+    "golden-kld": ("logitlab.experiments.golden_kld:KldCheckResult", "logitlab.report.golden:golden_kld_document"),
+    "history": ("logitlab.experiments.history_show:HistoryResult", "logitlab.report.history:history_document"),
+    "bisect": ("logitlab.experiments.bisect:BisectResult", "logitlab.report.bisect:bisect_document"),
 }
 
 
@@ -61,6 +67,14 @@ def markdown(result: ResultRecord, **options: Any) -> str:
     return render_markdown(document(result, **options))
 
 
+def html(result: ResultRecord, **options: Any) -> str:
+    """The result's report as one self-contained HTML page, with figures and the result JSON inside."""
+    from logitlab import __version__
+    from logitlab.report.render_html import render_html
+
+    return render_html(document(result, **options), result.to_dict(), generator=f"logitlab {__version__}")
+
+
 def display(result: ResultRecord, console: Any = None, **options: Any) -> None:
     """Print the result's report to the terminal (a rich ``Console``; default: stdout)."""
     from logitlab.report.render_terminal import render_terminal
@@ -85,14 +99,33 @@ def load_result(data: Mapping[str, Any]) -> ResultRecord:
 
 
 def read_result(path: str | Path) -> ResultRecord:
-    """Read a result file written with ``--json``.
+    """Read a result file written with ``--json``, or the result embedded in a page written with ``--html``.
 
     Raises:
         InputError: missing, unreadable or not JSON, or not a logitlab result.
     """
     try:
+        if str(path).lower().endswith((".html", ".htm")):
+            return load_result(_read_page(path))
         return load_result(read_json(path, what="result file"))
     except InputError as exc:
         if str(exc).startswith("result file"):
             raise
         raise InputError(f"{path}: {exc}") from None
+
+
+def _read_page(path: str | Path) -> Any:
+    """The result JSON embedded in an HTML report."""
+    from logitlab.report.render_html import extract_json
+
+    try:
+        page = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"result file {path} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        data = extract_json(page)
+    except ValueError as exc:
+        raise InputError(f"result file {path}: the result embedded in the page is damaged ({exc})") from None
+    if data is None:
+        raise InputError(f"result file {path}: no logitlab result embedded in this page (written with --html?)")
+    return data

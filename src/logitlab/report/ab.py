@@ -9,6 +9,8 @@ from __future__ import annotations
 from logitlab.experiments.ab import PHASES, AbResult, speed_blocks
 from logitlab.perf.design import CANDIDATE
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
+from logitlab.report.server_text import run_scoring_text, scoring_rows
+from logitlab.report.figure_blocks import ab_slot_figure, comparison_figures, paired_figure
 from logitlab.report.speed_text import paired_reason, sequential_reason, stopping_note
 from logitlab.report.text import (
     FLIP_HEADER,
@@ -54,10 +56,11 @@ def ab_document(result: AbResult, *, show_error: bool = True) -> Document:
 
 def _header(result: AbResult) -> KeyValues:
     cfg, engine = result.config, result.manifest["engine"]
-    rows: list[tuple] = list(engine_rows(engine))
+    rows: list[tuple] = list(engine_rows(engine)) + scoring_rows(engine)
     if "candidate_engine" in result.manifest:  # cross-engine ab
         candidate = result.manifest["candidate_engine"]
         rows.append(("candidate engine", candidate.get("engine_version", candidate["engine"])))
+        rows += scoring_rows(candidate, "candidate scoring")
     rows += [
         ("control", variant_text(cfg["control"])),
         ("candidate", variant_text(cfg["candidate"])),
@@ -103,7 +106,8 @@ def _verdict(result: AbResult) -> list:
         Paragraph(rich(Span("A/B verdict: ", "strong"), Span(word, f"verdict:{word}"),
                        f"  (worst of {plural(len(result.measured(CANDIDATE)), 'candidate run')}; slot {run.slot})")),
         Bullets(result.verdict.evidence, tight=True),
-        KeyValues(comparison_lines(run.comparison), tight=True, header=("statistic", "value")),
+        KeyValues(comparison_lines(run.comparison) + _server_lines(result, run), tight=True,
+                  header=("statistic", "value")),
     ]
     flips = flip_rows(run.comparison)
     if flips:
@@ -112,7 +116,19 @@ def _verdict(result: AbResult) -> list:
     if result.candidate_reproducible is False:
         blocks.append(Paragraph("candidate runs differ among themselves (candidate not reproducible)",
                                 tone="warning", tight=True))
-    return blocks
+    near_tie = result.config["thresholds"]["near_tie_margin"]
+    return blocks + comparison_figures(run.comparison, near_tie_margin=near_tie, n_prompt=len(result.prompt_ids),
+                                       what=f"candidate slot {run.slot} vs the reference")
+
+
+def _server_lines(result: AbResult, run) -> list[tuple[str, str]]:
+    """Top-k data: the per-row offsets of this run, and how the server scored it and the reference."""
+    lines = [("per-row offsets", run.row_offsets.sentence())] if run.row_offsets is not None else []
+    reference = next((r for r in result.runs if r.is_reference), None)
+    for label, record in (("scoring, this run", run), ("scoring, reference", reference)):
+        if record is not None and record.scoring:
+            lines.append((label, run_scoring_text(record.scoring)))
+    return lines
 
 
 def _speed(result: AbResult) -> list:
@@ -129,4 +145,5 @@ def _speed(result: AbResult) -> list:
         driving = result.sequential.get("decode") or result.sequential.get("prefill")
         blocks_run = len({r.block for r in result.runs if r.block is not None})
         reasons.append(Paragraph(stopping_note(driving, blocks_run, "--repeats auto"), tone="note", tight=True))
-    return [table, *reasons]
+    figures = [paired_figure(list(result.speed.values())), ab_slot_figure(result.runs, PHASES)]
+    return [table, *reasons, *(f for f in figures if f is not None)]

@@ -15,6 +15,7 @@ from typing import Any
 from logitlab.perf.commands import BenchRunResult
 from logitlab.perf.compare_files import MIN_SAMPLES_FOR_CI, FileComparison, NoiseProfile, ScenarioComparison
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Rich, Span, Table, rich
+from logitlab.report.figure_blocks import bench_run_figures, noise_figure, scenario_figure
 from logitlab.report.speed_text import paired_reason, scenario_reason, sequential_reason, stopping_note
 from logitlab.report.text import plural
 
@@ -195,7 +196,8 @@ def run_document(result: BenchRunResult, *, show_error: bool = True) -> Document
         doc.add(Table(RUN_HEADER, run_rows(result), align=("left", "right", "right", "right", "left", "right",
                                                              "right", "right")),
                 Paragraph(f"{note}; {_schedule_line(result)}", tone="dim", tight=True),
-                Bullets(problems, tone="warning", tight=True) if problems else None)
+                Bullets(problems, tone="warning", tight=True) if problems else None,
+                *bench_run_figures(result))
     if p:
         decision = result.sequential.get(result.config["metric_name"] if result.config["metric_regex"] else "wall")
         doc.add(Paragraph(sequential_reason(decision) if decision else paired_reason(p)))
@@ -306,7 +308,7 @@ def compare_document(cmp: FileComparison, *, show_error: bool = True) -> Documen
                       boxed=True))
     doc.add(Table(("status", "scenario", "base", "PR", "change", f"{conf} CI of ratio", "δ", "samples"),
                   compare_rows(cmp), align=("left", "left") + ("right",) * 6),
-            _reasons(cmp))
+            _reasons(cmp), scenario_figure(cmp.scenarios, cmp.confidence))
     geomean = _geomean_text(cmp)
     if geomean:
         doc.add(Paragraph(geomean))
@@ -352,7 +354,7 @@ def calibration_document(profile: NoiseProfile, *, show_error: bool = True) -> D
              "n/a" if s.within_sd_log is None else f"{100 * s.within_sd_log:.2f}%", f"±{100 * s.margin:.1f}%")
             for s in profile.scenarios.values()]
     doc.add(Table(CALIBRATION_HEADER, rows, title=f"A/A noise from {len(profile.runs)} {profile.format} runs",
-                  align=("left",) + ("right",) * 4))
+                  align=("left",) + ("right",) * 4), noise_figure(profile))
     if profile.skipped:
         doc.add(Paragraph(rich(Span("not in every run (not calibrated):", "strong"), " ", _codes(profile.skipped)),
                           tone="warning", tight=True))

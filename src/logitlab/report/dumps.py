@@ -14,6 +14,7 @@ from logitlab.dumps.diff import DumpDiffResult, LayerRow, OneSideGroup, TensorDi
 from logitlab.dumps.format import format_bytes
 from logitlab.dumps.stats import ULP_BIN_LABELS, ULP_NAN_MISMATCH
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
+from logitlab.report.figure_blocks import dump_figures
 from logitlab.report.text import plural
 
 #: Problem lines listed (all are in the JSON).
@@ -227,7 +228,8 @@ def dump_diff_document(result: DumpDiffResult, *, show_error: bool = True, max_r
     if result.n_differing:
         doc.add(_differing_table(result, max_rows, all_tensors),
                 Table(LAYER_HEADER, layer_rows(result), title="growth by layer",
-                      align=("left",) + ("right",) * 5 + ("left",)))
+                      align=("left",) + ("right",) * 5 + ("left",)),
+                *dump_figures(result))
     one_side = [f"{title}: " + "; ".join(one_side_lines(groups))
                 for title, groups in (("only in A", result.only_left), ("only in B", result.only_right)) if groups]
     if one_side:

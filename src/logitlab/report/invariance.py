@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from logitlab.experiments.invariance import Check, InvarianceResult
 from logitlab.report.document import Block, Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
+from logitlab.report.figure_blocks import check_heatmap_figure, comparison_figures
 from logitlab.report.text import comparison_lines, engine_rows, flip_rows, fmt_num, variant_text
 
 __all__ = ["invariance_document", "CHECK_HEADER", "FLIP_HEADER", "MAX_FLIPS", "check_rows", "summary_lines",
@@ -135,7 +136,8 @@ def invariance_document(result: InvarianceResult, *, show_error: bool = True) ->
     doc.add(Heading(rich(f"{title}: ", Span(word, f"verdict:{word}" if result.verdict else "strong"))),
             _header(result))
     doc.add(Table(CHECK_HEADER, check_rows(result),
-                  title="checks (reference → observed, every position, full vocabulary)"))
+                  title="checks (reference → observed, every position, full vocabulary)"),
+            check_heatmap_figure(result.checks))
     doc.add(*_verdict(result))
     doc.add(*[Paragraph(f"note: {note}", tone="note") for note in result.notes])
     return doc
@@ -167,4 +169,7 @@ def _verdict(result: InvarianceResult) -> list[Block]:
     if flips:
         more = f" (first {MAX_FLIPS} of {len(flips)})" if len(flips) > MAX_FLIPS else ""
         blocks.append(Table(FLIP_HEADER, flips[:MAX_FLIPS], title=f"argmax flips{more}", tight=True))
-    return blocks
+    c = worst.comparison
+    labels = [position_label(worst, p) for p in range(c.n_positions)] if worst.details.get("stacked") else None
+    return blocks + comparison_figures(c, near_tie_margin=verdict.thresholds["near_tie_margin"], labels=labels,
+                                       what=f"{worst.name} (the worst check)")

@@ -23,6 +23,8 @@ WORD_STYLES = {
     "differs": "bold red", "incomplete": "bold yellow", "nothing-aligned": "bold red",
     "faster": "bold green", "slower": "bold red", "equivalent": "bold cyan", "inconclusive": "bold yellow",
     "improved": "bold green", "regressed": "bold red", "unchanged": "bold cyan",
+    "regression": "bold red", "improvement": "bold green", "changed": "bold magenta",
+    "good": "bold green", "bad": "bold red", "skip": "bold yellow",
 }
 TONE_STYLES = {"ok": "green", "note": "yellow", "warning": "yellow", "error": "bold red", "dim": "dim"}
 _SPAN_STYLES = {"strong": "bold", "code": "cyan", "dim": "dim"}

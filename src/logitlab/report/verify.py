@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from logitlab.experiments.verify_results import SweepEntry, VerifyResult
 from logitlab.report.document import Block, Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
+from logitlab.report.figure_blocks import verify_figures
 from logitlab.report.text import engine_rows, fmt_num, plural, variant_text
 
 __all__ = ["verify_document", "SWEEP_HEADER", "FLIP_HEADER", "INBLOCK_HEADER", "GUARD_HEADER",
@@ -258,8 +259,10 @@ def verify_document(result: VerifyResult, *, show_error: bool = True) -> Documen
     if multi:
         entry = multi[-1]
         doc.add(_table(f"in-block rows at K={entry.k} (all prompts)", INBLOCK_HEADER, inblock_rows(entry)))
+    figures = verify_figures(result)
+    doc.add(*[f for f in figures if f.kind != "guard-cost"])
     doc.add(*_classification(result))
-    doc.add(*_guard(result))
+    doc.add(*_guard(result), *[f for f in figures if f.kind == "guard-cost"])
     if result.error and show_error:
         doc.add(Paragraph(f"stopped early: {result.error}", tone="error"))
     return doc

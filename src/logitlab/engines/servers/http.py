@@ -1,0 +1,120 @@
+"""JSON over HTTP to an inference server, with timeouts, retries and a request count.
+
+The ``openai`` engine and its scoring modes talk to a server only through
+:class:`ServerClient`: ``POST``/``GET`` of JSON, under the OpenAI base URL
+(``http://HOST:PORT/v1``) or under the server's root (llama-server's
+``/completion``, SGLang's and TGI's ``/generate``).
+
+A request times out after ``timeout`` s and is retried ``retries`` times on
+connection errors, timeouts, 408/429 and 5xx, waiting ``backoff`` s, doubled
+each time. Only the standard library is used.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import socket
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from logitlab.errors import EngineError
+
+__all__ = ["HttpStatusError", "ServerClient"]
+
+
+class HttpStatusError(EngineError):
+    """The server answered with an HTTP error status that is not worth retrying (4xx), or one that persisted."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+class ServerClient:
+    """One server: its OpenAI base URL, its root, and how requests are sent.
+
+    Args:
+        url: the OpenAI base URL, ``http://HOST:PORT/v1`` (a trailing ``/v1`` is
+            stripped to get :attr:`root`).
+        timeout: seconds per request.
+        retries: retries of a failed request (see the module docstring).
+        backoff: first retry delay in s, doubled per retry.
+        api_key: sent as ``Authorization: Bearer …`` when given.
+
+    Attributes:
+        requests: requests sent so far (retries count once each).
+    """
+
+    def __init__(self, url: str, *, timeout: float = 120.0, retries: int = 3, backoff: float = 0.5,
+                 api_key: str | None = None):
+        self.url = url.rstrip("/")
+        self.root = re.sub(r"/v1$", "", self.url)
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.api_key = api_key
+        self.requests = 0
+
+    def request(self, method: str, url: str, body: dict | None, retries: int | None = None) -> Any:
+        """One JSON request with retries; returns the decoded JSON (an object, or a list for TGI's /tokenize).
+
+        Raises:
+            HttpStatusError: a 4xx answer (not retried), or a 408/429/5xx answer after the retries.
+            EngineError: no answer after the retries, or an answer that is not JSON.
+        """
+        retries = self.retries if retries is None else retries
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        last = "no attempt"
+        for attempt in range(retries + 1):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            self.requests += 1
+            request = urllib.request.Request(url, data=data, headers=headers, method=method)
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    raw = response.read()
+            except urllib.error.HTTPError as exc:
+                detail = exc.read()[:300].decode("utf-8", "replace").strip().replace("\n", " ")
+                last = f"HTTP {exc.code}: {detail}"
+                if (exc.code in (408, 429) or exc.code >= 500) and attempt < retries:
+                    continue
+                raise HttpStatusError(f"{method} {url} answered {last}", exc.code) from None
+            except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError,
+                    http.client.HTTPException, OSError) as exc:
+                reason = getattr(exc, "reason", exc)
+                last = f"{type(reason).__name__}: {reason}" if str(reason) else type(reason).__name__
+                continue
+            try:
+                return json.loads(raw)
+            except ValueError:
+                raise EngineError(f"{method} {url} answered something that is not JSON: {raw[:120]!r}") from None
+        raise EngineError(f"openai server {url} did not answer after {retries + 1} attempt(s) "
+                          f"(timeout {self.timeout:g} s each): {last}")
+
+    def post(self, path: str, body: dict, *, root: bool = False, retries: int | None = None) -> tuple[dict, float]:
+        """POST ``body`` to ``{url}{path}`` (``root``: ``{root}{path}``); the answer (an object) and its wall time (s).
+
+        Raises:
+            EngineError: as :meth:`request`, or the answer is not a JSON object.
+        """
+        start = time.perf_counter()
+        url = (self.root if root else self.url) + path
+        data = self.request("POST", url, body, retries)
+        if not isinstance(data, dict):
+            raise EngineError(f"POST {url} answered JSON that is not an object: {str(data)[:120]}")
+        return data, time.perf_counter() - start
+
+    def get(self, path: str, *, root: bool = False, retries: int | None = None) -> dict:
+        """GET ``{url}{path}`` (``root``: ``{root}{path}``); the decoded answer, which must be a JSON object."""
+        url = (self.root if root else self.url) + path
+        data = self.request("GET", url, None, retries)
+        if not isinstance(data, dict):
+            raise EngineError(f"GET {url} answered JSON that is not an object: {str(data)[:120]}")
+        return data

@@ -1,0 +1,139 @@
+"""The ``openai`` engine against llama.cpp's own ``llama-server``, built from the installed llama-cpp-python's sources.
+
+llama-server ignores ``echo`` and has no prompt log-probabilities: the engine must
+find that out (the probe), score teacher-forced over its native ``/completion``
+(``n_probs``, prefix cache pinned to one slot: one new token evaluated per request),
+read its ids, and name its build (``/props``) in the manifest. Same kernels, same
+batch shapes (``-fa off``; the in-process llamacpp engine with ``n_batch=1``, i.e. every
+position an M=1 evaluation as over the prefix cache) must come out ULP-level on the
+returned top-k once the per-row normaliser is taken out.
+
+Every server is started here on 127.0.0.1 (``tests/peers.py``) and stopped when the
+module ends. Marked ``peers``: without the tools (``make tools``) these tests fail.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from logitlab.engines.variant import parse_variant
+from logitlab.errors import EngineError
+from logitlab.experiments.ab import AbConfig, run_ab
+from logitlab.experiments.isolation import load_engine
+
+from conftest import SHORT_PROMPT
+from peers import http_json, llama_server
+
+pytestmark = [pytest.mark.peers, pytest.mark.engine]
+
+N_DECODE = 8
+#: llama-server flags that match llama-cpp-python's defaults where the kernels are concerned: flash attention off
+#: (the tools default to "auto", on for the CPU); one slot, one thread (a busy 2-core machine)
+SERVER = ["-c", "256", "-np", "1", "-t", "1", "-tb", "1"]
+
+
+@pytest.fixture(scope="module")
+def servers(model_path, tmp_path_factory):
+    """Two llama-servers on the embedded model: flash attention off (``off``) and on (``on``); their root URLs."""
+    logs = tmp_path_factory.mktemp("llama-server")
+    with llama_server(model_path, logs, SERVER + ["-fa", "off"]) as off, \
+            llama_server(model_path, logs, SERVER + ["-fa", "on"]) as on:
+        yield {"off": off, "on": on}
+
+
+def variant(root: str, label: str, **options: object):
+    query = "&".join(f"{k}={v}" for k, v in options.items())
+    return parse_variant(f"?{query}" if query else "", label, default_engine=f"openai:{root}/v1")
+
+
+def config(control, candidate) -> AbConfig:
+    return AbConfig(control=control, candidate=candidate, prompt=SHORT_PROMPT, n_decode=N_DECODE, repeats=1, warmup=0)
+
+
+def test_cli_aa_is_bit_exact_teacher_forced_with_the_build_in_the_manifest(servers, tmp_path):
+    root = servers["off"]
+    out = tmp_path / "aa.json"
+    proc = subprocess.run([sys.executable, "-m", "logitlab", "ab", "--engine", f"openai:{root}/v1", "--prompt",
+                           SHORT_PROMPT, "--tokens", str(N_DECODE), "--repeats", "1", "--warmup", "0", "--json",
+                           str(out)], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    props = http_json(root + "/props")
+    engine = data["manifest"]["engine"]
+    assert engine["server"]["kind"] == "llama-server" and engine["server"]["build"] == props["build_info"]
+    assert engine["server"]["model_path"] == props["model_path"] and engine["server"]["n_ctx"] == 256
+    assert engine["engine_version"].startswith(f"llama-server {props['build_info']} at {root}/v1")
+    scoring = engine["scoring"]
+    assert (scoring["mode"], scoring["chosen"], scoring["tried_before"]) == ("teacher-forced", "probed", [])
+    assert scoring["endpoint"].startswith("POST /completion (llama-server native")
+    assert scoring["probe_alignment"]["checked"] and scoring["probe_alignment"]["agree"] == 4
+    assert data["verdict"]["word"] == "bit-exact" and data["aa"]["control_reproducible"]
+    n_positions = len(data["prompt_ids"]) + N_DECODE
+    for run in data["runs"]:
+        # one request per position, each evaluating exactly one new token on the previous one's KV cache
+        assert run["scoring"]["requests"] == n_positions and run["prefill_tokens"] == n_positions
+        assert run["scoring"]["evaluated_per_request"] == {"1": n_positions}
+        assert run["scoring"]["alignment"]["checked"]
+    assert data["runs"][1]["comparison"]["positions_missing"] == []  # every position, the first included
+    text = " ".join(proc.stdout.replace("│", " ").split())  # the terminal report, unwrapped
+    assert f"teacher-forced: {n_positions} requests for {n_positions} positions" in text
+    assert "each evaluated 1 new token (the server's count)" in text
+
+
+def test_flash_attention_off_vs_on_is_a_near_tie_not_a_normaliser_offset(servers):
+    result = run_ab(config(variant(servers["off"], "control"), variant(servers["on"], "candidate")))
+    assert result.control_reproducible and result.candidate_reproducible is not False
+    run = next(r for r in result.runs if r.slot == result.verdict_slot)
+    c = run.comparison
+    assert result.verdict.word == "near-tie", result.verdict.evidence
+    assert c.differing_rows > 0 and all(f["margin_ref"] < 0.5 for f in c.flips)
+    # other kernels: the within-row differences (logit gaps) move, not only the normaliser
+    assert run.row_offsets.max_residual > 1e-3 and run.row_offsets.max_residual_ulp > 100
+    assert result.manifest["candidate_engine"]["server"]["kind"] == "llama-server"
+
+
+def test_llamacpp_in_process_vs_llama_server_is_ulp_level_with_the_same_batch_shapes(servers):
+    """llamacpp with n_batch=1 (every position an M=1 decode) vs teacher-forced llama-server (every request one
+    new token over its prefix cache): the same kernels on the same shapes. Their log-softmax normalisers differ
+    per row (float64 here, float32 in the server's order); taken out, the returned top-k agree to ≤ 1 ULP."""
+    same = run_ab(config(parse_variant("n_batch=1,n_threads=1,n_threads_batch=1", "control",
+                                       default_engine="llamacpp"), variant(servers["off"], "candidate")))
+    run = next(r for r in same.runs if r.slot == same.verdict_slot)
+    assert same.verdict.word in ("bit-exact", "ulp-noise"), same.verdict.evidence
+    assert run.comparison.argmax_agreement == 1.0 and run.comparison.max_ulp <= 1
+    assert run.row_offsets.max_residual_ulp <= 1 and 0 < run.row_offsets.max_abs_offset < 1e-3
+    assert run.scoring["evaluated_per_request"] == {"1": run.prefill_tokens}
+    # the default llamacpp prefill evaluates the prompt in one batch of n_prompt rows: other shapes, other
+    # roundings in the prompt's rows and the KV cache after them; the comparison sees it
+    batched = run_ab(config(parse_variant("n_threads=1,n_threads_batch=1", "control", default_engine="llamacpp"),
+                            variant(servers["off"], "candidate")))
+    other = next(r for r in batched.runs if r.slot == batched.verdict_slot)
+    assert other.row_offsets.max_residual > 1e-3 and batched.verdict.word not in ("bit-exact", "ulp-noise")
+
+
+def test_echo_forced_on_llama_server_is_an_error_that_says_echo_was_ignored(servers):
+    with pytest.raises(EngineError, match=r"\(llama-server .*\) supports none of the scoring modes tried — echo: "
+                                          r"echo=true gave log-probabilities of 1 token\(s\) for a prompt of \d+ "
+                                          r"\(the generated token only: echo ignored\)"):
+        load_engine(variant(servers["off"], "control", mode="echo"))
+
+
+def test_llama_servers_normaliser_depends_on_the_k_asked(servers):
+    """Its softmax sums expf over the vocabulary in the order std::partial_sort for the top k leaves
+    (tools/server/server-common.cpp, get_token_probabilities): another k can give another float32 sum, so the
+    log-probabilities move by a per-row constant while the gaps (logit differences) stay. Both sides of an A/A
+    must therefore ask the same k (the engine always asks ``logprobs``, default 20)."""
+    ids = load_engine(variant(servers["off"], "control")).tokenize(SHORT_PROMPT)
+    moved, gap_spread = 0, 0.0
+    for n in range(1, len(ids) + 1):
+        rows = [http_json(servers["off"] + "/completion", {"prompt": ids[:n], "n_predict": 1, "n_probs": k,
+                                                           "temperature": 0, "id_slot": 0})
+                ["completion_probabilities"][0]["top_logprobs"] for k in (2, 100)]
+        moved += rows[0][0]["logprob"] != rows[1][0]["logprob"]
+        gaps = [row[0]["logprob"] - row[1]["logprob"] for row in rows]
+        gap_spread = max(gap_spread, abs(gaps[0] - gaps[1]))
+    assert moved > 0 and gap_spread < 1e-6, (moved, gap_spread)

@@ -1,0 +1,213 @@
+"""Golden logits on the real engine (llama.cpp, embedded SmolLM2): record, check, update, device keys, bad goldens.
+
+One golden is recorded per module (2 short prompts + 8 decode tokens) and copied where a test changes it.
+"""
+
+import json
+import shutil
+
+import pytest
+
+from logitlab.dumps.golden_format import read_golden
+from logitlab.engines.variant import Variant
+from logitlab.errors import InputError
+from logitlab.experiments.golden import (
+    CheckConfig,
+    RecordConfig,
+    VariantOverrides,
+    check_golden,
+    record_golden,
+    update_golden,
+)
+from logitlab.experiments.golden_kld import check_kld_base, export_kld_base
+from logitlab.experiments.prompts import Prompt
+from logitlab.numerics.gate import Bar
+
+pytestmark = pytest.mark.engine
+
+PROMPTS = [Prompt("capital", "The capital of France is"), Prompt("code", "def add(a, b):")]
+N_DECODE = 8
+FLASH = VariantOverrides(options={"flash_attn": "1"})
+
+
+@pytest.fixture(scope="module")
+def golden_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("golden")
+    events = []
+    manifest = record_golden(RecordConfig(Variant("golden", "llamacpp"), PROMPTS, N_DECODE), root,
+                             on_event=lambda kind, data: events.append((kind, data)))
+    assert events[0][0] == "size" and events[0][1]["positions"] == manifest.n_positions
+    return root, manifest
+
+
+def copy_of(golden_root, tmp_path):
+    root, _ = golden_root
+    dest = tmp_path / "golden"
+    shutil.copytree(root, dest)
+    return dest
+
+
+def edit_manifest(folder, change):
+    path = folder / "manifest.json"
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def test_record_writes_the_golden_with_its_provenance(golden_root):
+    root, manifest = golden_root
+    p = manifest.provenance
+    folder = root / p.device.key
+    assert manifest.folder == str(folder) and (folder / "logits.safetensors").is_file()
+    assert p.device.key.startswith("cpu-") and p.device.flags  # model name + instruction-set flags
+    assert p.engine == "llamacpp" and p.engine_version.startswith("llama-cpp-python ")
+    assert "AVX" in p.build["system_info"] or "NEON" in p.build["system_info"]  # llama.cpp's system-info line
+    assert len(p.model_sha256) == 64 and p.model is None  # the embedded model, found anew on every machine
+    assert [pr.name for pr in manifest.prompts] == ["capital", "code"]
+    assert all(len(pr.generated_ids) == N_DECODE for pr in manifest.prompts)
+    assert manifest.store == "full" and manifest.dtype == "float32"
+    with pytest.raises(InputError, match="already holds a golden for this device key"):
+        record_golden(RecordConfig(Variant("golden", "llamacpp"), PROMPTS, N_DECODE), root)
+
+
+def test_check_is_bit_exact_on_the_same_build(golden_root):
+    root, _ = golden_root
+    result = check_golden(CheckConfig(str(root)))
+    assert result.passed and result.verdict.word == "bit-exact"
+    assert result.match.exact and result.match.reason.startswith("recorded under this device key")
+    assert result.changes == []
+    assert result.bar.allow == "bit-exact" and result.bar_reason.startswith("same device key, build and options")
+    assert [p.n_positions for p in result.prompts] == [len(p.input_ids) for p in read_golden(result.match.folder).prompts]
+
+
+def test_flash_attention_fails_bit_exact_and_passes_near_tie(golden_root):
+    root, _ = golden_root
+    strict = check_golden(CheckConfig(str(root), overrides=FLASH))
+    assert not strict.passed and strict.verdict.word == "near-tie"
+    assert [c.line for c in strict.changes] == ["options.flash_attn: (unset) → True"]
+    assert strict.bar.allow == "bit-exact" and "no looser bar was allowed" in strict.bar_reason
+    loose = check_golden(CheckConfig(str(root), overrides=FLASH, bar=Bar(allow="near-tie", max_kld_p99=0.1)))
+    assert loose.passed and loose.bar_reason == "options changed: the allowed bar applies (verdict ≤ near-tie, " \
+                                                "p99 KLD ≤ 0.1 nats)"
+    # the same bar does not loosen a check whose provenance did not change
+    same = check_golden(CheckConfig(str(root), bar=Bar(allow="near-tie")))
+    assert same.bar.allow == "bit-exact" and "applies only when they change" in same.bar_reason
+
+
+def test_another_device_key_strict_refuses_fallback_judges(golden_root, tmp_path):
+    root, manifest = golden_root
+    other = tmp_path / "other-root"
+    key = "cpu-other-machine-0badc0de"
+    shutil.copytree(root / manifest.provenance.device.key, other / key)
+    edit_manifest(other / key, lambda d: d["provenance"]["device"].update(key=key, flags=["avx2", "fma"]))
+    with pytest.raises(InputError, match=f"no golden for this device key .* among {key}; --strict-device refuses"):
+        check_golden(CheckConfig(str(other), strict_device=True))
+    fallback = check_golden(CheckConfig(str(other), bar=Bar(allow="ulp-noise")))
+    assert not fallback.match.exact and fallback.match.device_key == key
+    assert fallback.match.reason.startswith("fallback: no golden for this device key")
+    assert "same device kind and architecture" in fallback.match.reason
+    assert fallback.changes[0].field == "device.key" and fallback.changes[0].gate
+    assert fallback.bar.allow == "ulp-noise" and fallback.bar_reason.startswith("device key changed: the allowed bar")
+    assert fallback.passed  # same logits here: bit-exact ≤ ulp-noise
+    flash = check_golden(CheckConfig(str(other), overrides=FLASH, bar=Bar(allow="ulp-noise")))
+    assert not flash.passed and flash.verdict.word == "near-tie"  # judged by the fallback bar, which it misses
+    # with both goldens side by side, this device's is picked
+    shutil.copytree(root / manifest.provenance.device.key, other / manifest.provenance.device.key)
+    both = check_golden(CheckConfig(str(other)))
+    assert both.match.exact and sorted(both.match.available) == sorted([key, manifest.provenance.device.key])
+
+
+def test_goldens_for_another_model_or_tokenizer_are_refused(golden_root, tmp_path):
+    root = copy_of(golden_root, tmp_path)
+    folder = next(root.iterdir())
+    edit_manifest(folder, lambda d: d["provenance"].update(model_sha256="0" * 64, model_path="/elsewhere/q8.gguf"))
+    with pytest.raises(InputError, match=r"is for another model: recorded with /elsewhere/q8.gguf \(sha256 000000000000…"):
+        check_golden(CheckConfig(str(root)))
+    edit_manifest(folder, lambda d: d["provenance"].update(model_sha256=golden_root[1].provenance.model_sha256))
+    edit_manifest(folder, lambda d: d["prompts"][1].update(prompt_ids=[1, 2, 3]))
+    with pytest.raises(InputError, match="is for another tokenizer: prompt 'code' tokenizes to 7 ids here, 3 in the "
+                                         "golden, first different at index 0"):
+        check_golden(CheckConfig(str(root)))
+
+
+def test_missing_and_corrupt_goldens_are_refused(golden_root, tmp_path):
+    with pytest.raises(InputError, match="does not exist; record one with"):
+        check_golden(CheckConfig(str(tmp_path / "nowhere")))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="holds no golden"):
+        check_golden(CheckConfig(str(tmp_path / "empty")))
+    root = copy_of(golden_root, tmp_path)
+    logits = next(root.iterdir()) / "logits.safetensors"
+    data = bytearray(logits.read_bytes())
+    data[-5] ^= 0xFF
+    logits.write_bytes(bytes(data))
+    with pytest.raises(InputError, match="is corrupt: logits.safetensors does not match the SHA-256"):
+        check_golden(CheckConfig(str(root)))
+    (next(root.iterdir()) / "manifest.json").write_text("{not json")
+    with pytest.raises(InputError, match="golden manifest .* is not valid JSON"):
+        check_golden(CheckConfig(str(root)))
+
+
+def test_update_appends_history_with_the_verdict(golden_root, tmp_path):
+    root = copy_of(golden_root, tmp_path)
+    old = read_golden(next(root.iterdir()))
+    with pytest.raises(InputError, match="needs --reason"):
+        update_golden(root, " ")
+    new = update_golden(root, "try flash attention", overrides=FLASH)
+    entry = new.history[-1]
+    assert entry.reason == "try flash attention" and entry.verdict.word == "near-tie"
+    assert entry.old_logits_sha256 == old.logits_sha256 != entry.new_logits_sha256 == new.logits_sha256
+    assert "options.flash_attn: (unset) → True" in entry.changes
+    assert entry.summary["positions"] == old.n_positions and entry.summary["max_abs_diff"] > 0.1
+    assert read_golden(new.folder).history[-1].reason == "try flash attention"  # on disk, file hash verified
+    assert not [p for p in root.iterdir() if p.name.startswith(".")]  # no leftovers
+    # the golden now records flash attention: checking that build is bit-exact, and a second update says so
+    assert check_golden(CheckConfig(str(root))).verdict.word == "bit-exact"
+    again = update_golden(root, "rebuild, no change")
+    assert again.history[-1].verdict.word == "bit-exact" and len(again.history) == 2
+    assert again.logits_sha256 == new.logits_sha256
+
+
+def test_topk_store_checks_on_the_stored_tokens(tmp_path):
+    manifest = record_golden(RecordConfig(Variant("golden", "llamacpp"), PROMPTS[:1], N_DECODE, store="topk:16"),
+                             tmp_path)
+    assert manifest.top_k == 16 and manifest.logits_bytes < 20_000
+    same = check_golden(CheckConfig(str(tmp_path)))
+    assert same.passed and same.verdict.word == "bit-exact" and same.prompts[0].comparison.scope == "top-k"
+    flash = check_golden(CheckConfig(str(tmp_path), overrides=FLASH))
+    assert not flash.passed and flash.prompts[0].comparison.differing_rows > 0
+    with pytest.raises(InputError, match="needs the whole vocabulary"):
+        export_kld_base(read_golden(manifest.folder), tmp_path / "x.kld")
+
+
+def test_exported_kld_file_reads_back_against_the_same_engine(tmp_path):
+    """A prefill-only golden (--tokens 0) exported and checked on the same build: only the 16-bit rounding remains."""
+    text = ("The harbour town woke slowly on the first cold morning of the year. Fishermen pulled their boats up "
+            "the shingle, gulls argued over the scraps, and the baker opened his shutters.")
+    prompts = [Prompt("a", text), Prompt("b", text.replace("harbour", "mountain"))]
+    manifest = record_golden(RecordConfig(Variant("golden", "llamacpp"), prompts, 0), tmp_path / "g")
+    info = export_kld_base(manifest, tmp_path / "golden.kld")
+    shortest = min(len(p.input_ids) for p in manifest.prompts)
+    assert (info.n_ctx, info.n_chunk, info.decode_scored) == (shortest, 2, 0)
+    assert info.scored == 2 * (shortest - 1 - shortest // 2)
+    result = check_kld_base(tmp_path / "golden.kld", Variant("current", "llamacpp"),
+                            bar=Bar(max_kld_mean=1e-4, min_top1=0.5))
+    s = result.stats
+    assert s.count == info.scored and s.same_top == 1.0
+    assert abs(s.kld_mean) < 1e-5 and s.ratio == pytest.approx(1.0, abs=1e-4)  # only the 16-bit rounding remains
+    assert result.passed and not result.bos_replaced
+    with pytest.raises(InputError, match="--allow judges a verdict"):
+        check_kld_base(tmp_path / "golden.kld", Variant("current", "llamacpp"), bar=Bar(allow="near-tie"))
+    with pytest.raises(InputError, match="between 3 and the shortest"):
+        export_kld_base(manifest, tmp_path / "y.kld", n_ctx=shortest + 1)
+
+
+def test_exported_decode_positions_carry_the_prefill_decode_difference(golden_root, tmp_path):
+    """Decode rows were computed M=1; the KLD check evaluates each chunk in one batch (prefill): they differ."""
+    _, manifest = golden_root
+    info = export_kld_base(manifest, tmp_path / "golden.kld")
+    shortest = min(len(p.input_ids) for p in manifest.prompts)
+    first = shortest // 2
+    assert info.decode_scored == sum(shortest - 1 - max(first, len(p.prompt_ids)) for p in manifest.prompts) > 0
+    s = check_kld_base(tmp_path / "golden.kld", Variant("current", "llamacpp")).stats
+    assert s.same_top == 1.0 and 1e-5 < s.kld_mean < 0.05  # prefill vs decode: a near-tie difference, not zero
