@@ -187,6 +187,11 @@ def test_local_2x2(local_run, matrix_file, tmp_path):
     assert [(c["row"], c["column"], c["verdict"]) for c in data["cells"]] == [
         (0, 0, "bit-exact"), (0, 1, "bit-exact"), (1, 0, verdicts[KEYS[2]]), (1, 1, verdicts[KEYS[3]])]
     assert data["cells"][2]["severity"] == data["verdicts"].index(verdicts[KEYS[2]]) > 0
+    page = tmp_path / "sweep.html"
+    html = logitlab("report", out, "--html", page, "-q")
+    assert html.returncode == 0, html.stderr
+    text = page.read_text()
+    assert '<figure class="plot" id="figure-1" data-kind="sweep-heatmap">' in text and 'id="figure-1-cells"' in text
     # --resume with every job done runs nothing and keeps every file
     before = {p.name: p.read_bytes() for p in (out / "jobs").iterdir()}
     resumed = logitlab("sweep", matrix_file, "--out", out, "--resume", "-q")
