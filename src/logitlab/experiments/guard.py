@@ -64,6 +64,7 @@ import numpy as np
 
 from logitlab.engines.base import Session
 from logitlab.errors import EngineError, InputError
+from logitlab.numerics.floor import topk_spread
 
 #: source of a decided token
 PREFILL, VERIFY, REDECODE = "prefill", "verify", "redecode"
@@ -388,32 +389,6 @@ def speculative_greedy(
 
 
 # -- calibration ---------------------------------------------------------------
-def topk_spread(reference: np.ndarray, observed: np.ndarray, k: int = 5) -> np.ndarray:
-    """Per row, the spread of Δ over the tokens that could decide an argmax.
-
-    ``max Δ − min Δ`` over ``top-k(reference) ∪ top-k(observed)``, where
-    ``Δ = observed − reference``. A row cannot flip its argmax when this is
-    below its observed margin (proof in the module docstring).
-
-    Args:
-        reference, observed: ``(n, n_vocab)`` logits (M=1 and the row used).
-        k: top-k size, ≥ 1.
-
-    Returns:
-        ``(n,)`` float64 spreads (logits).
-    """
-    ref = np.asarray(reference, dtype=np.float64)
-    obs = np.asarray(observed, dtype=np.float64)
-    if ref.shape != obs.shape or ref.ndim != 2:
-        raise InputError(f"topk_spread needs two (n, n_vocab) arrays of one shape, got {ref.shape} and {obs.shape}")
-    k = max(1, min(int(k), ref.shape[1]))
-    cut = ref.shape[1] - k
-    idx = np.concatenate([np.argpartition(ref, cut, axis=1)[:, cut:],
-                          np.argpartition(obs, cut, axis=1)[:, cut:]], axis=1)
-    delta = np.take_along_axis(obs, idx, axis=1) - np.take_along_axis(ref, idx, axis=1)
-    return delta.max(axis=1) - delta.min(axis=1)
-
-
 @dataclass
 class Calibration:
     """How ``--guard auto`` chose τ, and what other choices would cost.

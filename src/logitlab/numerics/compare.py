@@ -101,6 +101,8 @@ def merge_comparisons(parts: Sequence[LogitComparison]) -> LogitComparison:
     mean = sum(wi * p.mean_diff for wi, p in zip(w, parts))
     second = sum(wi * (p.std_diff ** 2 + p.mean_diff ** 2) for wi, p in zip(w, parts))
     flips, first_mismatch, offset = [], None, 0
+    spreads = None if any(p.row_topk_spread is None for p in parts) else \
+        [x for p in parts for x in p.row_topk_spread]
     for p in parts:
         flips += [{**f, "position": f["position"] + offset} for f in p.flips]
         if first_mismatch is None and p.first_mismatch is not None:
@@ -108,8 +110,9 @@ def merge_comparisons(parts: Sequence[LogitComparison]) -> LogitComparison:
         offset += p.n_positions
     rows: dict[str, list] = {}
     for f in dataclasses.fields(LogitComparison):
-        if f.name.startswith("row_"):
+        if f.name.startswith("row_") and f.name != "row_topk_spread":
             rows[f.name] = [x for p in parts for x in getattr(p, f.name)]
+    rows["row_topk_spread"] = spreads
     kld = np.array([x for x in rows["row_kld"] if x is not None], dtype=np.float64)
     kld_summary = {name: (float(kld.mean()) if q is None else float(np.percentile(kld, q))) if kld.size else None
                    for name, q in KLD_STATS}
@@ -342,6 +345,7 @@ def _assemble(ref, obs, chunks, top_k, kk, ids) -> LogitComparison:
     else:
         kth_gap = np.full(n, np.nan)
     k_eff = min(top_k, kk)
+    spread = _topk_spread(ref, obs, top_ref[:, :k_eff], top_obs[:, :k_eff], differing)
     set_ref = np.sort(top_ref[:, :k_eff], axis=1)
     set_obs = np.sort(top_obs[:, :k_eff], axis=1)
     topk_agree = (set_ref == set_obs).all(axis=1)
@@ -415,8 +419,34 @@ def _assemble(ref, obs, chunks, top_k, kk, ids) -> LogitComparison:
         row_kld=[_f(x) for x in kld],
         row_max_ulp=[int(x) for x in max_ulp],
         row_scaled_ulp=[float(x) for x in scaled],
+        row_topk_spread=[_f(x) for x in spread],
         token_ids=ids,
     )
+
+
+def _topk_spread(ref, obs, top_ref, top_obs, differing) -> np.ndarray:
+    """Per row, max Δ − min Δ over top-k(ref) ∪ top-k(obs) (float64; 0 for identical rows, NaN if undefined).
+
+    A gather of 2k entries per row: the kernel already found both top-k lists.
+    Entries equal on both sides (the same infinity included) have Δ = 0.
+    """
+    n = ref.shape[0]
+    out = np.zeros(n, np.float64)
+    rows = np.flatnonzero(differing)
+    if rows.size == 0:
+        return out
+    idx = np.concatenate([top_ref[rows], top_obs[rows]], axis=1)
+    valid = idx >= 0
+    idx = np.where(valid, idx, 0)
+    a = ref[rows[:, None], idx].astype(np.float64)
+    b = obs[rows[:, None], idx].astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        d = np.where(a == b, 0.0, b - a)
+    d = np.where(valid, d, 0.0)
+    with np.errstate(invalid="ignore"):
+        out[rows] = d.max(axis=1) - d.min(axis=1)
+    out[rows[np.isnan(d).any(axis=1)]] = np.nan
+    return out
 
 
 def assert_logits_equivalent(reference, observed, max_ulp: int = 0) -> np.ndarray:

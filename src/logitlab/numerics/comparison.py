@@ -9,6 +9,8 @@ JSON format history (``schema_version``):
 
 - 1: first version (two separate field lists).
 - 2: one shared field list; ``scope`` on both (``"full"`` or ``"top-k"``).
+- 3: ``row_topk_spread`` (the per-position statistic of the noise floor); version 2
+  data still loads, with ``row_topk_spread`` None (verdicts then use the fixed thresholds).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from logitlab.errors import InputError
 __all__ = ["SCHEMA_VERSION", "SCOPES", "Comparison"]
 
 #: Version of the JSON form of every comparison.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+#: Versions :meth:`Comparison.from_dict` reads.
+READABLE_VERSIONS = (2, 3)
 #: ``full``: every entry of both arrays; ``top-k``: the entries both runs returned.
 SCOPES = ("full", "top-k")
 
@@ -82,6 +86,14 @@ class Comparison:
         ``row_margin_obs`` (top-1 minus top-2), ``row_kth_gap_ref`` (k-th minus
         (k+1)-th largest reference value), ``row_topk_agree``, ``row_kld``
         (nats), ``row_max_ulp``, ``row_scaled_ulp``.
+    row_topk_spread : list[float | None] or None
+        Per position, ``max Δ − min Δ`` over the union of both runs' top-k
+        tokens (logits; for top-k data: over the keys both runs returned among
+        them): how far the change moved the competing tokens against each
+        other. A position cannot change its argmax unless this reaches its
+        margin (see :func:`logitlab.numerics.floor.topk_spread`). 0 for
+        bit-exact rows; None where undefined (NaN), and None as a whole for
+        data saved before schema version 3.
     token_ids : list[int] or None
         The token fed at each position, if the caller gave it.
     schema_version : int
@@ -125,6 +137,7 @@ class Comparison:
     row_kld: list
     row_max_ulp: list
     row_scaled_ulp: list
+    row_topk_spread: list | None = None
     token_ids: list | None = None
     schema_version: int = SCHEMA_VERSION
 
@@ -133,8 +146,9 @@ class Comparison:
         if self.scope not in SCOPES:
             raise InputError(f"{name}.scope {self.scope!r} is not one of {', '.join(SCOPES)}")
         for f in dataclasses.fields(self):
-            if f.name.startswith("row_") and len(getattr(self, f.name)) != self.n_positions:
-                raise InputError(f"{name}.{f.name} has {len(getattr(self, f.name))} entries, "
+            value = getattr(self, f.name)
+            if f.name.startswith("row_") and value is not None and len(value) != self.n_positions:
+                raise InputError(f"{name}.{f.name} has {len(value)} entries, "
                                  f"expected n_positions = {self.n_positions}")
         if self.token_ids is not None and len(self.token_ids) != self.n_positions:
             raise InputError(f"{name}.token_ids has {len(self.token_ids)} entries, "
@@ -168,8 +182,9 @@ class Comparison:
         if not isinstance(data, Mapping):
             raise InputError(f"{name} data must be a dict, got {type(data).__name__}")
         version = data.get("schema_version", SCHEMA_VERSION)
-        if version != SCHEMA_VERSION:
-            raise InputError(f"{name} schema_version {version} not supported (this logitlab reads {SCHEMA_VERSION})")
+        if version not in READABLE_VERSIONS:
+            raise InputError(f"{name} schema_version {version} not supported (this logitlab reads "
+                             f"{', '.join(map(str, READABLE_VERSIONS))})")
         names = {f.name for f in dataclasses.fields(cls)}
         required = {f.name for f in dataclasses.fields(cls)
                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
@@ -177,4 +192,4 @@ class Comparison:
         unknown = sorted(data.keys() - names)
         if missing or unknown:
             raise InputError(f"{name} data: missing keys {missing}, unknown keys {unknown}")
-        return cls(**data)
+        return cls(**{**data, "schema_version": SCHEMA_VERSION})
