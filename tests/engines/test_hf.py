@@ -119,7 +119,7 @@ def test_float32_vs_bfloat16_is_not_bit_exact_and_names_margins_at_flips():
           f"top-1 {c.argmax_agreement:.1%}, KLD mean {c.kld['mean']:.3g}, flips "
           + (", ".join(f"pos {f['position']} margin {f['margin_ref']:.3g}" for f in c.flips) or "none"))
     print("\n".join("  " + e for e in result.verdict.evidence))
-    assert result.control_reproducible and result.verdict.word != "bit-exact"
+    assert result.control_reproducible and result.verdict.word == "near-tie"
     assert c.differing_rows == c.n_positions
     for flip in c.flips:
         assert flip["margin_ref"] is not None
@@ -133,7 +133,7 @@ def test_eager_vs_sdpa_reports_its_real_verdict():
     print(f"\nhf eager vs sdpa: {result.verdict.word}; max |Δ| {c.max_abs_diff:.3g}, "
           f"{c.differing_rows}/{c.n_positions} rows differ, flips {len(c.flips)}")
     print("\n".join("  " + e for e in result.verdict.evidence))
-    assert result.control_reproducible
+    assert result.control_reproducible and result.verdict.word == "ulp-noise"  # ≤ 16 ULP at row scale here
     assert result.manifest["engine"]["effective"]["attn"] == "eager"
     assert not c.flips and c.max_abs_diff < 1e-3
 

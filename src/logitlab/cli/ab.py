@@ -22,6 +22,7 @@ from logitlab.cli.common import (
     prompt_options,
     show_report,
     threshold_options,
+    REQUIRE_CHOICES,
     thresholds_from,
     variant_pair,
     variant_pair_options,
@@ -31,7 +32,6 @@ from logitlab.errors import Interrupted
 from logitlab.experiments.isolation import ISOLATION_LEVELS
 from logitlab.numerics import VERDICTS
 
-REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
 
 
 @click.command()

@@ -229,10 +229,25 @@ def offset_statistics(means: Sequence[float]) -> tuple[float, float, int]:
     return mean, sd, n
 
 
-def is_offset(mean: float, sd: float, n: int, max_scaled_ulp: float, thresholds: Thresholds) -> bool:
-    """The offset rule: above ULP noise, ``n >= min_positions``, ``|mean| >= offset_ratio × sd``."""
-    return (n >= thresholds.min_positions and max_scaled_ulp > thresholds.max_ulp
-            and abs(mean) >= thresholds.offset_ratio * sd and mean != 0.0)
+def is_offset(mean: float, sd: float, n: int, max_scaled_ulp: float, thresholds: Thresholds, *,
+              tests: int = 1) -> bool:
+    """The offset rule: above ULP noise, ``n >= min_positions``, ``|mean| >= offset_ratio × sd``.
+
+    ``tests`` > 1 (several row groups tested at once, as ``verify``'s in-block
+    rows): the one-sample t-test of the per-position means must also reject 0
+    at ``0.05 / tests`` (two-sided; Bonferroni), so that one of many groups is
+    not called offset by chance. With ``tests`` = 1 the effect size rule
+    alone decides (with 8 positions and d >= 1, t >= 2.83: p < 0.03).
+    """
+    if not (n >= thresholds.min_positions and max_scaled_ulp > thresholds.max_ulp
+            and abs(mean) >= thresholds.offset_ratio * sd and mean != 0.0):
+        return False
+    if tests <= 1 or sd == 0.0:
+        return True
+    from scipy import stats
+
+    t_stat = abs(mean) / (sd / math.sqrt(n))
+    return 2.0 * float(stats.t.sf(t_stat, n - 1)) <= 0.05 / tests
 
 
 def _offset_line(mean: float, sd: float, n: int, t: Thresholds) -> str:

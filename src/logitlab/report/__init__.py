@@ -32,6 +32,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "bench-compare": ("logitlab.perf.compare_files:FileComparison", "logitlab.report.bench:compare_document"),
     "logitlab-bench-noise": ("logitlab.perf.compare_files:NoiseProfile", "logitlab.report.bench:calibration_document"),
     "dump-diff": ("logitlab.dumps.diff:DumpDiffResult", "logitlab.report.dumps:dump_diff_document"),
+    "explain": ("logitlab.experiments.explain:ExplainResult", "logitlab.report.explain:explain_document"),
 }
 
 
