@@ -477,7 +477,10 @@ class ExplainExperiment:
         engine = side.engine
         if not engine.supports("sessions"):
             return ControlCheck(name, side.name, False, note=f"{engine.name} runs whole workloads: no session")
-        if p >= self._n_prompt or side.path == "mk":
+        if side.path == "mk":
+            return ControlCheck(name, side.name, False, note="an M=K verify row: the M=1 side's control compares "
+                                                              "prefill with M=1 decode")
+        if p >= self._n_prompt:
             with engine.open_session() as session:
                 other = session.prefill(sequence[:p + 1])[-1]
             note = f"row {p} of one prefill of tokens 0..{p} vs the run's row"
@@ -561,7 +564,7 @@ def _top(row: np.ndarray, k: int) -> list[tuple[int, float]]:
 
 def _exact_tie(row: np.ndarray) -> bool:
     top = _top(row, 2)
-    return len(top) == 2 and np.float32(top[0][1]).view(np.uint32) == np.float32(top[1][1]).view(np.uint32)
+    return bool(len(top) == 2 and np.float32(top[0][1]).view(np.uint32) == np.float32(top[1][1]).view(np.uint32))
 
 
 def _g(x: float | None) -> str:
