@@ -260,3 +260,22 @@ def test_ab_with_a_scorer_only_command_has_no_decode_phase(fake):
     assert result.verdict.word == "bit-exact" and result.control_reproducible
     assert set(result.speed) == {"prefill"}  # no {n_prompt} in the template: each run is one prefill
     assert all(r.prefill_tokens == len(result.prompt_ids) + 2 and r.decode_tokens == 0 for r in result.runs)
+
+
+@pytest.mark.engine
+def test_a_fault_at_one_position_is_caught_against_the_pairs_noise_floor():
+    """Issue #19: flash attention moves every row (its floor); a fault at one position stands far outside it."""
+    candidate = dataclasses.replace(cmd_variant(DECODE_TEMPLATE, "candidate"),
+                                    env={"LLAMACPP_CMD_FLASH_ATTN": "1", "LLAMACPP_CMD_PERTURB": "10:1.0"})
+    result = run_ab(AbConfig(control=cmd_variant(DECODE_TEMPLATE), candidate=candidate, prompt=SHORT_PROMPT,
+                             n_decode=N_DECODE, repeats=1, warmup=0, explain=4))
+    v = result.verdict
+    print("\n" + "\n".join(v.evidence))
+    assert v.word == "divergent" and v.outside == [10] and v.floor["measured"]
+    assert v.evidence[0].startswith("1 position(s) outside the noise floor (10); position 10 moved ")
+    assert "the pair's p99" in v.evidence[0]
+    # the cmd engine runs whole workloads: of the controls only the rerun applies; it reproduces, so: kernel-path
+    [e] = result.explanation.positions
+    assert e.position == 10 and e.cause == "kernel-path", e.reason
+    assert [c.control for c in e.controls if c.available] == ["rerun", "rerun"]
+

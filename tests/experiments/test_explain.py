@@ -238,3 +238,22 @@ def test_llamacpp_flash_attention_flips_are_explained():
         assert len(rerun) == 2 and all(c.bit_exact for c in rerun)  # llama.cpp on CPU reproduces itself
         assert e.floor_factor < 4 and e.cause in ("near-tie", "batch-variant")
     assert result.positions[0].cause == "near-tie"
+
+
+def test_ab_explain_attaches_the_bundles_and_round_trips():
+    from logitlab.experiments.ab import AbConfig, run_ab
+
+    result = run_ab(AbConfig(control=parse_variant("", "control", default_engine="explain-toy"),
+                             candidate=parse_variant("eps=0.0001,far=30,far_size=0.5", "candidate",
+                                                     default_engine="explain-toy"),
+                             prompt=PROMPT, n_decode=24, repeats=1, warmup=0, explain=4))
+    assert result.verdict.word == "divergent" and result.verdict.outside == [30]
+    assert [(e.position, e.cause) for e in result.explanation.positions] == [(30, "kernel-path")]
+    back = report.load_result(json.loads(json.dumps(result.to_dict())))
+    assert back.explanation.positions[0].cause == "kernel-path"
+    md = report.markdown(back)
+    assert "why (explain: controls per position)" in md and "cause: kernel-path — top-k Δ spread" in md
+    quiet = run_ab(AbConfig(control=parse_variant("", "control", default_engine="explain-toy"),
+                            candidate=parse_variant("", "candidate", default_engine="explain-toy"),
+                            prompt=PROMPT, n_decode=8, repeats=1, warmup=0, explain=4))
+    assert quiet.verdict.word == "bit-exact" and quiet.explanation is None  # nothing to explain: not run

@@ -24,6 +24,7 @@ from logitlab.engines.variant import Variant
 from logitlab.errors import EngineError, InputError, Interrupted, LogitlabError
 from logitlab.events import Event, ignore_event
 from logitlab.experiments import crossengine
+from logitlab.experiments.explain import ExplainConfig, ExplainExperiment, ExplainResult
 from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner, load_engine, stronger_isolation
 from logitlab.perf.design import CANDIDATE, CONTROL, Slot, ab_schedule
 from logitlab.engines.workload import RunOutput
@@ -55,6 +56,8 @@ class AbConfig:
         margin: equivalence margin δ for the speed call (relative); None: from the A/A.
         localize: when the A/A or A/B is not bit-exact, dump both sides of the first differing
             pair up to the first differing position and attach the dump-diff summary (llamacpp, hf).
+        explain: when the A/B has flips or positions outside its noise floor, run
+            :mod:`~logitlab.experiments.explain` on the pair (at most this many positions; 0: off).
     """
 
     control: Variant
@@ -71,6 +74,7 @@ class AbConfig:
     thresholds: Thresholds = field(default_factory=Thresholds)
     margin: float | None = None
     localize: bool = False
+    explain: int = 0
 
     def validate(self) -> None:
         if self.n_decode < 1:
@@ -82,6 +86,8 @@ class AbConfig:
             raise InputError(f"--top-k must be at least 1, got {self.top_k}")
         if self.margin is not None:
             check_margin(self.margin, option="--margin")
+        if self.explain < 0:
+            raise InputError(f"--explain-positions must be at least 1, got {self.explain}")
         if self.localize:
             from logitlab.engines import engine_class, engines_with
 
@@ -166,7 +172,8 @@ class AbResult(ResultRecord):
 
     JSON format history (``schema_version``): 1 — first version; 2 — ``kind``,
     typed comparisons (one field list), ``candidate_self_exact`` on the run,
-    an unmeasured A/A is ``null``.
+    an unmeasured A/A is ``null``; later in 2 (additive): ``explanation``
+    (``ab --explain``), verdicts with their noise ``floor`` and ``outside``.
     """
 
     KIND: ClassVar[str] = "ab"
@@ -183,6 +190,7 @@ class AbResult(ResultRecord):
     verdict_slot: int | None = None
     speed: dict[str, PairedComparison] = field(default_factory=dict)
     localization: dict[str, Any] | None = None
+    explanation: ExplainResult | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)  # cross-engine facts the report must state
 
@@ -401,6 +409,20 @@ class AbExperiment:
             result.notes.append(busy)
         if cfg.localize:
             self._localize(result)
+        if cfg.explain and result.verdict is not None and (
+                result.verdict.outside or any(r.comparison.flips for r in result.measured(CANDIDATE)
+                                              if r.comparison is not None)):
+            self._explain(result)
+
+    def _explain(self, result: AbResult) -> None:
+        """The controls of ``explain`` on this pair (it runs the pair again: the runs are not kept)."""
+        cfg = self.config
+        self.on_event("explain", {})
+        config = ExplainConfig(control=cfg.control, candidate=cfg.candidate, prompt=cfg.prompt,
+                               n_decode=cfg.n_decode, max_positions=cfg.explain, top_k=cfg.top_k,
+                               thresholds=cfg.thresholds, dump=cfg.localize)
+        forward = lambda kind, data: self.on_event("explain", data) if kind == "step" else None  # noqa: E731
+        result.explanation = ExplainExperiment(config, on_event=forward).run()
 
     def _localize(self, result: AbResult) -> None:
         """Dump-diff the first pair that is not bit-exact: control/control (A/A) first, else control/candidate."""

@@ -8,7 +8,10 @@ engines, position by position.
 
 The pair
     ``ab`` mode: the control's greedy run (the reference) and the candidate
-    replaying its tokens, every position compared. ``verify`` mode (``k``
+    replaying its tokens, every position compared. Each side's environment
+    knobs are set around its runs in this process (the ``cmd`` engine starts
+    a process per run, so its knobs always apply; an in-process engine that
+    reads a knob at start-up does not see it, as in ``ab --isolation session``). ``verify`` mode (``k``
     set): one variant, M=1 greedy decode rows (the reference) and the same
     tokens replayed as M=K verify blocks (the seed report's probe).
 
@@ -64,7 +67,7 @@ import numpy as np
 
 from logitlab.engines.base import Engine
 from logitlab.engines.variant import Variant
-from logitlab.engines.workload import RunOutput, run_workload
+from logitlab.engines.workload import RunOutput, environment, run_workload
 from logitlab.errors import InputError, LogitlabError
 from logitlab.events import Event, ignore_event
 from logitlab.experiments import crossengine
@@ -334,8 +337,10 @@ class ExplainExperiment:
         ids = result.prompt_ids
         self.on_event("step", {"what": "the pair"})
         if cfg.mode == "ab":
-            ref = run_workload(control, ids, cfg.n_decode)
-            obs = run_workload(candidate, ids, cfg.n_decode, ref.generated)
+            with environment(cfg.control.env):
+                ref = run_workload(control, ids, cfg.n_decode)
+            with environment(cfg.candidate.env):
+                obs = run_workload(candidate, ids, cfg.n_decode, ref.generated)
             result.generated_ids = list(ref.generated)
             result.first_position = 0
             self._check_shapes(ref, obs)
@@ -343,8 +348,9 @@ class ExplainExperiment:
                      _Side("observed", cfg.candidate, candidate, obs.logits, "m1"))
             sequence = ref.input_ids
         else:
-            m1 = greedy_m1(control, ids, cfg.n_decode)
-            mk, _ = replay_mk(control, ids, m1.tokens, cfg.k)
+            with environment(cfg.control.env):
+                m1 = greedy_m1(control, ids, cfg.n_decode)
+                mk, _ = replay_mk(control, ids, m1.tokens, cfg.k)
             result.generated_ids = list(m1.tokens)
             result.first_position = len(ids)
             sides = (_Side("reference", cfg.control, control, m1.decode_rows, "m1"),
@@ -389,12 +395,13 @@ class ExplainExperiment:
         out = {}
         ids, gen = result.prompt_ids, result.generated_ids
         for side in sides:
-            if side.path == "mk":
-                out[side.name] = replay_mk(side.engine, ids, gen, self.config.k)[0]
-            elif result.mode == "verify":
-                out[side.name] = _replay_m1(side.engine, ids, gen)
-            else:
-                out[side.name] = run_workload(side.engine, ids, len(gen), gen).logits
+            with environment(side.variant.env):
+                if side.path == "mk":
+                    out[side.name] = replay_mk(side.engine, ids, gen, self.config.k)[0]
+                elif result.mode == "verify":
+                    out[side.name] = _replay_m1(side.engine, ids, gen)
+                else:
+                    out[side.name] = run_workload(side.engine, ids, len(gen), gen).logits
         return out
 
     def _widths(self, result: ExplainResult, sides: Sequence[_Side], sequence: list[int]) -> dict[str, Any]:
@@ -412,7 +419,8 @@ class ExplainExperiment:
             elif result.mode == "verify" and cfg.width_k == cfg.k:
                 out[side.name] = sides[1].rows
             else:
-                out[side.name] = replay_mk(side.engine, ids, gen, cfg.width_k)[0]
+                with environment(side.variant.env):
+                    out[side.name] = replay_mk(side.engine, ids, gen, cfg.width_k)[0]
         return out
 
     # -- one position -------------------------------------------------------------------------
@@ -481,13 +489,13 @@ class ExplainExperiment:
             return ControlCheck(name, side.name, False, note="an M=K verify row: the M=1 side's control compares "
                                                               "prefill with M=1 decode")
         if p >= self._n_prompt:
-            with engine.open_session() as session:
+            with environment(side.variant.env), engine.open_session() as session:
                 other = session.prefill(sequence[:p + 1])[-1]
             note = f"row {p} of one prefill of tokens 0..{p} vs the run's row"
         elif p == 0:
             return ControlCheck(name, side.name, False, note="position 0 has no shorter prefill")
         else:
-            with engine.open_session() as session:
+            with environment(side.variant.env), engine.open_session() as session:
                 session.prefill(sequence[:p])
                 other = session.decode([sequence[p]])[0]
             note = f"prefill of tokens 0..{p - 1} and one decode step vs the run's prefill row"
@@ -502,12 +510,13 @@ class ExplainExperiment:
         seq = list(sequence[:p + 1])
         padded = engine.supports("padded-batch")
         batch = [seq] + filler_sequences(seq, b - 1) if padded else [seq] * b
-        backend = engine.open_batch(b, sum(len(s) for s in batch))
-        try:
-            alone = backend.run([seq], "left")[0][-1]
-            rows = backend.run(batch, "left")
-        finally:
-            backend.close()
+        with environment(side.variant.env):
+            backend = engine.open_batch(b, sum(len(s) for s in batch))
+            try:
+                alone = backend.run([seq], "left")[0][-1]
+                rows = backend.run(batch, "left")
+            finally:
+                backend.close()
         inside = rows[0][-1] if padded else rows[-1][-1]
         note = (f"tokens 0..{p} alone vs " + (f"as sequence 0 of {b}, left-padded among other lengths" if padded
                                                else f"as the last of {b} copies in one batch"))

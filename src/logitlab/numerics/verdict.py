@@ -28,7 +28,8 @@ Words, from harmless to serious (:data:`VERDICTS`; every command uses these):
     NaN/Inf where the other run has a number (or another non-finite); a
     position that moved far outside the pair's noise floor; a change confined
     to a few entries of a row; or (when no floor can be measured) a flip or
-    top-k change at a confident position: a real bug until shown otherwise.
+    top-k change at a confident position, or a position that moved more than
+    ``floor_factor × near_tie_margin``: a real bug until shown otherwise.
 
 How the floor decides (:mod:`logitlab.numerics.floor`): the floor is the p99
 of the top-k Δ spread over the positions that differ but kept their argmax.
@@ -294,8 +295,10 @@ def classify(comparison: Comparison, thresholds: Thresholds = Thresholds(), *, j
        logit reads the same hidden state; measured on 12 real pairs: >= 85 %
        of the entries of every differing row, >= 94 % beyond 16 ULP); with F
        measured, a position whose spread exceeds ``floor_factor × F`` (and
-       ``max_ulp`` ULPs at its row's scale); without F, a flip (or judged
-       top-k change) at reference margin (gap) ``>= near_tie_margin``.
+       ``max_ulp`` ULPs at its row's scale); without F, ``near_tie_margin``
+       stands in for it: a position whose spread exceeds ``floor_factor ×
+       near_tie_margin`` (2 logits by default), or a flip (or judged top-k
+       change) at reference margin (gap) ``>= near_tie_margin``.
     3. **ulp-noise** — ``max_scaled_ulp <= max_ulp``, no flip, no judged top-k change.
     4. **systematic-offset** — full data, above ULP noise, at least
        ``min_positions`` differing positions, and the mean of their per-
@@ -383,6 +386,16 @@ def classify(comparison: Comparison, thresholds: Thresholds = Thresholds(), *, j
                 f"{_g(spreads[i])} ({floor.statistic}), {factor(spreads[i])} the pair's p99 {_g(floor.value)} "
                 f"> floor_factor = {_g(t.floor_factor)}")
     else:
+        big = t.floor_factor * t.near_tie_margin
+        far = [i for i in range(n) if c.row_differing[i] and spreads[i] is not None and spreads[i] > big
+               and spread_ulps(c, i) > t.max_ulp and i not in outside]
+        if far:
+            outside += far
+            i = max(far, key=lambda j: spreads[j])
+            bad.append(
+                f"{len(far)} position(s) moved far without a noise floor to judge them by ({_positions(far)}); "
+                f"position {i} moved {_g(spreads[i])} ({floor.statistic}) > floor_factor × near_tie_margin = "
+                f"{_g(t.floor_factor)} × {_g(t.near_tie_margin)} (the fixed stand-in for the floor)")
         confident = [(p, kind, m) for p, kind, m in judged if m is None or m >= t.near_tie_margin]
         flips_bad = [x for x in confident if x[1] == "flip"]
         tk_bad = [x for x in confident if x[1] != "flip"]
