@@ -372,3 +372,19 @@ def test_without_a_floor_near_tie_margin_stands_in_for_it():
     top = np.argsort(a[9])[-10:]
     b[9, top] = a[9, top] + np.float32(0.05)
     assert classify(compare_logits(a, b)).word == "noise"
+
+
+def test_rounding_noise_is_never_outside_a_zero_floor():
+    # the tails move, the top tokens stay bit-exact (floor 0); one position's top moves by 20 ULP: not a bug
+    a = logits(200, 100)
+    b = a.copy()
+    for row in range(200):
+        tail = np.argsort(a[row])[:50]
+        b[row, tail] = ulp_noise(a[row:row + 1, tail], 30, seed=row)[0]
+    top = int(np.argmax(a[5]))
+    b[5, top] = (a[5, top:top + 1].view(np.int32) + 20).view(np.float32)[0]
+    c = compare_logits(a, b)
+    floor = measure_floor(c)
+    assert floor.measured and floor.value == 0.0 and c.row_topk_spread[5] > 0
+    v = classify(c)
+    assert v.word == "noise" and v.outside == [], v.evidence

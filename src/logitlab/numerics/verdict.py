@@ -295,7 +295,8 @@ def classify(comparison: Comparison, thresholds: Thresholds = Thresholds(), *, j
        logit reads the same hidden state; measured on 12 real pairs: >= 85 %
        of the entries of every differing row, >= 94 % beyond 16 ULP); with F
        measured, a position whose spread exceeds ``floor_factor × F`` (and
-       ``max_ulp`` ULPs at its row's scale); without F, ``near_tie_margin``
+       ``floor_factor × max_ulp`` ULPs at its row's scale, so that rounding
+       noise is never "outside"); without F, ``near_tie_margin``
        stands in for it: a position whose spread exceeds ``floor_factor ×
        near_tie_margin`` (2 logits by default), or a flip (or judged top-k
        change) at reference margin (gap) ``>= near_tie_margin``.
@@ -374,7 +375,7 @@ def classify(comparison: Comparison, thresholds: Thresholds = Thresholds(), *, j
                 "every logit of a row, not a few")
     if floor.measured:
         far = [i for i in range(n) if c.row_differing[i] and spreads[i] is not None and spreads[i] > limit
-               and spread_ulps(c, i) > t.max_ulp]
+               and spread_ulps(c, i) > t.floor_factor * t.max_ulp]
         if far:
             outside += [i for i in far if i not in outside]
             i = max(far, key=lambda j: spreads[j])
@@ -388,7 +389,7 @@ def classify(comparison: Comparison, thresholds: Thresholds = Thresholds(), *, j
     else:
         big = t.floor_factor * t.near_tie_margin
         far = [i for i in range(n) if c.row_differing[i] and spreads[i] is not None and spreads[i] > big
-               and spread_ulps(c, i) > t.max_ulp and i not in outside]
+               and spread_ulps(c, i) > t.floor_factor * t.max_ulp and i not in outside]
         if far:
             outside += far
             i = max(far, key=lambda j: spreads[j])
