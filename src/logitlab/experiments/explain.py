@@ -608,7 +608,7 @@ def decide(e: PositionEvidence, thresholds: Thresholds) -> tuple[str, str]:
             c = hits[0]
             what = (f"changes the argmax to {c.argmax_other}" if not c.argmax_kept else
                     f"moves it by {_g(c.spread)} (≥ 1/{_g(thresholds.floor_factor)} of the pair's {_g(e.spread)})")
-            return label, f"{c.control} of the {c.side} variant alone {what} at this position"
+            return label, f"{c.control} on the {c.side} side alone {what} at this position"
     if outside:
         return "kernel-path", (f"top-k Δ spread {_g(e.spread)} = {_g(e.floor_factor)}× the pair's noise floor "
                                f"{_g(e.floor)} (> floor_factor {_g(thresholds.floor_factor)}), reproducible, and no "

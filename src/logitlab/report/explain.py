@@ -122,7 +122,8 @@ def position_lines(result: ExplainResult, e: PositionEvidence) -> list[str]:
     if result.mode == "ab" and result.config.get("dump"):
         lines.append("first divergent tensor: " + (e.first_divergent_tensor or
                                                    ("not located" if result.dump is None else "none (bit-exact)")))
-    reason = e.reason.replace("of the reference variant", f"of the {ref_name}").replace(
-        "of the observed variant", f"of the {obs_name}")
+    reason = e.reason.replace("the reference side", f"the {ref_name} side").replace(
+        "the observed side", f"the {obs_name} side").replace("the reference row", f"the {ref_name} row").replace(
+        "the observed row", f"the {obs_name} row")
     lines.append(f"cause: {e.cause} — {reason}")
     return lines[:20]
