@@ -17,6 +17,13 @@ against M=1 (per-round ratios, median [min, max]), forward rows and calls per
 token, triggers, and how many prompts came out token-identical to M=1 greedy.
 
     python benchmarks/bench_guard.py [--tokens 32] [--k 4] [--rounds 3] [--options n_threads_batch=1]
+    python benchmarks/bench_guard.py --engine hf --options dtype=bfloat16,threads=1
+
+τ is what ``verify --guard auto`` sets: ``--safety`` (default: the verdicts'
+floor factor, 4) × the noise floor of the calibration verify rows (p99 of their
+top-k Δ spread over the rows that kept their argmax). "extra rows" is the
+forward work beyond one row per generated token (the ideal of a speculative
+loop whose drafts are all right), the target's measure (≤ 10 %).
 """
 
 from __future__ import annotations
@@ -60,11 +67,12 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--safety", type=float, default=2.0)
+    parser.add_argument("--safety", type=float, default=4.0, help="τ = safety × the calibration's noise floor")
+    parser.add_argument("--engine", default="llamacpp", help="engine name (llamacpp, hf, ...)")
     parser.add_argument("--options", default="", help="engine options, e.g. n_threads_batch=1")
     args = parser.parse_args()
 
-    engine = load_engine(parse_variant(args.options, "bench", default_engine="llamacpp"))
+    engine = load_engine(parse_variant(args.options, "bench", default_engine=args.engine))
     prompts = builtin_prompts("default")
     ids = {p.name: engine.tokenize(p.text) for p in prompts}
     n = args.tokens
@@ -105,11 +113,14 @@ def main() -> None:
     print(f"bench_guard: {engine.describe().get('engine_version')}, options {args.options or 'defaults'}; "
           f"{len(ids)} default prompts × {n} tokens, K = {args.k}, {args.rounds} rounds (alternating order)")
     print(f"host: {host['cpu']}, {host['cores']} cores, load {host['load_average_1m']}")
-    print(f"τ = {cal.tau:.4g} (auto: {cal.safety:g} × max top-{cal.top_k} spread {cal.max_topk_spread:.4g} over "
-          f"{cal.rows} calibration rows)")
+    basis = (f"the noise floor {cal.floor:.4g} (p99 of the top-{cal.top_k} Δ spread over {cal.floor_positions} "
+             f"of {cal.rows} calibration rows)" if cal.floor is not None else
+             f"the largest top-{cal.top_k} spread {cal.max_topk_spread:.4g} ({cal.floor_reason})")
+    print(f"τ = {cal.tau:.4g} = {cal.safety:g} × {basis}; predicted trigger rate {cal.trigger_rate:.1%}")
     print()
     head = (f"{'method':10s} {'ms/token':>9s} {'tok/s':>7s} {'range ms/token':>16s} {'vs unguarded':>22s} "
-            f"{'vs M=1':>22s} {'rows/tok':>8s} {'calls/tok':>9s} {'triggers':>9s} {'identical':>9s}")
+            f"{'vs M=1':>22s} {'rows/tok':>8s} {'extra rows':>10s} {'calls/tok':>9s} {'triggers':>9s} "
+            f"{'identical':>9s}")
     print(head)
     print("-" * len(head))
 
@@ -122,7 +133,8 @@ def main() -> None:
         med = statistics.median(per_token)
         print(f"{method:10s} {med:9.2f} {1000 / med:7.1f} {f'{min(per_token):.2f}–{max(per_token):.2f}':>16s} "
               f"{ratio(method, 'unguarded'):>22s} {ratio(method, 'M=1'):>22s} {rows[method] / generated:8.2f} "
-              f"{calls[method] / generated:9.2f} {triggers[method]:9d} {identical[method]:>5d}/{len(ids)}")
+              f"{rows[method] / generated - 1:10.1%} {calls[method] / generated:9.2f} {triggers[method]:9d} "
+              f"{identical[method]:>5d}/{len(ids)}")
     engine.close()
 
 

@@ -29,6 +29,10 @@ Environment knobs, read at start-up (as an engine binary's would be):
                                 not numerics (llama.cpp's CPU kernels give the
                                 same bits for any thread count) — a knob that
                                 does nothing to the logits.
+``LLAMACPP_CMD_PERTURB=P:SIZE``  a deliberate fault for tests: every logit of
+                                row P (after the run, so greedy choices are
+                                unchanged) gets SIZE × a seeded standard normal,
+                                like a kernel branch that is wrong at one position.
 
 Exit status 2 with one ``error:`` line on bad input.
 """
@@ -119,7 +123,19 @@ def main(argv: list[str] | None = None) -> int:
         fed.append(token)
     decode_seconds = time.perf_counter() - start
 
-    write_logits(Path(args.logits), np.array(llama.scores[: n_prompt + n_decode], dtype=np.float32))
+    logits = np.array(llama.scores[: n_prompt + n_decode], dtype=np.float32)
+    perturb = os.environ.get("LLAMACPP_CMD_PERTURB", "")
+    if perturb:
+        try:
+            row, size = perturb.split(":")
+            row, size = int(row), float(size)
+        except ValueError:
+            print(f"error: LLAMACPP_CMD_PERTURB={perturb!r} is not POSITION:SIZE", file=sys.stderr)
+            return 2
+        if 0 <= row < len(logits):
+            noise = np.random.default_rng(row).standard_normal(logits.shape[1]).astype(np.float32)
+            logits[row] += np.float32(size) * noise
+    write_logits(Path(args.logits), logits)
     if args.generated:
         Path(args.generated).write_text("".join(f"{t}\n" for t in fed))
     print(f"prefill_seconds={prefill_seconds:.6f} decode_seconds={decode_seconds:.6f}", file=sys.stderr)

@@ -47,7 +47,10 @@ def test_thread_count_is_bit_exact():
 def test_flash_attention_is_not_bit_exact_and_names_the_first_mismatch():
     result = run_ab(config("flash_attn=0", "flash_attn=1"))
     assert result.control_reproducible
-    assert result.verdict.word != "bit-exact"
+    # flash attention reassociates attention sums: every row moves, top-5 sets change only at near-ties, inside
+    # the pair's own noise floor (issue #19: the verdict the calibrated rules give on this workload)
+    assert result.verdict.word == "near-tie", result.verdict.evidence
+    assert result.verdict.floor["measured"]
     run = next(r for r in result.runs if r.slot == result.verdict_slot)
     first = run.comparison.first_mismatch
     assert first["reference_hex"].startswith(("0x", "-0x")) and "p" in first["reference_hex"]

@@ -97,12 +97,13 @@ def test_unguarded_loop_with_exact_verify_does_the_ideal_work():
     assert ev.identical and ev.bit_exact_rows == 20
 
 
-def calibrated(engine, k=4, n=48):
+def calibrated(engine, k=4, n=48, **safety):
+    """A calibration replay on two toy prompts."""
     pairs = []
     for ids in ([7, 8, 9], [10, 11, 12, 13]):
         ref = greedy_m1(engine, ids, n)
         pairs.append((ref.decode_rows, replay_mk(engine, ids, ref.tokens, k)[0]))
-    return G.calibrate(pairs, k=k, safety=2.0)
+    return G.calibrate(pairs, k=k, **safety)
 
 
 def guarded(engine, prompt, tau, fallback, n=48, k=4):
@@ -113,18 +114,32 @@ def guarded(engine, prompt, tau, fallback, n=48, k=4):
     return run, G.evaluate_run(run, ref.tokens, ref.rows)
 
 
-def test_calibration_sets_tau_from_the_largest_spread():
-    cal = calibrated(ToyEngine(model="toy", options={"mode": "noise", "eps": 0.1}))
-    assert cal.rows == 96 and cal.tau == pytest.approx(2 * cal.max_topk_spread)
-    assert 0 < cal.p50_topk_spread <= cal.p99_topk_spread <= cal.max_topk_spread
-    assert cal.tau_full_vocab == pytest.approx(2 * cal.max_abs_diff) and 0 < cal.trigger_rate < 1
+def test_calibration_sets_tau_from_the_noise_floor_of_the_verdicts():
+    cal = calibrated(ToyEngine(model="toy", options={"mode": "noise", "eps": 0.1}), safety=4.0)
+    assert cal.rows == 96 and cal.safety == 4.0 and cal.floor_positions >= 8
+    # the floor is the verdict's: p99 of the top-k Δ spread over the rows that differ and kept their argmax
+    assert cal.floor is not None and cal.tau == pytest.approx(4 * cal.floor)
+    assert cal.floor_reason.startswith("noise floor: p99 of the top-5 Δ spread over the ")
+    assert 0 < cal.p50_topk_spread <= cal.floor <= cal.max_topk_spread
+    assert cal.tau_full_vocab == pytest.approx(2 * cal.max_abs_diff) and 0 < cal.trigger_rate <= 1
     with pytest.raises(InputError, match="--guard-safety must be > 0"):
         G.calibrate([], k=4, safety=0)
 
 
+def test_calibration_without_a_floor_falls_back_on_the_largest_spread():
+    ref = np.random.default_rng(0).normal(0, 2, (6, 40)).astype(np.float32)
+    obs = ref.copy()
+    obs[2] += np.random.default_rng(1).normal(0, 0.01, 40).astype(np.float32)  # 1 differing row < 8
+    cal = G.calibrate([(ref, obs)], k=2, safety=3.0)
+    assert cal.floor is None and cal.floor_positions == 1
+    assert cal.tau == pytest.approx(3 * cal.max_topk_spread) and "τ = safety × the largest spread" in cal.floor_reason
+    exact = G.calibrate([(ref, ref.copy())], k=2)
+    assert exact.tau == 0 and exact.floor is None
+
+
 def test_redecode_restores_identity_when_only_in_block_numerics_differ():
     engine = ToyEngine(model="toy", options={"mode": "noise", "eps": 0.1})
-    tau = calibrated(engine).tau
+    tau = 2 * calibrated(engine).max_topk_spread  # τ above every spread the toy makes
     prompt = list(range(1, 30))
     plain, plain_ev = guarded(engine, prompt, None, "redecode")
     run, ev = guarded(engine, prompt, tau, "redecode")
@@ -137,7 +152,7 @@ def test_redecode_restores_identity_when_only_in_block_numerics_differ():
 
 def test_history_differences_defeat_redecode_but_not_resync():
     engine = ToyEngine(model="toy", options={"mode": "history", "eps": 0.1})
-    tau = calibrated(engine).tau
+    tau = 2 * calibrated(engine).max_topk_spread  # τ above every spread the toy makes
     prompt = list(range(1, 30))
     run, ev = guarded(engine, prompt, tau, "redecode")
     # the M=1 re-decode reads KV that M=K rows wrote: it reproduces the M=K row bit for bit

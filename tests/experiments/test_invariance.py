@@ -10,7 +10,6 @@ from logitlab.engines import register_engine
 from logitlab.engines.variant import parse_variant
 from logitlab.errors import InputError
 from logitlab.experiments.invariance import InvarianceConfig, filler_sequences, run_invariance
-from logitlab.numerics import VERDICTS
 from logitlab import report
 from logitlab.jsonio import write_json
 
@@ -131,7 +130,8 @@ def test_hf_padded_batch_left_and_right():
     lengths = result.checks[1].details["lengths"]
     assert lengths[0] == len(result.prompt_ids) and max(lengths) > lengths[0]  # the prompt is padded
     for check in result.checks[1:]:
-        assert check.word in ("bit-exact", "ulp-noise", "near-tie")
+        # padded rows move every logit at ~1e-5 (beyond 16 ULP), flip nothing: noise, never a near-tie
+        assert check.word == "noise", check.verdict.evidence
         assert not check.comparison.flips and check.comparison.max_abs_diff < 1e-3
     # Copies of the prompt need no padding: the same matmul rows, bit-exact here.
     same = probe("batch", engine="hf", spec="threads=1", batch_sizes=(2,), fill="same", padding=("left",))
@@ -160,7 +160,9 @@ def test_llamacpp_prefill_vs_decode_every_position():
     check = result.checks[0]
     assert [c.name for c in result.checks] == ["decode vs prefill"]
     assert check.comparison.n_positions == n and result.details["positions"] == [0, n - 1]
-    assert check.word in VERDICTS
+    # 2 of 16 rows take another path and move by up to ~0.75 without a flip: noise (2 rows are no evidence of an
+    # offset, and a result without flips is never a near-tie)
+    assert check.word == "noise", check.verdict.evidence
     assert not check.comparison.flips
 
 

@@ -29,7 +29,7 @@ def test_equal_failure_text_is_exact():
     with pytest.raises(AssertionError) as info:
         assert_logits_equal(a, b)
     lines = str(info.value).splitlines()
-    assert lines[0] == ("near-tie: first divergence at position 1, token 2: reference 0x0p+0 (0x00000000), "
+    assert lines[0] == ("noise: first divergence at position 1, token 2: reference 0x0p+0 (0x00000000), "
                         "observed 0x1p-2 (0x3e800000), 1048576000 ULP")
     assert lines[1] == "Mismatched elements: 1 / 8 (12.5 %) in 1 / 2 positions"
     assert lines[2] == "Greatest absolute difference: 0.25 at index (1, 2) (reference 0, observed 0.25)"
@@ -37,7 +37,7 @@ def test_equal_failure_text_is_exact():
                         "scale (position 1)")
     assert lines[4].startswith("Top-1 agreement: 2 / 2 positions; KLD (nats) mean ")
     assert lines[5].startswith("Verdict evidence: max |Δ| = 5.243e+05 ULP at row scale > max_ulp = 16")
-    assert lines[6] == ("Smallest tolerance that would have passed: allowed={'near-tie'} (assert_verdict); "
+    assert lines[6] == ("Smallest tolerance that would have passed: allowed={'noise'} (assert_verdict); "
                         "max_ulp=524288 (assert_logits_close, ULPs at the row's scale); element-wise "
                         "max_ulp=1048576000 (assert_logits_equivalent)")
 

@@ -29,6 +29,8 @@ from logitlab.cli.invariance import invariance  # noqa: E402
 main.add_command(invariance)
 from logitlab.cli.verify import verify  # noqa: E402
 main.add_command(verify)
+from logitlab.cli.explain import explain  # noqa: E402
+main.add_command(explain)
 from logitlab.cli.report import report  # noqa: E402
 main.add_command(report)
 from logitlab.cli.golden import golden  # noqa: E402

@@ -26,6 +26,7 @@ from logitlab.cli.common import (
     record_target,
     show_report,
     threshold_options,
+    REQUIRE_CHOICES,
     thresholds_from,
     variant_pair,
     variant_pair_options,
@@ -35,7 +36,6 @@ from logitlab.errors import InputError, Interrupted
 from logitlab.experiments.isolation import ISOLATION_LEVELS
 from logitlab.numerics import VERDICTS
 
-REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
 
 
 @click.command()
@@ -66,6 +66,12 @@ REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
 @click.option("--localize", is_flag=True,
               help="When not bit-exact, dump both sides of the first differing pair (llamacpp, hf) and report the "
                    "first divergent tensor (layer, name, position).")
+@click.option("--explain", "explain", is_flag=True,
+              help="When the A/B flips a token or moves a position outside its noise floor, run the controls of "
+                   "`logitlab explain` on the pair and name one cause per position (with --localize: also the "
+                   "first divergent tensor).")
+@click.option("--explain-positions", type=int, default=8, show_default=True,
+              help="--explain: at most this many positions.")
 @threshold_options
 @click.option("--margin", type=float, default=None,
               help="Equivalence margin δ for the speed call, as a fraction (0.02 = 2 %). Default: from the A/A.")
@@ -107,6 +113,7 @@ def ab(**opts: Any) -> None:
         **_auto_budget(opts),
         isolation=opts["isolation"], randomize=opts["randomize"], seed=opts["seed"],
         escalate=not opts["no_escalate"], localize=opts["localize"], top_k=opts["top_k"], margin=opts["margin"],
+        explain=opts["explain_positions"] if opts["explain"] else 0,
         thresholds=thresholds_from(opts),
     )
     log_path = opts["log_path"] or _default_log_path(opts["json_path"])
@@ -161,6 +168,8 @@ def _run_with_progress(config: Any, log_path: str, quiet: bool) -> tuple[Any, Ba
                 progress.update(task, description=f"dumping {' vs '.join(data['pair'])} to localize")
             elif kind == "look" and data["decision"].stop:
                 progress.update(task, description=f"ab stop: {data['decision'].stop_reason}")
+            elif kind == "explain":
+                progress.update(task, description=f"explain: {data.get('what', 'controls per position')}")
             elif kind == "escalate":
                 progress.update(task, description=f"A/A at {data['isolation']} isolation")
 

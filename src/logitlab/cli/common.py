@@ -18,7 +18,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from logitlab.errors import InputError, LogitlabError
-from logitlab.numerics import Thresholds
+from logitlab.numerics import VERDICTS, Thresholds
+
+#: ``--require`` choices of every command that gives a verdict: every word but ``divergent``, in severity order.
+REQUIRE_CHOICES = VERDICTS[:-1]
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report Ctrl-C
@@ -239,25 +242,39 @@ def prompt_options(default_help: str) -> Callable[[Callable[..., Any]], Callable
 
 
 def threshold_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Verdict thresholds (``--max-ulp``, ``--near-tie-margin``, ``--offset-ratio``, ``--top-k``)."""
+    """Verdict thresholds (``--max-ulp``, ``--near-tie-margin``, ``--offset-ratio``, ``--floor-factor``,
+    ``--min-positions``, ``--fixed-thresholds``, ``--top-k``)."""
     defaults = Thresholds()
     options = [
         click.option("--max-ulp", type=float, default=defaults.max_ulp, show_default=True,
                      help="ulp-noise: largest |Δ| in ULPs at the row's scale."),
         click.option("--near-tie-margin", type=float, default=defaults.near_tie_margin, show_default=True,
-                     help="near-tie: an argmax flip counts as a near-tie when the reference top1–top2 margin "
-                          "(logits) is below this."),
+                     help="near-tie: flips at a reference top1–top2 margin (logits) below this; at or above it, "
+                          "a flip inside the noise floor is lossy (without a floor: divergent)."),
         click.option("--offset-ratio", type=float, default=defaults.offset_ratio, show_default=True,
-                     help="systematic-offset: |mean Δ| at least this many standard deviations of Δ."),
+                     help="systematic-offset: the positions' mean Δ averages at least this many of its standard "
+                          "deviations across positions."),
+        click.option("--floor-factor", type=float, default=defaults.floor_factor, show_default=True,
+                     help="a position whose top-k Δ spread exceeds this many times the pair's noise floor (p99 "
+                          "over the positions that kept their argmax) is divergent."),
+        click.option("--min-positions", type=int, default=defaults.min_positions, show_default=True,
+                     help="fewest positions for a noise floor and for a systematic offset."),
+        click.option("--fixed-thresholds", is_flag=True, default=False,
+                     help="judge with the fixed thresholds only, not against the pair's noise floor."),
         click.option("--top-k", type=int, default=5, show_default=True, help="k of the top-k set agreement."),
     ]
     return _apply(func, options)
 
 
 def thresholds_from(opts: dict[str, Any]) -> Thresholds:
-    """Build Thresholds from the options of :func:`threshold_options`."""
+    """Build Thresholds from the options of :func:`threshold_options`.
+
+    Raises:
+        InputError: a threshold out of range (the message names it).
+    """
     return Thresholds(max_ulp=opts["max_ulp"], near_tie_margin=opts["near_tie_margin"],
-                      offset_ratio=opts["offset_ratio"])
+                      offset_ratio=opts["offset_ratio"], floor_factor=opts["floor_factor"],
+                      min_positions=opts["min_positions"], calibrate=not opts["fixed_thresholds"])
 
 
 def make_progress(quiet: bool) -> Progress:

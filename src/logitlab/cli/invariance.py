@@ -16,6 +16,7 @@ from logitlab.cli.common import (
     output_options,
     show_report,
     threshold_options,
+    REQUIRE_CHOICES,
     thresholds_from,
     write_reports,
 )
@@ -25,7 +26,6 @@ from logitlab.errors import InputError
 from logitlab.experiments.isolation import ISOLATION_LEVELS
 from logitlab.numerics import VERDICTS
 
-REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
 
 
 def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -58,8 +58,8 @@ def invariance() -> None:
     prefill-decode  position p from one prefill vs prefill of p tokens + one decode step
     determinism     the same greedy run R times: distinct logit arrays and texts
 
-    Each probe ends in the verdicts of `ab` (bit-exact, ulp-noise, near-tie,
-    systematic-offset, divergent), with the same --json and --markdown reports.
+    Each probe ends in the verdicts of `ab` (bit-exact, ulp-noise, noise, near-tie,
+    lossy, systematic-offset, divergent), with the same --json and --markdown reports.
     """
 
 

@@ -22,6 +22,7 @@ from logitlab.cli.common import (
     record_target,
     show_report,
     threshold_options,
+    REQUIRE_CHOICES,
     thresholds_from,
     write_reports,
 )
@@ -30,7 +31,6 @@ from logitlab.engines.variant import parse_env, parse_variant
 from logitlab.errors import InputError, LogitlabError
 from logitlab.numerics import VERDICTS
 
-REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
 FALLBACK_CHOICES = ("redecode", "resync", "both")
 
 
@@ -98,8 +98,9 @@ def _guard(value: str | None) -> float | str | None:
                    "when its top1–top2 margin ≥ TAU (logits), else decide that position by M=1. 'auto': TAU from "
                    "a calibration replay on held-out prompts.")
 @click.option("--guard-k", type=int, default=4, show_default=True, help="Verify block size of the guarded loop.")
-@click.option("--guard-safety", type=float, default=2.0, show_default=True,
-              help="auto: TAU = this × the largest top-k Δ spread seen in calibration.")
+@click.option("--guard-safety", type=float, default=None,
+              help="auto: TAU = this × the noise floor of the calibration verify rows (p99 of their top-k Δ "
+                   "spread). Default: --floor-factor, the factor beyond which a verdict calls a row divergent.")
 @click.option("--guard-fallback", type=click.Choice(FALLBACK_CHOICES), default="both", show_default=True,
               help="redecode: roll back to the flagged position and decode it M=1 on the current KV; resync: "
                    "replay M=1 from the last M=1-written position (exact, costs M=1 work).")
@@ -121,8 +122,8 @@ def verify(**opts: Any) -> None:
     blocks (the drafts are the greedy tokens, so each verify row has exactly
     the inputs of its M=1 forward) and compares every row on the full
     vocabulary. Reports the K sweep, every argmax flip, and the cause:
-    near-tie noise, a systematic offset, a wrong result, or a verify path
-    that already differs at K=1.
+    ULP or float noise, near-tie noise, a lossy path, a systematic offset,
+    a wrong result, or a verify path that already differs at K=1.
 
     \b
     Examples:

@@ -15,7 +15,9 @@ bits as a fresh de-quantisation.
 
 A session keeps transformers' KV cache between calls: ``prefill`` and
 ``decode`` each run one forward over the appended tokens and return one float32
-row per token (``bfloat16``/``float16`` logits are widened exactly). With
+row per token (``bfloat16``/``float16`` logits are widened exactly);
+``truncate(n)`` rolls it back (``Cache.crop``), as speculative decoding and the
+near-tie guard need. With
 ``kv_cache=0`` every call recomputes the whole sequence and returns its last M
 rows: the "recompute" path of ``invariance prefill-decode``.
 """
@@ -127,6 +129,31 @@ class HfSession(Session):
         self._ids += tokens
         return np.array(rows, dtype=np.float32, copy=True)
 
+    def _truncate(self, n_past: int) -> None:
+        """Roll the KV cache back to ``n_past`` positions: transformers' ``Cache.crop`` with a negative count.
+
+        A negative count removes that many positions in transformers 4.x (where
+        a positive one is a length to keep) and 5.x (where only negative counts
+        are allowed), so one call serves both. The kept entries are sliced, not
+        recomputed: decoding after a rollback reads exactly the KV the session
+        wrote before it.
+
+        Raises:
+            EngineError: the model's cache cannot be cropped (sliding-window or
+                recurrent layers keep no full history).
+        """
+        del self._ids[n_past:]
+        drop = self.n_past - n_past
+        if self._cache is None or drop == 0:
+            return
+        if n_past == 0:
+            self._cache = None
+            return
+        if getattr(self._cache, "is_croppable", True) is False or not hasattr(self._cache, "crop"):
+            raise EngineError(f"hf cannot roll back the KV cache of {type(self.engine.hf_model).__name__}: its "
+                              f"{type(self._cache).__name__} cannot be cropped (sliding-window or recurrent layers)")
+        self._cache.crop(-drop)
+
     def _close(self) -> None:
         self._cache = None
 
@@ -154,7 +181,7 @@ class HfEngine(Engine):
     """
 
     name = "hf"
-    ABILITIES = frozenset({"logits", "sessions", "batch", "padded-batch", "recompute", "dump"})
+    ABILITIES = frozenset({"logits", "sessions", "rollback", "batch", "padded-batch", "recompute", "dump"})
     CAPTURE = "logitlab.dumps.capture_hf:capture_hf"
     OPTIONS = {
         "dtype": (_choice(DTYPES), "weights/activations dtype: float32 (default), bfloat16, float16"),

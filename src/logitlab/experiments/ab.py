@@ -26,6 +26,7 @@ from logitlab.engines.workload import RunOutput
 from logitlab.errors import EngineError, InputError, Interrupted, LogitlabError
 from logitlab.events import Event, ignore_event
 from logitlab.experiments import crossengine
+from logitlab.experiments.explain import ExplainConfig, ExplainExperiment, ExplainResult
 from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner, load_engine, stronger_isolation
 from logitlab.jsonio import ResultRecord, dumps_line
 from logitlab.manifest import build_manifest
@@ -60,6 +61,8 @@ class AbConfig:
         margin: equivalence margin δ for the speed call (relative); None: from the A/A.
         localize: when the A/A or A/B is not bit-exact, dump both sides of the first differing
             pair up to the first differing position and attach the dump-diff summary (llamacpp, hf).
+        explain: when the A/B has flips or positions outside its noise floor, run
+            :mod:`~logitlab.experiments.explain` on the pair (at most this many positions; 0: off).
     """
 
     control: Variant
@@ -82,6 +85,7 @@ class AbConfig:
     @property
     def auto(self) -> bool:
         return self.repeats == "auto"
+    explain: int = 0
 
     def validate(self) -> None:
         if self.n_decode < 1:
@@ -97,6 +101,8 @@ class AbConfig:
             raise InputError(f"--top-k must be at least 1, got {self.top_k}")
         if self.margin is not None:
             check_margin(self.margin, option="--margin")
+        if self.explain < 0:
+            raise InputError(f"--explain-positions must be at least 1, got {self.explain}")
         if self.localize:
             from logitlab.engines import engine_class, engines_with
 
@@ -188,7 +194,9 @@ class AbResult(ResultRecord):
 
     JSON format history (``schema_version``): 1 — first version; 2 — ``kind``,
     typed comparisons (one field list), ``candidate_self_exact`` on the run,
-    an unmeasured A/A is ``null``; later in 2, ``fingerprints`` (absent: empty).
+    an unmeasured A/A is ``null``; later in 2 (additive): ``fingerprints``
+    (absent: empty), ``explanation`` (``ab --explain``), verdicts with their
+    noise ``floor`` and ``outside``.
 
     ``fingerprints``: per variant, the SHA-256 of the logits' bits of its first
     measured run (:meth:`~logitlab.engines.workload.RunOutput.fingerprint`):
@@ -211,6 +219,7 @@ class AbResult(ResultRecord):
     speed: dict[str, PairedComparison] = field(default_factory=dict)
     sequential: dict[str, SequentialDecision] = field(default_factory=dict)  # --repeats auto, per phase
     localization: dict[str, Any] | None = None
+    explanation: ExplainResult | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)  # cross-engine facts the report must state
     fingerprints: dict[str, str] = field(default_factory=dict)
@@ -488,6 +497,20 @@ class AbExperiment:
             result.notes.append(busy)
         if cfg.localize:
             self._localize(result)
+        if cfg.explain and result.verdict is not None and (
+                result.verdict.outside or any(r.comparison.flips for r in result.measured(CANDIDATE)
+                                              if r.comparison is not None)):
+            self._explain(result)
+
+    def _explain(self, result: AbResult) -> None:
+        """The controls of ``explain`` on this pair (it runs the pair again: the runs are not kept)."""
+        cfg = self.config
+        self.on_event("explain", {})
+        config = ExplainConfig(control=cfg.control, candidate=cfg.candidate, prompt=cfg.prompt,
+                               n_decode=cfg.n_decode, max_positions=cfg.explain, top_k=cfg.top_k,
+                               thresholds=cfg.thresholds, dump=cfg.localize)
+        forward = lambda kind, data: self.on_event("explain", data) if kind == "step" else None  # noqa: E731
+        result.explanation = ExplainExperiment(config, on_event=forward).run()
 
     def _restate_speed(self, result: AbResult) -> None:
         """--repeats auto: the speed calls and CIs valid at the stop (repeated CIs) and their decisions."""

@@ -41,7 +41,11 @@ top-k sets, hence::
   replayed row re-checks an accepted token.
 - **Bounded only by the calibration**: an accepted verify row has margin ≥ τ,
   so it is safe while its spread stays < τ. The spread is not known at run
-  time; τ = safety × the largest spread seen on held-out prompts.
+  time; ``--guard auto`` sets τ = safety × the pair's noise floor (the p99 of
+  the spread over held-out verify rows that kept their argmax: the floor the
+  verdicts use, :mod:`logitlab.numerics.floor`), with safety = the verdict's
+  ``floor_factor`` by default. An accepted row can then flip only through a
+  change the verdict would call divergent (outside the floor).
 - **Neither**: a ``redecode`` row reads KV entries that earlier M=K rows wrote,
   and those are not bit-identical to the entries M=1 greedy wrote. Its logits
   keep that *history* difference, and its margin is < τ by construction, so
@@ -64,6 +68,8 @@ import numpy as np
 
 from logitlab.engines.base import Session
 from logitlab.errors import EngineError, InputError
+from logitlab.numerics.compare import compare_logits, merge_comparisons
+from logitlab.numerics.floor import measure_floor, topk_spread
 
 #: source of a decided token
 PREFILL, VERIFY, REDECODE = "prefill", "verify", "redecode"
@@ -388,39 +394,18 @@ def speculative_greedy(
 
 
 # -- calibration ---------------------------------------------------------------
-def topk_spread(reference: np.ndarray, observed: np.ndarray, k: int = 5) -> np.ndarray:
-    """Per row, the spread of Δ over the tokens that could decide an argmax.
-
-    ``max Δ − min Δ`` over ``top-k(reference) ∪ top-k(observed)``, where
-    ``Δ = observed − reference``. A row cannot flip its argmax when this is
-    below its observed margin (proof in the module docstring).
-
-    Args:
-        reference, observed: ``(n, n_vocab)`` logits (M=1 and the row used).
-        k: top-k size, ≥ 1.
-
-    Returns:
-        ``(n,)`` float64 spreads (logits).
-    """
-    ref = np.asarray(reference, dtype=np.float64)
-    obs = np.asarray(observed, dtype=np.float64)
-    if ref.shape != obs.shape or ref.ndim != 2:
-        raise InputError(f"topk_spread needs two (n, n_vocab) arrays of one shape, got {ref.shape} and {obs.shape}")
-    k = max(1, min(int(k), ref.shape[1]))
-    cut = ref.shape[1] - k
-    idx = np.concatenate([np.argpartition(ref, cut, axis=1)[:, cut:],
-                          np.argpartition(obs, cut, axis=1)[:, cut:]], axis=1)
-    delta = np.take_along_axis(obs, idx, axis=1) - np.take_along_axis(ref, idx, axis=1)
-    return delta.max(axis=1) - delta.min(axis=1)
-
-
 @dataclass
 class Calibration:
     """How ``--guard auto`` chose τ, and what other choices would cost.
 
     Attributes:
-        tau: the chosen margin, ``safety × max_topk_spread`` (logits).
+        tau: the chosen margin, ``safety × floor`` (logits); ``safety ×
+            max_topk_spread`` when the floor could not be measured.
         safety: the safety factor.
+        floor: the noise floor: p99 of the top-k Δ spread over the calibration rows
+            that differ and kept their argmax (logits); None when not measured.
+        floor_positions: rows the floor was measured on.
+        floor_reason: one line: the floor, or why τ falls back on the largest spread.
         k: verify block size of the calibration replay.
         top_k: k of :func:`topk_spread`.
         prompts: names of the (held-out) calibration prompts.
@@ -447,6 +432,9 @@ class Calibration:
     tau_full_vocab: float
     trigger_rate_full_vocab: float
     tau_for_10pct: float
+    floor: float | None = None
+    floor_positions: int = 0
+    floor_reason: str = ""
     source: str = "auto"
 
     def to_dict(self) -> dict[str, Any]:
@@ -457,9 +445,11 @@ def calibrate(
     pairs: Iterable[tuple[np.ndarray, np.ndarray]],
     *,
     k: int,
-    safety: float = 2.0,
+    safety: float = 4.0,
     top_k: int = 5,
     prompts: Sequence[str] = (),
+    min_positions: int = 8,
+    floor_factor: float = 4.0,
 ) -> Calibration:
     """Choose τ from (M=1 rows, M=K verify rows) pairs of a calibration replay.
 
@@ -468,11 +458,17 @@ def calibrate(
             logits: the M=1 greedy rows and the M=K replay rows at the same
             positions.
         k: the verify block size the replay used (recorded).
-        safety: τ = safety × the largest top-k Δ spread seen. Default 2: the
-            guarded loop's rows read a KV history the calibration never saw
-            (part M=1, part M=K), so the bound gets a factor of headroom.
+        safety: τ = safety × the noise floor (p99 of the top-k Δ spread over
+            the rows that differ and kept their argmax). Default 4, the
+            verdict's ``floor_factor``: a row accepted at margin ≥ τ can flip
+            only through a change outside the floor. The guarded loop's rows
+            also read a KV history the calibration never saw (part M=1, part
+            M=K): the factor is headroom for that too. With fewer than
+            ``min_positions`` such rows (a bit-exact verify path) τ is
+            safety × the largest spread (0 when every row is bit-exact).
         top_k: k of :func:`topk_spread`.
         prompts: names for the record.
+        min_positions, floor_factor: the verdict's, for :func:`~logitlab.numerics.floor.measure_floor`.
 
     Returns:
         Calibration.
@@ -482,17 +478,24 @@ def calibrate(
     """
     if not safety > 0:
         raise InputError(f"--guard-safety must be > 0, got {safety}")
-    spreads, margins, max_abs = [], [], 0.0
+    spreads, margins, comparisons, max_abs = [], [], [], 0.0
     for reference, observed in pairs:
         spreads.append(topk_spread(reference, observed, top_k))
         margins.append(row_margins(observed))
+        comparisons.append(compare_logits(reference, observed, top_k=top_k))
         diff = np.abs(observed.astype(np.float64) - reference)
         max_abs = max(max_abs, float(np.nanmax(diff)) if diff.size else 0.0)
     if not spreads or not sum(len(s) for s in spreads):
         raise InputError("the guard calibration compared no rows")
     spread = np.concatenate(spreads)
     margin = np.concatenate(margins)
-    tau = safety * float(spread.max())
+    floor = measure_floor(merge_comparisons(comparisons), min_positions=min_positions,
+                          floor_factor=floor_factor)
+    if floor.measured:
+        tau, reason = safety * floor.value, floor.reason
+    else:
+        tau = safety * float(spread.max())
+        reason = floor.reason.replace("the fixed thresholds decide", "τ = safety × the largest spread")
     full = 2.0 * max_abs
     return Calibration(
         tau=tau, safety=float(safety), k=k, top_k=top_k, prompts=list(prompts), rows=int(spread.size),
@@ -501,6 +504,7 @@ def calibrate(
         trigger_rate=float(np.mean(margin < tau)) if tau > 0 else 0.0,
         tau_full_vocab=full, trigger_rate_full_vocab=float(np.mean(margin < full)) if full > 0 else 0.0,
         tau_for_10pct=float(np.percentile(margin, 10)),
+        floor=floor.value if floor.measured else None, floor_positions=floor.positions, floor_reason=reason,
     )
 
 

@@ -68,7 +68,10 @@ class VerifyConfig:
         guard: None (no guard run), a margin τ in logits, or ``"auto"``
             (τ from a calibration replay on ``calibration_prompts``).
         guard_k: verify block size of the guarded loop.
-        guard_safety: ``auto``: τ = safety × the largest top-k Δ spread seen.
+        guard_safety: ``auto``: τ = safety × the noise floor of the calibration
+            verify rows (p99 of their top-k Δ spread); None: the thresholds'
+            ``floor_factor`` (the factor beyond which a verdict calls a row
+            divergent).
         guard_fallbacks: ``redecode`` (roll back to the flagged position and
             decode it M=1 on the current KV) and/or ``resync`` (roll back to
             the last M=1-written position and replay M=1 up to it).
@@ -83,7 +86,7 @@ class VerifyConfig:
     thresholds: Thresholds = field(default_factory=Thresholds)
     guard: float | str | None = None
     guard_k: int = 4
-    guard_safety: float = 2.0
+    guard_safety: float | None = None
     guard_fallbacks: tuple[str, ...] = FALLBACKS
     calibration_prompts: tuple[Prompt, ...] = field(default_factory=lambda: tuple(builtin_prompts("calibration")))
 
@@ -114,7 +117,7 @@ class VerifyConfig:
                 raise InputError(f"--guard margin must be a number >= 0 (logits), got {self.guard!r}")
             if self.guard_k < 1:
                 raise InputError(f"--guard-k must be at least 1, got {self.guard_k}")
-            if not self.guard_safety > 0:
+            if self.guard_safety is not None and not self.guard_safety > 0:
                 raise InputError(f"--guard-safety must be > 0, got {self.guard_safety}")
             unknown = [f for f in self.guard_fallbacks if f not in FALLBACKS]
             if unknown or not self.guard_fallbacks:
@@ -309,7 +312,9 @@ class VerifyExperiment:
             self.on_event("step", {"description": f"calibration {name}: M={cfg.guard_k} verify"})
             obs, _ = replay_mk(engine, ids, ref.tokens, cfg.guard_k)
             pairs.append((ref.decode_rows, obs))
-        return G.calibrate(pairs, k=cfg.guard_k, safety=cfg.guard_safety, top_k=cfg.top_k, prompts=list(cal_ids))
+        safety = cfg.thresholds.floor_factor if cfg.guard_safety is None else cfg.guard_safety
+        return G.calibrate(pairs, k=cfg.guard_k, safety=safety, top_k=cfg.top_k, prompts=list(cal_ids),
+                           min_positions=cfg.thresholds.min_positions, floor_factor=cfg.thresholds.floor_factor)
 
     def _flips(self, engine: Engine, prompt: str, k: int, n_prompt: int, c: LogitComparison,
                ref: np.ndarray, obs: np.ndarray) -> list[FlipRecord]:
@@ -332,7 +337,8 @@ class VerifyExperiment:
         entry = sweep_entry("all", k, merged, None, self.config.thresholds, index_of=lambda r: owners[r])
         # in-block statistics pooled over prompts (each prompt's blocks start at its output index 0)
         per_prompt = [in_block_rows(c, k, self.config.thresholds) for c, _, _ in parts]
-        entry.in_block = [pool_rows([rows[j] for rows in per_prompt if j < len(rows)], self.config.thresholds)
+        entry.in_block = [pool_rows([rows[j] for rows in per_prompt if j < len(rows)], self.config.thresholds,
+                                    tests=k)
                           for j in range(max(map(len, per_prompt)))]
         entry.first_divergence = None
         for c, name, n_prompt in parts:

@@ -14,19 +14,25 @@ from typing import Callable, Sequence
 
 from logitlab.errors import InputError
 from logitlab.experiments.verify_results import FlipRecord, InBlockRow, SweepEntry, VerifyClassification
-from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict
+from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict, classify
+from logitlab.numerics.verdict import is_offset, offset_statistics
 
 
 def in_block_rows(c: LogitComparison, k: int, thresholds: Thresholds) -> list[InBlockRow]:
-    """Per in-block row index j (``output_index % k``): rows, bit-exact rows, flips, pooled mean/std Δ."""
+    """Per in-block row index j (``output_index % k``): rows, bit-exact rows, flips, mean Δ and its spreads.
+
+    ``mean_diff`` is the mean over the differing rows of their mean Δ, ``std_diff``
+    the pooled std of Δ over their entries, ``position_sd`` the sd across those
+    rows of their mean Δ (what the offset rule compares the mean with).
+    """
     flips_at = {f["position"] for f in c.flips}
     out = []
     for j in range(min(k, c.n_positions)):
         idx = list(range(j, c.n_positions, k))
         differing = [i for i in idx if c.row_differing[i]]
-        mean = std = 0.0
+        mean, position_sd, n = offset_statistics([c.row_mean_diff[i] for i in differing])
+        std = 0.0
         if differing:
-            mean = sum(c.row_mean_diff[i] for i in differing) / len(differing)
             second = sum(c.row_std_diff[i] ** 2 + c.row_mean_diff[i] ** 2 for i in differing) / len(differing)
             std = max(second - mean * mean, 0.0) ** 0.5
         scaled = max((c.row_scaled_ulp[i] for i in differing), default=0.0)
@@ -35,78 +41,39 @@ def in_block_rows(c: LogitComparison, k: int, thresholds: Thresholds) -> list[In
             flips=sum(1 for i in idx if i in flips_at),
             mean_diff=mean, std_diff=std,
             max_abs_diff=max((c.row_max_abs_diff[i] for i in idx), default=0.0),
-            max_scaled_ulp=scaled, offset=_is_offset(bool(differing), scaled, mean, std, thresholds),
+            max_scaled_ulp=scaled, offset=is_offset(mean, position_sd, n, scaled, thresholds, tests=k),
+            position_sd=position_sd,
         ))
     return out
-
-
-def _is_offset(differing: bool, scaled_ulp: float, mean: float, std: float, thresholds: Thresholds) -> bool:
-    """The verdict's offset rule: above ULP noise and |mean Δ| ≥ offset_ratio × std Δ."""
-    return differing and scaled_ulp > thresholds.max_ulp and abs(mean) >= thresholds.offset_ratio * std
 
 
 def verify_verdict(c: LogitComparison, thresholds: Thresholds) -> Verdict:
     """The verdict of one M=K vs M=1 comparison, judged on argmax flips.
 
-    Greedy and speculative decoding read only the argmax, so this verdict
-    judges flips; a top-k set change away from a flip (the k-th boundary
-    moved) is reported in the evidence but not judged. (``ab``'s
-    :func:`~logitlab.numerics.classify` also judges those; on llama.cpp's M=K
-    rows, whose |Δ| reaches 2 logits in the tail, that calls a 5th/6th swap at
-    a gap of 0.53 divergent.)
+    The rules of :func:`~logitlab.numerics.classify` (the same words, the same
+    noise floor: p99 of the top-k Δ spread over the rows that kept their
+    argmax), with two differences for greedy and speculative decoding, which
+    read only the argmax:
 
-    Rules, first match decides (τ = ``near_tie_margin``):
-
-    1. ``bit-exact`` — no entry differs;
-    2. ``divergent`` — NaN/Inf mismatch; a flip with M=1 margin ≥ τ; or a flip
-       to a token outside the other run's top-k (not a swap of near-tied tokens);
-    3. ``ulp-noise`` — ``max_scaled_ulp ≤ max_ulp`` and no flips;
-    4. ``systematic-offset`` — above ULP noise and ``|mean Δ| ≥ offset_ratio ×
-       std Δ`` pooled over the differing rows;
-    5. ``near-tie`` — everything else: flips (if any) below τ, unbiased.
+    - a top-k set change away from a flip (the k-th boundary moved) is
+      reported but not judged (``judge_topk=False``); on llama.cpp's M=K rows,
+      whose |Δ| reaches 2 logits in the tail, ``ab``'s rule would call a
+      5th/6th swap at a gap of 0.53 a change;
+    - a flip to a token outside the other run's top-k (not a swap of
+      near-tied tokens) is ``divergent``.
     """
-    t, n, k = thresholds, c.n_positions, c.top_k
-    tdict = dataclasses.asdict(t)
-    if c.bit_exact:
-        return Verdict("bit-exact", [f"all {n} rows × {c.n_vocab} logits have identical bits"], tdict)
-    flip_rows = {f["position"] for f in c.flips}
-    margins = [f["margin_ref"] for f in c.flips if f["margin_ref"] is not None]
-    topk_elsewhere = [i for i in c.topk_changes if i not in flip_rows]
-    gaps = [c.row_kth_gap_ref[i] for i in topk_elsewhere if c.row_kth_gap_ref[i] is not None]
-    topk_line = (f"top-{k} set changed at {len(topk_elsewhere)} position(s) away from flips (largest reference "
-                 f"{k}th/{k + 1}th gap {_g(max(gaps) if gaps else None)}): the k-th boundary moved, the argmax did not"
-                 if topk_elsewhere else f"top-{k} set unchanged away from flips")
-    scale = (f"max |Δ| = {_g(c.max_scaled_ulp)} ULP at row scale "
-             f"{'≤' if c.max_scaled_ulp <= t.max_ulp else '>'} max_ulp = {_g(t.max_ulp)}")
-    bad = []
-    if c.nonfinite_mismatch:
-        bad.append(f"{c.nonfinite_mismatch} entries are NaN/Inf in one run but not in the other")
-    confident = [f for f in c.flips if f["margin_ref"] is None or f["margin_ref"] >= t.near_tie_margin]
-    if confident:
-        f = max(confident, key=lambda f: float("inf") if f["margin_ref"] is None else f["margin_ref"])
-        bad.append(f"{len(confident)} flip(s) at confident positions; row {f['position']}: token {f['token_ref']} → "
-                   f"{f['token_obs']}, M=1 margin {_g(f['margin_ref'])} ≥ τ = {_g(t.near_tie_margin)}")
+    verdict = classify(c, thresholds, judge_topk=False)
+    if verdict.word in ("bit-exact", "divergent"):
+        return verdict
+    k = c.top_k
     outside = [f for f in c.flips if f["token_obs"] not in f["topk_ref"] or f["token_ref"] not in f["topk_obs"]]
     if outside:
         f = outside[0]
-        bad.append(f"{len(outside)} flip(s) to a token outside the other run's top-{k}; row {f['position']}: "
-                   f"M=1 top-{k} {f['topk_ref']} vs M=K top-{k} {f['topk_obs']}")
-    if bad:
-        return Verdict("divergent", bad + [topk_line], tdict)
-    if c.max_scaled_ulp <= t.max_ulp and not c.flips:
-        return Verdict("ulp-noise", [scale, "no argmax flips", topk_line], tdict)
-    rows = [i for i, d in enumerate(c.row_differing) if d]
-    mean = sum(c.row_mean_diff[i] for i in rows) / len(rows)
-    second = sum(c.row_std_diff[i] ** 2 + c.row_mean_diff[i] ** 2 for i in rows) / len(rows)
-    std = max(second - mean * mean, 0.0) ** 0.5
-    offset = _is_offset(True, c.max_scaled_ulp, mean, std, t)
-    offset_line = (f"|mean Δ| = {_g(abs(mean))} {'≥' if offset else '<'} offset_ratio × std Δ = "
-                   f"{_g(t.offset_ratio)} × {_g(std)} over the {len(rows)} differing rows")
-    flip_line = (f"{len(c.flips)} flip(s), all swaps within the top-{k} at M=1 margin < τ = {_g(t.near_tie_margin)} "
-                 f"(largest {_g(max(margins))})" if margins else "no argmax flips")
-    if offset:
-        return Verdict("systematic-offset", [offset_line, scale, flip_line, topk_line], tdict)
-    return Verdict("near-tie", [scale, offset_line, flip_line, topk_line], tdict)
+        return dataclasses.replace(verdict, word="divergent", evidence=[
+            f"{len(outside)} flip(s) to a token outside the other run's top-{k}; row {f['position']}: "
+            f"M=1 top-{k} {f['topk_ref']} vs M=K top-{k} {f['topk_obs']}", *verdict.evidence],
+            outside=[f["position"] for f in outside])
+    return verdict
 
 
 def sweep_entry(prompt: str, k: int, c: LogitComparison, n_prompt: int | None, thresholds: Thresholds,
@@ -201,17 +168,20 @@ def classify_verify(totals: Sequence[SweepEntry], flips: Sequence[FlipRecord],
     Rules, following the seed report's reasoning (first match decides the cause):
 
     1. every row of every K bit-exact → ``bit-exact``;
-    2. any K verdict ``divergent`` (:func:`verify_verdict`: a flip with M=1
-       margin ≥ τ, a flip to a token outside the other run's top-k, or NaN/Inf) →
-       ``wrong-result`` (indexing/masking-class bug);
+    2. any K verdict ``divergent`` (:func:`verify_verdict`: a row far outside
+       the pair's noise floor, a flip to a token outside the other run's
+       top-k, a localized change, NaN/Inf, or without a floor a flip with M=1
+       margin ≥ τ) → ``wrong-result`` (indexing/masking-class bug);
     3. any K verdict ``systematic-offset``, or one in-block row index whose
-       differing rows share an offset (|mean Δ| ≥ offset_ratio × std Δ) →
-       ``systematic-offset``;
+       differing rows share an offset (the offset rule over that index's
+       rows) → ``systematic-offset``;
     4. K=1 not bit-exact → ``verify-path``: a one-row verify already differs
        from M=1, so the verify path itself (dispatch or kernel choice), not
        batching, is the cause;
-    5. flips all below τ, unbiased → ``near-tie-noise``; no flips and within
-       ULP noise → ``ulp-noise``.
+    5. any K verdict ``lossy`` → ``lossy`` (flips at margins ≥ τ, inside the
+       pair's large noise floor);
+    6. flips all below τ and inside the floor → ``near-tie-noise``; no flips:
+       within ULP noise → ``ulp-noise``, above → ``noise``.
 
     A flip at in-block row 0 is *not* by itself taken as an offset (the seed's
     rule): on llama.cpp the batched path computes even row 0 differently from
@@ -241,14 +211,14 @@ def classify_verify(totals: Sequence[SweepEntry], flips: Sequence[FlipRecord],
             f"{t.rows - t.bit_exact_rows}/{t.rows} rows differ, {t.flips} flips, max |Δ| {_g(t.max_abs_diff)}, "
             f"mean Δ {_g(t.mean_diff)}")
         evidence.append(f"K={t.k}: {state} → {t.verdict}")
-    offsets = [(t.k, r) for t in totals for r in t.in_block if r.offset]
+    offsets = consistent_offsets(totals)
     k1 = by_k.get(1)
     row0 = sum(t.flips_in_row0 for t in totals if t.k >= 2)
     inner = sum(t.flips - t.flips_in_row0 for t in totals if t.k >= 2)
 
     if word == "divergent":
         cause = "wrong-result"
-        evidence += [f"K={worst.k}: {line}" for line in worst.evidence[:-1]]
+        evidence += [f"K={worst.k}: {line}" for line in worst.evidence]
         confident = [f for f in flips if f.margin_ref is None or f.margin_ref >= tau]
         if confident:
             f = max(confident, key=lambda f: f.margin_ref or 0.0)
@@ -261,9 +231,9 @@ def classify_verify(totals: Sequence[SweepEntry], flips: Sequence[FlipRecord],
         cause = "systematic-offset"
         word = "systematic-offset" if VERDICTS.index(word) < VERDICTS.index("systematic-offset") else word
         for k, r in offsets[:4]:
-            evidence.append(f"K={k} in-block row {r.row}: mean Δ {_g(r.mean_diff)} vs std Δ {_g(r.std_diff)} "
-                            f"(|mean| ≥ offset_ratio {_g(thresholds.offset_ratio)} × std) over "
-                            f"{r.rows - r.bit_exact_rows} differing rows")
+            evidence.append(f"K={k} in-block row {r.row}: mean Δ per position averages {_g(r.mean_diff)}, its sd "
+                            f"across positions {_g(r.position_sd)} (|mean| ≥ offset_ratio {_g(thresholds.offset_ratio)}"
+                            f" × sd) over {r.rows - r.bit_exact_rows} differing rows")
         if not offsets:
             evidence += [f"K={worst.k}: {line}" for line in worst.evidence[:1]]
         where = sorted({r.row for _, r in offsets})
@@ -275,11 +245,17 @@ def classify_verify(totals: Sequence[SweepEntry], flips: Sequence[FlipRecord],
                         f"({k1.flips} flips): a width-1 verify is not the M=1 path, so dispatch or kernel choice "
                         "differs, not batching")
         summary = "the verify path itself differs from M=1 (K=1 already differs): dispatch or kernel choice"
+    elif word == "lossy":
+        cause = "lossy"
+        evidence += [f"K={worst.k}: {line}" for line in worst.evidence[:3]]
+        summary = ("lossy: the M=K rows' noise is large everywhere, and flips at margins ≥ τ "
+                   f"= {_g(tau)} lie inside it — a lower-precision verify path, not a near-tie")
     elif any(t.flips for t in totals):
         cause = "near-tie-noise"
         margins = [f.margin_ref for f in flips if f.margin_ref is not None]
         evidence.append(f"all {len(flips)} flips at M=1 margin < τ = {_g(tau)} "
                         f"(largest {_g(max(margins, default=None))}, smallest {_g(min(margins, default=None))})")
+        evidence.append(f"K={worst.k}: {worst.evidence[0]}")
         topk_same = sum(1 for f in flips if sorted(f.topk_ref) == sorted(f.topk_obs))
         evidence.append(f"top-k sets identical at {topk_same} of {len(flips)} flips; at every flip both tokens are in "
                         "both top-k lists (near-tied tokens trading places)")
@@ -288,30 +264,52 @@ def classify_verify(totals: Sequence[SweepEntry], flips: Sequence[FlipRecord],
         if k1 is not None:
             evidence.append(f"K=1: {k1.flips} flips, {k1.rows - k1.bit_exact_rows} rows differ: the one-row verify "
                             "is the M=1 path")
-        evidence.append(f"K={worst.k}: {worst.evidence[-1]}")
         evidence.append(f"flips at in-block row 0: {row0}, at rows ≥ 1: {inner}")
         evidence.append(_where_line(sweep, row0))
         summary = f"near-tie floating-point noise: every flip sits below τ = {_g(tau)}, top-k sets kept, no offset"
     else:
-        cause = "ulp-noise" if word == "ulp-noise" else "near-tie-noise"
+        cause = "ulp-noise" if word == "ulp-noise" else "noise"
         evidence.append(f"no argmax flips; largest difference {_g(worst.max_scaled_ulp)} ULP at row scale "
                         f"({'≤' if worst.max_scaled_ulp <= thresholds.max_ulp else '>'} max_ulp = "
                         f"{_g(thresholds.max_ulp)})")
+        evidence += [f"K={worst.k}: {line}" for line in worst.evidence if "noise floor" in line][:1]
         summary = ("rounding noise only: rows differ within ULP noise, no flips" if cause == "ulp-noise" else
-                   "floating-point noise above ULP level without flips or offset")
+                   "floating-point noise above ULP level: no flips, no offset, no row outside the noise floor")
     return VerifyClassification(word, cause, summary, evidence, scaling, tau)
 
 
-def pool_rows(rows: Sequence[InBlockRow], thresholds: Thresholds) -> InBlockRow:
-    """One in-block row index pooled over prompts; the offset test is redone on the pooled numbers."""
+def consistent_offsets(totals: Sequence[SweepEntry]) -> list[tuple[int, InBlockRow]]:
+    """In-block rows offset at every K ≥ 2 of the sweep that has that row index (K=1: on its own).
+
+    A real in-block offset (the seed's suspicion: row 0 of every verify block)
+    shows whatever K is; one of the many (K, row) groups passing the test by
+    chance does not.
+    """
+    flagged = [(t.k, r) for t in totals for r in t.in_block if r.offset]
+
+    def consistent(k: int, j: int) -> bool:
+        return k == 1 or all(r.offset for t in totals if t.k >= 2 for r in t.in_block if r.row == j)
+
+    return [(k, r) for k, r in flagged if consistent(k, r.row)]
+
+
+def pool_rows(rows: Sequence[InBlockRow], thresholds: Thresholds, tests: int = 1) -> InBlockRow:
+    """One in-block row index pooled over prompts; the offset test is redone on the pooled numbers.
+
+    The mean and the sd across positions of the per-position mean Δ combine
+    exactly (pooled sums of squares); the std of Δ pools the entries.
+    """
     n = sum(r.rows for r in rows)
     differing = [(r.rows - r.bit_exact_rows, r) for r in rows if r.rows > r.bit_exact_rows]
     nd = sum(d for d, _ in differing)
     mean = sum(d * r.mean_diff for d, r in differing) / nd if nd else 0.0
     second = sum(d * (r.std_diff ** 2 + r.mean_diff ** 2) for d, r in differing) / nd if nd else 0.0
     std = max(second - mean * mean, 0.0) ** 0.5
+    squares = sum((d - 1) * r.position_sd ** 2 + d * (r.mean_diff - mean) ** 2 for d, r in differing)
+    position_sd = (squares / (nd - 1)) ** 0.5 if nd > 1 else 0.0
     scaled = max(r.max_scaled_ulp for r in rows)
     return InBlockRow(row=rows[0].row, rows=n, bit_exact_rows=sum(r.bit_exact_rows for r in rows),
                       flips=sum(r.flips for r in rows), mean_diff=mean, std_diff=std,
                       max_abs_diff=max(r.max_abs_diff for r in rows), max_scaled_ulp=scaled,
-                      offset=_is_offset(nd > 0, scaled, mean, std, thresholds))
+                      offset=is_offset(mean, position_sd, nd, scaled, thresholds, tests=tests),
+                      position_sd=position_sd)

@@ -21,15 +21,19 @@ from logitlab.jsonio import ResultRecord
 SCHEMA_VERSION = 2
 
 #: cause labels of :class:`VerifyClassification`, harmless first
-CAUSES = ("bit-exact", "ulp-noise", "near-tie-noise", "verify-path", "systematic-offset", "wrong-result")
+CAUSES = ("bit-exact", "ulp-noise", "noise", "near-tie-noise", "lossy", "verify-path", "systematic-offset",
+          "wrong-result")
 
 
 @dataclass
 class InBlockRow:
     """Statistics of one in-block row index j over all verify blocks.
 
-    ``offset``: the rows differ beyond ULP noise and ``|mean Δ| ≥ offset_ratio
-    × std Δ`` pooled over this row index's differing rows.
+    ``offset``: the offset rule of the verdict over this row index's differing
+    rows (:func:`logitlab.numerics.verdict.is_offset`): beyond ULP noise, at
+    least ``min_positions`` of them, and the mean of their per-row mean Δ
+    (``mean_diff``) at least ``offset_ratio`` × its sd across them
+    (``position_sd``). ``std_diff`` is the pooled std of Δ over their entries.
     """
 
     row: int
@@ -41,6 +45,7 @@ class InBlockRow:
     max_abs_diff: float
     max_scaled_ulp: float = 0.0
     offset: bool = False
+    position_sd: float = 0.0
 
 
 @dataclass

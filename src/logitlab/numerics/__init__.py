@@ -25,6 +25,7 @@ from logitlab.numerics.assertions import (
     assert_verdict,
 )
 from logitlab.numerics.ulp import ULP_NAN_MISMATCH, float_bits, float_hex, ulp_distance
+from logitlab.numerics.floor import NoiseFloor, measure_floor, topk_spread
 from logitlab.numerics.verdict import VERDICTS, Thresholds, Verdict, classify, severity
 
 __all__ = [
@@ -44,6 +45,9 @@ __all__ = [
     "Thresholds",
     "Verdict",
     "VERDICTS",
+    "NoiseFloor",
+    "measure_floor",
+    "topk_spread",
     "HISTOGRAM_BINS",
     "KLD_STATS",
     "SCHEMA_VERSION",

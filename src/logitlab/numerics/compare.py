@@ -343,6 +343,7 @@ def _assemble(ref, obs, chunks, top_k, kk, ids) -> LogitComparison:
     else:
         kth_gap = np.full(n, np.nan)
     k_eff = min(top_k, kk)
+    spread = _topk_spread(ref, obs, top_ref[:, :k_eff], top_obs[:, :k_eff], differing)
     set_ref = np.sort(top_ref[:, :k_eff], axis=1)
     set_obs = np.sort(top_obs[:, :k_eff], axis=1)
     topk_agree = (set_ref == set_obs).all(axis=1)
@@ -417,5 +418,32 @@ def _assemble(ref, obs, chunks, top_k, kk, ids) -> LogitComparison:
         row_max_ulp=[int(x) for x in max_ulp],
         row_scaled_ulp=[float(x) for x in scaled],
         row_top1_prob_ref=[_f(x) for x in p_top],
+        row_topk_spread=[_f(x) for x in spread],
         token_ids=ids,
     )
+
+
+def _topk_spread(ref, obs, top_ref, top_obs, differing) -> np.ndarray:
+    """Per row, max Δ − min Δ over top-k(ref) ∪ top-k(obs) (float64; 0 for identical rows, NaN if undefined).
+
+    A gather of 2k entries per row: the kernel already found both top-k lists.
+    Entries equal on both sides (the same infinity included) have Δ = 0.
+    """
+    n = ref.shape[0]
+    out = np.zeros(n, np.float64)
+    rows = np.flatnonzero(differing)
+    if rows.size == 0:
+        return out
+    idx = np.concatenate([top_ref[rows], top_obs[rows]], axis=1)
+    valid = idx >= 0
+    idx = np.where(valid, idx, 0)
+    a = ref[rows[:, None], idx].astype(np.float64)
+    b = obs[rows[:, None], idx].astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        d = np.where(a == b, 0.0, b - a)
+    d = np.where(valid, d, 0.0)
+    with np.errstate(invalid="ignore"):
+        out[rows] = d.max(axis=1) - d.min(axis=1)
+    out[rows[np.isnan(d).any(axis=1)]] = np.nan
+    return out
+

@@ -10,6 +10,8 @@ JSON format history (``schema_version``):
 - 1: first version (two separate field lists).
 - 2: one shared field list; ``scope`` on both (``"full"`` or ``"top-k"``).
 - 3: ``row_top1_prob_ref`` (optional; version-2 data reads with None there).
+- 3: ``row_topk_spread`` (the per-position statistic of the noise floor); version 2
+  data still loads, with ``row_topk_spread`` None (verdicts then use the fixed thresholds).
 """
 
 from __future__ import annotations
@@ -91,6 +93,14 @@ class Comparison:
         is 0 whatever the confidence) and where undefined. None as a whole
         where not measured (top-k data; results of schema version 2). The
         report's KLD-by-confidence figure reads it.
+    row_topk_spread : list[float | None] or None
+        Per position, ``max Δ − min Δ`` over the union of both runs' top-k
+        tokens (logits; for top-k data: over the keys both runs returned among
+        them): how far the change moved the competing tokens against each
+        other. A position cannot change its argmax unless this reaches its
+        margin (see :func:`logitlab.numerics.floor.topk_spread`). 0 for
+        bit-exact rows; None where undefined (NaN), and None as a whole for
+        data saved before schema version 3.
     token_ids : list[int] or None
         The token fed at each position, if the caller gave it.
     schema_version : int
@@ -135,6 +145,7 @@ class Comparison:
     row_max_ulp: list
     row_scaled_ulp: list
     row_top1_prob_ref: list | None = None
+    row_topk_spread: list | None = None
     token_ids: list | None = None
     schema_version: int = SCHEMA_VERSION
 

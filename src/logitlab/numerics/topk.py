@@ -274,7 +274,7 @@ def compare_topk(
 
     rows: dict[str, list] = {name: [None] * n for name in (
         "max_abs_diff", "mean_diff", "std_diff", "argmax_ref", "argmax_obs", "margin_ref", "margin_obs",
-        "kth_gap_ref", "topk_agree", "kld", "max_ulp", "scaled_ulp")}
+        "kth_gap_ref", "topk_agree", "kld", "max_ulp", "scaled_ulp", "topk_spread")}
     row_differing = [0] * n
     compared, missing, flips, deltas, distances = [], [], [], [], []
     first = None
@@ -341,6 +341,9 @@ def compare_topk(
         rows["topk_agree"][r] = set(rk[:kk]) == set(ok[:kk])
         rows["kth_gap_ref"][r] = rv[kk - 1] - rv[kk] if len(rv) > kk else None
         rows["kld"][r] = kld_lower_bound(ref, obs)
+        top_deltas = [obs[key] - ref[key] for key in dict.fromkeys([*rk[:kk], *ok[:kk]])
+                      if key in ref and key in obs and math.isfinite(ref[key]) and math.isfinite(obs[key])]
+        rows["topk_spread"][r] = max(top_deltas) - min(top_deltas) if top_deltas else 0.0
         if rk[0] != ok[0]:
             flips.append({
                 "position": r, "token_ref": rk[0], "token_obs": ok[0],
@@ -385,10 +388,10 @@ def compare_topk(
         row_argmax_ref=rows["argmax_ref"], row_argmax_obs=rows["argmax_obs"],
         row_margin_ref=rows["margin_ref"], row_margin_obs=rows["margin_obs"],
         row_kth_gap_ref=rows["kth_gap_ref"], row_topk_agree=rows["topk_agree"], row_kld=rows["kld"],
-        row_max_ulp=rows["max_ulp"], row_scaled_ulp=rows["scaled_ulp"],
+        row_max_ulp=rows["max_ulp"], row_scaled_ulp=rows["scaled_ulp"], row_topk_spread=rows["topk_spread"],
         exact=["differing_entries", "differing_rows", "first_mismatch", "argmax_agreement", "topk_agreement",
                "row_margin_ref", "row_margin_obs", "row_kth_gap_ref", "flips"],
-        bounds=["max_abs_diff", "max_ulp", "max_scaled_ulp", "kld"],
+        bounds=["max_abs_diff", "max_ulp", "max_scaled_ulp", "kld", "row_topk_spread"],
         undecidable=["systematic offset of the logits (cancels in the softmax)",
                      "differences outside the returned top-k"],
         token_ids=ids,
@@ -402,18 +405,17 @@ def _g(x: float) -> str:
 def classify_topk(comparison: TopKComparison, thresholds: Any = None) -> Any:
     """The one-word verdict for top-k-only data, with evidence that says what was seen.
 
-    The rules of :func:`~logitlab.numerics.verdict.classify`, restricted to
-    what top-k data can decide (first match wins):
+    The rules of :func:`~logitlab.numerics.verdict.classify` (the same words,
+    the same noise floor from ``row_topk_spread`` over the returned tokens),
+    restricted to what top-k data can decide:
 
-    1. **bit-exact** — bit-exact on the returned top-k (nothing else was seen).
-    2. **divergent** — a non-finite mismatch; an argmax flip with reference
-       margin ``>= near_tie_margin``; or a top-k set change whose reference
-       k-th/(k+1)-th gap is ``>= near_tie_margin`` or unknown (the source
-       returned only k entries, so the gap cannot be seen).
-    3. **ulp-noise** — shared entries differ by at most ``max_ulp`` ULPs at
-       their row's scale, no flip, no top-k change.
-    4. **near-tie** — everything else. ``systematic-offset`` is never
-       returned: a constant logit shift is invisible in log-probabilities.
+    - **bit-exact** means bit-exact on the returned top-k (nothing else was seen);
+    - a top-k set change whose reference k-th/(k+1)-th gap cannot be seen (the
+      source returned only k entries) is **divergent**;
+    - ``systematic-offset`` is never returned (a constant logit shift is
+      invisible in log-probabilities), nor the localized-change rule (it needs
+      every entry of a row);
+    - max |Δ|, ULPs, spreads and KLD are lower bounds of their full-vocabulary values.
 
     Parameters
     ----------
@@ -425,14 +427,13 @@ def classify_topk(comparison: TopKComparison, thresholds: Any = None) -> Any:
     -------
     Verdict
     """
-    from logitlab.numerics.verdict import Thresholds, Verdict
+    from logitlab.numerics.verdict import Thresholds, Verdict, classify
 
     if not isinstance(comparison, TopKComparison):
         raise InputError(f"classify_topk needs a TopKComparison, got {type(comparison).__name__}")
     t = thresholds or Thresholds()
-    tdict = dataclasses.asdict(t)
     c = comparison
-    n, k, width = len(c.positions_compared), c.top_k, c.n_vocab
+    n, width = len(c.positions_compared), c.n_vocab
     scope = (f"compared the returned top-{width} log-probabilities at {n} of {c.n_positions} positions"
              + (f" (positions {_positions(c.positions_missing)} not returned by the source)"
                 if c.positions_missing else ""))
@@ -443,57 +444,15 @@ def classify_topk(comparison: TopKComparison, thresholds: Any = None) -> Any:
 
     if c.bit_exact:
         return Verdict("bit-exact", [
-            f"bit-exact on the returned top-k: all {sum(1 for _ in c.positions_compared)} compared positions "
+            f"bit-exact on the returned top-k: all {n} compared positions "
             f"return the same tokens in the same order with identical bits",
             scope, blind,
-        ], tdict)
-
-    bad = []
-    if c.nonfinite_mismatch:
-        bad.append(f"{c.nonfinite_mismatch} returned entries are NaN/Inf in one run but not the same in the other")
-    confident = [f for f in c.flips if f["margin_ref"] is None or f["margin_ref"] >= t.near_tie_margin]
-    if confident:
-        worst = max(confident, key=lambda f: math.inf if f["margin_ref"] is None else f["margin_ref"])
-        margin = "n/a" if worst["margin_ref"] is None else _g(worst["margin_ref"])
-        bad.append(f"{len(confident)} argmax flip(s) at confident positions; position {worst['position']}: "
-                   f"token {worst['token_ref']!r} -> {worst['token_obs']!r}, reference margin {margin} "
-                   f"≥ near_tie_margin = {_g(t.near_tie_margin)} (margins are exact: log-probability "
-                   f"differences equal logit differences)")
-    changes = c.topk_changes
-    unknown = [i for i in changes if c.row_kth_gap_ref[i] is None]
-    clear = [i for i in changes if c.row_kth_gap_ref[i] is not None and c.row_kth_gap_ref[i] >= t.near_tie_margin]
-    if clear:
-        i = max(clear, key=lambda j: c.row_kth_gap_ref[j])
-        bad.append(f"top-{k} set changed at {len(clear)} position(s) with a clear reference boundary; position {i}: "
-                   f"{k}th/{k + 1}th gap {_g(c.row_kth_gap_ref[i])} ≥ near_tie_margin = {_g(t.near_tie_margin)}")
-    if unknown:
-        bad.append(f"top-{k} set changed at {len(unknown)} position(s) where the {k + 1}th entry was not returned, "
-                   f"so the boundary gap is unknown (ask for more log-probabilities than --top-k)")
-    if bad:
-        return Verdict("divergent", bad + [scope, kld_line], tdict)
-
-    scale_line = (f"max |Δ log-probability| = {_g(c.max_scaled_ulp)} ULP at row scale "
-                  f"{'≤' if c.max_scaled_ulp <= t.max_ulp else '>'} max_ulp = {_g(t.max_ulp)} "
-                  f"over the tokens both runs returned (a lower bound of the full-vocabulary value)")
-    if c.max_scaled_ulp <= t.max_ulp and not c.flips and not changes:
-        return Verdict("ulp-noise", [
-            scale_line,
-            f"{c.differing_entries} returned entries differ at {c.differing_rows} of {n} compared positions; "
-            f"largest distance {c.max_ulp} ULP ({c.dtype})",
-            f"argmax and top-{k} set agree at all {n} compared positions", scope, blind,
-        ], tdict)
-    flip_margins = [f["margin_ref"] for f in c.flips if f["margin_ref"] is not None]
-    flip_line = (f"{len(c.flips)} argmax flip(s), largest reference margin {_g(max(flip_margins))} "
-                 f"< near_tie_margin = {_g(t.near_tie_margin)}") if c.flips else \
-        f"no argmax flips (argmax agrees at all {n} compared positions)"
-    return Verdict("near-tie", [
-        scale_line, flip_line,
-        f"top-{k} set changed at {len(changes)} position(s), all at reference gaps < near_tie_margin"
-        if changes else f"top-{k} set agrees at all {n} compared positions",
-        kld_line,
-        "systematic offset: not decidable from log-probabilities (a constant logit shift cancels in the softmax)",
-        scope,
-    ], tdict)
+        ], dataclasses.asdict(t))
+    verdict = classify(c, t)
+    bounds = (f"max |Δ log-probability| {_g(c.max_abs_diff)}, {_g(c.max_scaled_ulp)} ULP at row scale, and the top-k "
+              "spreads are over the tokens both runs returned (lower bounds of the full-vocabulary values)")
+    return dataclasses.replace(verdict, evidence=list(verdict.evidence) + [bounds, kld_line, scope]
+                               + ([blind] if verdict.word in ("ulp-noise",) else []))
 
 
 def _positions(items: Sequence[int], limit: int = 6) -> str:

@@ -46,6 +46,17 @@ def ab_document(result: AbResult, *, show_error: bool = True) -> Document:
     doc.add(*_aa(result))
     doc.add(*_verdict(result))
     doc.add(*_speed(result))
+    if result.explanation is not None:
+        from logitlab.report.explain import CAUSE_HEADER, cause_rows, position_lines
+
+        e = result.explanation
+        doc.add(Heading("why (explain: controls per position)", level=2))
+        if e.positions:
+            doc.add(Table(CAUSE_HEADER, cause_rows(e), title="causes, one per position"))
+            for evidence in e.positions:
+                lines = position_lines(e, evidence)
+                doc.add(Paragraph(rich(Span(lines[0], "strong"))), Bullets(lines[1:], tight=True))
+        doc.add(*[Paragraph(note, tone="note") for note in e.notes])
     if result.localization:
         doc.add(Heading("where it starts (dump-diff)", level=2),
                 Bullets(localization_lines(result.localization), tight=True))

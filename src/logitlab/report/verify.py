@@ -26,7 +26,7 @@ SWEEP_HEADER = ("K", "rows", "bit-exact", "flips", "first divergence", "max |Δ|
                 "min flip margin", "max flip margin", "verdict")
 FLIP_HEADER = ("prompt", "K", "out", "P", "row", "M=1 argmax (logit)", "M=K argmax (logit)", "margin M=1 / M=K",
                "top-5 M=1", "top-5 M=K")
-INBLOCK_HEADER = ("row", "rows", "bit-exact", "flips", "mean Δ", "std Δ", "max |Δ|", "offset")
+INBLOCK_HEADER = ("row", "rows", "bit-exact", "flips", "mean Δ", "sd of row means", "max |Δ|", "offset")
 GUARD_HEADER = ("fallback", "identical", "unguarded identical", "triggers", "extra rows", "extra calls",
                 "ms/token guarded", "unguarded", "M=1", "overhead vs unguarded")
 GUARD_PROMPT_HEADER = ("prompt", "fallback", "identical", "unguarded", "triggers", "extra rows", "extra calls",
@@ -112,7 +112,7 @@ def flip_rows(result: VerifyResult, limit: int | None = None) -> list[tuple[str,
 def inblock_rows(entry: SweepEntry) -> list[tuple[str, ...]]:
     """One row per in-block row index of one K (pooled over prompts); columns as :data:`INBLOCK_HEADER`."""
     return [(str(r.row), str(r.rows), str(r.bit_exact_rows), str(r.flips), fmt_num(r.mean_diff),
-             fmt_num(r.std_diff), fmt_num(r.max_abs_diff), "OFFSET" if r.offset else "no")
+             fmt_num(r.position_sd), fmt_num(r.max_abs_diff), "OFFSET" if r.offset else "no")
             for r in entry.in_block]
 
 
@@ -124,11 +124,15 @@ def guard_tau_lines(result: VerifyResult) -> list[str]:
     if g.calibration is None:
         return [f"τ = {fmt_num(g.tau)} logits (fixed by --guard), verify blocks of K = {g.k}"]
     c = g.calibration
+    if c.get("floor") is not None:
+        basis = (f"the noise floor {fmt_num(c['floor'])} (p99 of the top-{c['top_k']} Δ spread over the "
+                 f"{c['floor_positions']} rows that differ and kept their argmax)")
+    else:
+        basis = f"the largest top-{c['top_k']} Δ spread {fmt_num(c['max_topk_spread'])} ({c.get('floor_reason', '')})"
     return [
-        f"τ = {fmt_num(g.tau)} logits = safety {fmt_num(c['safety'])} × max top-{c['top_k']} Δ spread "
-        f"{fmt_num(c['max_topk_spread'])} over {c['rows']} M={c['k']} verify rows of the held-out calibration "
-        f"prompts ({', '.join(c['prompts'])}); spread median {fmt_num(c['p50_topk_spread'])}, "
-        f"p99 {fmt_num(c['p99_topk_spread'])}",
+        f"τ = {fmt_num(g.tau)} logits = safety {fmt_num(c['safety'])} × {basis}, over {c['rows']} M={c['k']} "
+        f"verify rows of the held-out calibration prompts ({', '.join(c['prompts'])}); spread median "
+        f"{fmt_num(c['p50_topk_spread'])}, p99 {fmt_num(c['p99_topk_spread'])}, max {fmt_num(c['max_topk_spread'])}",
         f"calibration rows with margin < τ (predicted trigger rate): {_pct(c['trigger_rate'])}; "
         f"a 10 % trigger rate needs τ ≤ {fmt_num(c['tau_for_10pct'])}",
         f"full-vocabulary bound 2 × max |Δ| = 2 × {fmt_num(c['max_abs_diff'])} = {fmt_num(c['tau_full_vocab'])} "

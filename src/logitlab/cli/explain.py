@@ -1,0 +1,100 @@
+"""``logitlab explain``: for each flipped or divergent position, a ladder of controls and one cause."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from logitlab.cli.common import (
+    EXIT_OK,
+    check_output_paths,
+    fail,
+    handle_errors,
+    keep_partial,
+    make_progress,
+    output_options,
+    prompt_options,
+    show_report,
+    threshold_options,
+    thresholds_from,
+    variant_pair,
+    variant_pair_options,
+    write_reports,
+)
+from logitlab.errors import LogitlabError
+
+
+@click.command()
+@variant_pair_options(
+    engine_help="Engine of both variants.",
+    candidate_help="Candidate spec, same form. Without it, give --k: M=1 vs M=K of the control.",
+    slots="the {side}")
+@prompt_options("a built-in prose prompt")
+@click.option("--tokens", "n_decode", type=int, default=32, show_default=True, help="Greedy decode steps.")
+@click.option("--k", "k", type=int, default=None,
+              help="Explain M=1 greedy decode vs the same tokens as M=K verify blocks (one variant: --control).")
+@click.option("--width-k", type=int, default=4, show_default=True, help="K of the M=1 vs M=K control.")
+@click.option("--batch", type=int, default=4, show_default=True,
+              help="Sequences of the alone-vs-in-a-batch control.")
+@click.option("--positions", "max_positions", type=int, default=8, show_default=True,
+              help="Explain at most this many positions (the first flipped or divergent ones).")
+@click.option("--no-dump", is_flag=True, help="Do not dump tensors to find each position's first divergent tensor.")
+@threshold_options
+@output_options()
+@handle_errors
+def explain(**opts: Any) -> None:
+    """Why did these positions flip? Controls and one cause per position.
+
+    Runs the pair (the control's greedy run and the candidate replaying its
+    tokens, or with --k: M=1 greedy decode and the same tokens as M=K verify
+    blocks), judges it against its own noise floor, and for every argmax flip
+    and every position outside the floor runs the controls the engine
+    supports: a rerun with identical inputs, prefill vs decode, alone vs in a
+    batch, M=1 vs M=K, an exact-tie check, the margin against the floor, both
+    top-k lists, and the first divergent tensor (engines that can dump). Then
+    one cause per position: nondeterministic, tie-break, bug, batch-variant,
+    width-variant, kernel-path or near-tie.
+
+    \b
+    Examples:
+      logitlab explain --candidate flash_attn=1
+      logitlab explain --k 4 --tokens 32
+      logitlab explain --engine hf --control dtype=float32 --candidate dtype=bfloat16 --json why.json
+    """
+    from logitlab.experiments.explain import ExplainConfig
+    from logitlab.experiments.prompts import load_prompt
+
+    control, candidate = variant_pair(opts)
+    config = ExplainConfig(
+        control=control, candidate=None if opts["candidate"] is None and opts["k"] is not None else candidate,
+        prompt=load_prompt(opts["prompt"], opts["prompt_file"]), n_decode=opts["n_decode"], k=opts["k"],
+        width_k=opts["width_k"], batch=opts["batch"], max_positions=opts["max_positions"], top_k=opts["top_k"],
+        thresholds=thresholds_from(opts), dump=not opts["no_dump"],
+    )
+    config.validate()
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"],
+                       inputs=[control.model, candidate.model, opts["prompt_file"]])
+    result, error = run_with_progress(config, opts["quiet"])
+    write_reports(result, opts)
+    show_report(result, show_error=error is None)
+    if error is not None:
+        fail(str(error))
+    sys.exit(EXIT_OK)
+
+
+def run_with_progress(config: Any, quiet: bool) -> tuple[Any, LogitlabError | None]:
+    """Run an :class:`~logitlab.experiments.explain.ExplainConfig` under a progress bar; ``(result, error)``."""
+    from logitlab.experiments.explain import ExplainExperiment
+
+    with make_progress(quiet) as progress:
+        task = progress.add_task("explain: loading", total=None)
+
+        def on_event(kind: str, data: dict[str, Any]) -> None:
+            if kind == "start":
+                progress.update(task, total=data["steps"])
+            elif kind == "step":
+                progress.update(task, advance=1, description=f"explain: {data['what']}")
+
+        return keep_partial(ExplainExperiment(config, on_event=on_event).run)

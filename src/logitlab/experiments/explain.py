@@ -1,0 +1,624 @@
+"""``logitlab explain``: a ladder of controls that names one cause per flipped or divergent position.
+
+Engine developers assemble the same evidence by hand when a greedy token
+changes: rerun with identical inputs, the row alone vs in its batch (prefill
+vs decode), M=1 vs M=K, the tie-break convention on an exact tie, and the
+margin against the noise. This experiment runs those controls on the real
+engines, position by position.
+
+The pair
+    ``ab`` mode: the control's greedy run (the reference) and the candidate
+    replaying its tokens, every position compared. Each side's environment
+    knobs are set around its runs in this process (the ``cmd`` engine starts
+    a process per run, so its knobs always apply; an in-process engine that
+    reads a knob at start-up does not see it, as in ``ab --isolation session``). ``verify`` mode (``k``
+    set): one variant, M=1 greedy decode rows (the reference) and the same
+    tokens replayed as M=K verify blocks (the seed report's probe).
+
+The positions
+    every argmax flip and every position the verdict found outside the
+    pair's noise floor (:attr:`~logitlab.numerics.Verdict.outside`), in
+    order, at most ``max_positions``.
+
+The controls (each on the variant of each side, where the engine can)
+    - **rerun**: the same variant, the same token ids, a fresh session:
+      is the row bit-identical?
+    - **prefill vs decode**: row p computed by one prefill of tokens 0..p
+      (a batch of p+1 rows) instead of the run's path (prompt rows: a
+      prefill of 0..p-1 and one decode step);
+    - **alone vs in a batch** (engines with batches): tokens 0..p alone vs
+      as the last of ``batch`` copies (llama.cpp's parallel sequences) or
+      next to other sequences (padded engines);
+    - **M=1 vs M=K**: the M=1 row vs the row of a verify replay in blocks of
+      ``width_k`` (decode positions only);
+    - **exact tie**: are the top-2 logits of either row bit-identical (then
+      the argmax is the tie-break convention's: the first index wins in
+      numpy, logitlab and llama.cpp's greedy sampler);
+    - **margin vs noise floor**: both margins, the position's top-k Δ spread
+      against the pair's floor (:mod:`logitlab.numerics.floor`);
+    - **first divergent tensor** (``ab`` mode, engines with dump capture):
+      the dump-diff's first differing tensor at that position.
+
+The cause (first that holds; see :data:`CAUSES`)
+    1. ``nondeterministic`` — a same-input rerun of either side differs at p;
+    2. ``tie-break`` — an exact tie at the top of either row;
+    3. ``bug`` — a NaN/Inf mismatch, a change confined to a few entries
+       (the verdict's localized-change rule), or p outside the floor with the
+       observed argmax outside the reference top-k;
+    4. ``batch-variant`` — prefill vs decode, or alone vs in a batch, of the
+       same variant changes the argmax at p (a flip), or moves p by at least
+       1/floor_factor of the pair's own spread there (a position outside the
+       floor);
+    5. ``width-variant`` — the same for M=1 vs M=K;
+    6. ``kernel-path`` — p outside the floor, every control consistent: a
+       different code path (another kernel branch) at that position;
+    7. ``near-tie`` — inside the floor, every control consistent.
+
+Nothing here prints; progress leaves through ``on_event``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+from logitlab.engines.base import Engine
+from logitlab.engines.variant import Variant
+from logitlab.engines.workload import RunOutput, environment, run_workload
+from logitlab.errors import InputError, LogitlabError
+from logitlab.events import Event, ignore_event
+from logitlab.experiments import crossengine
+from logitlab.experiments.invariance import filler_sequences
+from logitlab.experiments.isolation import load_engine
+from logitlab.experiments.verify import greedy_m1, replay_mk
+from logitlab.jsonio import ResultRecord
+from logitlab.manifest import build_manifest
+from logitlab.numerics import LogitComparison, Thresholds, Verdict, classify, compare_logits
+from logitlab.numerics.floor import spread_ulps, topk_spread
+from logitlab.numerics.verdict import LOCALIZED_FRACTION
+
+__all__ = ["CAUSES", "MODES", "ExplainConfig", "ControlCheck", "PositionEvidence", "ExplainResult",
+           "ExplainExperiment", "run_explain"]
+
+#: Causes, in the order they are tried.
+CAUSES = ("nondeterministic", "tie-break", "bug", "batch-variant", "width-variant", "kernel-path", "near-tie")
+#: ``ab``: control vs candidate; ``verify``: M=1 vs M=K of one variant.
+MODES = ("ab", "verify")
+#: The argmax convention logitlab applies (and numpy, and llama.cpp's greedy sampler).
+TIE_BREAK = "the first index wins (the lowest token id among exactly equal top logits)"
+
+
+@dataclass(frozen=True)
+class ExplainConfig:
+    """What ``explain`` runs.
+
+    Attributes:
+        control: the reference variant (both sides in ``verify`` mode).
+        candidate: the observed variant (``ab`` mode); None in ``verify`` mode.
+        prompt: prompt text.
+        n_decode: greedy decode tokens (8-64 keep it quick).
+        k: ``verify`` mode: the verify block size of the pair (M=1 vs M=K); None: ``ab`` mode.
+        width_k: K of the M=1 vs M=K control.
+        batch: sequences of the alone-vs-in-a-batch control.
+        max_positions: explain at most this many positions (the first ones).
+        top_k: k of the comparison's top-k statistics and of the listed tops.
+        thresholds: verdict thresholds (the floor, its factor).
+        dump: locate the first divergent tensor where both engines can dump (``ab`` mode).
+    """
+
+    control: Variant
+    candidate: Variant | None
+    prompt: str
+    n_decode: int = 32
+    k: int | None = None
+    width_k: int = 4
+    batch: int = 4
+    max_positions: int = 8
+    top_k: int = 5
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    dump: bool = True
+
+    @property
+    def mode(self) -> str:
+        return "verify" if self.k is not None else "ab"
+
+    def validate(self) -> None:
+        """Raise InputError naming the bad value."""
+        if self.n_decode < 1:
+            raise InputError(f"--tokens must be at least 1, got {self.n_decode}")
+        if self.k is not None and self.k < 2:
+            raise InputError(f"--k must be at least 2 (M=1 vs M=K), got {self.k}")
+        if self.k is not None and self.candidate is not None:
+            raise InputError("--k explains M=1 vs M=K of one variant: give --control only, not --candidate")
+        if self.k is None and self.candidate is None:
+            raise InputError("explain needs a candidate (--candidate) or a verify width (--k)")
+        if self.width_k < 2:
+            raise InputError(f"--width-k must be at least 2, got {self.width_k}")
+        if self.batch < 2:
+            raise InputError(f"--batch must be at least 2, got {self.batch}")
+        if self.max_positions < 1:
+            raise InputError(f"--positions must be at least 1, got {self.max_positions}")
+        if self.top_k < 1:
+            raise InputError(f"--top-k must be at least 1, got {self.top_k}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["control"] = self.control.to_dict()
+        data["candidate"] = None if self.candidate is None else self.candidate.to_dict()
+        data["mode"] = self.mode
+        return data
+
+
+@dataclass
+class ControlCheck:
+    """One control on one side at one position: the side's row against the same variant's row by another path.
+
+    Attributes:
+        control: ``rerun``, ``prefill vs decode``, ``alone vs in a batch``, ``M=1 vs M=K``.
+        side: ``reference`` or ``observed``.
+        available: False when the engine cannot run it (``note`` says why).
+        bit_exact: the two rows have identical bits.
+        argmax_kept: the other path's argmax equals the side's.
+        argmax_other: the other path's argmax.
+        spread: top-k Δ spread between the two rows (logits).
+        accounts: this control alone reproduces the position (see the module notes).
+        note: what was compared, or why it was not.
+    """
+
+    control: str
+    side: str
+    available: bool
+    bit_exact: bool | None = None
+    argmax_kept: bool | None = None
+    argmax_other: int | None = None
+    spread: float | None = None
+    accounts: bool = False
+    note: str = ""
+
+
+@dataclass
+class PositionEvidence:
+    """The evidence bundle of one position.
+
+    Attributes:
+        position: absolute position (index of the input token; row p predicts token p+1).
+        input_token: the token fed at p.
+        kind: ``flip``, ``outside the floor`` or ``flip outside the floor``.
+        token_ref, token_obs: the argmax of each side.
+        margin_ref, margin_obs: top1–top2 of each side (logits).
+        spread: top-k Δ spread of the pair at p (logits); spread_ulps: at the row's scale.
+        floor: the pair's noise floor (p99 of the spread over positions that kept their argmax), None if unmeasured.
+        floor_factor: spread / floor.
+        top_ref, top_obs: ``[token, logit]`` of each side's top-k, best first.
+        texts: token id -> its text, for the tokens above.
+        exact_tie_ref, exact_tie_obs: the top-2 logits of that side are bit-identical.
+        differing_entries: entries of the row whose bits differ (of n_vocab).
+        localized: the verdict's localized-change rule holds at p (beyond ULP noise, < 10 % of entries differ).
+        nonfinite_mismatch: entries NaN/Inf on one side and not the same on the other.
+        controls: the :class:`ControlCheck` s.
+        first_divergent_tensor: the dump-diff's first differing tensor at p (None: not dumped or bit-exact).
+        cause: one of :data:`CAUSES`; reason: the one line that decided it.
+    """
+
+    position: int
+    input_token: int
+    kind: str
+    token_ref: int
+    token_obs: int
+    margin_ref: float | None
+    margin_obs: float | None
+    spread: float | None
+    spread_ulps: float | None
+    floor: float | None
+    floor_factor: float | None
+    top_ref: list
+    top_obs: list
+    texts: dict
+    exact_tie_ref: bool
+    exact_tie_obs: bool
+    differing_entries: int = 0
+    localized: bool = False
+    nonfinite_mismatch: int = 0
+    controls: list[ControlCheck] = field(default_factory=list)
+    first_divergent_tensor: str | None = None
+    cause: str = ""
+    reason: str = ""
+
+
+@dataclass
+class ExplainResult(ResultRecord):
+    """The pair, its verdict, and one evidence bundle per explained position.
+
+    JSON format history (``schema_version``): 1 — first version.
+    """
+
+    KIND: ClassVar[str] = "explain"
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    config: dict[str, Any]
+    manifest: dict[str, Any]
+    mode: str
+    pair: list[str]
+    prompt_ids: list[int]
+    generated_ids: list[int]
+    generated_text: str
+    first_position: int
+    comparison: LogitComparison | None = None
+    verdict: Verdict | None = None
+    candidates: int = 0
+    positions: list[PositionEvidence] = field(default_factory=list)
+    dump: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def causes(self) -> dict[str, int]:
+        """Positions per cause, in :data:`CAUSES` order (causes with none left out)."""
+        counts = {c: sum(1 for p in self.positions if p.cause == c) for c in CAUSES}
+        return {c: n for c, n in counts.items() if n}
+
+    def derived(self) -> dict[str, Any]:
+        return {"causes": self.causes()}
+
+
+@dataclass
+class _Side:
+    """One side of the pair: its variant, engine, rows (absolute positions from ``first``) and how they were made."""
+
+    name: str
+    variant: Variant
+    engine: Engine
+    rows: np.ndarray
+    path: str  # "m1" (prefill + M=1 decode) or "mk" (prefill + M=K verify blocks)
+
+
+class ExplainExperiment:
+    """Runs an :class:`ExplainConfig`; :func:`run_explain` is the one-call form."""
+
+    def __init__(self, config: ExplainConfig, *, on_event: Event | None = None):
+        config.validate()
+        self.config = config
+        self.on_event = on_event or ignore_event
+
+    def run(self) -> ExplainResult:
+        """Run the pair, classify it, and the controls at each position.
+
+        Raises:
+            LogitlabError: bad input or an engine failure; ``partial`` holds what was measured.
+        """
+        cfg = self.config
+        engines: list[Engine] = []
+        try:
+            control = load_engine(cfg.control)
+            engines.append(control)
+            candidate = control
+            if cfg.mode == "ab":
+                candidate = load_engine(cfg.candidate)
+                engines.append(candidate)
+            result = self._start(control, candidate)
+            try:
+                self._run(result, control, candidate)
+            except LogitlabError as exc:
+                result.error = str(exc)
+                exc.partial = result
+                raise
+        finally:
+            for engine in engines:
+                engine.close()
+        return result
+
+    # -- steps ----------------------------------------------------------------------
+    def _start(self, control: Engine, candidate: Engine) -> ExplainResult:
+        cfg = self.config
+        ids = control.tokenize(cfg.prompt)
+        if not ids:
+            raise InputError("the prompt tokenizes to no tokens")
+        if cfg.mode == "ab" and crossengine.needs_check(cfg.control, cfg.candidate):
+            crossengine.check_tokenizers(control, candidate, cfg.prompt)
+        for engine in {id(control): control, id(candidate): candidate}.values():
+            if engine.n_ctx is not None and len(ids) + cfg.n_decode + 1 > engine.n_ctx:
+                raise InputError(f"the prompt ({len(ids)} tokens) + --tokens {cfg.n_decode} exceeds the context of "
+                                 f"{engine.n_ctx}; shorten the prompt or --tokens")
+        if cfg.mode == "verify":
+            control.require("sessions", "explain --k (M=1 vs M=K verify blocks)")
+        manifest = build_manifest(control.describe(), cfg.control, cfg.candidate or cfg.control)
+        if cfg.mode == "ab":
+            pair = [f"control ({cfg.control.label})", f"candidate ({cfg.candidate.label})"]
+        else:
+            pair = ["M=1 greedy decode", f"M={cfg.k} verify blocks"]
+        self._detokenize = control.detokenize
+        return ExplainResult(config=cfg.to_dict(), manifest=manifest, mode=cfg.mode, pair=pair, prompt_ids=ids,
+                             generated_ids=[], generated_text="", first_position=0)
+
+    def _run(self, result: ExplainResult, control: Engine, candidate: Engine) -> None:
+        cfg = self.config
+        ids = result.prompt_ids
+        self.on_event("step", {"what": "the pair"})
+        if cfg.mode == "ab":
+            with environment(cfg.control.env):
+                ref = run_workload(control, ids, cfg.n_decode)
+            with environment(cfg.candidate.env):
+                obs = run_workload(candidate, ids, cfg.n_decode, ref.generated)
+            result.generated_ids = list(ref.generated)
+            result.first_position = 0
+            self._check_shapes(ref, obs)
+            sides = (_Side("reference", cfg.control, control, ref.logits, "m1"),
+                     _Side("observed", cfg.candidate, candidate, obs.logits, "m1"))
+            sequence = ref.input_ids
+        else:
+            with environment(cfg.control.env):
+                m1 = greedy_m1(control, ids, cfg.n_decode)
+                mk, _ = replay_mk(control, ids, m1.tokens, cfg.k)
+            result.generated_ids = list(m1.tokens)
+            result.first_position = len(ids)
+            sides = (_Side("reference", cfg.control, control, m1.decode_rows, "m1"),
+                     _Side("observed", cfg.control, control, mk, "mk"))
+            sequence = list(ids) + list(m1.tokens)
+        result.generated_text = self._detokenize(result.generated_ids)
+        self._n_prompt = len(ids)
+        first = result.first_position
+        comparison = compare_logits(sides[0].rows, sides[1].rows, top_k=cfg.top_k,
+                                    token_ids=sequence[first:first + len(sides[0].rows)])
+        verdict = classify(comparison, cfg.thresholds, judge_topk=cfg.mode == "ab")
+        result.comparison, result.verdict = comparison, verdict
+        chosen = sorted({f["position"] for f in comparison.flips} | set(verdict.outside))
+        result.candidates = len(chosen)
+        chosen = chosen[:cfg.max_positions]
+        if not chosen:
+            result.notes.append("no argmax flip and no position outside the noise floor: nothing to explain")
+            return
+        self.on_event("start", {"steps": 2 + len(chosen)})
+        reruns = self._reruns(result, sides, sequence)
+        widths = self._widths(result, sides, sequence)
+        for i in chosen:
+            self.on_event("step", {"what": f"position {first + i}"})
+            result.positions.append(self._position(result, sides, sequence, i, reruns, widths))
+        if cfg.mode == "ab" and cfg.dump:
+            self._locate(result, [p.position for p in result.positions])
+        for evidence in result.positions:
+            evidence.cause, evidence.reason = decide(evidence, cfg.thresholds)
+
+    def _check_shapes(self, ref: RunOutput, obs: RunOutput) -> None:
+        if ref.topk is not None or obs.topk is not None:
+            raise InputError("explain needs full logits; this engine returns only top-k log-probabilities "
+                             "(openai): compare it with ab")
+        if ref.logits.shape != obs.logits.shape:
+            raise InputError(f"the two variants returned logits of shapes {ref.logits.shape} and "
+                             f"{obs.logits.shape}; explain compares engines with one vocabulary")
+
+    # -- shared controls (one run per side) ----------------------------------------------------
+    def _reruns(self, result: ExplainResult, sides: Sequence[_Side], sequence: list[int]) -> dict[str, np.ndarray]:
+        """Each side again with the same token ids, in a fresh session: its rows."""
+        self.on_event("step", {"what": "rerun with identical inputs"})
+        out = {}
+        ids, gen = result.prompt_ids, result.generated_ids
+        for side in sides:
+            with environment(side.variant.env):
+                if side.path == "mk":
+                    out[side.name] = replay_mk(side.engine, ids, gen, self.config.k)[0]
+                elif result.mode == "verify":
+                    out[side.name] = _replay_m1(side.engine, ids, gen)
+                else:
+                    out[side.name] = run_workload(side.engine, ids, len(gen), gen).logits
+        return out
+
+    def _widths(self, result: ExplainResult, sides: Sequence[_Side], sequence: list[int]) -> dict[str, Any]:
+        """Per side: the decode rows of the same variant at the other width (M=K for an M=1 side, M=1 for an
+        M=K side), or a note when the engine has no sessions."""
+        cfg = self.config
+        out: dict[str, Any] = {}
+        ids, gen = result.prompt_ids, result.generated_ids
+        self.on_event("step", {"what": f"M=1 vs M={cfg.width_k} replays"})
+        for side in sides:
+            if not side.engine.supports("sessions"):
+                out[side.name] = f"{side.engine.name} runs whole workloads: no M=K verify blocks"
+            elif side.path == "mk":
+                out[side.name] = sides[0].rows  # the M=1 rows of the same variant: the pair itself
+            elif result.mode == "verify" and cfg.width_k == cfg.k:
+                out[side.name] = sides[1].rows
+            else:
+                with environment(side.variant.env):
+                    out[side.name] = replay_mk(side.engine, ids, gen, cfg.width_k)[0]
+        return out
+
+    # -- one position -------------------------------------------------------------------------
+    def _position(self, result: ExplainResult, sides: Sequence[_Side], sequence: list[int], i: int,
+                  reruns: dict[str, np.ndarray], widths: dict[str, Any]) -> PositionEvidence:
+        cfg, c = self.config, result.comparison
+        p = result.first_position + i
+        ref, obs = sides[0].rows[i], sides[1].rows[i]
+        k = cfg.top_k
+        top_r, top_o = _top(ref, k), _top(obs, k)
+        floor = result.verdict.floor or {}
+        floor_value = floor.get("value") if floor.get("measured") else None
+        spread = c.row_topk_spread[i] if c.row_topk_spread else None
+        flip = c.row_argmax_ref[i] != c.row_argmax_obs[i]
+        outside = i in result.verdict.outside
+        kind = "flip outside the floor" if flip and outside else "flip" if flip else "outside the floor"
+        evidence = PositionEvidence(
+            position=p, input_token=int(sequence[p]), kind=kind,
+            token_ref=int(c.row_argmax_ref[i]), token_obs=int(c.row_argmax_obs[i]),
+            margin_ref=c.row_margin_ref[i], margin_obs=c.row_margin_obs[i],
+            spread=spread, spread_ulps=spread_ulps(c, i), floor=floor_value,
+            floor_factor=spread / floor_value if spread is not None and floor_value else None,
+            top_ref=[[t, v] for t, v in top_r], top_obs=[[t, v] for t, v in top_o],
+            texts={}, exact_tie_ref=_exact_tie(ref), exact_tie_obs=_exact_tie(obs),
+            differing_entries=int(c.row_differing[i]),
+            localized=bool(c.row_differing[i] and c.row_scaled_ulp[i] > cfg.thresholds.max_ulp
+                           and c.row_differing[i] < LOCALIZED_FRACTION * c.n_vocab),
+            nonfinite_mismatch=int(np.count_nonzero(np.isfinite(ref) != np.isfinite(obs))
+                                   + np.count_nonzero(~np.isfinite(ref) & ~np.isfinite(obs)
+                                                      & (ref.view(np.uint32) != obs.view(np.uint32)))),
+        )
+        tokens = {t for t, _ in top_r} | {t for t, _ in top_o} | {int(sequence[p])}
+        evidence.texts = {int(t): self._detokenize([int(t)]) for t in sorted(tokens)}
+        pair_spread = spread or 0.0
+        for side in sides:
+            row = side.rows[i]
+            evidence.controls.append(self._check("rerun", side.name, row, reruns[side.name][i], flip, pair_spread,
+                                                 "the same variant and token ids, a fresh session"))
+            evidence.controls.append(self._path_control(side, sequence, p, row, flip, pair_spread))
+            evidence.controls.append(self._batch_control(side, sequence, p, flip, pair_spread))
+            evidence.controls.append(self._width_control(side, widths[side.name], result.first_position, p, i,
+                                                         result.prompt_ids, row, flip, pair_spread))
+        return evidence
+
+    def _check(self, control: str, side: str, row: np.ndarray, other: np.ndarray, flip: bool, pair_spread: float,
+               note: str) -> ControlCheck:
+        a, b = np.asarray(row, np.float32), np.asarray(other, np.float32)
+        spread = float(topk_spread(a[None], b[None], self.config.top_k)[0])
+        kept = int(np.argmax(a)) == int(np.argmax(b))
+        exact = bool(np.array_equal(a.view(np.uint32), b.view(np.uint32)))
+        if control == "rerun":
+            accounts = not exact
+        elif flip:
+            accounts = not kept
+        else:
+            accounts = spread >= pair_spread / self.config.thresholds.floor_factor and spread > 0
+        return ControlCheck(control, side, True, exact, kept, int(np.argmax(b)), spread, accounts, note)
+
+    def _path_control(self, side: _Side, sequence: list[int], p: int, row: np.ndarray, flip: bool,
+                      pair_spread: float) -> ControlCheck:
+        name = "prefill vs decode"
+        engine = side.engine
+        if not engine.supports("sessions"):
+            return ControlCheck(name, side.name, False, note=f"{engine.name} runs whole workloads: no session")
+        if side.path == "mk":
+            return ControlCheck(name, side.name, False, note="an M=K verify row: the M=1 side's control compares "
+                                                              "prefill with M=1 decode")
+        if p >= self._n_prompt:
+            with environment(side.variant.env), engine.open_session() as session:
+                other = session.prefill(sequence[:p + 1])[-1]
+            note = f"row {p} of one prefill of tokens 0..{p} vs the run's row"
+        elif p == 0:
+            return ControlCheck(name, side.name, False, note="position 0 has no shorter prefill")
+        else:
+            with environment(side.variant.env), engine.open_session() as session:
+                session.prefill(sequence[:p])
+                other = session.decode([sequence[p]])[0]
+            note = f"prefill of tokens 0..{p - 1} and one decode step vs the run's prefill row"
+        return self._check(name, side.name, row, other, flip, pair_spread, note)
+
+    def _batch_control(self, side: _Side, sequence: list[int], p: int, flip: bool,
+                       pair_spread: float) -> ControlCheck:
+        name = "alone vs in a batch"
+        engine, b = side.engine, self.config.batch
+        if not engine.supports("batch"):
+            return ControlCheck(name, side.name, False, note=f"{engine.name} does not run batches of sequences")
+        seq = list(sequence[:p + 1])
+        padded = engine.supports("padded-batch")
+        batch = [seq] + filler_sequences(seq, b - 1) if padded else [seq] * b
+        with environment(side.variant.env):
+            backend = engine.open_batch(b, sum(len(s) for s in batch))
+            try:
+                alone = backend.run([seq], "left")[0][-1]
+                rows = backend.run(batch, "left")
+            finally:
+                backend.close()
+        inside = rows[0][-1] if padded else rows[-1][-1]
+        note = (f"tokens 0..{p} alone vs " + (f"as sequence 0 of {b}, left-padded among other lengths" if padded
+                                               else f"as the last of {b} copies in one batch"))
+        return self._check(name, side.name, alone, inside, flip, pair_spread, note)
+
+    def _width_control(self, side: _Side, width: Any, first: int, p: int, i: int, prompt_ids: list[int],
+                       row: np.ndarray, flip: bool, pair_spread: float) -> ControlCheck:
+        name = f"M=1 vs M={self.config.width_k if side.path == 'm1' else self.config.k}"
+        if isinstance(width, str):
+            return ControlCheck(name, side.name, False, note=width)
+        n_prompt = len(prompt_ids)
+        if p < n_prompt:
+            return ControlCheck(name, side.name, False, note="a prompt position: no verify block holds it")
+        j = p - n_prompt  # row of the decode replays (their first row is position n_prompt)
+        k = self.config.width_k if side.path == "m1" else self.config.k
+        note = (f"the M=1 decode row vs the row in an M={k} verify block (in-block row {j % k})" if side.path == "m1"
+                else f"the M={k} verify row (in-block row {j % k}) vs the M=1 decode row")
+        return self._check(name, side.name, row, width[j], flip, pair_spread, note)
+
+    # -- dumps ---------------------------------------------------------------------------------
+    def _locate(self, result: ExplainResult, positions: list[int]) -> None:
+        cfg = self.config
+        from logitlab.engines import engine_class
+
+        if not all(engine_class(v.engine).supports("dump") for v in (cfg.control, cfg.candidate)):
+            result.notes.append("first divergent tensor: not located (the engines cannot dump tensors)")
+            return
+        from logitlab.dumps import localize
+        from logitlab.dumps.format import TensorFilter
+
+        self.on_event("step", {"what": "dumping both sides"})
+        n_prompt = len(result.prompt_ids)
+        steps = min(max(1, max(positions) - n_prompt + 1), len(result.generated_ids))
+        summary = localize(cfg.control, dataclasses.replace(cfg.candidate, label="candidate"), result.prompt_ids,
+                           result.generated_ids[:steps], select=TensorFilter(positions=frozenset(positions)))
+        by_position = {int(k): v for k, v in (summary.get("first_by_position") or {}).items()}
+        for evidence in result.positions:
+            evidence.first_divergent_tensor = by_position.get(evidence.position)
+        result.dump = {k: summary.get(k) for k in ("verdict", "n_compared", "n_differing", "first_divergence")}
+
+
+def _replay_m1(engine: Engine, prompt_ids: Sequence[int], tokens: Sequence[int]) -> np.ndarray:
+    """M=1 decode rows of ``tokens`` after the prompt (``(len(tokens), n_vocab)``), as :func:`greedy_m1` keeps them."""
+    with engine.open_session() as session:
+        session.prefill(prompt_ids)
+        return np.concatenate([session.decode([int(t)]) for t in tokens])
+
+
+def _top(row: np.ndarray, k: int) -> list[tuple[int, float]]:
+    """The k largest entries, value descending, lower id first on ties (np.argmax's rule)."""
+    order = np.lexsort((np.arange(row.size), -row.astype(np.float64)))[:k]
+    return [(int(t), float(row[t])) for t in order]
+
+
+def _exact_tie(row: np.ndarray) -> bool:
+    top = _top(row, 2)
+    return bool(len(top) == 2 and np.float32(top[0][1]).view(np.uint32) == np.float32(top[1][1]).view(np.uint32))
+
+
+def _g(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
+
+
+def decide(e: PositionEvidence, thresholds: Thresholds) -> tuple[str, str]:
+    """The cause of one position (see the module notes) and the line that decided it."""
+    reruns = [c for c in e.controls if c.control == "rerun" and c.available and not c.bit_exact]
+    if reruns:
+        return "nondeterministic", (f"a rerun with identical inputs changes the {reruns[0].side} row (top-k Δ spread "
+                                    f"{_g(reruns[0].spread)}): the engine does not reproduce itself here")
+    if e.exact_tie_ref or e.exact_tie_obs:
+        which = "reference" if e.exact_tie_ref else "observed"
+        top = e.top_ref if e.exact_tie_ref else e.top_obs
+        return "tie-break", (f"the {which} row's top-2 tokens {top[0][0]} and {top[1][0]} tie exactly at "
+                             f"{top[0][1]:.6g}: the argmax is the tie-break convention's ({TIE_BREAK})")
+    outside = e.kind != "flip"
+    if e.nonfinite_mismatch:
+        return "bug", f"{e.nonfinite_mismatch} entries are NaN/Inf on one side only"
+    if e.localized:
+        return "bug", (f"the change is confined to {e.differing_entries} entries of the row (< "
+                       f"{100 * LOCALIZED_FRACTION:g} %): arithmetic noise moves every logit of a row")
+    top_ref = [t for t, _ in e.top_ref]
+    if outside and e.token_obs != e.token_ref and e.token_obs not in top_ref:
+        return "bug", (f"outside the noise floor, and the observed argmax {e.token_obs} is not among the reference "
+                       f"top-{len(top_ref)}: not a swap of competing tokens")
+    for family, label in (("prefill vs decode", "batch-variant"), ("alone vs in a batch", "batch-variant"),
+                          ("M=1", "width-variant")):
+        hits = [c for c in e.controls if c.control.startswith(family) and c.available and c.accounts]
+        if hits:
+            c = hits[0]
+            what = (f"changes the argmax to {c.argmax_other}" if not c.argmax_kept else
+                    f"moves it by {_g(c.spread)} (≥ 1/{_g(thresholds.floor_factor)} of the pair's {_g(e.spread)})")
+            return label, f"{c.control} on the {c.side} side alone {what} at this position"
+    if outside:
+        return "kernel-path", (f"top-k Δ spread {_g(e.spread)} = {_g(e.floor_factor)}× the pair's noise floor "
+                               f"{_g(e.floor)} (> floor_factor {_g(thresholds.floor_factor)}), reproducible, and no "
+                               "control moves it: another code path at this position")
+    margin = "inside the noise floor" if e.floor is not None else "at a margin below near_tie_margin (no floor)"
+    return "near-tie", (f"margin {_g(e.margin_ref)} {margin} (spread {_g(e.spread)}"
+                        + (f" = {_g(e.floor_factor)}× the floor {_g(e.floor)}" if e.floor else "")
+                        + "), reproducible, and no control flips it alone")
+
+
+def run_explain(config: ExplainConfig, **kwargs: Any) -> ExplainResult:
+    """Run ``explain``; see :class:`ExplainExperiment`."""
+    return ExplainExperiment(config, **kwargs).run()
