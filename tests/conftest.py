@@ -72,3 +72,12 @@ def model_path() -> str:
     from logitlab.models import default_model_path
 
     return str(default_model_path())
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The fuzzers' per-reader tally (tests/fuzz/fuzzing.py), when fuzz tests ran."""
+    import sys
+
+    fuzzing = sys.modules.get("fuzzing")
+    if fuzzing is not None:
+        fuzzing.report(terminalreporter)

@@ -9,6 +9,7 @@ from logitlab.engines.variant import parse_variant
 from logitlab import report
 from logitlab.errors import EngineError, InputError
 from logitlab.experiments.ab import AbConfig, run_ab
+from logitlab.runlog import read_run_log
 
 from conftest import SHORT_PROMPT
 
@@ -29,7 +30,7 @@ def test_control_vs_control_is_bit_exact_at_every_isolation_level(isolation, tmp
     assert result.control_reproducible
     assert result.verdict.word == "bit-exact"
     assert result.aa_diagnosis == "reproducible"
-    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    lines = read_run_log(log).records
     assert [r["variant"] for r in lines] == ["control", "candidate", "candidate", "control"]
     assert lines[0]["is_reference"] and lines[3]["comparison"]["differing_entries"] == 0
     assert len(result.generated_ids) == 8
@@ -74,7 +75,8 @@ def test_crash_in_a_process_slot_keeps_partial_results(tmp_path):
         run_ab(cfg, log_path=log)
     partial = info.value.partial
     assert [r.variant for r in partial.runs] == ["control"]
-    assert partial.error and json.loads(log.read_text())["is_reference"]
+    logged = read_run_log(log)
+    assert partial.error and logged.ending == "error" and [r["is_reference"] for r in logged.records] == [True]
 
 
 def test_nan_in_candidate_logits_is_measured_and_judged_divergent(tmp_path):
@@ -85,7 +87,7 @@ def test_nan_in_candidate_logits_is_measured_and_judged_divergent(tmp_path):
     assert result.verdict.word == "divergent" and any("NaN" in line for line in result.verdict.evidence)
     assert result.control_reproducible is True and result.error is None  # the run went on: A/A and speed too
     assert set(result.speed) == {"decode", "prefill"}
-    assert len(log.read_text().splitlines()) == len(result.runs)
+    assert len(read_run_log(log).records) == len(result.runs)
     assert all(json.loads(line) for line in log.read_text().splitlines())  # strict JSON lines
 
 

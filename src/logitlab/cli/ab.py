@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import sys
-from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import click
@@ -21,6 +19,8 @@ from logitlab.cli.common import (
     make_progress,
     output_options,
     prompt_options,
+    run_log_option,
+    run_log_path,
     show_report,
     threshold_options,
     thresholds_from,
@@ -69,9 +69,7 @@ REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
 @click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
               help="Exit 1 when the A/B verdict (or the A/A) is worse than this.")
 @output_options()
-@click.option("--log", "log_path", type=str, default=None,
-              help="JSONL file each run is appended to as it finishes (default: next to --json, else "
-                   "./logitlab-runs/ab-TIMESTAMP.jsonl).")
+@run_log_option("ab")
 @handle_errors
 def ab(**opts: Any) -> None:
     """Counterbalanced A/B of two engine variants: bit-exactness, verdict, speed.
@@ -104,7 +102,7 @@ def ab(**opts: Any) -> None:
         escalate=not opts["no_escalate"], localize=opts["localize"], top_k=opts["top_k"], margin=opts["margin"],
         thresholds=thresholds_from(opts),
     )
-    log_path = opts["log_path"] or _default_log_path(opts["json_path"])
+    log_path = run_log_path(opts, "ab")
     check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], log=log_path,
                        inputs=[control.model, candidate.model, opts["prompt_file"]])
     result, error = _run_with_progress(config, log_path, opts["quiet"])
@@ -129,12 +127,6 @@ def _auto_budget(opts: dict[str, Any]) -> dict[str, Any]:
                                  f"drop it")
         return {}
     return {"max_repeats": 12 if opts["max_repeats"] is None else opts["max_repeats"], "max_time": opts["max_time"]}
-
-
-def _default_log_path(json_path: str | None) -> str:
-    if json_path:
-        return str(Path(json_path).with_suffix(".runs.jsonl"))
-    return f"logitlab-runs/ab-{datetime.now():%Y%m%d-%H%M%S}.jsonl"
 
 
 def _run_with_progress(config: Any, log_path: str, quiet: bool) -> tuple[Any, BaseException | None]:

@@ -20,6 +20,8 @@ from logitlab.cli.common import (
     keep_partial,
     make_progress,
     output_options,
+    run_log_option,
+    run_log_path,
     show_report,
     write_reports,
 )
@@ -74,6 +76,7 @@ def _metric_name(regex: str | None) -> str:
 @click.option("--fail-on", type=click.Choice(["slower", "not-faster"]), default=None,
               help="Exit 1 when the call is slower (or anything but faster).")
 @output_options()
+@run_log_option("bench-run")
 @handle_errors
 def run_cmd(**opts: Any) -> None:
     """Run two shell commands in randomised, counterbalanced ABBA/BAAB blocks and compare them.
@@ -93,7 +96,8 @@ def run_cmd(**opts: Any) -> None:
     """
     from logitlab.perf.commands import BenchRunConfig, bench_run
 
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"])
+    log_path = run_log_path(opts, "bench-run")
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], log=log_path)
     if opts["metric_regex"] and opts["higher_is_better"] is None:
         raise InputError("--metric needs a direction: add --higher-is-better (tokens/s) or --lower-is-better "
                          "(latency)")
@@ -120,9 +124,11 @@ def run_cmd(**opts: Any) -> None:
                 where = "warmup" if run.is_warmup else f"block {run.block} {run.pattern}"
                 progress.update(task, advance=1, description=f"{run.variant:9s} {where}")
 
-        result, error = keep_partial(lambda: bench_run(config, on_event=on_event))
+        result, error = keep_partial(lambda: bench_run(config, on_event=on_event, log_path=log_path))
     write_reports(result, opts)
     show_report(result, show_error=error is None)  # else the error: line below says it
+    if not opts["quiet"]:
+        click.echo(f"runs logged to {log_path}", err=True)
     if error is not None:
         fail(str(error))
     call = result.primary.call if result.primary else "inconclusive"

@@ -56,6 +56,7 @@ from logitlab.dumps.format import (
     claims_logitlab_dump,
     format_label,
     is_logitlab_dump,
+    load_npy,
     np_dtype,
     read_manifest,
     SafetensorsFiles,
@@ -436,7 +437,7 @@ def _folder_shapes(folder: Path, problems: list[str]) -> dict[str, tuple[int, ..
             continue
         try:
             return {str(k): tuple(int(d) for d in v) for k, v in shapes.items()}
-        except (TypeError, ValueError, AttributeError):
+        except (TypeError, ValueError, AttributeError, OverflowError):
             problems.append(f"{path}: \"shapes\" must map names to lists of ints; shapes ignored")
             return {}
     return {}
@@ -552,19 +553,16 @@ def _raw_ref(f: Path, dtype: str, name: str, layer: int | None, instance: int, p
 def _npy_ref(f: Path, name: str, layer: int | None, instance: int, position: int | None, order: tuple,
              problems: list[str]) -> TensorRef | None:
     try:
-        head = np.load(f, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        problems.append(f"{f}: not a readable .npy file ({exc}); skipped")
+        head = load_npy(f, mmap=True)
+    except InputError as exc:
+        problems.append(f"{exc}; skipped")
         return None
     dtype = head.dtype.name
     shape = tuple(head.shape)
     del head
 
     def read() -> np.ndarray:
-        try:
-            return np.array(np.load(f, allow_pickle=False))
-        except (OSError, ValueError) as exc:
-            raise InputError(f"{f}: cannot read ({exc})") from None
+        return np.array(load_npy(f))
 
     return TensorRef(name, layer, instance, position, None, order, dtype, shape, str(f), read)
 

@@ -27,7 +27,7 @@ from logitlab.errors import EngineError, InputError, Interrupted, LogitlabError
 from logitlab.events import Event, ignore_event
 from logitlab.experiments import crossengine
 from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner, load_engine, stronger_isolation
-from logitlab.jsonio import ResultRecord, dumps_line
+from logitlab.jsonio import ResultRecord
 from logitlab.manifest import build_manifest
 from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict, classify, compare_logits
 from logitlab.numerics.topk import TopKComparison, classify_topk, compare_topk
@@ -36,6 +36,10 @@ from logitlab.perf.design import CANDIDATE, CONTROL, Block, Slot, ab_schedule
 from logitlab.perf.equivalence import check_margin
 from logitlab.perf.paired import PairedComparison, paired_comparison
 from logitlab.perf.sequential import SequentialDecision
+from logitlab.runlog import RunLog
+
+#: AbResult fields a run log's header holds; ``runs`` are its lines; the end line holds the rest.
+LOG_HEADER_FIELDS = ("config", "manifest", "prompt_ids", "notes")
 
 @dataclass(frozen=True)
 class AbConfig:
@@ -257,6 +261,7 @@ class AbExperiment:
         self.first_candidate: RunOutput | None = None
         self.candidate_verdicts: list[tuple[int, Verdict]] = []
         self.autostop: AutoStop | None = None
+        self._runlog: RunLog | None = None
 
     # -- public -------------------------------------------------------------
     def run(self) -> AbResult:
@@ -280,19 +285,25 @@ class AbExperiment:
                     runner.adopt(CANDIDATE, candidate)
                 result = self._start(probe, candidate)
                 try:
+                    self._open_log(result)
                     self._run_blocks(runner, result)
                     self._finish(result)
                 except LogitlabError as exc:
                     result.error = str(exc)
                     exc.partial = result
+                    self._end_log("error", result)
                     raise
                 except KeyboardInterrupt:
                     result.error = "interrupted"
+                    self._end_log("interrupted", result)
                     raise Interrupted("interrupted", partial=result) from None
+                self._end_log("complete", result)
             finally:
                 if not runner.adopted(CONTROL):
                     for engine in engines:
                         engine.close()
+                if self._runlog is not None:
+                    self._runlog.close()
         return result
 
     # -- steps --------------------------------------------------------------
@@ -445,9 +456,7 @@ class AbExperiment:
         if not result.control_reproducible and cfg.escalate:
             self._escalate(result)
         if self.candidate_verdicts:
-            # The A/B verdict is the worst over all candidate runs (the first one on ties).
-            slot, verdict = max(self.candidate_verdicts, key=lambda sv: (VERDICTS.index(sv[1].word), -sv[0]))
-            result.verdict, result.verdict_slot = verdict, slot
+            result.verdict_slot, result.verdict = worst_verdict(self.candidate_verdicts)
         result.speed = analyse_speed(result.runs, margin=cfg.margin, seed=cfg.seed)
         if cfg.auto:
             self._restate_speed(result)
@@ -498,12 +507,35 @@ class AbExperiment:
             if escalation.reproducible:
                 return
 
+    # -- the run log (logitlab.runlog): header, one line per run, end ----------------------------
+    def _open_log(self, result: AbResult) -> None:
+        if self.log_path is not None:
+            self._runlog = RunLog(self.log_path, AbResult.KIND,
+                                  {k: v for k, v in result.to_dict().items() if k in LOG_HEADER_FIELDS})
+
     def _log(self, record: RunRecord) -> None:
-        if self.log_path is None:
+        if self._runlog is None:
             return
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("a", encoding="utf-8") as f:
-            f.write(dumps_line(record.to_dict()) + "\n")
+        self._runlog.run(record.to_dict())
+        if record.is_reference:
+            self._runlog.update(generated_ids=list(self.reference.generated),
+                                generated_text=self._detokenize(self.reference.generated))
+
+    def _end_log(self, how: str, result: AbResult) -> None:
+        """The log's end line, with every field computed at the end; a failing write here hides no error."""
+        if self._runlog is None:
+            return
+        final = {k: v for k, v in result.to_dict().items()
+                 if k not in ("config", "manifest", "prompt_ids", "runs", "kind", "schema_version")}
+        try:
+            self._runlog.end(how, final, error=result.error)
+        except LogitlabError:
+            pass
+
+
+def worst_verdict(verdicts: Sequence[tuple[int, Verdict]]) -> tuple[int, Verdict]:
+    """The A/B verdict: the worst of ``(slot, verdict)`` over the candidate runs (the first one on ties)."""
+    return max(verdicts, key=lambda sv: (VERDICTS.index(sv[1].word), -sv[0]))
 
 
 def busy_machine_note(factor: float = 1.5) -> str | None:
