@@ -136,7 +136,7 @@ def test_crash_in_process_slot_writes_partial_json(tmp_path):
     proc = logitlab("ab", *SHORT, "--isolation", "process", "--candidate-env", f"PYTHONHOME={tmp_path}/x",
                     "--json", str(out), cwd=tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1].startswith("error: candidate slot crashed in its subprocess")
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: candidate slot 1 crashed in its subprocess (exit 1)")
     assert "stopped early" not in proc.stdout  # the error is said once, on stderr
     data = json.loads(out.read_text())
     assert data["error"] and [r["variant"] for r in data["runs"]] == ["control"]

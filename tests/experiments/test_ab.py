@@ -71,7 +71,7 @@ def test_crash_in_a_process_slot_keeps_partial_results(tmp_path):
     log = tmp_path / "runs.jsonl"
     # PYTHONHOME pointing nowhere makes the candidate's interpreter die at start-up.
     cfg = config(isolation="process", candidate_env={"PYTHONHOME": str(tmp_path / "nowhere")})
-    with pytest.raises(EngineError, match=r"candidate slot crashed in its subprocess \(exit 1\)") as info:
+    with pytest.raises(EngineError, match=r"candidate slot 1 crashed in its subprocess \(exit 1\)") as info:
         run_ab(cfg, log_path=log)
     partial = info.value.partial
     assert [r.variant for r in partial.runs] == ["control"]

@@ -14,12 +14,12 @@ import math
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, strategies as st
 
 import fuzzing
-from fuzzing import DATA, tally
+from fuzzing import DATA, outcome
 from mutate import byte_edits, file_edits, folder_edits, json_file_edits
-from logitlab.errors import LogitlabError
 from logitlab.perf.compare_files import compare_benchmarks
 from logitlab.perf.readers import FORMATS, BenchmarkFile, detect_format, read_benchmark_file
 
@@ -27,14 +27,9 @@ SEEDS = sorted((DATA / "fuzz" / "bench").glob("*.json*")) + sorted((DATA / "benc
 CRITERION = DATA / "bench" / "criterion"
 
 
-def check_read(reader: str, path: Path, **options) -> BenchmarkFile | None:
-    """Read ``path``; tally the outcome; a result must hold only finite, positive values."""
-    try:
-        bench = read_benchmark_file(path, **options)
-    except LogitlabError:
-        tally(reader, "rejected")
-        return None
-    tally(reader, "read")
+def check_read(path: Path, **options) -> BenchmarkFile:
+    """Read ``path``; a result must hold only finite, positive values."""
+    bench = read_benchmark_file(path, **options)
     assert bench.format in FORMATS and bench.scenarios
     for scenario in bench.scenarios.values():
         assert isinstance(scenario.name, str)
@@ -45,22 +40,17 @@ def check_read(reader: str, path: Path, **options) -> BenchmarkFile | None:
     return bench
 
 
-def check_compare(reader: str, seed: Path, bench: BenchmarkFile, **options) -> None:
-    """``bench compare`` of the seed with a damaged file that still reads."""
-    base = read_benchmark_file(seed, **options)
-    try:
-        compare_benchmarks(base, bench, n_bootstrap=200)
-    except LogitlabError:
-        tally(reader + " + compare", "rejected")
-        return
-    tally(reader + " + compare", "read")
-
-
-def _detect(path: Path) -> None:
-    try:
+def check(reader: str, path: Path, seed: Path, compare: bool, **options) -> None:
+    """detect_format, read, and ``bench compare`` of the seed with a damaged file that still reads."""
+    with outcome(reader + " (detect)"):
         detect_format(path)
-    except LogitlabError:
-        pass
+    bench = None
+    with outcome(reader):
+        bench = check_read(path, **options)
+    if bench is not None and compare:
+        base = read_benchmark_file(seed, **options)
+        with outcome(reader + " + compare"):
+            compare_benchmarks(base, bench, n_bootstrap=200)
 
 
 @st.composite
@@ -72,27 +62,21 @@ def damaged_gzip(draw, seed: Path) -> bytes:
     return gzip.compress(draw(json_file_edits(gzip.decompress(raw).decode())), mtime=0)
 
 
-@given(data=st.data(), seed=st.sampled_from(SEEDS), cpu=st.booleans())
-def test_damaged_benchmark_files_read_or_raise_a_logitlab_error(data, seed, cpu):
+@pytest.mark.parametrize("seed", SEEDS, ids=lambda p: p.name)
+@given(data=st.data(), cpu=st.booleans())
+def test_damaged_benchmark_files_read_or_raise_a_logitlab_error(seed, data, cpu):
     content = data.draw(damaged_gzip(seed) if seed.name.endswith(".gz") else file_edits(seed))
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / seed.name
         path.write_bytes(content)
-        reader = f"bench: {detect_format(seed)}"
-        _detect(path)
-        bench = check_read(reader, path, time="cpu" if cpu else "real")
-        if bench is not None and not cpu:
-            check_compare(reader, seed, bench)
+        check(f"bench: {detect_format(seed)}", path, seed, not cpu, time="cpu" if cpu else "real")
 
 
 @given(data=st.data(), baseline=st.sampled_from(["new", "main"]))
 def test_damaged_criterion_folders_read_or_raise_a_logitlab_error(data, baseline):
     with tempfile.TemporaryDirectory() as folder:
         root = data.draw(folder_edits(CRITERION, Path(folder) / "criterion"))
-        _detect(root)
-        bench = check_read("bench: criterion", root, baseline=baseline)
-        if bench is not None:
-            check_compare("bench: criterion", CRITERION, bench, baseline=baseline)
+        check("bench: criterion", root, CRITERION, True, baseline=baseline)
 
 
 def test_every_seed_reads():

@@ -57,6 +57,9 @@ REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
               help="session: fresh session per slot on one engine per variant; engine: fresh engine object per "
                    "slot; process: each slot in its own subprocess — the only honest level for environment "
                    "knobs and options an engine reads at start-up.")
+@click.option("--slot-timeout", type=float, default=None, metavar="SECONDS",
+              help="With --isolation process: a slot still running after this is killed (its whole process "
+                   "group) and the run stops with an error naming the slot; what ran is kept.")
 @click.option("--randomize", is_flag=True, help="Seeded, balanced random order of block patterns.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --randomize and the bootstrap.")
 @click.option("--no-escalate", is_flag=True, help="Do not repeat a failing A/A at stronger isolation.")
@@ -98,7 +101,8 @@ def ab(**opts: Any) -> None:
         prompt=load_prompt(opts["prompt"], opts["prompt_file"]),
         n_decode=opts["n_decode"], repeats=opts["repeats"], warmup=opts["warmup"],
         **_auto_budget(opts),
-        isolation=opts["isolation"], randomize=opts["randomize"], seed=opts["seed"],
+        isolation=opts["isolation"], slot_timeout=opts["slot_timeout"], randomize=opts["randomize"],
+        seed=opts["seed"],
         escalate=not opts["no_escalate"], localize=opts["localize"], top_k=opts["top_k"], margin=opts["margin"],
         thresholds=thresholds_from(opts),
     )

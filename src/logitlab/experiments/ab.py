@@ -26,7 +26,13 @@ from logitlab.engines.workload import RunOutput
 from logitlab.errors import EngineError, InputError, Interrupted, LogitlabError
 from logitlab.events import Event, ignore_event
 from logitlab.experiments import crossengine
-from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner, load_engine, stronger_isolation
+from logitlab.experiments.isolation import (
+    ISOLATION_LEVELS,
+    SlotRunner,
+    check_slot_timeout,
+    load_engine,
+    stronger_isolation,
+)
 from logitlab.jsonio import ResultRecord
 from logitlab.manifest import build_manifest
 from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict, classify, compare_logits
@@ -53,6 +59,8 @@ class AbConfig:
             sequential rule (:mod:`logitlab.perf.sequential`, on decode tokens/s) says whether to stop.
         max_repeats: budget of blocks with ``repeats="auto"``.
         max_time: wall-clock budget in seconds with ``repeats="auto"`` (None: none).
+        slot_timeout: seconds a process-isolated slot may take; past it its process group is killed and the
+            experiment stops with an error naming the slot (what ran is kept). Needs ``isolation="process"``.
         warmup: untimed runs per variant before the blocks.
         isolation: ``session``, ``engine`` or ``process``.
         randomize: seeded balanced random order of block patterns.
@@ -81,6 +89,7 @@ class AbConfig:
     localize: bool = False
     max_repeats: int = 12
     max_time: float | None = None
+    slot_timeout: float | None = None
 
     @property
     def auto(self) -> bool:
@@ -96,6 +105,7 @@ class AbConfig:
         ab_schedule(self.max_repeats if self.auto else self.repeats, warmup=self.warmup)  # --repeats < 1, --warmup < 0
         if self.isolation not in ISOLATION_LEVELS:
             raise InputError(f"unknown --isolation {self.isolation!r}; valid: {', '.join(ISOLATION_LEVELS)}")
+        check_slot_timeout(self.slot_timeout, self.isolation)
         if self.top_k < 1:
             raise InputError(f"--top-k must be at least 1, got {self.top_k}")
         if self.margin is not None:
@@ -273,7 +283,7 @@ class AbExperiment:
         """
         cfg = self.config
         variants = {CONTROL: cfg.control, CANDIDATE: cfg.candidate}
-        with SlotRunner(variants, cfg.isolation) as runner:
+        with SlotRunner(variants, cfg.isolation, slot_timeout=cfg.slot_timeout) as runner:
             # Both engines load before any run: bad options, a context too small or another
             # tokenizer fail here, not after the control has run.
             probe = load_engine(cfg.control)  # tokenizer, manifest; detokenizes the greedy text
@@ -358,7 +368,7 @@ class AbExperiment:
             # Every run after the reference replays its tokens (a server may return fewer, merged tokens).
             n_decode = self.config.n_decode if self.reference is None else len(self.reference.generated)
             output = runner.run(slot.variant, result.prompt_ids, n_decode,
-                                None if self.reference is None else self.reference.generated)
+                                None if self.reference is None else self.reference.generated, slot=slot.index)
             record = self._record(slot, output, result)
             result.runs.append(record)
             self._log(record)
@@ -498,7 +508,8 @@ class AbExperiment:
         level = self.config.isolation
         while (level := stronger_isolation(level)) is not None:
             self.on_event("escalate", {"isolation": level})
-            with SlotRunner({CONTROL: self.config.control}, level) as runner:
+            timeout = self.config.slot_timeout if level == "process" else None
+            with SlotRunner({CONTROL: self.config.control}, level, slot_timeout=timeout) as runner:
                 outputs = [runner.run(CONTROL, result.prompt_ids, len(result.generated_ids), result.generated_ids)
                            for _ in range(3)]
             exact = sum(outputs[0].same_bits(o) for o in outputs[1:])
