@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.logitlab-installed
 GEMMA_STAMP := $(VENV)/.logitlab-gemma-installed
 
-.PHONY: setup demo test tools bench clean
+.PHONY: setup demo test tools bench fuzz clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,12 @@ $(GEMMA_STAMP): $(STAMP)
 test: setup tools $(GEMMA_STAMP)
 	@bash scripts/install-bench-tools.sh
 	$(PY) -m pytest -q
+
+# The long fuzz run (make test runs a short, fixed one): 2000 random inputs per reader and seed; failures are
+# kept in .hypothesis/ and replayed first next time. Then SIGKILL at 50 points per command.
+fuzz: setup
+	LOGITLAB_FUZZ_EXAMPLES=2000 $(PY) -m pytest tests/fuzz -q -p no:cacheprovider
+	LOGITLAB_KILL_SEEDS=50 $(PY) -m pytest tests/faults/test_kill.py -q
 
 bench: setup
 	$(PY) benchmarks/bench_compare.py
