@@ -100,7 +100,7 @@ def test_nan_in_the_reference_stops_with_what_was_measured(tmp_path):
     assert [r.is_reference for r in partial.runs][-1] and partial.error
     assert partial.control_reproducible is None and partial.aa_diagnosis == "not measured"
     assert partial.to_dict()["aa"]["control_reproducible"] is None  # unmeasured reads null, as the text says
-    assert len(log.read_text().splitlines()) == len(partial.runs)
+    assert len(read_run_log(log).records) == len(partial.runs) and read_run_log(log).ending == "error"
 
 
 def test_state_leak_is_diagnosed_by_escalating_to_a_fresh_engine():
