@@ -512,39 +512,34 @@ def bench_run(
                             unit=_unit(config, config.primary), budget_flag="--max-blocks")
     log = RunLog(log_path, BenchRunResult.KIND, {"config": dataclasses.asdict(config), "host": host}) \
         if log_path is not None else None
-    try:
-        for slot in schedule:
-            measured = runner(commands[slot.variant], metric=pattern, timeout=config.timeout)
-            run = CommandRun(variant=slot.variant, index=slot.index, block=slot.block, position=slot.position,
-                             pattern=slot.pattern, **measured)
-            runs.append(run)
-            if log is not None:
-                log.run(dataclasses.asdict(run))
-            emit("run", {"run": run})
-            attempts[slot.variant].append(run.ok)
-            if not run.ok:
-                tail = run.stderr_tail.strip().splitlines()[-1:] or [""]
-                what = f"{slot.variant} command {commands[slot.variant]!r} failed ({run.error})" + (
-                    f": {tail[0][:200]}" if tail[0] else "")
-                regex_fault = bool(run.error and run.error.startswith(_NOT_A_NUMBER))  # the regex's, not the command's
-                if regex_fault:
-                    what = f"{run.error} (in the output of the {slot.variant} command)"
-                if run.is_warmup:
-                    error = what if regex_fault else f"{what} in a warmup run"
-                elif len(attempts[slot.variant]) >= 2 and not any(attempts[slot.variant]):
-                    error = what if regex_fault else f"{what} on each of its first {len(attempts[slot.variant])} runs"
-                if error:
-                    break
-            if autostop is not None and slot.position == 3:
-                decision = autostop.look(_metric_blocks(config, runs, config.primary), blocks_run=slot.block + 1)
-                emit("look", {"decision": decision})
-                if decision.stop:
-                    break
-    except InputError as exc:  # the run log could not be written: stop, keep what ran
-        error = str(exc)
-    except KeyboardInterrupt:
-        _end_log(log, "interrupted", _analyse(config, runs, host, "interrupted", autostop), "interrupted")
-        raise
+    for slot in schedule:
+        measured = runner(commands[slot.variant], metric=pattern, timeout=config.timeout)
+        run = CommandRun(variant=slot.variant, index=slot.index, block=slot.block, position=slot.position,
+                         pattern=slot.pattern, **measured)
+        runs.append(run)
+        error = _log_run(log, run)
+        if error:  # the run log could not be written (a full disk): stop, keep what ran
+            break
+        emit("run", {"run": run})
+        attempts[slot.variant].append(run.ok)
+        if not run.ok:
+            tail = run.stderr_tail.strip().splitlines()[-1:] or [""]
+            what = f"{slot.variant} command {commands[slot.variant]!r} failed ({run.error})" + (
+                f": {tail[0][:200]}" if tail[0] else "")
+            regex_fault = bool(run.error and run.error.startswith(_NOT_A_NUMBER))  # the regex's, not the command's
+            if regex_fault:
+                what = f"{run.error} (in the output of the {slot.variant} command)"
+            if run.is_warmup:
+                error = what if regex_fault else f"{what} in a warmup run"
+            elif len(attempts[slot.variant]) >= 2 and not any(attempts[slot.variant]):
+                error = what if regex_fault else f"{what} on each of its first {len(attempts[slot.variant])} runs"
+            if error:
+                break
+        if autostop is not None and slot.position == 3:
+            decision = autostop.look(_metric_blocks(config, runs, config.primary), blocks_run=slot.block + 1)
+            emit("look", {"decision": decision})
+            if decision.stop:
+                break
     result = _analyse(config, runs, host, error, autostop)
     if error is not None or not result.comparisons:
         message = error or _no_blocks_message(config, result)
@@ -556,6 +551,17 @@ def bench_run(
 
 #: BenchRunResult fields a run log's header holds; ``runs`` are its lines; the end line holds the rest.
 LOG_HEADER_FIELDS = ("config", "host")
+
+
+def _log_run(log: RunLog | None, run: CommandRun) -> str | None:
+    """Append ``run`` to the run log; the error message when the write failed, else None."""
+    if log is None:
+        return None
+    try:
+        log.run(dataclasses.asdict(run))
+    except InputError as exc:
+        return str(exc)
+    return None
 
 
 def _end_log(log: RunLog | None, how: str, result: BenchRunResult, error: str | None = None) -> None:
