@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from fuzzing import DATA
+from logitlab.dumps.format import read_manifest
 from logitlab.dumps.readers import open_dump
 from logitlab.engines.command import read_logits
 from logitlab.errors import EngineError, InputError
@@ -118,6 +119,18 @@ def test_manifest_token_axis_that_is_not_an_axis_is_a_problem_line(tmp_path):
     (folder / "manifest.json").write_text(json.dumps(manifest))
     dump = open_dump(folder)
     assert not dump.refs and "token_axis '0'" in dump.problems[0] and "malformed manifest" in dump.problems[0]
+
+
+@pytest.mark.parametrize("key", ["steps", "tensors", "bytes_written"])
+def test_manifest_with_null_lists_and_counts_reads(tmp_path, key):
+    """TypeError at dumps/format.py:358 (iterating a null ``steps``), found by the long fuzz run of the fixed code."""
+    folder = _copy_dump(tmp_path)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest[key] = None
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    read_manifest(folder)
+    dump = open_dump(folder)
+    assert dump.refs if key != "tensors" else not dump.refs
 
 
 def test_manifest_step_file_outside_the_folder_is_refused(tmp_path):

@@ -356,10 +356,10 @@ class DumpManifest:
             prompt_ids=list(data.get("prompt_ids") or []), generated=list(data.get("generated") or []),
             filter=dict(data.get("filter") or {}),
             steps=[StepInfo(int(s["index"]), str(s["kind"]), tuple(s["positions"]), str(s["file"]),
-                            int(s.get("n_tensors", 0)), int(s.get("nbytes", 0))) for s in data.get("steps", [])],
-            tensors=[TensorEntry.from_dict(t) for t in data.get("tensors", [])],
+                            int(s.get("n_tensors", 0)), int(s.get("nbytes", 0))) for s in data.get("steps") or []],
+            tensors=[TensorEntry.from_dict(t) for t in data.get("tensors") or []],
             complete=bool(data.get("complete", True)), stopped=data.get("stopped"),
-            estimate_bytes=data.get("estimate_bytes"), bytes_written=int(data.get("bytes_written", 0)),
+            estimate_bytes=data.get("estimate_bytes"), bytes_written=int(data.get("bytes_written") or 0),
             created_at=str(data.get("created_at", "")), logitlab_version=str(data.get("logitlab_version", "")),
         )
 
