@@ -6,7 +6,7 @@ STAMP := $(VENV)/.logitlab-installed
 GEMMA_STAMP := $(VENV)/.logitlab-gemma-installed
 RAY_STAMP := $(VENV)/.logitlab-ray-installed
 
-.PHONY: setup demo test tools bench clean
+.PHONY: setup demo test tools bench fuzz clean
 
 setup: $(STAMP)
 
@@ -42,6 +42,12 @@ test: setup tools $(GEMMA_STAMP) $(RAY_STAMP)
 	@bash scripts/install-bench-tools.sh
 	@bash scripts/install-browser.sh
 	LOGITLAB_NO_SKIPS=1 $(PY) -m pytest -q
+
+# The long fuzz run (make test runs a short, fixed one): 2000 random inputs per reader and seed; failures are
+# kept in .hypothesis/ and replayed first next time. Then SIGKILL at 50 points per command.
+fuzz: setup
+	LOGITLAB_FUZZ_EXAMPLES=2000 $(PY) -m pytest tests/fuzz -q -p no:cacheprovider
+	LOGITLAB_KILL_SEEDS=50 $(PY) -m pytest tests/faults/test_kill.py -q
 
 bench: setup
 	$(PY) benchmarks/bench_compare.py

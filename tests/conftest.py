@@ -147,6 +147,12 @@ ALLOWED_SKIPS = ("CUDA is available here", "this onnxruntime-genai has CUDA", "n
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The fuzzers' per-reader tally (tests/fuzz/fuzzing.py) when fuzz tests ran; the skipped tests by reason."""
+    import sys
+
+    fuzzing = sys.modules.get("fuzzing")
+    if fuzzing is not None:
+        fuzzing.report(terminalreporter)
     skipped = terminalreporter.stats.get("skipped", [])
     if not skipped:
         return
@@ -175,3 +181,4 @@ def pytest_sessionfinish(session, exitstatus):
         if reporter:
             reporter.write_line(f"LOGITLAB_NO_SKIPS=1: {len(bad)} test(s) skipped that must run in CI (see above)",
                                 red=True)
+

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from conftest import SHORT_PROMPT
+from logitlab.runlog import read_run_log
 
 pytestmark = pytest.mark.engine
 
@@ -35,7 +36,8 @@ def test_flash_attn_requires_bit_exact_exits_1_and_writes_reports(tmp_path):
     assert first["reference_bits"] != first["observed_bits"]
     assert "first mismatch" in proc.stdout and first["reference_hex"] in proc.stdout
     assert md.read_text().startswith("## logitlab ab: **")
-    assert (tmp_path / "out.runs.jsonl").read_text().count("\n") == 4
+    log = read_run_log(tmp_path / "out.runs.jsonl")
+    assert len(log.records) == 4 and log.ending == "complete"
 
 
 def test_aa_passes_require_bit_exact(tmp_path):
@@ -115,7 +117,7 @@ def test_ctrl_c_writes_the_partial_result_and_exits_130(tmp_path):
                              "--repeats", "50", "--quiet", "--json", str(out)], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and (not log.exists() or log.read_text().count("\n") < 3):
+    while time.monotonic() < deadline and (not log.exists() or log.read_text().count('"slot":') < 3):
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
@@ -137,7 +139,7 @@ def test_crash_in_process_slot_writes_partial_json(tmp_path):
     proc = logitlab("ab", *SHORT, "--isolation", "process", "--candidate-env", f"PYTHONHOME={tmp_path}/x",
                     "--json", str(out), cwd=tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1].startswith("error: candidate slot crashed in its subprocess")
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: candidate slot 1 crashed in its subprocess (exit 1)")
     assert "stopped early" not in proc.stdout  # the error is said once, on stderr
     data = json.loads(out.read_text())
     assert data["error"] and [r["variant"] for r in data["runs"]] == ["control"]

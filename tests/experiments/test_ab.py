@@ -9,6 +9,7 @@ from logitlab.engines.variant import parse_variant
 from logitlab import report
 from logitlab.errors import EngineError, InputError
 from logitlab.experiments.ab import AbConfig, run_ab
+from logitlab.runlog import read_run_log
 
 from conftest import SHORT_PROMPT
 
@@ -30,7 +31,7 @@ def test_control_vs_control_is_bit_exact_at_every_isolation_level(isolation, tmp
     assert result.control_reproducible
     assert result.verdict.word == "bit-exact"
     assert result.aa_diagnosis == "reproducible"
-    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    lines = read_run_log(log).records
     assert [r["variant"] for r in lines] == ["control", "candidate", "candidate", "control"]
     assert lines[0]["is_reference"] and lines[3]["comparison"]["differing_entries"] == 0
     assert len(result.generated_ids) == 8
@@ -79,11 +80,12 @@ def test_crash_in_a_process_slot_keeps_partial_results(tmp_path):
     log = tmp_path / "runs.jsonl"
     # PYTHONHOME pointing nowhere makes the candidate's interpreter die at start-up.
     cfg = config(isolation="process", candidate_env={"PYTHONHOME": str(tmp_path / "nowhere")})
-    with pytest.raises(EngineError, match=r"candidate slot crashed in its subprocess \(exit 1\)") as info:
+    with pytest.raises(EngineError, match=r"candidate slot 1 crashed in its subprocess \(exit 1\)") as info:
         run_ab(cfg, log_path=log)
     partial = info.value.partial
     assert [r.variant for r in partial.runs] == ["control"]
-    assert partial.error and json.loads(log.read_text())["is_reference"]
+    logged = read_run_log(log)
+    assert partial.error and logged.ending == "error" and [r["is_reference"] for r in logged.records] == [True]
 
 
 def test_nan_in_candidate_logits_is_measured_and_judged_divergent(tmp_path):
@@ -94,7 +96,7 @@ def test_nan_in_candidate_logits_is_measured_and_judged_divergent(tmp_path):
     assert result.verdict.word == "divergent" and any("NaN" in line for line in result.verdict.evidence)
     assert result.control_reproducible is True and result.error is None  # the run went on: A/A and speed too
     assert set(result.speed) == {"decode", "prefill"}
-    assert len(log.read_text().splitlines()) == len(result.runs)
+    assert len(read_run_log(log).records) == len(result.runs)
     assert all(json.loads(line) for line in log.read_text().splitlines())  # strict JSON lines
 
 
@@ -107,7 +109,7 @@ def test_nan_in_the_reference_stops_with_what_was_measured(tmp_path):
     assert [r.is_reference for r in partial.runs][-1] and partial.error
     assert partial.control_reproducible is None and partial.aa_diagnosis == "not measured"
     assert partial.to_dict()["aa"]["control_reproducible"] is None  # unmeasured reads null, as the text says
-    assert len(log.read_text().splitlines()) == len(partial.runs)
+    assert len(read_run_log(log).records) == len(partial.runs) and read_run_log(log).ending == "error"
 
 
 def test_state_leak_is_diagnosed_by_escalating_to_a_fresh_engine():

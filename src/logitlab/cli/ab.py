@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import sys
-from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import click
@@ -24,6 +22,8 @@ from logitlab.cli.common import (
     record_options,
     record_result,
     record_target,
+    run_log_option,
+    run_log_path,
     show_report,
     threshold_options,
     REQUIRE_CHOICES,
@@ -60,6 +60,9 @@ from logitlab.numerics import VERDICTS
               help="session: fresh session per slot on one engine per variant; engine: fresh engine object per "
                    "slot; process: each slot in its own subprocess — the only honest level for environment "
                    "knobs and options an engine reads at start-up.")
+@click.option("--slot-timeout", type=float, default=None, metavar="SECONDS",
+              help="With --isolation process: a slot still running after this is killed (its whole process "
+                   "group) and the run stops with an error naming the slot; what ran is kept.")
 @click.option("--randomize", is_flag=True, help="Seeded, balanced random order of block patterns.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --randomize and the bootstrap.")
 @click.option("--no-escalate", is_flag=True, help="Do not repeat a failing A/A at stronger isolation.")
@@ -79,9 +82,7 @@ from logitlab.numerics import VERDICTS
               help="Exit 1 when the A/B verdict (or the A/A) is worse than this.")
 @output_options()
 @record_options()
-@click.option("--log", "log_path", type=str, default=None,
-              help="JSONL file each run is appended to as it finishes (default: next to --json, else "
-                   "./logitlab-runs/ab-TIMESTAMP.jsonl).")
+@run_log_option("ab")
 @handle_errors
 def ab(**opts: Any) -> None:
     """Counterbalanced A/B of two engine variants: bit-exactness, verdict, speed.
@@ -111,12 +112,13 @@ def ab(**opts: Any) -> None:
         prompt=load_prompt(opts["prompt"], opts["prompt_file"]),
         n_decode=opts["n_decode"], repeats=opts["repeats"], warmup=opts["warmup"],
         **_auto_budget(opts),
-        isolation=opts["isolation"], randomize=opts["randomize"], seed=opts["seed"],
+        isolation=opts["isolation"], slot_timeout=opts["slot_timeout"], randomize=opts["randomize"],
+        seed=opts["seed"],
         escalate=not opts["no_escalate"], localize=opts["localize"], top_k=opts["top_k"], margin=opts["margin"],
         explain=opts["explain_positions"] if opts["explain"] else 0,
         thresholds=thresholds_from(opts),
     )
-    log_path = opts["log_path"] or _default_log_path(opts["json_path"])
+    log_path = run_log_path(opts, "ab")
     check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
                        log=log_path,
                        inputs=[control.model, candidate.model, opts["prompt_file"]])
@@ -144,12 +146,6 @@ def _auto_budget(opts: dict[str, Any]) -> dict[str, Any]:
                                  f"drop it")
         return {}
     return {"max_repeats": 12 if opts["max_repeats"] is None else opts["max_repeats"], "max_time": opts["max_time"]}
-
-
-def _default_log_path(json_path: str | None) -> str:
-    if json_path:
-        return str(Path(json_path).with_suffix(".runs.jsonl"))
-    return f"logitlab-runs/ab-{datetime.now():%Y%m%d-%H%M%S}.jsonl"
 
 
 def _run_with_progress(config: Any, log_path: str, quiet: bool) -> tuple[Any, BaseException | None]:

@@ -23,6 +23,8 @@ from logitlab.cli.common import (
     record_options,
     record_result,
     record_target,
+    run_log_option,
+    run_log_path,
     show_report,
     write_reports,
 )
@@ -78,6 +80,7 @@ def _metric_name(regex: str | None) -> str:
               help="Exit 1 when the call is slower (or anything but faster).")
 @output_options()
 @record_options()
+@run_log_option("bench-run")
 @handle_errors
 def run_cmd(**opts: Any) -> None:
     """Run two shell commands in randomised, counterbalanced ABBA/BAAB blocks and compare them.
@@ -97,7 +100,9 @@ def run_cmd(**opts: Any) -> None:
     """
     from logitlab.perf.commands import BenchRunConfig, bench_run
 
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"])
+    log_path = run_log_path(opts, "bench-run")
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
+                       log=log_path)
     target = record_target(opts)
     if opts["metric_regex"] and opts["higher_is_better"] is None:
         raise InputError("--metric needs a direction: add --higher-is-better (tokens/s) or --lower-is-better "
@@ -125,10 +130,12 @@ def run_cmd(**opts: Any) -> None:
                 where = "warmup" if run.is_warmup else f"block {run.block} {run.pattern}"
                 progress.update(task, advance=1, description=f"{run.variant:9s} {where}")
 
-        result, error = keep_partial(lambda: bench_run(config, on_event=on_event))
+        result, error = keep_partial(lambda: bench_run(config, on_event=on_event, log_path=log_path))
     write_reports(result, opts)
     show_report(result, show_error=error is None)  # else the error: line below says it
     record_result(result, opts, target)
+    if not opts["quiet"]:
+        click.echo(f"runs logged to {log_path}", err=True)
     if error is not None:
         fail(str(error))
     call = result.primary.call if result.primary else "inconclusive"

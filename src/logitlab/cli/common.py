@@ -131,6 +131,25 @@ def keep_partial(run: Callable[[], Any]) -> tuple[Any, LogitlabError | None]:
         return exc.partial, exc
 
 
+def run_log_option(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--log PATH``: the run log (:mod:`logitlab.runlog`) each finished run is appended to."""
+    return click.option("--log", "log_path", type=str, default=None,
+                        help="JSONL file each run is appended to as it finishes, so a killed run keeps them "
+                             "(`logitlab report` shows it; default: next to --json, else "
+                             f"./logitlab-runs/{command}-TIMESTAMP.jsonl).")
+
+
+def run_log_path(opts: dict[str, Any], command: str) -> str:
+    """``--log``, else ``X.runs.jsonl`` next to ``--json X.json``, else ``logitlab-runs/COMMAND-TIMESTAMP.jsonl``."""
+    from datetime import datetime
+
+    if opts.get("log_path"):
+        return opts["log_path"]
+    if opts.get("json_path"):
+        return str(Path(opts["json_path"]).with_suffix(".runs.jsonl"))
+    return f"logitlab-runs/{command}-{datetime.now():%Y%m%d-%H%M%S}.jsonl"
+
+
 def output_options(*, json_help: str = "Write the full result as JSON.", markdown: bool = True,
                    quiet_help: str = "No progress bar.",
                    json: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -10,18 +10,20 @@ from logitlab.cli.common import check_output_paths, handle_errors, output_option
 
 
 @click.command()
-@click.argument("result_file", metavar="RESULT.json|SWEEP_DIR")
+@click.argument("result_file", metavar="RESULT.json|RUNS.jsonl|SWEEP_DIR")
 @output_options(json_help="Write the result again as JSON.",
                 quiet_help="Do not print the report on the terminal (only write the files).")
 @handle_errors
 def report(result_file: str, **opts: Any) -> None:
-    """Render a saved result (a --json file or an --html page) again: terminal, --markdown, --html, --json.
+    """Render a saved result again: terminal, --markdown, --html, --json.
 
     Works for every result kind: ab, verify, invariance, bench run, bench
     compare, bench calibrate, dump-diff, golden (a golden's manifest.json), golden check,
-    golden check --llamacpp-kld, history show, bisect, sweep and a sweep's job files. Nothing
-    is rerun. RESULT may also be a page written with --html: the result is embedded in it; or a
-    sweep's --out folder: its summary, recomputed from the job results there.
+    golden check --llamacpp-kld, history show, bisect, explain, sweep and a sweep's job files.
+    Nothing is rerun. RESULT may also be a page written with --html (the result is embedded
+    in it); a sweep's --out folder (its summary, recomputed from the job results there); or
+    the run log of ab, verify or bench run (--log, JSONL), which shows what was measured even
+    when the run was killed: the report says it was interrupted.
 
     \b
     Examples:
@@ -29,6 +31,7 @@ def report(result_file: str, **opts: Any) -> None:
       logitlab report out/demo.json --markdown out/demo.md
       logitlab report out/demo.json --html out/demo.html
       logitlab report runs/
+      logitlab report logitlab-runs/ab-20250101-120000.jsonl
     """
     from pathlib import Path
 

@@ -20,6 +20,8 @@ from logitlab.cli.common import (
     record_options,
     record_result,
     record_target,
+    run_log_option,
+    run_log_path,
     show_report,
     threshold_options,
     REQUIRE_CHOICES,
@@ -113,6 +115,7 @@ def _guard(value: str | None) -> float | str | None:
               help="Exit 1 when a guarded run is not token-identical to M=1 greedy.")
 @output_options()
 @record_options()
+@run_log_option("verify")
 @handle_errors
 def verify(**opts: Any) -> None:
     """Speculative-decoding verify probe: M=1 greedy vs M=K verify, K sweep, cause.
@@ -148,7 +151,9 @@ def verify(**opts: Any) -> None:
     fallback = opts["guard_fallback"]
     variant = parse_variant(opts["options"], "verify", default_engine=opts["engine"], default_model=opts["model"],
                             env=parse_env(opts["env"]), option="--options")
+    log_path = run_log_path(opts, "verify")
     check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
+                       log=log_path,
                        inputs=[variant.model, opts["prompts_file"], opts["calibration_prompts"]])
     target = record_target(opts)
     config = VerifyConfig(
@@ -158,16 +163,18 @@ def verify(**opts: Any) -> None:
         guard_safety=opts["guard_safety"], guard_fallbacks=FALLBACKS if fallback == "both" else (fallback,),
         calibration_prompts=tuple(calibration),
     )
-    result, error = _run_with_progress(config, opts["quiet"])
+    result, error = _run_with_progress(config, opts["quiet"], log_path)
     write_reports(result, opts)
     show_report(result, show_error=error is None)  # else the error: line below says it
     record_result(result, opts, target)
+    if not opts["quiet"]:
+        click.echo(f"runs logged to {log_path}", err=True)
     if error is not None:
         fail(str(error))
     sys.exit(_exit_code(result, opts["require"], opts["require_identical"]))
 
 
-def _run_with_progress(config: Any, quiet: bool) -> tuple[Any, LogitlabError | None]:
+def _run_with_progress(config: Any, quiet: bool, log_path: str | None = None) -> tuple[Any, LogitlabError | None]:
     from logitlab.experiments.verify import VerifyExperiment
 
     with make_progress(quiet) as progress:
@@ -179,7 +186,7 @@ def _run_with_progress(config: Any, quiet: bool) -> tuple[Any, LogitlabError | N
             elif kind == "step":
                 progress.update(task, advance=1, description=data["description"])
 
-        return keep_partial(VerifyExperiment(config, on_event=on_event).run)
+        return keep_partial(VerifyExperiment(config, on_event=on_event, log_path=log_path).run)
 
 
 def _exit_code(result: Any, require: str | None, require_identical: bool) -> int:

@@ -13,7 +13,10 @@ the rest:
 - :func:`check_capture_inputs`: the checks made before the engine runs.
 - :func:`run_capture`: the prefill + ``n_decode`` M=1 decode driver (greedy,
   or a replay of given token ids), the size estimate and progress events, and
-  the manifest written at the end, even when the capture stopped or failed.
+  the manifest written at the end, even when the capture stopped or failed —
+  and saved after the steps as they finish (an incomplete manifest that
+  lists the finished steps), so a capture killed mid-way leaves a readable,
+  incomplete dump.
 - :func:`check_filter_matches`: ``--names``/``--layers`` that keep nothing are
   an error that names what the model has.
 """
@@ -28,6 +31,7 @@ import numpy as np
 
 from logitlab.dumps.format import (
     DumpManifest,
+    DumpWriteError,
     StepInfo,
     StepWriter,
     TensorEntry,
@@ -233,6 +237,44 @@ class StepRecorder:
         self._step.nbytes += array.nbytes
 
 
+class ManifestSaver:
+    """Save the manifest of a running capture after its steps, for a kill to leave a readable dump.
+
+    Each save lists the finished steps and says the capture is not complete
+    (``stopped`` names the last step saved). Saving rewrites the whole
+    manifest, so saves are spaced to cost at most ``share`` of the capture's
+    time: after every step of a small dump, less often for a large one (a kill
+    then loses the steps after the last save from the manifest; their files
+    are named as unlisted by the reader).
+    """
+
+    def __init__(self, out: Path, *, share: float = 0.1):
+        import time
+
+        self.out = out
+        self.share = share
+        self._clock = time.perf_counter
+        self._start = self._clock()
+        self._spent = 0.0
+        self.saves = 0
+        self.saved_steps = 0
+
+    def save(self, manifest: DumpManifest, capture: StepRecorder, step: StepInfo) -> None:
+        now = self._clock()
+        if self.saves and self._spent > self.share * (now - self._start):
+            return
+        manifest.steps, manifest.tensors = list(capture.steps), list(capture.entries)
+        manifest.bytes_written = capture.bytes_written
+        manifest.stopped = (f"interrupted: this manifest was saved after step {step.index} ({step.kind}, positions "
+                            f"{step.positions[0]}-{step.positions[1] - 1}) while the capture ran, and nothing "
+                            "replaced it (the process was killed, or a later write failed); the steps listed are "
+                            "whole")
+        manifest.write(self.out)
+        self._spent += self._clock() - now
+        self.saves += 1
+        self.saved_steps = len(manifest.steps)
+
+
 def check_capture_inputs(engine: Any, prompt_ids: Sequence[int], n_decode: int, replay: Sequence[int] | None,
                          select: TensorFilter, *, context_hint: str = "") -> list[int]:
     """Check a capture's inputs before the engine runs; returns the positions the filter keeps.
@@ -319,6 +361,8 @@ def run_capture(
                             generated=[], filter=capture.select.to_dict(), estimate_bytes=estimate,
                             created_at=now_utc(), logitlab_version=__version__, complete=False)
     rows: list[np.ndarray] = []
+    saver = ManifestSaver(out)
+    failed: BaseException | None = None
     try:
         with engine.open_session() as session:
             calls = [("prefill", list(prompt_ids))] + [("decode", None)] * n_decode
@@ -337,11 +381,16 @@ def run_capture(
                     raise
                 info = capture.end_step()
                 rows.append(logits)
+                if capture.entries and not capture.stopped and index + 1 < len(calls):
+                    saver.save(manifest, capture, info)
                 if on_event:
                     on_event("step", {"step": info, "total": len(calls)})
                 if capture.stopped:
                     break
         manifest.complete = capture.stopped is None
+    except BaseException as exc:
+        failed = exc
+        raise
     finally:
         capture.abort()
         capture.close()
@@ -353,8 +402,24 @@ def run_capture(
             manifest.engine = {**manifest.engine, "capture_notes": capture.notes}
         if manifest.stopped is None and not manifest.complete:
             manifest.stopped = "the capture failed before the end (see the error it raised)"
+            if isinstance(failed, DumpWriteError):
+                manifest.stopped = f"the capture stopped: {failed}"
+        listed = None
         if capture.entries or capture.refused_first is None:  # else nothing stored: leave the folder empty
-            manifest.write(out)
+            try:
+                manifest.write(out)
+                listed = len(manifest.steps)
+            except DumpWriteError:
+                if failed is None:
+                    raise
+                listed = saver.saved_steps  # the manifest saved last, if any, stays as it was
+            except InputError:
+                if failed is None:
+                    raise
+        if isinstance(failed, DumpWriteError):  # a full disk: say what the folder still holds
+            kept = (f"its manifest lists the {listed} whole step(s) written before and says the dump is incomplete"
+                    if listed else "no manifest could be written")
+            raise DumpWriteError(f"{failed}; the dump in {out} is kept: {kept}") from None
     if capture.refused_first is not None and not capture.entries:
         label, size = capture.refused_first
         raise InputError(f"--max-bytes {format_bytes(capture.max_bytes or 0)} is smaller than the first tensor "

@@ -356,19 +356,26 @@ class DumpManifest:
             prompt_ids=list(data.get("prompt_ids") or []), generated=list(data.get("generated") or []),
             filter=dict(data.get("filter") or {}),
             steps=[StepInfo(int(s["index"]), str(s["kind"]), tuple(s["positions"]), str(s["file"]),
-                            int(s.get("n_tensors", 0)), int(s.get("nbytes", 0))) for s in data.get("steps", [])],
-            tensors=[TensorEntry.from_dict(t) for t in data.get("tensors", [])],
+                            int(s.get("n_tensors", 0)), int(s.get("nbytes", 0))) for s in data.get("steps") or []],
+            tensors=[TensorEntry.from_dict(t) for t in data.get("tensors") or []],
             complete=bool(data.get("complete", True)), stopped=data.get("stopped"),
-            estimate_bytes=data.get("estimate_bytes"), bytes_written=int(data.get("bytes_written", 0)),
+            estimate_bytes=data.get("estimate_bytes"), bytes_written=int(data.get("bytes_written") or 0),
             created_at=str(data.get("created_at", "")), logitlab_version=str(data.get("logitlab_version", "")),
         )
 
     def write(self, folder: str | Path) -> Path:
-        """Write ``manifest.json`` into ``folder`` (atomically: temp file + rename)."""
+        """Write ``manifest.json`` into ``folder`` (atomically: temp file + rename).
+
+        Raises:
+            InputError: the write failed (full disk); the manifest written before, if any, stays as it was.
+        """
         from logitlab.jsonio import write_json
 
         path = Path(folder) / MANIFEST_NAME
-        write_json(path, self.to_dict())
+        try:
+            write_json(path, self.to_dict())
+        except OSError as exc:
+            raise write_error(path, exc) from None
         return path
 
 
@@ -416,29 +423,151 @@ def read_manifest(folder: str | Path) -> DumpManifest:
                          "(cut short?)") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
         raise InputError(f"{path} is not a logitlab dump manifest (no \"format\": \"{FORMAT_NAME}\")")
-    if int(data.get("schema_version", 0)) > SCHEMA_VERSION:
+    version = data.get("schema_version", 0)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise InputError(f"{path}: malformed manifest (schema_version {version!r} is not a whole number)")
+    if version > SCHEMA_VERSION:
         raise InputError(f"{path} has schema_version {data['schema_version']}; this logitlab reads up to "
                          f"{SCHEMA_VERSION}: upgrade logitlab")
-    try:
-        return DumpManifest.from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"{path}: malformed manifest ({exc!r})") from None
+    problem = manifest_problem(data)
+    if problem:
+        raise InputError(f"{path}: malformed manifest ({problem})")
+    return DumpManifest.from_dict(data)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _span_problem(value: Any) -> str | None:
+    if not (isinstance(value, list) and len(value) == 2 and all(_is_int(v) for v in value)
+            and 0 <= value[0] <= value[1]):
+        return f"positions {value!r} is not [start, stop] with 0 <= start <= stop"
+    return None
+
+
+def _file_problem(value: Any) -> str | None:
+    """A step file must be a plain name inside the dump folder (never a path that leaves it)."""
+    if not isinstance(value, str) or not value or value in (".", "..") or "/" in value or "\\" in value \
+            or "\0" in value:
+        return f"file {value!r} is not a file name inside the dump folder"
+    return None
+
+
+def _entry_problem(t: Any) -> str | None:
+    """Why a manifest ``tensors`` item cannot be used, or None."""
+    if not isinstance(t, dict):
+        return "an item is not an object"
+    for key in ("key", "name", "dtype", "file"):
+        if not isinstance(t.get(key), str):
+            return f"{key} {t.get(key)!r} is not a string"
+    shape = t.get("shape")
+    if not (isinstance(shape, list) and all(_is_int(d) and d >= 0 for d in shape)):
+        return f"shape {shape!r} of {t['key']!r} is not a list of sizes"
+    if t["dtype"] not in ST_DTYPES:
+        return f"dtype {t['dtype']!r} of {t['key']!r} is not one of {', '.join(ST_DTYPES)}"
+    for key, optional in (("layer", True), ("instance", True), ("order", False), ("step", True)):
+        value = t.get(key)
+        if not (_is_int(value) or optional and value is None and (key == "layer" or key not in t)):
+            return f"{key} {value!r} of {t['key']!r} is not a whole number"
+    if not isinstance(t.get("op", ""), str):
+        return f"op of {t['key']!r} is not a string"
+    span = _span_problem(t.get("positions"))
+    if span:
+        return f"{span} ({t['key']!r})"
+    axis = t.get("token_axis")
+    if axis is not None:
+        start, stop = t["positions"]
+        if not (_is_int(axis) and 0 <= axis < len(shape) and shape[axis] == stop - start):
+            return (f"token_axis {axis!r} of {t['key']!r} is not an axis of shape {shape} that runs over its "
+                    f"{stop - start} positions")
+    return _file_problem(t["file"])
+
+
+def manifest_problem(data: dict[str, Any]) -> str | None:
+    """What makes a parsed manifest unusable (a field of the wrong type or out of range), or None.
+
+    Checked before :meth:`DumpManifest.from_dict`, so a damaged manifest is one clear error, not an exception
+    deep inside a reader: every field the readers use has its type, spans are ``[start, stop]``, a token axis
+    runs over the tensor's positions, and step files are plain names inside the dump folder.
+    """
+    for key in ("engine", "variant", "filter"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            return f"{key} is not an object"
+    engine, variant = data.get("engine") or {}, data.get("variant") or {}
+    for owner, key in ((engine, "options"), (variant, "env"), (variant, "options")):
+        if owner.get(key) is not None and not isinstance(owner[key], dict):
+            return f"{key} is not an object"
+    for owner, key in ((engine, "model_sha256"), (engine, "engine"), (engine, "engine_version"), (engine, "model")):
+        if owner.get(key) is not None and not isinstance(owner[key], str):
+            return f"engine {key} is not a string"
+    for key in ("prompt_ids", "generated"):
+        value = data.get(key)
+        if value is not None and not (isinstance(value, list) and all(_is_int(v) for v in value)):
+            return f"{key} is not a list of token ids"
+    for key in ("complete",):
+        if key in data and not isinstance(data[key], bool):
+            return f"{key} is not true or false"
+    for key in ("stopped", "created_at", "logitlab_version"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            return f"{key} is not a string"
+    for key in ("estimate_bytes", "bytes_written"):
+        if data.get(key) is not None and not _is_int(data[key]):
+            return f"{key} is not a whole number"
+    for key in ("steps", "tensors"):
+        if data.get(key) is not None and not isinstance(data[key], list):
+            return f"{key} is not a list"
+    for step in data.get("steps") or []:
+        if not isinstance(step, dict):
+            return "a step is not an object"
+        if not _is_int(step.get("index")) or not isinstance(step.get("kind"), str):
+            return f"step {step.get('index')!r} has no whole-number index or no kind"
+        if any(k in step and not _is_int(step[k]) for k in ("n_tensors", "nbytes")):
+            return f"step {step['index']} n_tensors/nbytes is not a whole number"
+        problem = _span_problem(step.get("positions")) or _file_problem(step.get("file"))
+        if problem:
+            return f"step {step['index']}: {problem}"
+    for entry in data.get("tensors") or []:
+        problem = _entry_problem(entry)
+        if problem:
+            return f"tensor entry: {problem}"
+    return None
 
 
 # --------------------------------------------------------------------------- safetensors
+#: Suffixes of files a capture writes on its way to a step file (never read as tensors).
+UNFINISHED_SUFFIXES = (".part", ".tmp")
+
+
+class DumpWriteError(InputError):
+    """A dump file could not be written (a full disk, a quota, an I/O error)."""
+
+
+def write_error(path: str | Path, exc: OSError) -> DumpWriteError:
+    """An OSError while writing ``path`` as the error to raise."""
+    reason = exc.strerror or str(exc)
+    hint = " (the disk is full: free space or choose another --out)" if exc.errno in (28, 122) else ""
+    return DumpWriteError(f"cannot write {path}: {reason}{hint}")
+
+
 class StepWriter:
     """Stream tensors into one safetensors file.
 
     Each :meth:`add` appends the array's bytes to ``<path>.part``;
     :meth:`close` writes the header (8-byte little-endian length + JSON,
-    padded to 8 bytes) and then the data, into ``path``. Memory use is one
-    tensor at a time.
+    padded to 8 bytes) and then the data into ``<path>.tmp``, and renames it
+    to ``path``: a step file that exists is whole, whenever the process stops.
+    Memory use is one tensor at a time. A write that fails (a full disk)
+    raises :class:`InputError` and leaves no file behind.
     """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._part = self.path.with_name(self.path.name + ".part")
-        self._file = self._part.open("wb")
+        try:
+            self._file = self._part.open("wb")
+        except OSError as exc:
+            raise write_error(self._part, exc) from None
         self._header: dict[str, Any] = {}
         self.nbytes = 0
 
@@ -455,32 +584,49 @@ class StepWriter:
         if code is None:
             raise InputError(f"cannot store dtype {array.dtype} in safetensors (tensor {key})")
         start = self.nbytes
-        self._file.write(array.view(np.uint8).reshape(-1).data if array.size else b"")
+        try:
+            self._file.write(array.view(np.uint8).reshape(-1).data if array.size else b"")
+        except OSError as exc:
+            self.abort()
+            raise write_error(self._part, exc) from None
         self.nbytes += array.nbytes
         self._header[key] = {"dtype": code, "shape": list(array.shape), "data_offsets": [start, self.nbytes]}
         return array.nbytes
 
     def close(self, metadata: dict[str, str] | None = None) -> Path:
-        """Write the final file and remove the part file; returns the path."""
-        self._file.close()
+        """Write the final file (via ``<path>.tmp`` and a rename) and remove the part file; returns the path.
+
+        Raises:
+            InputError: a write failed (full disk); no part, temporary or final file is left.
+        """
+        tmp = self.path.with_name(self.path.name + ".tmp")
         header = dict(self._header)
         if metadata:
             header = {"__metadata__": {str(k): str(v) for k, v in metadata.items()}, **header}
         text = json.dumps(header, separators=(",", ":")).encode("utf-8")
         text += b" " * (-len(text) % 8)
-        with self.path.open("wb") as out, self._part.open("rb") as data:
-            out.write(struct.pack("<Q", len(text)))
-            out.write(text)
-            shutil.copyfileobj(data, out, 1 << 22)
+        try:
+            self._file.close()
+            with tmp.open("wb") as out, self._part.open("rb") as data:
+                out.write(struct.pack("<Q", len(text)))
+                out.write(text)
+                shutil.copyfileobj(data, out, 1 << 22)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            self.abort()
+            raise write_error(self.path, exc) from None
         os.unlink(self._part)
         return self.path
 
     def abort(self) -> None:
         """Close and delete the part file (capture failed)."""
         if not self._file.closed:
-            self._file.close()
-        if self._part.exists():
-            os.unlink(self._part)
+            try:
+                self._file.close()
+            except OSError:  # the last buffered bytes could not be written (full disk): the file goes anyway
+                pass
+        self._part.unlink(missing_ok=True)
 
 
 def read_safetensors_header(path: str | Path) -> tuple[dict[str, Any], int]:
@@ -501,11 +647,63 @@ def read_safetensors_header(path: str | Path) -> tuple[dict[str, Any], int]:
                              f"{size}-byte file")
         try:
             header = json.loads(f.read(length))
-        except ValueError:
+        except (ValueError, RecursionError):
             raise InputError(f"{path} is not safetensors: its header is not JSON") from None
     if not isinstance(header, dict):
         raise InputError(f"{path} is not safetensors: its header is not a JSON object")
+    for key, info in header.items():
+        problem = _header_entry_problem(key, info)
+        if problem:
+            raise InputError(f"{path} is not valid safetensors: {problem}")
     return header, 8 + length
+
+
+def _header_entry_problem(key: str, info: Any) -> str | None:
+    """Why one safetensors header entry is malformed (the format's rules), or None.
+
+    Rules (safetensors' format description): ``__metadata__`` maps strings to
+    strings; every other entry has a string ``dtype``, a ``shape`` of
+    non-negative sizes and ``data_offsets`` ``[begin, end]`` with
+    ``0 <= begin <= end``; for a dtype this reader knows, ``end - begin`` is
+    the tensor's size in bytes.
+    """
+    if key == "__metadata__":
+        if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
+            return "__metadata__ is not a map of strings"
+        return None
+    if not isinstance(info, dict):
+        return f"tensor {key!r} is not described by an object"
+    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if not isinstance(dtype, str):
+        return f"tensor {key!r} has dtype {dtype!r}"
+    if not (isinstance(shape, list) and all(_is_int(d) and d >= 0 for d in shape)):
+        return f"tensor {key!r} has shape {shape!r}"
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)
+            and 0 <= offsets[0] <= offsets[1]):
+        return f"tensor {key!r} has data_offsets {offsets!r}"
+    if dtype in NP_DTYPES:
+        size = np_dtype(NP_DTYPES[dtype]).itemsize
+        for d in shape:
+            size *= d
+        if size != offsets[1] - offsets[0]:
+            return f"tensor {key!r} ({dtype} {shape}) needs {size} bytes, its data_offsets span {offsets[1] - offsets[0]}"
+    return None
+
+
+def load_npy(path: str | Path, *, mmap: bool = False) -> np.ndarray:
+    """``np.load`` of an ``.npy`` file, pickles refused; any failure as one InputError.
+
+    numpy parses the header with Python's literal parser, so a damaged header
+    can raise nearly any exception (SyntaxError, EOFError, MemoryError for a
+    huge shape...); all of them mean the file is not readable as ``.npy``.
+
+    Raises:
+        InputError: naming the file and what numpy said.
+    """
+    try:
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except Exception as exc:  # noqa: BLE001 - numpy's header parser raises many kinds; all are "bad file"
+        raise InputError(f"{path}: not a readable .npy file ({type(exc).__name__}: {exc})") from None
 
 
 class SafetensorsFiles:

@@ -52,10 +52,12 @@ import numpy as np
 from logitlab.dumps.format import (
     MANIFEST_NAME,
     NP_DTYPES,
+    UNFINISHED_SUFFIXES,
     DumpManifest,
     claims_logitlab_dump,
     format_label,
     is_logitlab_dump,
+    load_npy,
     np_dtype,
     read_manifest,
     SafetensorsFiles,
@@ -294,7 +296,7 @@ def open_dump(path: str | Path, *, format: str = "auto", shapes: ShapeSpec | Non
                                                     "\"format\": \"logitlab-dump\"); try --format auto"])
     files = sorted(f for f in p.iterdir() if f.is_file()) if p.is_dir() else [p]
     files = [f for f in files if not f.name.startswith(".") and f.suffix.lower() != ".json"
-             and not f.name.endswith(".part")]
+             and not f.name.endswith(UNFINISHED_SUFFIXES)]
     dump = Dump(str(path), format)
     if p.is_dir():
         shapes = shapes.merged(_folder_shapes(p, dump.problems))
@@ -344,8 +346,8 @@ def _not_a_dump_file(p: Path) -> str:
             return f"{p}: a dump's manifest; give its folder, {p.parent}"
         return (f"{p}: a JSON file, not a dump: give a dump folder, or a .bin/.f32/.i32/.npy/.safetensors "
                 "file")
-    if p.name.endswith(".part"):
-        return f"{p}: an unfinished step file (.part) of a capture that did not end, not a dump"
+    if p.name.endswith(UNFINISHED_SUFFIXES):
+        return f"{p}: an unfinished step file ({p.suffix}) of a capture that did not end, not a dump"
     return f"{p}: a hidden file, not read as a dump"
 
 
@@ -399,6 +401,13 @@ def _open_logitlab(folder: Path) -> Dump:
     dump.refs.sort(key=lambda r: r.order)
     if not manifest.tensors:
         dump.problems.append(f"{folder}: the manifest lists no tensors")
+    listed = {entry.file for entry in manifest.tensors} | {step.file for step in manifest.steps}
+    for f in sorted(folder.glob("step-*")):
+        if f.name.endswith(UNFINISHED_SUFFIXES):
+            dump.problems.append(f"{f}: an unfinished step file (the capture stopped while writing it); not read")
+        elif f.name not in listed:
+            dump.problems.append(f"{f}: a step file the manifest does not list (written after the manifest was "
+                                 "last saved, by a capture that did not finish); not read")
     return dump
 
 
@@ -436,7 +445,7 @@ def _folder_shapes(folder: Path, problems: list[str]) -> dict[str, tuple[int, ..
             continue
         try:
             return {str(k): tuple(int(d) for d in v) for k, v in shapes.items()}
-        except (TypeError, ValueError, AttributeError):
+        except (TypeError, ValueError, AttributeError, OverflowError):
             problems.append(f"{path}: \"shapes\" must map names to lists of ints; shapes ignored")
             return {}
     return {}
@@ -552,19 +561,16 @@ def _raw_ref(f: Path, dtype: str, name: str, layer: int | None, instance: int, p
 def _npy_ref(f: Path, name: str, layer: int | None, instance: int, position: int | None, order: tuple,
              problems: list[str]) -> TensorRef | None:
     try:
-        head = np.load(f, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        problems.append(f"{f}: not a readable .npy file ({exc}); skipped")
+        head = load_npy(f, mmap=True)
+    except InputError as exc:
+        problems.append(f"{exc}; skipped")
         return None
     dtype = head.dtype.name
     shape = tuple(head.shape)
     del head
 
     def read() -> np.ndarray:
-        try:
-            return np.array(np.load(f, allow_pickle=False))
-        except (OSError, ValueError) as exc:
-            raise InputError(f"{f}: cannot read ({exc})") from None
+        return np.array(load_npy(f))
 
     return TensorRef(name, layer, instance, position, None, order, dtype, shape, str(f), read)
 

@@ -64,8 +64,9 @@ def check_out_dir(path: str | Path, *, force: bool = False, option: str = "--out
     if out.exists() and not out.is_dir():
         raise InputError(f"dump folder {out} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()):
-        ours = (out / MANIFEST_NAME).exists() and all(
-            f.name == MANIFEST_NAME or f.name.startswith("step-") for f in out.iterdir())
+        # an earlier dump: its manifest and step files, or what a capture killed early leaves (step files only)
+        ours = all(f.name == MANIFEST_NAME or f.name.startswith(("step-", f".{MANIFEST_NAME}."))
+                   for f in out.iterdir())
         if not force:
             raise InputError(f"dump folder {out} is not empty; choose another {option} or pass --force")
         if not ours:

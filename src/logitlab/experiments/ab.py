@@ -27,8 +27,14 @@ from logitlab.errors import EngineError, InputError, Interrupted, LogitlabError
 from logitlab.events import Event, ignore_event
 from logitlab.experiments import crossengine
 from logitlab.experiments.explain import ExplainConfig, ExplainExperiment, ExplainResult
-from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner, load_engine, stronger_isolation
-from logitlab.jsonio import ResultRecord, dumps_line
+from logitlab.experiments.isolation import (
+    ISOLATION_LEVELS,
+    SlotRunner,
+    check_slot_timeout,
+    load_engine,
+    stronger_isolation,
+)
+from logitlab.jsonio import ResultRecord
 from logitlab.manifest import build_manifest
 from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict, classify, compare_logits
 from logitlab.numerics.topk import TopKComparison, classify_topk, compare_topk
@@ -38,6 +44,10 @@ from logitlab.perf.design import CANDIDATE, CONTROL, Block, Slot, ab_schedule
 from logitlab.perf.equivalence import check_margin
 from logitlab.perf.paired import PairedComparison, paired_comparison
 from logitlab.perf.sequential import SequentialDecision
+from logitlab.runlog import RunLog
+
+#: AbResult fields a run log's header holds; ``runs`` are its lines; the end line holds the rest.
+LOG_HEADER_FIELDS = ("config", "manifest", "prompt_ids", "notes")
 
 @dataclass(frozen=True)
 class AbConfig:
@@ -51,6 +61,8 @@ class AbConfig:
             sequential rule (:mod:`logitlab.perf.sequential`, on decode tokens/s) says whether to stop.
         max_repeats: budget of blocks with ``repeats="auto"``.
         max_time: wall-clock budget in seconds with ``repeats="auto"`` (None: none).
+        slot_timeout: seconds a process-isolated slot may take; past it its process group is killed and the
+            experiment stops with an error naming the slot (what ran is kept). Needs ``isolation="process"``.
         warmup: untimed runs per variant before the blocks.
         isolation: ``session``, ``engine`` or ``process``.
         randomize: seeded balanced random order of block patterns.
@@ -81,6 +93,7 @@ class AbConfig:
     localize: bool = False
     max_repeats: int = 12
     max_time: float | None = None
+    slot_timeout: float | None = None
 
     @property
     def auto(self) -> bool:
@@ -97,6 +110,7 @@ class AbConfig:
         ab_schedule(self.max_repeats if self.auto else self.repeats, warmup=self.warmup)  # --repeats < 1, --warmup < 0
         if self.isolation not in ISOLATION_LEVELS:
             raise InputError(f"unknown --isolation {self.isolation!r}; valid: {', '.join(ISOLATION_LEVELS)}")
+        check_slot_timeout(self.slot_timeout, self.isolation)
         if self.top_k < 1:
             raise InputError(f"--top-k must be at least 1, got {self.top_k}")
         if self.margin is not None:
@@ -284,6 +298,7 @@ class AbExperiment:
         self.first_candidate: RunOutput | None = None
         self.candidate_verdicts: list[tuple[int, Verdict]] = []
         self.autostop: AutoStop | None = None
+        self._runlog: RunLog | None = None
 
     # -- public -------------------------------------------------------------
     def run(self) -> AbResult:
@@ -295,7 +310,7 @@ class AbExperiment:
         """
         cfg = self.config
         variants = {CONTROL: cfg.control, CANDIDATE: cfg.candidate}
-        with SlotRunner(variants, cfg.isolation) as runner:
+        with SlotRunner(variants, cfg.isolation, slot_timeout=cfg.slot_timeout) as runner:
             # Both engines load before any run: bad options, a context too small or another
             # tokenizer fail here, not after the control has run.
             probe = self._load(cfg.control)  # tokenizer, manifest; detokenizes the greedy text
@@ -307,19 +322,25 @@ class AbExperiment:
                     runner.adopt(CANDIDATE, candidate)
                 result = self._start(probe, candidate)
                 try:
+                    self._open_log(result)
                     self._run_blocks(runner, result)
                     self._finish(result)
                 except LogitlabError as exc:
                     result.error = str(exc)
                     exc.partial = result
+                    self._end_log("error", result)
                     raise
                 except KeyboardInterrupt:
                     result.error = "interrupted"
+                    self._end_log("interrupted", result)
                     raise Interrupted("interrupted", partial=result) from None
+                self._end_log("complete", result)
             finally:
                 if not runner.adopted(CONTROL):
                     for engine in engines:
                         engine.close()
+                if self._runlog is not None:
+                    self._runlog.close()
         return result
 
     # -- steps --------------------------------------------------------------
@@ -376,7 +397,7 @@ class AbExperiment:
             # Every run after the reference replays its tokens (a server may return fewer, merged tokens).
             n_decode = self.config.n_decode if self.reference is None else len(self.reference.generated)
             output = runner.run(slot.variant, result.prompt_ids, n_decode,
-                                None if self.reference is None else self.reference.generated)
+                                None if self.reference is None else self.reference.generated, slot=slot.index)
             record = self._record(slot, output, result)
             result.runs.append(record)
             self._log(record)
@@ -486,9 +507,7 @@ class AbExperiment:
         if not result.control_reproducible and cfg.escalate:
             self._escalate(result)
         if self.candidate_verdicts:
-            # The A/B verdict is the worst over all candidate runs (the first one on ties).
-            slot, verdict = max(self.candidate_verdicts, key=lambda sv: (VERDICTS.index(sv[1].word), -sv[0]))
-            result.verdict, result.verdict_slot = verdict, slot
+            result.verdict_slot, result.verdict = worst_verdict(self.candidate_verdicts)
         result.speed = analyse_speed(result.runs, margin=cfg.margin, seed=cfg.seed)
         if cfg.auto:
             self._restate_speed(result)
@@ -544,7 +563,8 @@ class AbExperiment:
         level = self.config.isolation
         while (level := stronger_isolation(level)) is not None:
             self.on_event("escalate", {"isolation": level})
-            with SlotRunner({CONTROL: self.config.control}, level) as runner:
+            timeout = self.config.slot_timeout if level == "process" else None
+            with SlotRunner({CONTROL: self.config.control}, level, slot_timeout=timeout) as runner:
                 outputs = [runner.run(CONTROL, result.prompt_ids, len(result.generated_ids), result.generated_ids)
                            for _ in range(3)]
             exact = sum(outputs[0].same_bits(o) for o in outputs[1:])
@@ -553,12 +573,35 @@ class AbExperiment:
             if escalation.reproducible:
                 return
 
+    # -- the run log (logitlab.runlog): header, one line per run, end ----------------------------
+    def _open_log(self, result: AbResult) -> None:
+        if self.log_path is not None:
+            self._runlog = RunLog(self.log_path, AbResult.KIND,
+                                  {k: v for k, v in result.to_dict().items() if k in LOG_HEADER_FIELDS})
+
     def _log(self, record: RunRecord) -> None:
-        if self.log_path is None:
+        if self._runlog is None:
             return
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("a", encoding="utf-8") as f:
-            f.write(dumps_line(record.to_dict()) + "\n")
+        self._runlog.run(record.to_dict())
+        if record.is_reference:
+            self._runlog.update(generated_ids=list(self.reference.generated),
+                                generated_text=self._detokenize(self.reference.generated))
+
+    def _end_log(self, how: str, result: AbResult) -> None:
+        """The log's end line, with every field computed at the end; a failing write here hides no error."""
+        if self._runlog is None:
+            return
+        final = {k: v for k, v in result.to_dict().items()
+                 if k not in ("config", "manifest", "prompt_ids", "runs", "kind", "schema_version")}
+        try:
+            self._runlog.end(how, final, error=result.error)
+        except LogitlabError:
+            pass
+
+
+def worst_verdict(verdicts: Sequence[tuple[int, Verdict]]) -> tuple[int, Verdict]:
+    """The A/B verdict: the worst of ``(slot, verdict)`` over the candidate runs (the first one on ties)."""
+    return max(verdicts, key=lambda sv: (VERDICTS.index(sv[1].word), -sv[0]))
 
 
 def busy_machine_note(factor: float = 1.5) -> str | None:

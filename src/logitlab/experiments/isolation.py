@@ -7,12 +7,22 @@
   (most ``GGML_*`` variables), and for state that outlives an engine object.
 
 Engine loading is never inside a timed region.
+
+Faults of a process-isolated slot: a worker that crashes (a non-zero exit, or
+a signal such as SIGSEGV or SIGABRT from the engine's native code) raises an
+:class:`~logitlab.errors.EngineError` naming the slot and the signal; with a
+slot timeout, a worker still running after it is killed — with every process
+it started (its own process group) — and the error says so. The experiment
+then stops cleanly: what it measured before is kept (``partial``, the run log).
+A slot that runs in this process (``session``, ``engine``) cannot be stopped
+from outside, so a timeout needs ``process`` isolation.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -49,11 +59,13 @@ class SlotRunner:
     closed on exit.
     """
 
-    def __init__(self, variants: dict[str, Variant], isolation: str):
+    def __init__(self, variants: dict[str, Variant], isolation: str, *, slot_timeout: float | None = None):
         if isolation not in ISOLATION_LEVELS:
             raise InputError(f"unknown isolation {isolation!r}; valid: {', '.join(ISOLATION_LEVELS)}")
+        check_slot_timeout(slot_timeout, isolation)
         self.variants = variants
         self.isolation = isolation
+        self.slot_timeout = slot_timeout
         self._engines: dict[str, Engine] = {}
 
     def __enter__(self) -> "SlotRunner":
@@ -75,15 +87,16 @@ class SlotRunner:
             engine.close()
         self._engines.clear()
 
-    def run(self, label: str, prompt_ids: Sequence[int], n_decode: int, replay: Sequence[int] | None) -> RunOutput:
-        """Run the workload once for variant ``label``.
+    def run(self, label: str, prompt_ids: Sequence[int], n_decode: int, replay: Sequence[int] | None, *,
+            slot: int | None = None) -> RunOutput:
+        """Run the workload once for variant ``label`` (``slot``: its index, for messages).
 
         Raises:
-            EngineError: the engine failed, or the process-isolated slot crashed.
+            EngineError: the engine failed, or the process-isolated slot crashed or passed the slot timeout.
         """
         variant = self.variants[label]
         if self.isolation == "process":
-            return run_in_subprocess(variant, prompt_ids, n_decode, replay)
+            return run_in_subprocess(variant, prompt_ids, n_decode, replay, timeout=self.slot_timeout, slot=slot)
         if self.isolation == "session":
             engine = self._engines.get(label) or self._engines.setdefault(label, load_engine(variant))
             with environment(variant.env):
@@ -96,15 +109,57 @@ class SlotRunner:
             engine.close()
 
 
+def check_slot_timeout(timeout: float | None, isolation: str) -> None:
+    """Raise InputError unless ``timeout`` is None or positive seconds with ``process`` isolation."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise InputError(f"--slot-timeout must be positive seconds, got {timeout!r}")
+    if isolation != "process":
+        raise InputError(f"--slot-timeout needs --isolation process: a slot run in this process (--isolation "
+                         f"{isolation}) cannot be stopped from outside")
+
+
+def _exit_status(code: int) -> str:
+    """``exit 1``, or ``killed by SIGSEGV (signal 11)`` for a negative return code."""
+    if code >= 0:
+        return f"exit {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = "a signal"
+    return f"killed by {name} (signal {-code})"
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the worker's process group (the worker and whatever it started); only while the worker is not
+    yet reaped, so that its pid, the group's id, cannot have been reused."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def run_in_subprocess(
-    variant: Variant, prompt_ids: Sequence[int], n_decode: int, replay: Sequence[int] | None
+    variant: Variant, prompt_ids: Sequence[int], n_decode: int, replay: Sequence[int] | None, *,
+    timeout: float | None = None, slot: int | None = None,
 ) -> RunOutput:
-    """Run the workload in a fresh ``python -m logitlab.experiments.worker``.
+    """Run the workload in a fresh ``python -m logitlab.experiments.worker``, in its own process group.
+
+    Parameters
+    ----------
+    timeout : float, optional
+        Seconds the slot may take (loading included); past it the worker's
+        process group is killed (SIGKILL).
+    slot : int, optional
+        The slot's index, named in error messages.
 
     Raises:
-        EngineError: the subprocess exited non-zero (its last stderr lines are
-            in the message) or wrote no result.
+        EngineError: the subprocess exited non-zero or was killed by a signal
+            (the message names the slot, the exit status or signal, and the last
+            stderr lines), passed ``timeout``, or wrote no result.
     """
+    what = f"{variant.label} slot" + (f" {slot}" if slot is not None else "")
     with tempfile.TemporaryDirectory(prefix="logitlab-slot-") as folder:
         request = Path(folder) / "request.json"
         request.write_text(json.dumps({
@@ -116,18 +171,31 @@ def run_in_subprocess(
             "out": folder,
         }))
         env = {**os.environ, **variant.env}
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "logitlab.experiments.worker", str(request)],
-            env=env, capture_output=True, text=True,
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+            errors="replace", start_new_session=True,
         )
+        try:
+            _, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            proc.communicate()
+            raise EngineError(f"{what} did not finish within --slot-timeout {timeout:g} s: its process (and every "
+                              "process it started) was killed") from None
+        except BaseException:  # Ctrl-C: the worker is in its own session and got no SIGINT; do not leave it running
+            _kill_group(proc)
+            proc.wait()
+            raise
         result_path = Path(folder) / "result.json"
         if proc.returncode != 0 or not result_path.exists():
-            tail = " | ".join(proc.stderr.strip().splitlines()[-3:]) or "no stderr"
-            raise EngineError(
-                f"{variant.label} slot crashed in its subprocess (exit {proc.returncode}): {tail}"
-            )
-        result = json.loads(result_path.read_text())
-        logits = np.load(Path(folder) / "logits.npy")
+            tail = " | ".join(stderr.strip().splitlines()[-3:]) or "no stderr"
+            raise EngineError(f"{what} crashed in its subprocess ({_exit_status(proc.returncode)}): {tail}")
+        try:
+            result = json.loads(result_path.read_text())
+            logits = np.load(Path(folder) / "logits.npy")
+        except (OSError, ValueError) as exc:
+            raise EngineError(f"{what}: its subprocess exited 0 but its result cannot be read ({exc})") from None
     return RunOutput(
         logits=logits,
         input_ids=result["input_ids"],

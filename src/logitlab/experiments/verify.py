@@ -25,6 +25,7 @@ import hashlib
 import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -48,6 +49,7 @@ from logitlab.experiments.verify_results import (
 )
 from logitlab.numerics import LogitComparison, Thresholds, compare_logits
 from logitlab.numerics.compare import merge_comparisons
+from logitlab.runlog import RunLog
 
 FALLBACKS = G.FALLBACKS
 DEFAULT_KS = (1, 2, 4, 8)
@@ -196,13 +198,16 @@ def replay_mk(engine: Engine, prompt_ids: Sequence[int], tokens: Sequence[int], 
 class VerifyExperiment:
     """Runs a :class:`VerifyConfig`; :func:`run_verify` is the one-call form."""
 
-    def __init__(self, config: VerifyConfig, *, on_event: Event | None = None, engine: Engine | None = None):
+    def __init__(self, config: VerifyConfig, *, on_event: Event | None = None, engine: Engine | None = None,
+                 log_path: str | Path | None = None):
         config.validate()
         self.config = config
         self.on_event = on_event or ignore_event
         self._engine = engine
         #: SHA-256 over the bits of every M=1 and M=K logit row, in run order (a sweep's logits hash)
         self.logits_digest = hashlib.sha256()
+        self.log_path = Path(log_path) if log_path else None
+        self._runlog: RunLog | None = None
 
     def run(self) -> VerifyResult:
         """Run the probe (and the guard).
@@ -217,15 +222,48 @@ class VerifyExperiment:
             result = VerifyResult(config=cfg.to_dict(), manifest=build_manifest(engine.describe(), cfg.variant))
             self._result = result
             try:
+                if self.log_path is not None:
+                    self._runlog = RunLog(self.log_path, VerifyResult.KIND,
+                                          {"config": result.config, "manifest": result.manifest})
                 self._run(engine, result)
             except LogitlabError as exc:
                 result.error = str(exc)
                 exc.partial = result
+                self._end_log("error", result)
                 raise
+            except KeyboardInterrupt:
+                result.error = "interrupted"
+                self._end_log("interrupted", result)
+                raise
+            self._end_log("complete", result)
         finally:
             if self._engine is None:
                 engine.close()
+            if self._runlog is not None:
+                self._runlog.close()
         return result
+
+    def _log_prompt(self, result: VerifyResult, name: str) -> None:
+        """One run-log line per finished prompt: its M=1 run, sweep entries, flips and guarded runs."""
+        if self._runlog is None:
+            return
+        self._runlog.run({
+            "prompt": next(p for p in result.prompts if p.name == name).to_dict(),
+            "sweep": [e.to_dict() for e in result.sweep if e.prompt == name],
+            "flips": [f.to_dict() for f in result.flips if f.prompt == name],
+            "guard_results": [r.to_dict() for r in result.guard.results if r.prompt == name] if result.guard else [],
+            "batch_invariant": result.batch_invariant,
+        })
+
+    def _end_log(self, how: str, result: VerifyResult) -> None:
+        if self._runlog is None:
+            return
+        final = {k: v for k, v in result.to_dict().items()
+                 if k not in ("config", "manifest", "prompts", "sweep", "flips", "kind", "schema_version")}
+        try:
+            self._runlog.end(how, final, error=result.error)
+        except LogitlabError:
+            pass
 
     def _run(self, engine: Engine, result: VerifyResult) -> None:
         cfg = self.config
@@ -246,6 +284,8 @@ class VerifyExperiment:
             else:
                 guard.tau = float(cfg.guard)
             result.guard = guard
+            if self._runlog is not None:
+                self._runlog.update(guard={k: v for k, v in guard.to_dict().items() if k not in ("results", "totals")})
 
         parts: dict[int, list[tuple[LogitComparison, str, int]]] = {k: [] for k in cfg.ks}
         for prompt in cfg.prompts:
@@ -275,6 +315,7 @@ class VerifyExperiment:
                 del obs
             if guard is not None:
                 self._guard_prompt(engine, prompt.name, ids, ref, guard, replays.get(cfg.guard_k))
+            self._log_prompt(result, prompt.name)
             self.on_event("prompt", {"prompt": prompt.name})
 
         for k in cfg.ks:

@@ -34,6 +34,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 import numpy as np
@@ -46,6 +47,7 @@ from logitlab.perf.design import CANDIDATE, CONTROL, Block, ab_schedule
 from logitlab.perf.equivalence import check_margin
 from logitlab.perf.paired import PairedComparison, paired_comparison
 from logitlab.perf.sequential import SequentialDecision
+from logitlab.runlog import RunLog
 
 __all__ = ["SCHEMA_VERSION", "CommandRun", "BenchRunConfig", "AaReport", "BenchRunResult", "run_command",
            "bench_run", "compile_metric"]
@@ -466,6 +468,7 @@ def bench_run(
     *,
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
     runner: Callable[..., dict[str, Any]] = run_command,
+    log_path: str | Path | None = None,
 ) -> BenchRunResult:
     """Run both commands in the counterbalanced schedule and compare them.
 
@@ -477,6 +480,9 @@ def bench_run(
         ``'run'`` (``run``: the :class:`CommandRun` just finished).
     runner : callable, optional
         Replaces :func:`run_command` (tests).
+    log_path : str or Path, optional
+        Run log (:mod:`logitlab.runlog`): each run is appended as it finishes,
+        so a killed ``bench run`` keeps them (``logitlab report`` reads it).
 
     Returns
     -------
@@ -512,11 +518,16 @@ def bench_run(
         autostop = AutoStop(max_blocks=config.blocks, max_time=config.max_time, margin=config.margin,
                             higher_is_better=_direction(config, config.primary), metric=config.primary,
                             unit=_unit(config, config.primary), budget_flag="--max-blocks")
+    log = RunLog(log_path, BenchRunResult.KIND, {"config": dataclasses.asdict(config), "host": host}) \
+        if log_path is not None else None
     for slot in schedule:
         measured = runner(commands[slot.variant], metric=pattern, timeout=config.timeout)
         run = CommandRun(variant=slot.variant, index=slot.index, block=slot.block, position=slot.position,
                          pattern=slot.pattern, **measured)
         runs.append(run)
+        error = _log_run(log, run)
+        if error:  # the run log could not be written (a full disk): stop, keep what ran
+            break
         emit("run", {"run": run})
         attempts[slot.variant].append(run.ok)
         if not run.ok:
@@ -539,8 +550,39 @@ def bench_run(
                 break
     result = _analyse(config, runs, host, error, autostop)
     if error is not None or not result.comparisons:
-        raise InputError(error or _no_blocks_message(config, result), partial=result)
+        message = error or _no_blocks_message(config, result)
+        _end_log(log, "error", result, message)
+        raise InputError(message, partial=result)
+    _end_log(log, "complete", result)
     return result
+
+
+#: BenchRunResult fields a run log's header holds; ``runs`` are its lines; the end line holds the rest.
+LOG_HEADER_FIELDS = ("config", "host")
+
+
+def _log_run(log: RunLog | None, run: CommandRun) -> str | None:
+    """Append ``run`` to the run log; the error message when the write failed, else None."""
+    if log is None:
+        return None
+    try:
+        log.run(dataclasses.asdict(run))
+    except InputError as exc:
+        return str(exc)
+    return None
+
+
+def _end_log(log: RunLog | None, how: str, result: BenchRunResult, error: str | None = None) -> None:
+    """The log's end line (every field computed at the end) and close; a failing write here hides no error."""
+    if log is None:
+        return
+    try:
+        log.end(how, {k: v for k, v in result.to_dict().items()
+                      if k not in LOG_HEADER_FIELDS + ("runs", "kind", "schema_version")}, error=error)
+    except InputError:
+        pass
+    finally:
+        log.close()
 
 
 def _no_blocks_message(config: BenchRunConfig, result: BenchRunResult) -> str:

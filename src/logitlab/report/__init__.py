@@ -21,7 +21,7 @@ from logitlab.errors import InputError
 from logitlab.jsonio import ResultRecord, read_json
 from logitlab.report.document import Document
 
-__all__ = ["KINDS", "document", "markdown", "html", "display", "load_result", "read_result"]
+__all__ = ["KINDS", "LOG_KINDS", "document", "markdown", "html", "display", "load_result", "read_result"]
 
 #: result kind -> (result class, document builder)
 KINDS: dict[str, tuple[str, str]] = {
@@ -41,6 +41,14 @@ KINDS: dict[str, tuple[str, str]] = {
     "history": ("logitlab.experiments.history_show:HistoryResult", "logitlab.report.history:history_document"),
     "bisect": ("logitlab.experiments.bisect:BisectResult", "logitlab.report.bisect:bisect_document"),
     "explain": ("logitlab.experiments.explain:ExplainResult", "logitlab.report.explain:explain_document"),
+}
+
+
+#: result kind -> function rebuilding the result from its run log (logitlab.runlog)
+LOG_KINDS: dict[str, str] = {
+    "ab": "logitlab.experiments.runlogs:ab_from_log",
+    "verify": "logitlab.experiments.runlogs:verify_from_log",
+    "bench-run": "logitlab.perf.runlogs:bench_run_from_log",
 }
 
 
@@ -100,19 +108,58 @@ def load_result(data: Mapping[str, Any]) -> ResultRecord:
 
 
 def read_result(path: str | Path) -> ResultRecord:
-    """Read a result file written with ``--json``, or the result embedded in a page written with ``--html``.
+    """Read a result: a ``--json`` file, the result embedded in a page written with ``--html``,
+    or the run log (``--log``, JSONL) of ab, verify or bench run.
+
+    A run log of an experiment that was killed gives the partial result it
+    holds, its ``error`` saying so (see :mod:`logitlab.runlog`).
 
     Raises:
-        InputError: missing, unreadable or not JSON, or not a logitlab result.
+        InputError: missing, unreadable or not JSON, not a logitlab result or
+            run log, or a damaged one (a result whose report cannot be built).
+    """
+    from logitlab.runlog import looks_like_run_log, read_run_log
+
+    if looks_like_run_log(path):
+        log = read_run_log(path)
+        if log.kind not in LOG_KINDS and log.kind is not None:
+            raise InputError(f"{path}: a run log of kind {log.kind!r}; logs of these kinds can be shown: "
+                             f"{', '.join(sorted(LOG_KINDS))}")
+        result = _load(LOG_KINDS[log.kind or "ab"])(log)
+    else:
+        try:
+            if str(path).lower().endswith((".html", ".htm")):
+                result = load_result(_read_page(path))
+            else:
+                result = load_result(read_json(path, what="result file"))
+        except InputError as exc:
+            if str(exc).startswith("result file"):
+                raise
+            raise InputError(f"{path}: {exc}") from None
+    check_renders(result, path)
+    return result
+
+
+def check_renders(result: ResultRecord, path: str | Path) -> None:
+    """Build the result's report once, so that a damaged file is one clear error, not a crash mid-report.
+
+    A result file is logitlab's own output: its typed fields are checked on
+    loading, but free-form parts (config, manifest) are only read by the
+    report; a file edited by hand can break them in many ways.
+
+    Raises:
+        InputError: the report cannot be built from this result.
     """
     try:
-        if str(path).lower().endswith((".html", ".htm")):
-            return load_result(_read_page(path))
-        return load_result(read_json(path, what="result file"))
-    except InputError as exc:
-        if str(exc).startswith("result file"):
-            raise
-        raise InputError(f"{path}: {exc}") from None
+        markdown(result)
+    except InputError:
+        raise
+    except StopIteration:
+        raise InputError(f"{path}: damaged {getattr(result, 'KIND', '')} result: it names a run or entry it does "
+                         "not hold (was the file edited?)") from None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise InputError(f"{path}: damaged {getattr(result, 'KIND', '')} result: its report cannot be built "
+                         f"({type(exc).__name__}: {exc}); was the file edited?") from None
 
 
 def _read_page(path: str | Path) -> Any:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 import gzip
+import zlib
 from pathlib import Path
 
 from logitlab.errors import InputError
@@ -40,11 +41,14 @@ _JSON_READERS = (  # order matters: pytest-benchmark and pyperf also have a 'ben
 
 def _load(path: Path) -> tuple[str | None, object]:
     """(format, parsed data) of a file; format None if unrecognised."""
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
-        except OSError as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise InputError(f"{path} looks gzipped but cannot be read ({exc})") from None
     text = raw.decode("utf-8-sig", errors="replace")
     if not text.strip():

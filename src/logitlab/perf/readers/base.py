@@ -19,7 +19,8 @@ import numpy as np
 
 from logitlab.errors import InputError
 
-__all__ = ["Scenario", "BenchmarkFile", "TIME_UNITS", "load_json_text", "positive_values"]
+__all__ = ["Scenario", "BenchmarkFile", "TIME_UNITS", "load_json_text", "positive_values", "mapping", "items",
+           "number", "integer"]
 
 #: Seconds per time unit, for the units benchmark tools write.
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
@@ -117,13 +118,97 @@ def load_json_text(path: str | Path, text: str | None = None) -> Any:
         If the file is empty or not valid JSON.
     """
     if text is None:
-        text = Path(path).read_text(encoding="utf-8-sig")
+        try:
+            text = Path(path).read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}): give the JSON file the "
+                             "benchmark tool wrote") from None
+        except OSError as exc:
+            raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
     if not text.strip():
         raise InputError(f"{path} is empty: give the JSON file the benchmark tool wrote")
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}): give the file the tool wrote") from None
+    except RecursionError:
+        raise InputError(f"{path} nests JSON arrays or objects too deeply to read: not a benchmark tool's file") \
+            from None
+
+
+def mapping(value: Any, path: str | Path, what: str, *, optional: bool = True) -> dict:
+    """``value`` if it is a JSON object; ``{}`` for a missing (None) one when ``optional``.
+
+    Raises
+    ------
+    InputError
+        Naming the file and the field, when ``value`` is something else.
+    """
+    if value is None and optional:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{path}: {what} is {_kind(value)}, not a JSON object")
+    return value
+
+
+def items(value: Any, path: str | Path, what: str, *, optional: bool = True) -> list:
+    """``value`` if it is a JSON array; ``[]`` for a missing (None) one when ``optional``.
+
+    Raises
+    ------
+    InputError
+        Naming the file and the field, when ``value`` is something else.
+    """
+    if value is None and optional:
+        return []
+    if not isinstance(value, list):
+        raise InputError(f"{path}: {what} is {_kind(value)}, not a JSON array")
+    return value
+
+
+def number(value: Any, path: str | Path, what: str) -> float:
+    """``value`` as a float, if it is a JSON number (not a boolean, not beyond a float's range).
+
+    Raises
+    ------
+    InputError
+        Naming the file and the field.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{path}: {what} is {_kind(value)}, not a number")
+    try:
+        return float(value)
+    except OverflowError:
+        raise InputError(f"{path}: {what} is {str(value)[:20]}..., beyond a float's range") from None
+
+
+def integer(value: Any, path: str | Path, what: str) -> int:
+    """``value`` as an int, if it is a whole JSON number (``4`` or ``4.0``).
+
+    Raises
+    ------
+    InputError
+        Naming the file and the field.
+    """
+    x = number(value, path, what)
+    if not math.isfinite(x) or x != int(x):
+        raise InputError(f"{path}: {what} is {value!r}, not a whole number")
+    return int(x)
+
+
+def _kind(value: Any) -> str:
+    """``a string ('abc')``, ``null``, ``an array``... for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if isinstance(value, str):
+        return f"a string ({value[:20]!r})"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return repr(value)[:20]
 
 
 def positive_values(values: Iterable[Any], *, path: str, name: str, what: str = "sample") -> tuple[float, ...]:
@@ -131,11 +216,15 @@ def positive_values(values: Iterable[Any], *, path: str, name: str, what: str = 
     out = []
     for i, value in enumerate(values):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InputError(f"{path}: scenario {name!r} {what} {i} is {value!r}, not a number")
-        x = float(value)
+            raise InputError(f"{path}: scenario {name!r} {what} {i} is {_kind(value)}, not a number")
+        try:
+            x = float(value)
+        except OverflowError:
+            x = math.inf
         if not math.isfinite(x) or x <= 0.0:
             raise InputError(
-                f"{path}: scenario {name!r} {what} {i} is {value!r}: times and rates must be positive and finite"
+                f"{path}: scenario {name!r} {what} {i} is {str(value)[:24]}: times and rates must be positive and "
+                "finite"
             )
         out.append(x)
     return tuple(out)
@@ -161,6 +250,8 @@ def make_scenario(
         If a value is not positive and finite, or there is neither a sample
         nor a summary.
     """
+    if isinstance(samples, (str, bytes, dict)) or not isinstance(samples, (list, tuple, np.ndarray)):
+        raise InputError(f"{path}: scenario {name!r} samples are {_kind(samples)}, not an array of numbers")
     clean = positive_values(samples, path=path, name=name)
     if clean:
         summary_value = float(np.exp(np.mean(np.log(clean))))

@@ -19,7 +19,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from logitlab.errors import InputError
-from logitlab.perf.readers.base import BenchmarkFile, load_json_text, make_scenario, require_scenarios
+from logitlab.perf.readers.base import (
+    BenchmarkFile,
+    items,
+    load_json_text,
+    make_scenario,
+    number,
+    require_scenarios,
+)
 
 FORMAT = "criterion"
 _SKIP = {"report", "change"}
@@ -74,22 +81,24 @@ def read(root: str | Path, *, baseline: str = "new") -> BenchmarkFile:
         sample_path = folder / "sample.json"
         if sample_path.is_file():
             sample = load_json_text(sample_path)
-            try:
-                iters, times = sample["iters"], sample["times"]
-            except (KeyError, TypeError):
-                raise InputError(f"{sample_path} lacks 'iters' and 'times': not a criterion sample.json") from None
+            if not isinstance(sample, dict) or "iters" not in sample or "times" not in sample:
+                raise InputError(f"{sample_path} lacks 'iters' and 'times': not a criterion sample.json")
+            iters = items(sample["iters"], sample_path, "iters", optional=False)
+            times = items(sample["times"], sample_path, "times", optional=False)
             if len(iters) != len(times):
                 raise InputError(f"{sample_path}: {len(iters)} iters but {len(times)} times")
             for i, (n, t) in enumerate(zip(iters, times)):
-                if not isinstance(n, (int, float)) or n <= 0:
+                count = number(n, sample_path, f"iters[{i}]")
+                if not count > 0:
                     raise InputError(f"{sample_path}: iters[{i}] is {n!r}, not a positive count")
-                samples.append(float(t) / float(n) * 1e-9 if isinstance(t, (int, float)) else t)
+                samples.append(number(t, sample_path, f"times[{i}]") / count * 1e-9)
         estimates = load_json_text(estimates_path)
         summary = None
         if isinstance(estimates, dict):
             for stat in ("median", "mean"):
                 if isinstance(estimates.get(stat), dict) and "point_estimate" in estimates[stat]:
-                    summary, statistic = float(estimates[stat]["point_estimate"]) * 1e-9, stat
+                    summary = number(estimates[stat]["point_estimate"], estimates_path, f"{stat} point_estimate")
+                    summary, statistic = summary * 1e-9, stat
                     break
         if summary is None and not samples:
             raise InputError(f"{estimates_path} has no median or mean point_estimate and there is no sample.json")

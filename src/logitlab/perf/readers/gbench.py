@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from logitlab.errors import InputError
-from logitlab.perf.readers.base import TIME_UNITS, BenchmarkFile, make_scenario, require_scenarios
+from logitlab.perf.readers.base import TIME_UNITS, BenchmarkFile, make_scenario, number, require_scenarios
 
 FORMAT = "gbench"
 
@@ -55,16 +55,16 @@ def read(path: str, data: Any, *, time: str = "real") -> BenchmarkFile:
             errors[name] = errors.get(name, 0) + 1
             continue
         unit = entry.get("time_unit", "ns")
-        if unit not in TIME_UNITS:
+        if not isinstance(unit, str) or unit not in TIME_UNITS:
             raise InputError(f"{path}: benchmark {name!r} has time_unit {unit!r}: expected one of ns, us, ms, s")
         if time_field not in entry:
             raise InputError(f"{path}: benchmark {name!r} has no {time_field!r}")
-        seconds = float(entry[time_field]) * TIME_UNITS[unit]
+        seconds = number(entry[time_field], path, f"{time_field} of benchmark {name!r}") * TIME_UNITS[unit]
         if entry.get("run_type", "iteration") == "aggregate":
             if entry.get("aggregate_unit", "time") == "time":
                 aggregates.setdefault(name, {})[str(entry.get("aggregate_name", ""))] = seconds
         else:
-            iterations.setdefault(name, []).append(float(entry[time_field]) * TIME_UNITS[unit])
+            iterations.setdefault(name, []).append(seconds)
     scenarios = {}
     for name in list(dict.fromkeys(list(iterations) + list(aggregates) + list(errors))):
         note = f"{errors[name]} repetition(s) with error_occurred dropped" if name in errors else ""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from logitlab.errors import InputError
-from logitlab.perf.readers.base import BenchmarkFile, make_scenario, require_scenarios
+from logitlab.perf.readers.base import BenchmarkFile, items, make_scenario, number, require_scenarios
 
 FORMAT = "hyperfine"
 
@@ -36,20 +36,23 @@ def read(path: str, data: Any, *, time: str = "real") -> BenchmarkFile:
     for entry in data["results"]:
         name = str(entry["command"])
         if time == "cpu":
-            if not isinstance(entry.get("user"), (int, float)) or not isinstance(entry.get("system"), (int, float)):
+            if entry.get("user") is None or entry.get("system") is None:
                 raise InputError(f"{path}: command {name!r} has no user/system time: --time cpu needs hyperfine's "
                                  "user and system fields")
-            scenarios[name] = make_scenario(path=path, name=name, unit="s", higher_is_better=False,
-                                            summary=float(entry["user"]) + float(entry["system"]),
+            cpu = (number(entry["user"], path, f"user time of {name!r}")
+                   + number(entry["system"], path, f"system time of {name!r}"))
+            scenarios[name] = make_scenario(path=path, name=name, unit="s", higher_is_better=False, summary=cpu,
                                             summary_statistic="hyperfine mean user + system (CPU) time")
             continue
-        times = entry.get("times")
+        times = items(entry.get("times"), path, f"times of {name!r}")
         if not times:
             scenarios[name] = make_scenario(path=path, name=name, unit="s", higher_is_better=False,
                                             summary=entry.get("median", entry.get("mean")),
                                             summary_statistic="hyperfine median")
             continue
-        codes = entry.get("exit_codes") or [0] * len(times)
+        codes = items(entry.get("exit_codes"), path, f"exit_codes of {name!r}") or [0] * len(times)
+        if len(codes) != len(times):
+            raise InputError(f"{path}: command {name!r} has {len(times)} times but {len(codes)} exit codes")
         ok = [t for t, c in zip(times, codes) if c == 0]
         failed = len(times) - len(ok)
         if not ok:

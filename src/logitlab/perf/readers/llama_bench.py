@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from logitlab.errors import InputError
-from logitlab.perf.readers.base import BenchmarkFile, make_scenario, require_scenarios
+from logitlab.perf.readers.base import BenchmarkFile, integer, make_scenario, require_scenarios
 
 FORMAT = "llama-bench"
 #: Parameters that name a scenario when they vary within a file: those of llama-bench's ``test::get_fields``
@@ -32,8 +32,8 @@ def looks_like(data: Any) -> bool:
             and all(isinstance(r, dict) and ("avg_ts" in r or "samples_ts" in r) for r in data))
 
 
-def _test_name(row: dict) -> str:
-    pp, tg, depth = int(row.get("n_prompt") or 0), int(row.get("n_gen") or 0), int(row.get("n_depth") or 0)
+def _test_name(row: dict, path: str = "") -> str:
+    pp, tg, depth = (integer(row.get(key) or 0, path, key) for key in ("n_prompt", "n_gen", "n_depth"))
     test = f"pp{pp}+tg{tg}" if pp and tg else (f"pp{pp}" if pp else f"tg{tg}")
     return test + (f" @d{depth}" if depth else "")
 
@@ -50,7 +50,7 @@ def read(path: str, rows: Any) -> BenchmarkFile:
     varying = [p for p in _PARAMS if len({repr(r.get(p)) for r in rows}) > 1]
     scenarios = {}
     for row in rows:
-        name = " ".join([str(row.get("model_type") or row.get("model_filename") or "model"), _test_name(row)]
+        name = " ".join([str(row.get("model_type") or row.get("model_filename") or "model"), _test_name(row, path)]
                         + [f"{p}={row.get(p)}" for p in varying])
         if name in scenarios:
             raise InputError(f"{path}: two rows are both {name!r}: one scenario per test and parameter set")
@@ -74,7 +74,7 @@ def parse_jsonl(path: str, text: str) -> list[dict] | None:
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return None
         rows.append(row)
     return rows if looks_like(rows) else None

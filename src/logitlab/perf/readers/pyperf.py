@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from logitlab.errors import InputError
-from logitlab.perf.readers.base import BenchmarkFile, make_scenario, require_scenarios
+from logitlab.perf.readers.base import BenchmarkFile, items, make_scenario, mapping, require_scenarios
 
 FORMAT = "pyperf"
 
@@ -30,7 +30,7 @@ def looks_like(data: Any) -> bool:
 def _timestamp(date: Any) -> float | None:
     try:
         return datetime.fromisoformat(str(date)).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError, OSError):  # not a date, or one out of the platform's range
         return None
 
 
@@ -42,19 +42,24 @@ def read(path: str, data: Any) -> BenchmarkFile:
     InputError
         On a benchmark without a name or with a non-positive value.
     """
-    common = data.get("metadata") or {}
+    common = mapping(data.get("metadata"), path, "the suite's metadata")
     scenarios = {}
     for i, bench in enumerate(data["benchmarks"]):
-        meta = {**common, **(bench.get("metadata") or {})}
-        runs = bench.get("runs") or []
-        name = meta.get("name") or next((r.get("metadata", {}).get("name") for r in runs
-                                         if r.get("metadata", {}).get("name")), None)
+        meta = {**common, **mapping(bench.get("metadata"), path, f"benchmarks[{i}] metadata")}
+        runs = items(bench.get("runs"), path, f"benchmarks[{i}] runs")
+        for j, run in enumerate(runs):
+            mapping(run, path, f"benchmarks[{i}] runs[{j}]", optional=False)
+            mapping(run.get("metadata"), path, f"benchmarks[{i}] runs[{j}] metadata")
+        name = meta.get("name") or next(((r.get("metadata") or {}).get("name") for r in runs
+                                         if (r.get("metadata") or {}).get("name")), None)
         if not name:
             raise InputError(f"{path}: benchmarks[{i}] has no name in its metadata")
         unit = meta.get("unit", "second")
+        if not isinstance(unit, str):
+            raise InputError(f"{path}: benchmark {name!r} has unit {unit!r}, not a unit name")
         samples, groups = [], []
-        for run in runs:
-            values = run.get("values") or []
+        for j, run in enumerate(runs):
+            values = items(run.get("values"), path, f"benchmarks[{i}] runs[{j}] values")
             stamp = _timestamp((run.get("metadata") or {}).get("date"))
             samples += values
             groups += [stamp] * len(values)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from logitlab.errors import InputError
-from logitlab.perf.readers.base import BenchmarkFile, make_scenario, require_scenarios
+from logitlab.perf.readers.base import BenchmarkFile, make_scenario, mapping, require_scenarios
 
 FORMAT = "pytest-benchmark"
 
@@ -41,8 +41,9 @@ def read(path: str, data: Any) -> BenchmarkFile:
             path=path, name=name, unit="s", higher_is_better=False, samples=stats.get("data") or (),
             summary=stats.get("median", stats.get("mean")), summary_statistic="pytest-benchmark median",
         )
-    info = data.get("machine_info") or {}
-    context = {"cpu": (info.get("cpu") or {}).get("brand_raw"), "node": info.get("node"),
+    info = mapping(data.get("machine_info"), path, "machine_info")
+    cpu = info.get("cpu")
+    context = {"cpu": cpu.get("brand_raw") if isinstance(cpu, dict) else None, "node": info.get("node"),
                "python": info.get("python_version"), "datetime": data.get("datetime")}
     return BenchmarkFile(path, FORMAT, require_scenarios(path, FORMAT, scenarios),
                          {k: v for k, v in context.items() if v})

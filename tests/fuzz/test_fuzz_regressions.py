@@ -1,0 +1,214 @@
+"""Every crash the fuzzers found in the readers, kept as a case.
+
+Each case is the smallest form of an input that made the code before the fix
+raise something other than a logitlab error (the exception and the line it
+came from are in the comment). Now each gives one clear error, or, for dump
+files, one problem line while the rest of the dump stays readable.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fuzzing import DATA
+from logitlab.dumps.format import read_manifest
+from logitlab.dumps.readers import open_dump
+from logitlab.engines.command import read_logits
+from logitlab.errors import EngineError, InputError
+from logitlab.perf.readers import read_benchmark_file
+
+BENCH = DATA / "fuzz" / "bench"
+DUMPS = DATA / "fuzz" / "dumps"
+
+
+def edited(path: Path, edit) -> dict:
+    data = json.loads(path.read_text())
+    edit(data)
+    return data
+
+
+# -- benchmark files -------------------------------------------------------------------------------
+def gbench_entry(**fields):
+    return lambda d: d["benchmarks"][0].update(fields)
+
+
+@pytest.mark.parametrize("name, data, message", [
+    # TypeError at gbench.py:62: float(None)
+    ("gbench.json", edited(BENCH / "gbench.json", gbench_entry(real_time=None)), "real_time of benchmark .* is null"),
+    # TypeError at gbench.py:58: an unhashable time_unit looked up in a dict
+    ("gbench.json", edited(BENCH / "gbench.json", gbench_entry(time_unit=[])), "has time_unit \\[\\]"),
+    # KeyError at hyperfine.py:56: exit_codes an object, indexed [0] in the message
+    ("hyperfine.json", edited(BENCH / "hyperfine.json", lambda d: d["results"][0].update(exit_codes={"x": 1})),
+     "exit_codes of 'true' is an object, not a JSON array"),
+    # AttributeError at pyperf.py:57: a run that is not an object
+    ("pyperf.json", edited(BENCH / "pyperf.json", lambda d: d["benchmarks"][0]["runs"].append(1)),
+     r"runs\[\d+\] is 1, not a JSON object"),
+    # TypeError at pyperf.py:48: the suite's metadata an array
+    ("pyperf.json", edited(BENCH / "pyperf.json", lambda d: d.update(metadata=[1])),
+     "the suite's metadata is an array, not a JSON object"),
+])
+def test_damaged_benchmark_json_is_one_input_error(tmp_path, name, data, message):
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=message):
+        read_benchmark_file(path)
+
+
+@pytest.mark.parametrize("damage", [
+    lambda raw: raw[:-12],                                  # EOFError at readers/__init__.py:46: cut short
+    lambda raw: raw[:10] + b"\x00" * 8 + raw[18:],          # zlib.error at readers/__init__.py:46: a bad block
+])
+def test_damaged_gzip_is_one_input_error(tmp_path, damage):
+    path = tmp_path / "pyperf.json.gz"
+    path.write_bytes(damage((BENCH / "pyperf.json.gz").read_bytes()))
+    with pytest.raises(InputError, match="looks gzipped but cannot be read"):
+        read_benchmark_file(path)
+
+
+def test_criterion_file_that_is_not_utf8_is_one_input_error(tmp_path):
+    """UnicodeDecodeError at readers/base.py:120 (read_text of estimates.json)."""
+    import shutil
+
+    root = tmp_path / "criterion"
+    shutil.copytree(DATA / "bench" / "criterion", root)
+    target = next(root.rglob("new/estimates.json"))
+    target.write_bytes(b"\xff" + target.read_bytes())
+    with pytest.raises(InputError, match="is not UTF-8 text"):
+        read_benchmark_file(root)
+
+
+def test_json_nested_too_deeply_is_one_input_error(tmp_path):
+    """RecursionError in json.loads (found by reading the code while fixing the above)."""
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(InputError, match="nests JSON arrays or objects too deeply"):
+        read_benchmark_file(path)
+
+
+def test_a_number_beyond_a_float_is_one_input_error(tmp_path):
+    """OverflowError in float() of a 400-digit integer (found by reading the code while fixing the above)."""
+    data = json.loads((BENCH / "hyperfine.json").read_text())
+    data["results"][0]["times"][0] = int("9" * 400)
+    path = tmp_path / "hyperfine.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match="times and rates must be positive and finite"):
+        read_benchmark_file(path)
+
+
+# -- dumps ------------------------------------------------------------------------------------------
+def _copy_dump(tmp_path: Path) -> Path:
+    import shutil
+
+    folder = tmp_path / "dump"
+    shutil.copytree(DUMPS / "llamacpp", folder)
+    return folder
+
+
+def test_manifest_token_axis_that_is_not_an_axis_is_a_problem_line(tmp_path):
+    """TypeError at dumps/readers.py:394: shape[:axis] with a string token_axis."""
+    folder = _copy_dump(tmp_path)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["tensors"][0]["token_axis"] = "0"
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    dump = open_dump(folder)
+    assert not dump.refs and "token_axis '0'" in dump.problems[0] and "malformed manifest" in dump.problems[0]
+
+
+@pytest.mark.parametrize("key", ["steps", "tensors", "bytes_written"])
+def test_manifest_with_null_lists_and_counts_reads(tmp_path, key):
+    """TypeError at dumps/format.py:358 (iterating a null ``steps``), found by the long fuzz run of the fixed code."""
+    folder = _copy_dump(tmp_path)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest[key] = None
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    read_manifest(folder)
+    dump = open_dump(folder)
+    assert dump.refs if key != "tensors" else not dump.refs
+
+
+def test_manifest_step_file_outside_the_folder_is_refused(tmp_path):
+    """A manifest may not send the reader outside its folder (found by reading the code while fixing the above)."""
+    folder = _copy_dump(tmp_path)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["tensors"][0]["file"] = "../../etc/passwd"
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert "is not a file name inside the dump folder" in open_dump(folder).problems[0]
+
+
+def _rewrite_header(path: Path, edit) -> None:
+    raw = path.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + length])
+    edit(header)
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + length:])
+
+
+def _first(header: dict) -> str:
+    return next(k for k in header if k != "__metadata__")
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda h: h[_first(h)].pop("data_offsets"), "has data_offsets None"),       # KeyError at readers.py:415
+    (lambda h: h.update({_first(h): 5}), "is not described by an object"),      # TypeError at readers.py:415
+    (lambda h: h[_first(h)].update(data_offsets=[0]), r"has data_offsets \[0\]"),  # IndexError at readers.py:415
+])
+def test_step_file_with_a_damaged_header_entry_is_a_problem_line(tmp_path, edit, message):
+    folder = _copy_dump(tmp_path)
+    step = folder / "step-0001-decode.safetensors"
+    _rewrite_header(step, edit)
+    dump = open_dump(folder)
+    assert any(re.search(message, p) and "its tensors are skipped" in p for p in dump.problems), dump.problems
+    assert dump.refs and all(str(step) not in r.source for r in dump.refs)  # the other step still reads
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda h: h[_first(h)].update(data_offsets=[0]), r"data_offsets \[0\]"),          # IndexError at readers.py:587
+    (lambda h: h[_first(h)].update(data_offsets=[0, "x"]), r"data_offsets \[0, 'x'\]"),  # TypeError at :587
+    (lambda h: h[_first(h)].update(shape=5), "has shape 5"),                             # TypeError at :582
+    (lambda h: h.update({_first(h): [1]}), "is not described by an object"),             # AttributeError at :582
+])
+def test_safetensors_file_with_a_damaged_header_entry_is_a_problem_line(tmp_path, edit, message):
+    path = tmp_path / "tensors.safetensors"
+    path.write_bytes((DUMPS / "tensors.safetensors").read_bytes())
+    _rewrite_header(path, edit)
+    dump = open_dump(path)
+    assert not dump.refs and re.search(message, dump.problems[0]), dump.problems
+
+
+@pytest.mark.parametrize("header, what", [
+    ("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 4), ", "TokenError"),  # an unclosed dict
+    (None, "EOFError"),                                                             # an empty file
+    ("{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000000000000000000000, 4), }",
+     "OverflowError"),                                                              # a shape beyond int64
+])
+def test_npy_with_a_damaged_header_is_a_problem_line_and_an_engine_error(tmp_path, header, what):
+    """TokenError / EOFError / OverflowError from np.load at dumps/readers.py:555 (numpy parses the header with
+    Python's literal parser)."""
+    seed = next((DUMPS / "npy").glob("*.npy")).read_bytes()
+    if header is None:
+        raw = b""
+    else:
+        text = header.ljust(118) + "\n"
+        raw = seed[:8] + len(text).to_bytes(2, "little") + text.encode("latin-1") + seed[128:]
+    path = tmp_path / "attn_norm-0_pos0.npy"
+    path.write_bytes(raw)
+    dump = open_dump(path)
+    assert not dump.refs and "not a readable .npy file" in dump.problems[0], dump.problems
+    with pytest.raises(EngineError, match="logits file attn_norm-0_pos0.npy"):
+        read_logits(path, None)
+
+
+def test_every_damaged_case_leaves_the_seed_readable():
+    """The seeds these cases start from read cleanly (the cases test the damage, not a bad seed)."""
+    assert read_benchmark_file(BENCH / "pyperf.json.gz").scenarios
+    assert not open_dump(DUMPS / "llamacpp").problems
+    assert np.load(next((DUMPS / "npy").glob("*.npy"))).shape == (4, 4)
+    assert gzip.decompress((BENCH / "pyperf.json.gz").read_bytes())
