@@ -28,7 +28,7 @@ from logitlab.cli.common import (
 from logitlab.engines import DEFAULT_ENGINE
 from logitlab.engines.variant import parse_env, parse_variant
 from logitlab.errors import InputError, LogitlabError
-from logitlab.numerics import VERDICTS
+from logitlab.numerics.verdict import VERDICTS
 
 REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
 FALLBACK_CHOICES = ("redecode", "resync", "both")

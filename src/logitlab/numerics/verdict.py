@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from logitlab.errors import InputError
-from logitlab.numerics.compare import LogitComparison
+
+if TYPE_CHECKING:  # the comparison (numpy, the fused kernel) loads when classify runs: the CLI's help stays light
+    from logitlab.numerics.compare import LogitComparison
 
 __all__ = ["VERDICTS", "Thresholds", "Verdict", "classify", "severity"]
 
@@ -197,6 +199,8 @@ def classify(comparison: LogitComparison, thresholds: Thresholds = Thresholds())
     >>> classify(compare_logits(ref, ref + np.float32(0.25))).word
     'systematic-offset'
     """
+    from logitlab.numerics.compare import LogitComparison
+
     if not isinstance(comparison, LogitComparison):
         raise InputError(f"classify needs a LogitComparison, got {type(comparison).__name__}")
     t = thresholds
