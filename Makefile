@@ -6,7 +6,7 @@ STAMP := $(VENV)/.logitlab-installed
 GEMMA_STAMP := $(VENV)/.logitlab-gemma-installed
 RAY_STAMP := $(VENV)/.logitlab-ray-installed
 
-.PHONY: setup demo test tools bench fuzz clean
+.PHONY: setup demo test tools bench fuzz docs docs-examples clean
 
 setup: $(STAMP)
 
@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	@echo "installing logitlab with llama-cpp-python (builds from source the first time: ~7 min on 2 cores)"
 	@echo "installing PyTorch for the hf engine (pinned first, so that the hf extra cannot pull another build)"
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[llamacpp,server,hf,ortgenai,dev]'
+	$(PY) -m pip install --quiet -e '.[llamacpp,server,hf,ortgenai,dev,docs]'
 	touch $(STAMP)
 
 demo: setup
@@ -49,10 +49,21 @@ fuzz: setup
 	LOGITLAB_FUZZ_EXAMPLES=2000 $(PY) -m pytest tests/fuzz -q -p no:cacheprovider
 	LOGITLAB_KILL_SEEDS=50 $(PY) -m pytest tests/faults/test_kill.py -q
 
+# The documentation site, into site/ (open site/index.html; it works from file://). `make test` builds it too
+# (tests/docs/test_docs_build.py, --strict: broken links and unreadable docstrings fail).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# Re-run every command example of the docs and write its output into the pages (scripts/docs_examples.py);
+# `make test` re-runs the run=test ones and fails when a page no longer matches.
+docs-examples: setup
+	$(PY) scripts/docs_examples.py --regen
+
 bench: setup
 	$(PY) benchmarks/bench_compare.py
 	$(PY) benchmarks/bench_overhead.py
 	$(PY) benchmarks/bench_html.py
+	$(PY) benchmarks/bench_startup.py
 
 clean:
-	rm -rf $(VENV) out logitlab-runs
+	rm -rf $(VENV) out logitlab-runs site

@@ -1,3 +1,3 @@
 from logitlab.cli import main
 
-main()
+main(prog_name="logitlab")

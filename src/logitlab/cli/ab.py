@@ -33,8 +33,8 @@ from logitlab.cli.common import (
     write_reports,
 )
 from logitlab.errors import InputError, Interrupted
-from logitlab.experiments.isolation import ISOLATION_LEVELS
-from logitlab.numerics import VERDICTS
+from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
+from logitlab.numerics.verdict import VERDICTS
 
 
 

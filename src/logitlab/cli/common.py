@@ -11,14 +11,16 @@ import functools
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+if TYPE_CHECKING:  # rich loads when a command prints, not when its options are parsed
+    from rich.console import Console
+    from rich.progress import Progress
 
 from logitlab.errors import InputError, LogitlabError
-from logitlab.numerics import VERDICTS, Thresholds
+from logitlab.numerics.verdict import VERDICTS, Thresholds
 
 #: ``--require`` choices of every command that gives a verdict: every word but ``divergent``, in severity order.
 REQUIRE_CHOICES = VERDICTS[:-1]
@@ -302,6 +304,9 @@ def make_progress(quiet: bool) -> Progress:
     Off a terminal rich draws no bar but ends with an empty line (which then stood before an
     ``error:`` line); its console still prints, so lines sent through it appear either way.
     """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     console = Console(stderr=True)
     return Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -311,6 +316,8 @@ def make_progress(quiet: bool) -> Progress:
 
 def report_console() -> Console:
     """Console for reports: at least 120 columns so tables stay readable in pipes."""
+    from rich.console import Console
+
     return Console(width=max(Console().width, 120))
 
 

@@ -23,7 +23,7 @@ from logitlab.cli.common import (
     write_reports,
 )
 from logitlab.errors import InputError
-from logitlab.perf.changepoint import DEFAULT_MAX_PVALUE, DEFAULT_MIN_SIZE
+from logitlab.perf.changepoint_defaults import DEFAULT_MAX_PVALUE, DEFAULT_MIN_SIZE
 
 _DIR_HELP = f"History folder (default ${HISTORY_ENV}, else {DEFAULT_HISTORY})."
 

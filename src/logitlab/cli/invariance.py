@@ -23,8 +23,8 @@ from logitlab.cli.common import (
 from logitlab.engines import DEFAULT_ENGINE
 from logitlab.engines.variant import parse_env, parse_variant
 from logitlab.errors import InputError
-from logitlab.experiments.isolation import ISOLATION_LEVELS
-from logitlab.numerics import VERDICTS
+from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
+from logitlab.numerics.verdict import VERDICTS
 
 
 

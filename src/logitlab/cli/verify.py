@@ -31,7 +31,7 @@ from logitlab.cli.common import (
 from logitlab.engines import DEFAULT_ENGINE
 from logitlab.engines.variant import parse_env, parse_variant
 from logitlab.errors import InputError, LogitlabError
-from logitlab.numerics import VERDICTS
+from logitlab.numerics.verdict import VERDICTS
 
 FALLBACK_CHOICES = ("redecode", "resync", "both")
 

@@ -10,9 +10,22 @@ from __future__ import annotations
 
 import importlib
 from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
 
-from logitlab.engines.base import Engine, Session, StepTiming
 from logitlab.errors import InputError
+
+if TYPE_CHECKING:
+    from logitlab.engines.base import Engine, Session, StepTiming
+
+
+def __getattr__(name: str) -> Any:
+    """``Engine``, ``Session``, ``StepTiming`` load with :mod:`logitlab.engines.base` (numpy) on first use (PEP 562),
+    so that ``DEFAULT_ENGINE`` and the registry cost no numpy (the CLI's help)."""
+    if name in ("Engine", "Session", "StepTiming"):
+        from logitlab.engines import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: canonical name -> "module:Class"
 ENGINES: dict[str, str] = {

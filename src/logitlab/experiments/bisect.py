@@ -266,7 +266,7 @@ def run_bisect(
             (the error's ``partial`` holds the steps run).
         Interrupted: Ctrl-C (``partial`` holds the steps run).
         LogitlabError: the engine fails on GOOD's build.
-        In every case the original checkout is restored first.
+            In every case the original checkout is restored first.
     """
     emit = on_event or ignore_event
     top = require_repository(repo)

@@ -37,13 +37,7 @@ from logitlab.engines.variant import Variant
 from logitlab.errors import EngineError, InputError
 from logitlab.engines.workload import RunOutput, environment, run_workload
 
-ISOLATION_LEVELS = ("session", "engine", "process")
-
-
-def stronger_isolation(level: str) -> str | None:
-    """The next stronger isolation level, or None after ``process``."""
-    index = ISOLATION_LEVELS.index(level)
-    return ISOLATION_LEVELS[index + 1] if index + 1 < len(ISOLATION_LEVELS) else None
+from logitlab.experiments.isolation_levels import ISOLATION_LEVELS, stronger_isolation  # re-exported
 
 
 def load_engine(variant: Variant) -> Engine:

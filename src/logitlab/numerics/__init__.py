@@ -10,23 +10,36 @@ Pure numpy; nothing here prints, logs or plots.
 (True, 'bit-exact')
 """
 
-from logitlab.numerics.compare import (
-    HISTOGRAM_BINS,
-    KLD_STATS,
-    SCHEMA_VERSION,
-    LogitComparison,
-    compare_logits,
-)
-from logitlab.numerics.assertions import (
-    assert_logits_close,
-    assert_logits_equal,
-    assert_logits_equivalent,
-    assert_probe_sensitive,
-    assert_verdict,
-)
-from logitlab.numerics.ulp import ULP_NAN_MISMATCH, float_bits, float_hex, ulp_distance
-from logitlab.numerics.floor import NoiseFloor, measure_floor, topk_spread
-from logitlab.numerics.verdict import VERDICTS, Thresholds, Verdict, classify, severity
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: Public name -> the module that defines it; imported on first access (PEP 562), so that
+#: ``from logitlab.numerics.verdict import VERDICTS`` (the CLI's option choices) does not load
+#: numpy, numba and the comparison kernel.
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(("HISTOGRAM_BINS", "KLD_STATS", "SCHEMA_VERSION", "LogitComparison", "compare_logits"),
+                    "logitlab.numerics.compare"),
+    **dict.fromkeys(("assert_logits_close", "assert_logits_equal", "assert_logits_equivalent", "assert_probe_sensitive",
+                     "assert_verdict"), "logitlab.numerics.assertions"),
+    **dict.fromkeys(("ULP_NAN_MISMATCH", "float_bits", "float_hex", "ulp_distance"), "logitlab.numerics.ulp"),
+    **dict.fromkeys(("VERDICTS", "Thresholds", "Verdict", "classify", "severity"), "logitlab.numerics.verdict"),
+    **dict.fromkeys(("NoiseFloor", "measure_floor", "topk_spread"), "logitlab.numerics.floor"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
 
 __all__ = [
     "compare_logits",

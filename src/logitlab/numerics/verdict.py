@@ -50,8 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from logitlab.errors import InputError
-from logitlab.numerics.comparison import Comparison
-from logitlab.numerics.floor import measure_floor, spread_ulps
+from logitlab.numerics.comparison import Comparison  # stdlib only: the CLI's help stays light
 
 __all__ = ["VERDICTS", "LOCALIZED_FRACTION", "Thresholds", "Verdict", "classify", "severity",
            "offset_statistics", "is_offset"]
@@ -318,6 +317,8 @@ def classify(comparison: Comparison, thresholds: Thresholds = Thresholds(), *, j
     >>> classify(compare_logits(ref, ref + np.float32(0.25))).word
     'systematic-offset'
     """
+    from logitlab.numerics.floor import measure_floor, spread_ulps  # numpy: loads when classify runs
+
     if not isinstance(comparison, Comparison):
         raise InputError(f"classify needs a comparison, got {type(comparison).__name__}")
     t, c = thresholds, comparison

@@ -76,6 +76,12 @@ import numpy as np
 from scipy import stats
 
 from logitlab.errors import InputError
+from logitlab.perf.changepoint_defaults import (  # re-exported: the settings live in a light module (the CLI's help)
+    DEFAULT_MAX_PVALUE,
+    DEFAULT_MIN_SIZE,
+    DEFAULT_OUTLIER_SIGMAS,
+    DEFAULT_PENALTY,
+)
 
 __all__ = [
     "SERIES_KINDS",
@@ -96,15 +102,6 @@ __all__ = [
 SERIES_KINDS = ("higher-is-better", "lower-is-better", "fingerprint")
 #: ``direction`` of a change point; ``'changed'`` for fingerprints.
 DIRECTIONS = ("regression", "improvement", "changed")
-#: Significance level of the merge step's Welch t test (Apache Otava's default).
-DEFAULT_MAX_PVALUE = 0.001
-#: Fewest builds in a segment: a level needs this many builds to be reported.
-DEFAULT_MIN_SIZE = 3
-#: Multiplier of the BIC penalty ``sigma**2 * ln(n)`` per change point
-#: (2: the Schwarz criterion for a change of mean, Killick et al. 2012).
-DEFAULT_PENALTY = 2.0
-#: A value this many noise sds from its neighbourhood's median is an outlier.
-DEFAULT_OUTLIER_SIGMAS = 5.0
 #: Bound on false change points per 100 builds of stationary lognormal noise
 #: (sd 1-3 %) with 3 % one-off slow builds (10-30 % slow), at the defaults.
 #: ``benchmarks/bench_history.py`` measured 0.025-0.042 over 3 x 1000 series

@@ -41,6 +41,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "history": ("logitlab.experiments.history_show:HistoryResult", "logitlab.report.history:history_document"),
     "bisect": ("logitlab.experiments.bisect:BisectResult", "logitlab.report.bisect:bisect_document"),
     "explain": ("logitlab.experiments.explain:ExplainResult", "logitlab.report.explain:explain_document"),
+    "doctor": ("logitlab.experiments.doctor:DoctorResult", "logitlab.report.doctor:doctor_document"),
 }
 
 

@@ -1,0 +1,53 @@
+"""``logitlab doctor``: what this installation has (versions, engines, models, tools, devices) in one screen."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from logitlab.cli.common import check_output_paths, handle_errors, output_options, show_report, write_reports
+
+
+@click.command()
+@click.option("--no-engines", is_flag=True,
+              help="Do not import the engines' libraries (torch takes seconds): versions from the installed "
+                   "packages only.")
+@click.option("--require-ready", is_flag=True, help="Exit 1 when a default run cannot work (the report says why).")
+@output_options(json_help="Write the findings as JSON ('-': to stdout, instead of the report).",
+                quiet_help="Do not print the report on the terminal (only write the files).")
+@handle_errors
+def doctor(**opts: Any) -> None:
+    """What this installation has: versions, engines, the embedded model, tools, devices.
+
+    Lists logitlab's and Python's versions; every engine adapter, whether its
+    libraries import (with versions) and the abilities it declares; what
+    llama.cpp's build reports (CPU features, backends, GPU offload), torch's
+    devices and ONNX Runtime's providers; the embedded models; the device key
+    goldens are recorded under; the llama.cpp tools built from the vendored
+    sources (make tools); Ray, Playwright, Chromium and MkDocs. Loads no model.
+
+    \b
+    Examples:
+      logitlab doctor
+      logitlab doctor --json -              # the findings as JSON on stdout
+      logitlab doctor --markdown doctor.md  # for a bug report
+    """
+    import json
+
+    from logitlab.experiments.doctor import run_doctor
+    from logitlab.jsonio import to_jsonable
+
+    to_stdout = opts["json_path"] == "-"
+    if to_stdout:
+        opts["json_path"] = None
+    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"])
+    result = run_doctor(engines=not opts["no_engines"])
+    write_reports(result, opts)
+    if to_stdout:
+        click.echo(json.dumps(to_jsonable(result.to_dict()), indent=2, allow_nan=False, ensure_ascii=False))
+    elif not opts["quiet"]:
+        show_report(result)
+    if opts["require_ready"] and result.problems:
+        sys.exit(1)

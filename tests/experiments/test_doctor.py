@@ -1,0 +1,89 @@
+"""logitlab doctor: the facts against the installation itself, a missing library, JSON round trip, the CLI."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+
+import pytest
+
+from logitlab import __version__, report
+from logitlab.device import device_info
+from logitlab.engines import ENGINES, inventory
+from logitlab.experiments.doctor import DoctorResult, run_doctor
+from logitlab.models import default_model_path
+from logitlab.tools import TOOLS, llama_tools_dir
+
+
+@pytest.fixture(scope="module")
+def found() -> DoctorResult:
+    return run_doctor()
+
+
+def test_versions_and_core_libraries(found):
+    assert found.logitlab_version == __version__
+    assert found.python.endswith(".".join(map(str, sys.version_info[:3])))
+    numpy = next(lib for lib in found.core if lib.distribution == "numpy")
+    assert numpy.imports and numpy.version == importlib.metadata.version("numpy")
+    assert found.problems == []
+
+
+def test_every_registered_engine_is_listed_with_its_libraries(found):
+    assert [e.name for e in found.engines] == list(ENGINES)
+    llamacpp = next(e for e in found.engines if e.name == "llamacpp")
+    assert llamacpp.ready and "rollback" in llamacpp.abilities
+    assert llamacpp.libraries[0].version == importlib.metadata.version("llama-cpp-python")
+    import llama_cpp
+
+    assert llamacpp.details["system_info"] == llama_cpp.llama_print_system_info().decode().strip()
+    assert "CPU" in llamacpp.details["system_info"]
+    hf = next(e for e in found.engines if e.name == "hf")
+    assert hf.details["devices"].startswith("cpu") and "torch" in [lib.module for lib in hf.libraries]
+
+
+def test_models_device_and_tools_agree_with_the_modules_that_own_them(found):
+    smol = found.models[0]
+    assert smol.found and smol.path == str(default_model_path()) and smol.size_bytes > 50_000_000
+    assert found.device["key"] == device_info("cpu").key
+    assert found.llama_tools_folder == str(llama_tools_dir())  # make test builds them first
+    assert [t.name for t in found.llama_tools] == list(TOOLS) and all(t.present for t in found.llama_tools)
+    assert {t.name for t in found.optional} >= {"ray", "chromium", "mkdocs"}
+
+
+def test_an_engine_whose_library_is_missing_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(ENGINES, "ghost", "logitlab.engines.command:CommandEngine")
+    monkeypatch.setitem(inventory.LIBRARIES, "ghost", (("ghost-engine-lib", "ghost_engine_lib_xyz"),))
+    monkeypatch.setitem(inventory.EXTRAS, "ghost", "ghost")
+    (ghost,) = inventory.engine_inventory(["ghost"])
+    assert not ghost.ready and ghost.details == {}
+    lib = ghost.libraries[0]
+    assert lib.version is None and not lib.imports and lib.error.startswith("ModuleNotFoundError")
+    text = report.markdown(DoctorResult("0", "py", "x", "os", engines=[ghost]))
+    assert "pip install 'logitlab[ghost]'" in text and "ghost-engine-lib: not installed" in text
+
+
+def test_json_round_trip_and_report(found):
+    again = report.load_result(json.loads(json.dumps(found.to_dict())))
+    assert again == found
+    text = report.markdown(again)
+    assert text.startswith("# logitlab doctor: **ready**") or "logitlab doctor" in text.splitlines()[0]
+    assert "llama-cpp-python" in text and found.device["key"] in text
+
+
+def test_cli_json_on_stdout_without_engines():
+    done = subprocess.run([sys.executable, "-m", "logitlab", "doctor", "--no-engines", "--json", "-"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["kind"] == "doctor" and data["engines"] == [] and data["models"][0]["found"]
+
+
+def test_cli_report_and_markdown(tmp_path):
+    out = tmp_path / "doctor.md"
+    done = subprocess.run([sys.executable, "-m", "logitlab", "doctor", "--markdown", str(out), "--require-ready"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "logitlab doctor: ready" in done.stdout and "engines (--engine NAME)" in done.stdout
+    assert "llama-cpp-python" in out.read_text()
