@@ -118,6 +118,7 @@ def test_every_build_is_one_record_with_commit_date_manifest_and_samples(engine,
         assert (m["bit_exact_share"]["value"] < 100.0) is changed and (m["kld_mean"]["value"] > 0) is changed
 
 
+@pytest.mark.engine  # the module's `recorded` builds run the cmd engine
 def test_history_show_flags_the_numerics_change_and_the_slowdown(engine, recorded, tmp_path):
     repo, shas = engine
     out, md = tmp_path / "history.json", tmp_path / "history.md"
@@ -158,6 +159,7 @@ def test_history_show_flags_the_numerics_change_and_the_slowdown(engine, recorde
     assert only["ordered_by"] == "record" and only["detection"]["change_points"][0]["label"] == shas[NUMERICS]
 
 
+@pytest.mark.engine  # the module's `recorded` builds run the cmd engine
 def test_regressions_only_exits_1_for_ci_and_keeps_only_alarming_series(engine, recorded, tmp_path):
     repo, shas = engine
     r = in_process("history", "show", "--dir", str(recorded), "--repo", str(repo), "--regressions-only",
