@@ -76,7 +76,8 @@ def test_the_shape_check_allows_other_numbers_but_not_other_words(tmp_path):
 
 
 def test_a_renamed_option_is_found_without_running(tmp_path):
-    ex = _bench_page(tmp_path, edit=("--fail-on regressed", "--fail-when regressed"))
+    ex = _bench_page(tmp_path, edit=("bench/criterion --baseline main --markdown comment.md --fail-on regressed",
+                                    "bench/criterion --baseline main --markdown comment.md --fail-when regressed"))
     (problem,) = dx.parse_commands(ex)
     assert "no longer parses" in problem and "--fail-when" in problem
 

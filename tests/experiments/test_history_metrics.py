@@ -90,6 +90,7 @@ def test_ab_records_both_builds_the_numerics_and_the_ratio(numpy_ab, tmp_path):
     assert record.manifest["result_kind"] == "ab" and record.manifest["manifest"]["engine"]["engine"] == "cmd"
 
 
+@pytest.mark.engine  # numpy_ab runs the cmd engine
 def test_an_aa_is_one_build_with_every_slot_as_a_sample(numpy_ab):
     _, aa = numpy_ab
     m = result_metrics(aa)
@@ -146,6 +147,7 @@ def test_verify_records_per_k_numerics_m1_speed_and_the_greedy_tokens():
     assert m["greedy"].kind == "fingerprint"
 
 
+@pytest.mark.engine  # numpy_ab runs the cmd engine
 def test_what_cannot_be_recorded_is_an_input_error(numpy_ab):
     from logitlab.perf.commands import BenchRunResult
 

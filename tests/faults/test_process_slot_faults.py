@@ -23,20 +23,22 @@ import pytest
 
 from conftest import SHORT_PROMPT
 from logitlab import report
-from logitlab.engines import register_engine
 from logitlab.engines.variant import parse_variant
 from logitlab.errors import EngineError, InputError
 from logitlab.experiments.ab import AbConfig, run_ab
 from logitlab.runlog import read_run_log
 
 HERE = Path(__file__).resolve().parent
-register_engine("crashy", "crashy_engine:CrashyEngine")
 pytestmark = pytest.mark.engine
 
 
 @pytest.fixture(autouse=True)
 def worker_finds_the_engine(monkeypatch):
-    """The worker of a process-isolated slot imports ``crashy_engine`` from this folder."""
+    """``crashy`` is registered for this module's tests only (other tests list the registered engines);
+    the worker of a process-isolated slot imports ``crashy_engine`` from this folder."""
+    from logitlab import engines
+
+    monkeypatch.setitem(engines.ENGINES, "crashy", "crashy_engine:CrashyEngine")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
 
 
