@@ -37,7 +37,7 @@ from logitlab.engines.variant import Variant
 from logitlab.errors import EngineError, InputError
 from logitlab.engines.workload import RunOutput, environment, run_workload
 
-from logitlab.experiments.isolation_levels import ISOLATION_LEVELS  # re-exported
+from logitlab.experiments.isolation_levels import ISOLATION_LEVELS, stronger_isolation  # noqa: F401  (re-exported)
 
 
 def load_engine(variant: Variant) -> Engine:
