@@ -29,10 +29,9 @@ def test_the_adapter_page_toy_engine_runs_and_is_judged(capsys):
 @pytest.mark.engine
 def test_the_python_api_page_runs(capsys):
     _run_blocks("python-api.md")
-    from logitlab.numerics import VERDICTS
-
     out = capsys.readouterr().out.splitlines()
     word, ratio = out[0].split()
-    assert word in VERDICTS and word != "bit-exact" and float(ratio) > 0  # flash attention changes the logits
+    assert word == "near-tie" and float(ratio) > 0  # flash attention changes the logits
     assert out[1].startswith(f"## logitlab ab: **{word}**")
-    assert out[-1].split()[0] in VERDICTS and "argmax" in out[-1]  # a verdict with its evidence lines
+    # the crafted pair: one entry of one row moved by 0.5, a change confined to a few entries (seeded: fixed)
+    assert out[-1].split()[0] == "divergent" and "a change confined to a few entries" in out[-1]

@@ -165,10 +165,10 @@ def test_float32_vs_bfloat16_is_not_bit_exact_and_names_margins_at_flips():
     print("\n".join("  " + e for e in result.verdict.evidence))
     assert result.control_reproducible and result.verdict.word == "near-tie"
     assert c.differing_rows == c.n_positions
-    for flip in c.flips:
-        assert flip["margin_ref"] is not None
-    if c.flips:
-        assert any("margin" in line for line in result.verdict.evidence)
+    # torch on CPU, one thread: the same bits every run; here one flip, at the last position, at a tiny margin
+    assert [f["position"] for f in c.flips] == [16], c.flips
+    assert all(0 <= f["margin_ref"] < result.config["thresholds"]["near_tie_margin"] for f in c.flips)
+    assert any("margin" in line for line in result.verdict.evidence)
 
 
 def test_eager_vs_sdpa_reports_its_real_verdict():

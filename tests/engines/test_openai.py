@@ -118,7 +118,9 @@ def test_cli_ab_between_two_real_servers(servers, tmp_path):
     assert data["config"]["candidate"]["model"] == "b" and data["config"]["candidate"]["options"]["url"] == b
     assert data["aa"]["control_reproducible"]
     verdict = data["verdict"]
-    assert verdict["word"] != "bit-exact" and verdict["word"] != "systematic-offset"
+    # llama.cpp on this CPU gives the same bits every run (fixed threads), so the word is fixed: the top-k rows
+    # differ inside their noise and the changes sit at small margins
+    assert verdict["word"] == "near-tie"
     assert any("lower bound" in line for line in verdict["evidence"])
     run = next(r for r in data["runs"] if r["slot"] == data["verdict_slot"])
     c = run["comparison"]

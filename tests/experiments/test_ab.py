@@ -65,7 +65,19 @@ def test_speed_decision_over_blocks():
     result = run_ab(config(repeats=2))
     decode = result.speed["decode"]
     assert decode.n_blocks == 2 and decode.ci_low <= decode.ratio <= decode.ci_high
-    assert decode.call in ("faster", "slower", "equivalent", "inconclusive")
+    # an A/A's call is random (5 % faster/slower by design); what must hold is the call its numbers give:
+    # the paired-t CI of the block log ratios (df 1) against the margin, recomputed here with scipy
+    import numpy as np
+    from scipy import stats
+
+    logs = np.array(decode.block_log_ratios)
+    half = stats.t.ppf((1 + decode.confidence) / 2, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
+    lo, hi = logs.mean() - half, logs.mean() + half  # tokens/s: higher is better, a positive log ratio is faster
+    assert (decode.ratio, decode.ci_low, decode.ci_high) == pytest.approx(tuple(np.exp([logs.mean(), lo, hi])))
+    bound = np.log1p(decode.margin)
+    expected = ("equivalent" if -bound < lo and hi < bound else "faster" if lo > 0 else "slower" if hi < 0
+                else "inconclusive")
+    assert decode.call == expected, (decode.call, lo, hi, bound)
 
 
 @pytest.mark.engine

@@ -218,8 +218,10 @@ def test_verify_with_guard_auto_on_a_history_engine_reports_what_is_exact(tmp_pa
     assert "### Near-tie guard" in md and "target — token identity on every prompt" in md
     sweep_header = next(line for line in md.splitlines() if line.startswith("| K | rows"))
     assert sweep_header.count(" | ") == 10 and "max \\|Δ\\|" in sweep_header  # 11 columns, pipes escaped
-    assert "redecode cannot repair a difference that lives in the KV history" in md or \
-        redecode["identical_prompts"] == 3
+    # the toy's history differences stay below the margins: redecode repairs every prompt, and the report
+    # keeps its warning for when it does not
+    assert redecode["identical_prompts"] == 3
+    assert "redecode cannot repair a difference that lives in the KV history" not in md
     console = Console(record=True, width=160)
     report.display(result, console)
     text = console.export_text()

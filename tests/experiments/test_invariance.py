@@ -193,7 +193,7 @@ def test_nondeterminism_is_counted_grouped_and_located():
     assert d["distinct_logits"] == 3 and d["logit_groups"] == [[1, 2], [3], [4]]
     assert [c.name for c in result.checks] == ["runs 3", "runs 4"]
     assert result.checks[0].comparison.first_mismatch["position"] == 5
-    assert result.verdict.word != "bit-exact" and not result.invariant
+    assert result.verdict.word == "ulp-noise" and not result.invariant  # the drift is a few ULP by construction
 
 
 # -- config, reports ------------------------------------------------------------------------------

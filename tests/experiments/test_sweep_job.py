@@ -75,7 +75,7 @@ def test_ab_job_is_a_function_of_its_spec():
     assert [r.logits_hash for r in kept] == [r.logits_hash for r in fresh]
     a0, a1 = (r.experiment_result() for r in kept)
     assert a0.verdict.word == "bit-exact" and a0.control_reproducible
-    assert a1.verdict.word != "bit-exact"
+    assert a1.verdict.word == "near-tie"  # flash attention, llama.cpp CPU: the same bits every run
     assert kept[0].logits_hash != kept[1].logits_hash  # the hash sees the candidate's bits
     assert kept[0].where["executor"] == "inline" and kept[0].where["device"] == "cpu"
 

@@ -185,6 +185,7 @@ def test_verify_path_that_differs_at_k1():
 def test_flip_records_name_position_block_row_and_both_logits():
     result = toy_run("noise", ks=(4,), eps=0.1)
     n_prompt = {"a": len("hello world"), "b": len("the quick brown fox")}
+    assert result.flips, "the toy should produce near-tie flips at K=4"
     for f in result.flips:
         assert f.position == n_prompt[f.prompt] + f.output_index
         assert f.block_start == f.output_index - f.row and f.row == f.output_index % 4
@@ -266,6 +267,8 @@ def test_llamacpp_k_sweep_is_near_tie_noise():
         assert result.total(k).bit_exact_rows < result.total(k).rows
     c = result.classification
     assert c.cause == "near-tie-noise" and c.word == "near-tie"
+    # llama.cpp CPU, one thread: the same bits every run; one near-tie position flips at K=2 and K=4
+    assert [(f.k, f.position) for f in result.flips] == [(2, 73), (4, 73)], result.flips
     assert all(f.margin_ref < c.tau for f in result.flips)
     assert result.manifest["engine"]["model_sha256"]
     assert result.to_dict()["totals"][0]["k"] == 1

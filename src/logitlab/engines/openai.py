@@ -30,10 +30,12 @@ One run of the workload, ``temperature`` 0 throughout:
    replayed ones) and kept as :class:`~logitlab.engines.topk.TopKRows`.
 
 ``RunOutput.scoring`` records the mode, the endpoint, the requests and their
-time, the tokens the server evaluated per request (where it says) and the
-alignment check. ``prompt_format``: ``ids`` sends token ids (llama-server,
-vLLM, SGLang), ``text`` the detokenized sequence (llama-cpp-python's server,
-TGI), ``auto`` (default) ids if the server takes a one-token id prompt.
+time, the tokens the server evaluated per request (where it says), the
+alignment check and the run's retried requests (``retries``: request, failure,
+attempt, wait; ``describe()["retries_while_loading"]`` has those of the
+probe). ``prompt_format``: ``ids`` sends token ids (llama-server, vLLM,
+SGLang), ``text`` the detokenized sequence (llama-cpp-python's server, TGI),
+``auto`` (default) ids if the server takes a one-token id prompt.
 Tokenizing uses the server's endpoint (``/extras/tokenize``, ``/tokenize``)
 or ``tokenizer=PATH.gguf``. Requests time out after ``timeout`` s and are
 retried (:mod:`~logitlab.engines.servers.http`); a server that stops answering
@@ -148,6 +150,7 @@ class OpenAIEngine(Engine):
         self._prompt_format = self._settle_prompt_format(self.options.get("prompt_format", "auto"))
         self.dialect = self._dialect()
         self.mode, self.tried, self.probe_check = self._choose_mode()
+        self.load_retries = list(self.client.retried)
 
     # -- set-up ---------------------------------------------------------------------
     def _served_models(self) -> list[str]:
@@ -324,7 +327,8 @@ class OpenAIEngine(Engine):
 
         ``logits`` is empty (``(n_positions, 0)``), ``topk`` holds the data and ``scoring`` says how it
         was obtained. Timings: ``prefill`` = the scoring requests over all positions (their summed wall
-        time), ``decode`` = the greedy completion request (wall time, HTTP included).
+        time), ``decode`` = the greedy completion request (wall time, HTTP included); a retried request
+        counts its answered attempt only.
 
         Raises:
             EngineError: the server failed, stopped answering, or its rows do not line up with its own
@@ -334,6 +338,7 @@ class OpenAIEngine(Engine):
         from logitlab.engines.workload import RunOutput
 
         prompt = [int(t) for t in prompt_ids]
+        retried_before = len(self.client.retried)
         generation = None
         if replay is None or self.options.get("decode_timing", True):
             generation = self.dialect.generate(prompt, n_decode)
@@ -361,6 +366,7 @@ class OpenAIEngine(Engine):
             "evaluated_per_request": ({str(n): counted.count(n) for n in sorted(set(counted))}
                                       if len(counted) == len(scored.evaluated) else None),
             "alignment": None if check is None else check.to_dict(),
+            "retries": self.client.retried[retried_before:],
         }
         return RunOutput(np.empty((len(sequence), 0), np.float32), sequence, generated, timings,
                          topk=TopKRows.from_mappings(scored.rows, self.k), scoring=scoring)
@@ -385,6 +391,7 @@ class OpenAIEngine(Engine):
                 "tried_before": [{"mode": name, "why_not": why} for name, why in self.tried],
                 "probe_alignment": None if self.probe_check is None else self.probe_check.to_dict(),
             },
+            "retries_while_loading": self.load_retries,
             "timing": "prefill: summed wall time of the scoring requests over all positions; decode: wall time of "
                       "a greedy completion of n_decode tokens (HTTP included)",
         }

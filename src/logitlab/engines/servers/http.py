@@ -7,7 +7,10 @@ The ``openai`` engine and its scoring modes talk to a server only through
 
 A request times out after ``timeout`` s and is retried ``retries`` times on
 connection errors, timeouts, 408/429 and 5xx, waiting ``backoff`` s, doubled
-each time. Only the standard library is used.
+each time. Every retry is kept in :attr:`ServerClient.retried` (the engine
+reports them per run), and a request's time is that of its answered attempt
+(the failed attempts and the waits are not the server's speed). Only the
+standard library is used.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import re
 import socket
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -47,6 +51,8 @@ class ServerClient:
 
     Attributes:
         requests: requests sent so far (retries count once each).
+        retried: every retry so far, in order: ``{"request": "POST /v1/completions", "failure": "HTTP 429: …",
+            "attempt": 2, "waited_s": 0.5}`` (``attempt``: the retry's attempt number, from 2).
     """
 
     def __init__(self, url: str, *, timeout: float = 120.0, retries: int = 3, backoff: float = 0.5,
@@ -58,6 +64,7 @@ class ServerClient:
         self.backoff = backoff
         self.api_key = api_key
         self.requests = 0
+        self.retried: list[dict[str, Any]] = []
 
     def request(self, method: str, url: str, body: dict | None, retries: int | None = None) -> Any:
         """One JSON request with retries; returns the decoded JSON (an object, or a list for TGI's /tokenize).
@@ -66,17 +73,26 @@ class ServerClient:
             HttpStatusError: a 4xx answer (not retried), or a 408/429/5xx answer after the retries.
             EngineError: no answer after the retries, or an answer that is not JSON.
         """
+        return self._request(method, url, body, retries)[0]
+
+    def _request(self, method: str, url: str, body: dict | None, retries: int | None) -> tuple[Any, float]:
+        """:meth:`request`, and the wall time (s) of the attempt that was answered."""
         retries = self.retries if retries is None else retries
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         data = None if body is None else json.dumps(body).encode("utf-8")
         last = "no attempt"
+        path = urllib.parse.urlsplit(url).path or "/"
         for attempt in range(retries + 1):
             if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
+                wait = self.backoff * 2 ** (attempt - 1)
+                self.retried.append({"request": f"{method} {path}", "failure": last, "attempt": attempt + 1,
+                                     "waited_s": wait})
+                time.sleep(wait)
             self.requests += 1
             request = urllib.request.Request(url, data=data, headers=headers, method=method)
+            start = time.perf_counter()
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
                     raw = response.read()
@@ -85,31 +101,33 @@ class ServerClient:
                 last = f"HTTP {exc.code}: {detail}"
                 if (exc.code in (408, 429) or exc.code >= 500) and attempt < retries:
                     continue
-                raise HttpStatusError(f"{method} {url} answered {last}", exc.code) from None
+                tries = f" on all {attempt + 1} attempts" if attempt else ""
+                raise HttpStatusError(f"{method} {url} answered HTTP {exc.code}{tries}: {detail}", exc.code) from None
             except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError,
                     http.client.HTTPException, OSError) as exc:
                 reason = getattr(exc, "reason", exc)
                 last = f"{type(reason).__name__}: {reason}" if str(reason) else type(reason).__name__
                 continue
+            seconds = time.perf_counter() - start
             try:
-                return json.loads(raw)
+                return json.loads(raw), seconds
             except ValueError:
                 raise EngineError(f"{method} {url} answered something that is not JSON: {raw[:120]!r}") from None
         raise EngineError(f"openai server {url} did not answer after {retries + 1} attempt(s) "
                           f"(timeout {self.timeout:g} s each): {last}")
 
     def post(self, path: str, body: dict, *, root: bool = False, retries: int | None = None) -> tuple[dict, float]:
-        """POST ``body`` to ``{url}{path}`` (``root``: ``{root}{path}``); the answer (an object) and its wall time (s).
+        """POST ``body`` to ``{url}{path}`` (``root``: ``{root}{path}``); the answer (an object) and the wall time (s)
+        of the attempt that was answered (HTTP included; failed attempts and retry waits left out).
 
         Raises:
             EngineError: as :meth:`request`, or the answer is not a JSON object.
         """
-        start = time.perf_counter()
         url = (self.root if root else self.url) + path
-        data = self.request("POST", url, body, retries)
+        data, seconds = self._request("POST", url, body, retries)
         if not isinstance(data, dict):
             raise EngineError(f"POST {url} answered JSON that is not an object: {str(data)[:120]}")
-        return data, time.perf_counter() - start
+        return data, seconds
 
     def get(self, path: str, *, root: bool = False, retries: int | None = None) -> dict:
         """GET ``{url}{path}`` (``root``: ``{root}{path}``); the decoded answer, which must be a JSON object."""
