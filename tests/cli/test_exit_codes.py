@@ -357,3 +357,19 @@ def test_golden_check_takes_engine_with_a_target(work, engines, golden_runs):
     engine, _, options = engines["numpy"].partition("?")
     proc = cli("golden", "check", "golden", "--engine", engine, "--variant", options, "--quiet", cwd=work)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["bench", "compare", "a.json", "--fail-on", "bogus"], "error: Invalid value for '--fail-on': 'bogus' is not "
+                                                           "one of "),
+    (["bench", "compare", "a.json", "--nope"], "error: No such option '--nope'"),
+    (["nope"], "error: No such command 'nope'."),
+    (["report"], "error: Missing argument 'RESULT.json|RUNS.jsonl|SWEEP_DIR'."),
+])
+def test_a_usage_error_is_one_error_line_and_exit_2(args, message, tmp_path):
+    """Click's own usage errors (bad choice, unknown option or command, missing argument) read like every
+    other bad input: one ``error:`` line naming the --help to read, exit 2."""
+    proc = cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = stderr_lines(proc)
+    assert line.startswith(message) and line.endswith("--help')")

@@ -14,6 +14,7 @@ runs).  ``benchmarks/bench_startup.py`` measures it.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 import click
@@ -86,6 +87,26 @@ class LazyGroup(click.Group):
         limit = formatter.width - 6 - max(len(n) for n in names)
         with formatter.section("Commands"):
             formatter.write_dl([(name, self.command_help(ctx, name, limit)) for name in names])
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        """Run the CLI; a usage error (unknown option, bad choice, missing argument) is one ``error:`` line
+        on stderr and exit 2, like every other bad input (click's own form is three lines)."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else (prog_name or "logitlab")
+            click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
         from click.shell_completion import CompletionItem
