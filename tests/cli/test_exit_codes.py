@@ -351,8 +351,6 @@ def test_verify_require_at_every_bar_and_require_identical(work, verify_runs, ca
 
 
 @pytest.mark.engine
-@pytest.mark.xfail(strict=True, reason="cli/golden.py _overrides passes --engine 'cmd:TEMPLATE' on as an engine "
-                                       "name: 'unknown engine' (golden record takes it; --variant cmd:… works)")
 def test_golden_check_takes_engine_with_a_target(work, engines, golden_runs):
     engine, _, options = engines["numpy"].partition("?")
     proc = cli("golden", "check", "golden", "--engine", engine, "--variant", options, "--quiet", cwd=work)

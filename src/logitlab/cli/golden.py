@@ -67,7 +67,8 @@ def _overrides(opts: dict[str, Any]) -> Any:
 
     default = opts["engine"] or DEFAULT_ENGINE
     parsed = parse_variant(opts["spec"], "current", default_engine=default, default_model=opts["model"])
-    engine = opts["engine"] if opts["engine"] else (parsed.engine if parsed.engine != default else None)
+    # --engine 'cmd:TEMPLATE' parses to the engine 'cmd' with its command among the options
+    engine = parsed.engine if opts["engine"] else (parsed.engine if parsed.engine != default else None)
     return VariantOverrides(engine=engine, model=parsed.model, options=dict(parsed.options),
                             env=parse_env(opts["env"]))
 
