@@ -496,7 +496,7 @@ class AbExperiment:
         return self._texts[token]
 
     def _same_keys(self, reference: TopKRows, observed: TopKRows, slot: Slot) -> tuple[TopKRows, TopKRows]:
-        """Two top-k sources, one keyed by token id, the other by token text (llama-cpp-python's server): the
+        """Two top-k sources, one keyed by token id, the other by token text (a server that returns only text): the
         id side re-keyed by text with the control's detokenizer (:func:`~logitlab.engines.topk.rekey_by_text`),
         so that the keys can meet; sources keyed alike are returned as they are."""
         kinds = key_kind(reference), key_kind(observed)
