@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 from logitlab.errors import InputError
 
-__all__ = ["Key", "TopKRows", "float64_bits", "SCHEMA_VERSION"]
+__all__ = ["Key", "TopKRows", "float64_bits", "key_kind", "rekey_by_text", "SCHEMA_VERSION"]
 
 #: Version of the JSON form of :class:`TopKRows`.
 SCHEMA_VERSION = 1
@@ -125,3 +125,44 @@ class TopKRows:
             a == b or (a is not None and b is not None and [float64_bits(x) for x in a] == [float64_bits(y) for y in b])
             for a, b in zip(self.values, other.values)
         )
+
+
+def key_kind(rows: TopKRows) -> type | None:
+    """How ``rows`` names its tokens: ``int`` (token ids), ``str`` (token text), or None when no row has an entry."""
+    for keys in rows.keys:
+        if keys:
+            return int if isinstance(keys[0], int) else str
+    return None
+
+
+def rekey_by_text(rows: TopKRows, text: Callable[[int], str]) -> TopKRows:
+    """``rows`` keyed by token id, re-keyed by token text, as a source that names tokens by text returns them.
+
+    Args:
+        rows: id-keyed top-k rows (int keys).
+        text: token id -> its text (one token detokenized, e.g. ``lambda t: engine.detokenize([t])``).
+
+    Returns:
+        The same positions and values with every key replaced by ``text(key)``. Where two ids of a row give
+        the same text (byte pieces of one character, tokens that differ only in a special flag) only the
+        first, most likely, entry is kept: a text-keyed server cannot return both either, so such a row
+        holds fewer than ``requested_k`` entries. ``None`` rows stay ``None``.
+
+    Raises:
+        InputError: a key is not a token id.
+        Whatever ``text`` raises (an engine without a detokenizer).
+    """
+    keys, values = [], []
+    for row_keys, row_values in zip(rows.keys, rows.values):
+        if row_keys is None:
+            keys.append(None)
+            values.append(None)
+            continue
+        merged: dict[str, float] = {}
+        for key, value in zip(row_keys, row_values):
+            if isinstance(key, bool) or not isinstance(key, int):
+                raise InputError(f"rekey_by_text: expected token-id keys, got {key!r}")
+            merged.setdefault(text(key), value)
+        keys.append(tuple(merged))
+        values.append(tuple(merged.values()))
+    return TopKRows(tuple(keys), tuple(values), rows.requested_k)

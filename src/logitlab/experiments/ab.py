@@ -20,7 +20,7 @@ from typing import Any, Callable, ClassVar, Sequence
 import numpy as np
 
 from logitlab.engines.base import Engine
-from logitlab.engines.topk import TopKRows
+from logitlab.engines.topk import TopKRows, key_kind, rekey_by_text
 from logitlab.engines.variant import Variant
 from logitlab.engines.workload import RunOutput
 from logitlab.errors import EngineError, InputError, Interrupted, LogitlabError
@@ -299,6 +299,9 @@ class AbExperiment:
         self.candidate_verdicts: list[tuple[int, Verdict]] = []
         self.autostop: AutoStop | None = None
         self._runlog: RunLog | None = None
+        self._texts: dict[int, str] = {}  # token id -> text (the control's detokenizer), for text-keyed top-k
+        self._rekeyed_reference: TopKRows | None = None
+        self._rekey_note: str | None = None  # set when an id-keyed side was matched by token text
 
     # -- public -------------------------------------------------------------
     def run(self) -> AbResult:
@@ -432,6 +435,8 @@ class AbExperiment:
             result.generated_text = self._detokenize(output.generated)
             return record
         comparison, record.row_offsets = self._compare(self.reference.logits, output.logits, slot, output.topk)
+        if self._rekey_note and self._rekey_note not in result.notes:
+            result.notes.append(self._rekey_note)
         vocab = crossengine.vocab_note(self.reference.logits.shape[1], output.logits.shape[1])
         if output.topk is None and vocab and vocab not in result.notes:
             result.notes.insert(0, vocab)
@@ -471,6 +476,7 @@ class AbExperiment:
             return compare_topk(ref_topk, observed_topk, top_k=self.config.top_k,
                                 token_ids=self.reference.input_ids), offsets
         if observed_topk is not None:
+            ref_topk, observed_topk = self._same_keys(ref_topk, observed_topk, slot)
             return compare_topk(ref_topk, observed_topk, top_k=self.config.top_k,
                                 token_ids=self.reference.input_ids), row_offsets(ref_topk, observed_topk)
         if reference.shape[1] != observed.shape[1]:  # the common prefix; result.notes says so loudly
@@ -481,10 +487,32 @@ class AbExperiment:
 
     def _topk_key(self, rows: TopKRows) -> Any:
         """How a top-k source names tokens: by id (None: the id itself), or by text (the control's tokenizer)."""
-        for keys in rows.keys:
-            if keys:
-                return None if isinstance(keys[0], int) else (lambda token: self._detokenize([token]))
-        return None
+        return self._token_text if key_kind(rows) is str else None
+
+    def _token_text(self, token: int) -> str:
+        """One token's text by the control's detokenizer (cached: a server detokenizes over HTTP)."""
+        if token not in self._texts:
+            self._texts[token] = self._detokenize([token])
+        return self._texts[token]
+
+    def _same_keys(self, reference: TopKRows, observed: TopKRows, slot: Slot) -> tuple[TopKRows, TopKRows]:
+        """Two top-k sources, one keyed by token id, the other by token text (a server that returns only text): the
+        id side re-keyed by text with the control's detokenizer (:func:`~logitlab.engines.topk.rekey_by_text`),
+        so that the keys can meet; sources keyed alike are returned as they are."""
+        kinds = key_kind(reference), key_kind(observed)
+        if None in kinds or kinds[0] is kinds[1]:
+            return reference, observed
+        id_side, text_side = (CONTROL, slot.variant) if kinds[0] is int else (slot.variant, CONTROL)
+        self._rekey_note = (
+            f"the {text_side} keys its top-k log-probabilities by token text, the {id_side} by token id: the two "
+            f"runs were matched by token text (the {id_side}'s ids detokenized one by one with the control's "
+            "tokenizer; where two ids give the same text only the more likely entry is kept: a text-keyed server "
+            "returns one entry for them too)")
+        if kinds[0] is int:
+            if self._rekeyed_reference is None:
+                self._rekeyed_reference = rekey_by_text(reference, self._token_text)
+            return self._rekeyed_reference, observed
+        return reference, rekey_by_text(observed, self._token_text)
 
     def _check_reference(self, record: RunRecord, slot: Slot) -> None:
         """A reference with NaN/Inf logits leaves nothing to compare against: stop (what ran is kept).
