@@ -199,6 +199,7 @@ def test_step_file_with_a_damaged_header_entry_is_a_problem_line(tmp_path, edit,
 
 @pytest.mark.parametrize("edit, message", [
     (lambda h: h[_first(h)].update(data_offsets=[0]), r"data_offsets \[0\]"),          # IndexError at readers.py:587
+    (lambda h: h[_first(h)].update(data_offsets={"0": 1}), r"data_offsets \{'0': 1\}"),  # KeyError at :587 (census)
     (lambda h: h[_first(h)].update(data_offsets=[0, "x"]), r"data_offsets \[0, 'x'\]"),  # TypeError at :587
     (lambda h: h[_first(h)].update(shape=5), "has shape 5"),                             # TypeError at :582
     (lambda h: h.update({_first(h): [1]}), "is not described by an object"),             # AttributeError at :582
