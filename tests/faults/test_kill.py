@@ -20,7 +20,7 @@ take most of the run, would otherwise draw most kills). After each kill:
 
 In ``make test`` each command is killed at ``KILL_SEEDS`` points;
 ``LOGITLAB_KILL_SEEDS=50`` raises it, ``LOGITLAB_KILL_TALLY=FILE`` writes
-what each kill left as JSON (the README's table).
+what each kill left as JSON (the table on docs/concepts/robustness.md).
 """
 
 from __future__ import annotations
