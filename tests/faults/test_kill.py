@@ -3,7 +3,9 @@
 Each command runs once to the end (its duration sets the kill window and its
 output is the reference), then again once per seed, killed with SIGKILL at a
 uniformly drawn time between the moment its output appears and the end of
-the reference run. After each kill:
+the reference run (for ``dump``, every other kill from the moment its first
+whole step file appears instead: the prefill step, a single step that may
+take most of the run, would otherwise draw most kills). After each kill:
 
 - run logs (ab, verify, bench run): every line is JSON except at most a torn
   last line, which the reader ignores; ``logitlab report LOG`` exits 0, says
@@ -18,7 +20,7 @@ the reference run. After each kill:
 
 In ``make test`` each command is killed at ``KILL_SEEDS`` points;
 ``LOGITLAB_KILL_SEEDS=50`` raises it, ``LOGITLAB_KILL_TALLY=FILE`` writes
-what each kill left as JSON (the README's table).
+what each kill left as JSON (the table on docs/concepts/robustness.md).
 """
 
 from __future__ import annotations
@@ -73,17 +75,25 @@ def appeared(output: Path) -> bool:
     return output.is_file() and output.stat().st_size > 0
 
 
-def reference(name: str, folder: Path) -> tuple[Path, float, float]:
-    """Run to the end: (output, seconds until the output appeared, seconds in all)."""
+def whole_step(output: Path) -> bool:
+    """The dump's first whole step file is there."""
+    return output.is_dir() and any(output.glob("step-*.safetensors"))
+
+
+def reference(name: str, folder: Path) -> tuple[Path, float, float, float]:
+    """Run to the end: (output, seconds until the output appeared, until a whole step file did, in all)."""
     folder.mkdir()
     begin = time.monotonic()
     proc, output = start(name, folder)
     while not appeared(output) and proc.poll() is None:
         time.sleep(0.01)
     first = time.monotonic() - begin
+    while name == "dump" and not whole_step(output) and proc.poll() is None:
+        time.sleep(0.01)
+    first_whole = time.monotonic() - begin
     _, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, stderr
-    return output, first, time.monotonic() - begin
+    return output, first, first_whole, time.monotonic() - begin
 
 
 def check_log(name: str, log: Path, folder: Path, ref: Path) -> dict:
@@ -153,20 +163,22 @@ def _json(line: bytes) -> bool:
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_sigkill_at_random_points_keeps_every_finished_run(name, tmp_path):
-    ref, first, total = reference(name, tmp_path / "reference")
+    ref, first, first_whole, total = reference(name, tmp_path / "reference")
     rng = random.Random(f"{name}-17")
     for seed in range(KILL_SEEDS):
         folder = tmp_path / f"kill{seed}"
         folder.mkdir()
-        delay = rng.uniform(0, max(total - first, 0.1))
+        after_a_step = name == "dump" and seed % 2 == 1
+        delay = rng.uniform(0, max(total - (first_whole if after_a_step else first), 0.1))
         proc, output = start(name, folder)
-        while not appeared(output) and proc.poll() is None:
+        while not (whole_step if after_a_step else appeared)(output) and proc.poll() is None:
             time.sleep(0.005)
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=60)
         outcome = check_dump(output, ref) if name == "dump" else check_log(name, output, folder, ref)
         TALLY.append({"command": name, "seed": seed, "kill_after_s": round(delay, 3),
+                      "from": "first whole step" if after_a_step else "output appeared",
                       "returncode": proc.returncode, **outcome})
     target = os.environ.get("LOGITLAB_KILL_TALLY")
     if target:

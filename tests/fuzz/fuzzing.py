@@ -13,7 +13,7 @@ read. ``LOGITLAB_FUZZ_TALLY=FILE`` also writes that tally as JSON.
 
 ``LOGITLAB_FUZZ_CENSUS=1`` counts instead of failing: every other exception is
 recorded by its type and the innermost logitlab line it came from, and the
-run goes on — to count the distinct crashes of a version (the README's table
+run goes on — to count the distinct crashes of a version (the table on docs/concepts/robustness.md
 counts those of the code before the fixes this way), not to test one.
 """
 

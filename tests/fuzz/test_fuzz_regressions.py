@@ -61,6 +61,20 @@ def test_damaged_benchmark_json_is_one_input_error(tmp_path, name, data, message
         read_benchmark_file(path)
 
 
+@pytest.mark.parametrize("value, message", [
+    ({"a": 1}, "n_gen is an object, not a number"),   # TypeError at llama_bench.py:36: int() of an object
+    ([1], "n_gen is an array, not a number"),          # TypeError at llama_bench.py:36: int() of an array
+])
+def test_llama_bench_token_count_that_is_not_a_number_is_one_input_error(tmp_path, value, message):
+    """Found by the census of the code before the fixes (``LOGITLAB_FUZZ_CENSUS=1``, 300 inputs per seed)."""
+    rows = json.loads((DATA / "bench" / "llama-bench-real.json").read_text())
+    rows[0]["n_gen"] = value
+    path = tmp_path / "llama-bench.json"
+    path.write_text(json.dumps(rows))
+    with pytest.raises(InputError, match=message):
+        read_benchmark_file(path)
+
+
 @pytest.mark.parametrize("damage", [
     lambda raw: raw[:-12],                                  # EOFError at readers/__init__.py:46: cut short
     lambda raw: raw[:10] + b"\x00" * 8 + raw[18:],          # zlib.error at readers/__init__.py:46: a bad block
@@ -121,6 +135,18 @@ def test_manifest_token_axis_that_is_not_an_axis_is_a_problem_line(tmp_path):
     assert not dump.refs and "token_axis '0'" in dump.problems[0] and "malformed manifest" in dump.problems[0]
 
 
+@pytest.mark.parametrize("positions", [[0], [0, 1, 2]])
+def test_manifest_positions_that_are_not_a_span_are_a_problem_line(tmp_path, positions):
+    """ValueError at dumps/readers.py:388 (``start, stop = entry.positions``), found by the census of the code
+    before the fixes."""
+    folder = _copy_dump(tmp_path)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["tensors"][0]["positions"] = positions
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    dump = open_dump(folder)
+    assert not dump.refs and "malformed manifest" in dump.problems[0] and f"positions {positions}" in dump.problems[0]
+
+
 @pytest.mark.parametrize("key", ["steps", "tensors", "bytes_written"])
 def test_manifest_with_null_lists_and_counts_reads(tmp_path, key):
     """TypeError at dumps/format.py:358 (iterating a null ``steps``), found by the long fuzz run of the fixed code."""
@@ -159,6 +185,8 @@ def _first(header: dict) -> str:
     (lambda h: h[_first(h)].pop("data_offsets"), "has data_offsets None"),       # KeyError at readers.py:415
     (lambda h: h.update({_first(h): 5}), "is not described by an object"),      # TypeError at readers.py:415
     (lambda h: h[_first(h)].update(data_offsets=[0]), r"has data_offsets \[0\]"),  # IndexError at readers.py:415
+    (lambda h: h[_first(h)].update(dtype=[]), r"has dtype \[\]"),  # TypeError at readers.py:378: unhashable dtype
+    (lambda h: h[_first(h)].update(shape=5), "has shape 5"),        # TypeError at readers.py:378: tuple(5)
 ])
 def test_step_file_with_a_damaged_header_entry_is_a_problem_line(tmp_path, edit, message):
     folder = _copy_dump(tmp_path)
@@ -171,6 +199,7 @@ def test_step_file_with_a_damaged_header_entry_is_a_problem_line(tmp_path, edit,
 
 @pytest.mark.parametrize("edit, message", [
     (lambda h: h[_first(h)].update(data_offsets=[0]), r"data_offsets \[0\]"),          # IndexError at readers.py:587
+    (lambda h: h[_first(h)].update(data_offsets={"0": 1}), r"data_offsets \{'0': 1\}"),  # KeyError at :587 (census)
     (lambda h: h[_first(h)].update(data_offsets=[0, "x"]), r"data_offsets \[0, 'x'\]"),  # TypeError at :587
     (lambda h: h[_first(h)].update(shape=5), "has shape 5"),                             # TypeError at :582
     (lambda h: h.update({_first(h): [1]}), "is not described by an object"),             # AttributeError at :582
