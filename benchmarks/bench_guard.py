@@ -17,7 +17,7 @@ against M=1 (per-round ratios, median [min, max]), forward rows and calls per
 token, triggers, and how many prompts came out token-identical to M=1 greedy.
 
     python benchmarks/bench_guard.py [--tokens 32] [--k 4] [--rounds 3] [--options n_threads_batch=1]
-    python benchmarks/bench_guard.py --engine hf --options dtype=bfloat16,threads=1
+    python benchmarks/bench_guard.py --engine hf --options dtype=bfloat16,threads=1 [--prompts 4]
 
 τ is what ``verify --guard auto`` sets: ``--safety`` (default: the verdicts'
 floor factor, 4) × the noise floor of the calibration verify rows (p99 of their
@@ -67,6 +67,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--prompts", type=int, default=None,
+                        help="time only the first N of the 9 default prompts (default: all)")
     parser.add_argument("--safety", type=float, default=4.0, help="τ = safety × the calibration's noise floor")
     parser.add_argument("--engine", default="llamacpp", help="engine name (llamacpp, hf, ...)")
     parser.add_argument("--options", default="", help="engine options, e.g. n_threads_batch=1")
@@ -74,6 +76,10 @@ def main() -> None:
 
     engine = load_engine(parse_variant(args.options, "bench", default_engine=args.engine))
     prompts = builtin_prompts("default")
+    if args.prompts is not None:
+        if not 1 <= args.prompts <= len(prompts):
+            parser.error(f"--prompts must be in 1..{len(prompts)}")
+        prompts = prompts[:args.prompts]
     ids = {p.name: engine.tokenize(p.text) for p in prompts}
     n = args.tokens
 

@@ -174,6 +174,28 @@ def test_a_few_positions_far_outside_cannot_raise_their_own_floor():
     assert "3 position(s) outside the noise floor (5, 6, 7)" in v.evidence[0]
 
 
+def test_one_position_8x_the_median_cannot_lift_the_p99_of_90_positions_over_itself():
+    """Measured with the cmd engine (flash attention + one perturbed row): with ~90 positions the p99 is nearly
+    their maximum, so a position between 4x the others' p99 and 16x the median lifted the floor enough to sit
+    inside it. The floor is now the p99 of the others while the largest exceeds floor_factor x that."""
+    a = logits(90, 1000)
+    b = noisy(a, 0.05)  # a spread of ~0.2-0.3 everywhere, like flash attention on the embedded model
+    top = np.argsort(a[40])[::-1][:5]
+    b[40, top[0]] += np.float32(0.6)  # the top-1 pulled away from its competitors: a spread of ~1.2, no flip
+    b[40, top[1:]] -= np.float32(0.6)
+    c = compare_logits(a, b)
+    spreads = np.array(c.row_topk_spread)
+    others = np.array([s for i, s in enumerate(spreads)
+                       if i != 40 and c.row_argmax_ref[i] == c.row_argmax_obs[i]])  # the noise positions but 40
+    assert 4 * np.percentile(others, 99) < spreads[40] < 16 * np.median(others)  # the window the old floor missed
+    assert np.percentile(spreads, 99) * 4 > spreads[40]  # a plain p99 over all positions would hide it
+    floor = measure_floor(c)
+    assert floor.excluded == 1 and floor.value == pytest.approx(np.percentile(others, 99))
+    assert "or 4× the p99 of the others left out of it" in floor.reason
+    v = classify(c)
+    assert v.word == "divergent" and v.outside == [40], v.evidence
+
+
 def test_issue_case_one_entry_raised_without_flip_is_divergent_not_near_tie():
     a = logits(4, 1000)
     b = a.copy()

@@ -14,6 +14,7 @@ from logitlab.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     MODEL_HELP,
+    REQUIRE_CHOICES,
     check_output_paths,
     fail,
     handle_errors,
@@ -28,7 +29,6 @@ from logitlab.cli.common import (
 from logitlab.engines import DEFAULT_ENGINE
 from logitlab.errors import InputError, Interrupted, LogitlabError
 
-REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
 _BISECT_PROMPT = "The history of the printing press begins in the fifteenth century, when"
 
 

@@ -11,6 +11,7 @@ from logitlab.cli.common import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
     MODEL_HELP,
+    REQUIRE_CHOICES,
     SPEC_HELP,
     _apply,
     check_output_paths,
@@ -28,7 +29,7 @@ from logitlab.cli.common import (
 from logitlab.errors import InputError
 
 #: Verdicts ``--allow`` accepts (divergent is never a pass).
-ALLOW_CHOICES = ("bit-exact", "ulp-noise", "near-tie", "systematic-offset")
+ALLOW_CHOICES = REQUIRE_CHOICES
 
 
 def variant_options(*, recorded: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

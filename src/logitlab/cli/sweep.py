@@ -12,6 +12,7 @@ from logitlab.cli.common import (
     EXIT_CHECK_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    REQUIRE_CHOICES,
     check_output_paths,
     fail,
     handle_errors,
@@ -23,8 +24,6 @@ from logitlab.cli.common import (
 )
 from logitlab.errors import InputError, Interrupted
 from logitlab.numerics import VERDICTS
-
-REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
 
 
 @click.command()
@@ -46,7 +45,8 @@ REQUIRE_CHOICES = ("bit-exact", "ulp-noise", "near-tie")
               help="Continue the sweep in --out: run only the jobs without a finished result for the same settings.")
 @click.option("--dry-run", is_flag=True, help="Print the matrix cells and jobs (with --resume: which are done); run nothing.")
 @click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
-              help="Exit 1 when a cell's verdict is worse than this.")
+              help="Exit 1 when a cell's verdict is worse than this (bit-exact: also when a cell's control "
+                   "does not reproduce itself).")
 @output_options(json_help="Write the sweep summary as JSON here too (it is always in OUT/sweep.json).",
                 quiet_help="No progress bar.")
 @handle_errors

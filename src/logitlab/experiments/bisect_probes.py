@@ -111,7 +111,7 @@ class NumericsProbe:
         variant: the engine spec (relative paths resolve in the checkout).
         prompt: prompt text.
         n_decode: greedy decode steps of GOOD's reference run (later builds replay its ids).
-        require: the bar: a build is bad when its verdict is worse (``bit-exact``, ``ulp-noise``, ``near-tie``).
+        require: the bar: a build is bad when its verdict is worse (a word of ``VERDICTS`` but ``divergent``).
         thresholds: verdict thresholds.
         top_k: k of the top-k statistics.
     """

@@ -18,7 +18,10 @@ positions that differ but did not flip: what this change does to a position
 when it is only noise. So that a few positions far outside cannot raise the
 floor they are judged against, positions beyond ``floor_factor²`` × the
 median spread are left out of the p99 (they are then outside the floor by
-far); with a median of 0 none is left out. :func:`measure_floor` computes it from a comparison's
+far; with a median of 0 none is left out by this rule), and then, top-down,
+the largest spread while it exceeds ``floor_factor`` × the p99 of the others
+(with ~100 positions the p99 is nearly their maximum, so one position 8× the
+median would otherwise lift the floor enough to sit inside it). :func:`measure_floor` computes it from a comparison's
 ``row_topk_spread``; the verdict (:mod:`logitlab.numerics.verdict`) calls a
 position *outside the floor* when its spread exceeds ``floor_factor`` × the
 floor.
@@ -186,8 +189,11 @@ def measure_floor(comparison: Comparison, *, min_positions: int = 8, floor_facto
         outlier cannot be told from chance.
     floor_factor : float, optional
         Positions whose spread exceeds ``floor_factor**2`` × the median spread
-        are left out of the p99. Default 4 (a window of 16× the median; on
-        real pairs the largest spread was at most 3.5× the median).
+        are left out of the p99, then (top-down) the largest spread while it
+        exceeds ``floor_factor`` × the p99 of the others: a position never
+        raises the bar it is judged against. Default 4 (a window of 16× the
+        median; on real pairs the largest spread was at most 3.5× the median
+        and 1.6× the p99).
 
     Returns
     -------
@@ -213,15 +219,19 @@ def measure_floor(comparison: Comparison, *, min_positions: int = 8, floor_facto
                           f"noise floor not measured: no differing position kept its argmax "
                           f"(min_positions = {min_positions}); the fixed thresholds decide")
     median, largest = float(np.median(values)), float(values.max())
-    bulk = values[values <= floor_factor ** 2 * median] if median > 0 else values
+    bulk = np.sort(values[values <= floor_factor ** 2 * median] if median > 0 else values)
+    # A position cannot raise its own bar: the largest spread is left out while it exceeds
+    # floor_factor × the p99 of the others (top-down, one at a time; it is then outside the floor).
+    while bulk.size > 1 and bulk[-1] > floor_factor * float(np.percentile(bulk[:-1], FLOOR_QUANTILE)):
+        bulk = bulk[:-1]
     value = float(np.percentile(bulk, FLOOR_QUANTILE))
     excluded = n - int(bulk.size)
     if n < min_positions:
         return NoiseFloor(statistic, FLOOR_QUANTILE, value, n, median, largest, False, min_positions, excluded,
                           f"noise floor not measured: {n} differing position(s) kept their argmax < min_positions "
                           f"= {min_positions}; the fixed thresholds decide")
-    left_out = (f"; {excluded} position(s) beyond {floor_factor ** 2:g}× the median left out of it"
-                if excluded else "")
+    left_out = (f"; {excluded} position(s) beyond {floor_factor ** 2:g}× the median or {floor_factor:g}× the p"
+                f"{FLOOR_QUANTILE:g} of the others left out of it" if excluded else "")
     return NoiseFloor(statistic, FLOOR_QUANTILE, value, n, median, largest, True, min_positions, excluded,
                       f"noise floor: p{FLOOR_QUANTILE:g} of the {statistic} over the {n} differing positions that "
                       f"kept their argmax = {_g(value)} (median {_g(median)}, max {_g(largest)}{left_out})")
