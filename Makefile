@@ -41,7 +41,7 @@ $(RAY_STAMP): $(STAMP)
 test: setup tools $(GEMMA_STAMP) $(RAY_STAMP)
 	@bash scripts/install-bench-tools.sh
 	@bash scripts/install-browser.sh
-	LOGITLAB_NO_SKIPS=1 $(PY) -m pytest -q
+	LOGITLAB_NO_SKIPS=1 $(PY) -m pytest -q --durations=25
 
 # The long fuzz run (make test runs a short, fixed one): 2000 random inputs per reader and seed; failures are
 # kept in .hypothesis/ and replayed first next time. Then SIGKILL at 50 points per command.
