@@ -102,8 +102,8 @@ def test_verify_k_sweep_on_gemma(gemma):
     k1 = result.total(1)
     assert k1.flips == 0 and k1.bit_exact_rows == k1.rows == 16
     assert result.total(4).bit_exact_rows < result.total(4).rows  # measured: 0/16 bit-exact at K=4
-    assert result.classification.cause == "near-tie-noise"
-    assert all(f.margin_ref < result.classification.tau for f in result.flips)
+    # measured: rows differ at K=4, no argmax flips -> "noise" (a result without flips is never near-tie)
+    assert result.classification.cause == "noise" and not result.flips
 
 
 @pytest.mark.engine

@@ -110,12 +110,19 @@ def test_env_knob_outside_process_isolation_is_noted_and_json_is_readable(tmp_pa
     assert out.stat().st_mode & 0o044 == 0o044, oct(out.stat().st_mode)
 
 
+def sigint_default() -> None:
+    """In the child: SIGINT back to its default. A background job (``make test &``, some CI runners) starts its
+    children with SIGINT ignored (POSIX), and Python then installs no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_writes_the_partial_result_and_exits_130(tmp_path):
     out = tmp_path / "out.json"
     log = tmp_path / "out.runs.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "logitlab", "ab", "--prompt", SHORT_PROMPT, "--tokens", "8",
                              "--repeats", "50", "--quiet", "--json", str(out)], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_default)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not log.exists() or log.read_text().count('"slot":') < 3):
         time.sleep(0.2)

@@ -219,6 +219,12 @@ def test_bisect_speed_names_the_commit_and_removes_its_worktree(engine, tmp_path
     assert git(repo, "symbolic-ref", "--short", "HEAD") == "main"
 
 
+def sigint_default() -> None:
+    """In the child: SIGINT back to its default. A background job (``make test &``, some CI runners) starts its
+    children with SIGINT ignored (POSIX), and Python then installs no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.engine
 def test_ctrl_c_restores_the_checkout_and_keeps_the_steps(engine, tmp_path):
     repo, shas = engine
@@ -226,7 +232,8 @@ def test_ctrl_c_restores_the_checkout_and_keeps_the_steps(engine, tmp_path):
     out = tmp_path / "partial.json"
     proc = subprocess.Popen([PY, "-m", "logitlab", "bisect", "v1.0..main", "--repo", str(repo), "--build", BUILD,
                              "--probe", "speed", "--metric", BENCH_METRIC, "--lower-is-better", "--json", str(out),
-                             "--", *BENCH.split()], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--", *BENCH.split()], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_default)
     try:
         deadline = time.monotonic() + 300
         while "logitlab-bisect-" not in git(repo, "worktree", "list") and time.monotonic() < deadline:
