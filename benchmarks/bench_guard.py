@@ -23,7 +23,10 @@ token, triggers, and how many prompts came out token-identical to M=1 greedy.
 floor factor, 4) × the noise floor of the calibration verify rows (p99 of their
 top-k Δ spread over the rows that kept their argmax). "extra rows" is the
 forward work beyond one row per generated token (the ideal of a speculative
-loop whose drafts are all right), the target's measure (≤ 10 %).
+loop whose drafts are all right), the target's measure (≤ 10 %). Also printed:
+the trigger rate at τ = 1 × the floor, the least τ that still covers it (a lower
+bound on the extra rows of any such guard: each trigger costs at least one
+row), and the τ a 10 % trigger rate would need, as a multiple of the floor.
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ def main() -> None:
         ref = greedy_m1(engine, cal_ids, n)
         pairs.append((ref.decode_rows, replay_mk(engine, cal_ids, ref.tokens, args.k)[0]))
     cal = G.calibrate(pairs, k=args.k, safety=args.safety)
+    at_floor = G.calibrate(pairs, k=args.k, safety=1.0)  # the least τ that still covers the floor
     reference = {name: greedy_m1(engine, i, n).tokens for name, i in ids.items()}
 
     seconds = {m: [0.0] * args.rounds for m in METHODS}
@@ -123,6 +127,13 @@ def main() -> None:
              f"of {cal.rows} calibration rows)" if cal.floor is not None else
              f"the largest top-{cal.top_k} spread {cal.max_topk_spread:.4g} ({cal.floor_reason})")
     print(f"τ = {cal.tau:.4g} = {cal.safety:g} × {basis}; predicted trigger rate {cal.trigger_rate:.1%}")
+    if cal.floor:
+        # Every trigger costs at least one extra forward row (the M=1 decision of that position), so a
+        # guard whose τ covers the floor (safety >= 1) needs at least this share of extra rows.
+        print(f"lower bound: at τ = 1 × the floor ({at_floor.tau:.4g}) {at_floor.trigger_rate:.1%} of calibration "
+              f"rows trigger, so any guard covering the floor needs >= {at_floor.trigger_rate:.1%} extra rows; "
+              f"a 10 % trigger rate needs τ <= {cal.tau_for_10pct:.4g} = {cal.tau_for_10pct / cal.floor:.2f} × "
+              f"the floor")
     print()
     head = (f"{'method':10s} {'ms/token':>9s} {'tok/s':>7s} {'range ms/token':>16s} {'vs unguarded':>22s} "
             f"{'vs M=1':>22s} {'rows/tok':>8s} {'extra rows':>10s} {'calls/tok':>9s} {'triggers':>9s} "
