@@ -12,9 +12,11 @@ counting as the server's time.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -41,6 +43,7 @@ class Faulty(Stub):
 
     fault = "status"
     status = 500
+    retry_after: str | None = None  # a Retry-After header on the error answer
     fail_from = 1
     fail_count: int | None = None
     on_path: str | None = None  # fail this path's requests instead (GET or POST), from the first
@@ -62,7 +65,15 @@ class Faulty(Stub):
 
     def _answer_fault(self) -> None:
         if self.fault == "status":
-            return self.send(ERROR_BODY, self.status)
+            body = json.dumps(ERROR_BODY).encode()
+            self.send_response(self.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            if self.retry_after is not None:
+                self.send_header("Retry-After", self.retry_after)
+            self.end_headers()
+            self.wfile.write(body)
+            return None
         if self.fault == "hangup":
             self.close_connection = True
             return None
@@ -125,6 +136,38 @@ def test_a_429_is_retried_reported_and_its_wait_is_not_the_servers_time():
     assert decode.seconds < backoff / 2, decode
 
 
+@pytest.mark.parametrize("header", ["1", "date"])
+def test_a_429_with_retry_after_waits_what_the_server_asks_not_the_backoff(header):
+    """RFC 9110: Retry-After is delay-seconds or an HTTP-date; the wait is the longer of it and the backoff."""
+    from email.utils import formatdate
+
+    value = "1" if header == "1" else formatdate(time.time() + 2, usegmt=True)
+    with stub_server(Faulty, status=429, fail_count=1, retry_after=value) as (url, handler):
+        engine = load_engine(variant(url, backoff=0.01))
+        start = time.perf_counter()
+        out = run_workload(engine, engine.tokenize("hello"), N_DECODE)
+        elapsed = time.perf_counter() - start
+    [retry] = out.scoring["retries"]
+    assert handler.faults == 1 and retry["failure"].startswith("HTTP 429: ")
+    # an HTTP-date has a 1 s resolution: 2 s ahead asks for 1-2 s
+    low, high = (1.0, 1.0) if header == "1" else (1.0, 2.0)
+    assert low <= retry["retry_after_s"] <= high and retry["waited_s"] == retry["retry_after_s"], retry
+    assert elapsed >= retry["waited_s"]  # it did wait, not just record
+    decode = next(t for t in out.timings if t.kind == "decode")
+    assert decode.seconds < 0.5, decode  # the wait is not the server's time
+
+
+def test_retry_after_values_are_read_as_rfc_9110_says():
+    from logitlab.engines.servers.http import retry_after_seconds
+
+    now = 1_700_000_000.0
+    assert retry_after_seconds("120") == 120.0 and retry_after_seconds(" 0 ") == 0.0
+    assert retry_after_seconds("Tue, 14 Nov 2023 22:13:50 GMT", now=now) == 30.0  # 22:13:20 GMT is `now`
+    assert retry_after_seconds("Tue, 14 Nov 2023 22:00:00 GMT", now=now) == 0.0  # in the past
+    for bad in (None, "", "soon", "-5", "1.5", "Tue, 14 Nov 2023 22:13:50"):  # the last: no zone
+        assert retry_after_seconds(bad, now=now) is None, bad
+
+
 def test_a_retry_while_loading_is_in_the_engine_description():
     with stub_server(Faulty, on_path="/v1/models", status=503, fail_count=2) as (url, handler):
         engine = load_engine(variant(url, backoff=0.01, retries=2))
@@ -141,6 +184,12 @@ def test_a_429_then_200_through_ab_exits_0_and_the_json_names_the_retried_run(tm
     retried = [(r["slot"], len(r["scoring"]["retries"])) for r in runs if r["scoring"]["retries"]]
     assert handler.faults == 1 and len(runs) == 4 and retried == [(runs[1]["slot"], 1)]  # the 2nd run measured
     assert runs[1]["scoring"]["retries"][0]["failure"].startswith("HTTP 429: ")
+    # the report says so, in one header line (COLUMNS wide enough to keep it on one line)
+    report = subprocess.run([PY, "-m", "logitlab", "report", str(tmp_path / "ab.json")], capture_output=True,
+                            text=True, check=False, env={**os.environ, "COLUMNS": "400"})
+    assert report.returncode == 0, report.stderr
+    assert "1 retried request in 1 of 4 runs (HTTP 429 × 1), 0.01 s waited; the waits are not in the timings" \
+        in report.stdout, report.stdout
 
 
 @pytest.mark.parametrize("fault, message", [

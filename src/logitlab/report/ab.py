@@ -9,7 +9,7 @@ from __future__ import annotations
 from logitlab.experiments.ab import PHASES, AbResult, speed_blocks
 from logitlab.perf.design import CANDIDATE
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
-from logitlab.report.server_text import run_scoring_text, scoring_rows
+from logitlab.report.server_text import retries_text, run_scoring_text, scoring_rows
 from logitlab.report.figure_blocks import ab_slot_figure, comparison_figures, paired_figure
 from logitlab.report.speed_text import paired_reason, sequential_reason, stopping_note
 from logitlab.report.text import (
@@ -84,6 +84,9 @@ def _header(result: AbResult) -> KeyValues:
     host = result.manifest.get("host")
     if host:
         rows.append(("host", f"{host['cpu']}, {host['cores']} cores, {host['os']}, Python {host['python']}"))
+    retried = retries_text([r.scoring for r in result.runs])
+    if retried:
+        rows.append(("retries", retried, "note"))
     rows += [("note", note, "note") for note in result.notes]
     return KeyValues(rows, boxed=True)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from logitlab.report.text import plural
 
-__all__ = ["scoring_rows", "run_scoring_text"]
+__all__ = ["scoring_rows", "run_scoring_text", "retries_text"]
 
 
 def scoring_rows(engine: dict[str, Any], label: str = "scoring") -> list[tuple[str, str]]:
@@ -52,3 +52,29 @@ def run_scoring_text(scoring: dict[str, Any]) -> str:
     else:
         text += "; alignment: no confident position in this run's completion"
     return text
+
+
+def retries_text(scorings: list[dict[str, Any] | None]) -> str | None:
+    """One line about the requests a server made us retry over some runs, or None when there were none.
+
+    Args:
+        scorings: each run's ``scoring`` (None for engines that return logits).
+
+    Returns:
+        ``"3 retried requests in 2 of 4 runs (HTTP 429 × 2, HTTP 503 × 1), 2.5 s waited; …"`` or None.
+    """
+    retries = [(i, r) for i, s in enumerate(scorings) if s for r in s.get("retries") or []]
+    if not retries:
+        return None
+    kinds: dict[str, int] = {}
+    for _, r in retries:
+        kind = str(r.get("failure", "?")).split(":", 1)[0]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    runs = len({i for i, _ in retries})
+    waited = sum(float(r.get("waited_s") or 0.0) for _, r in retries)
+    asked = sum(1 for _, r in retries if "retry_after_s" in r)
+    text = (f"{plural(len(retries), 'retried request')} in {runs} of {plural(len(scorings), 'run')} ("
+            + ", ".join(f"{k} × {n}" for k, n in kinds.items()) + f"), {waited:.3g} s waited")
+    if asked:
+        text += f" ({asked} as the server's Retry-After asked)"
+    return text + "; the waits are not in the timings (runs[].scoring.retries in the JSON)"

@@ -7,10 +7,12 @@ The ``openai`` engine and its scoring modes talk to a server only through
 
 A request times out after ``timeout`` s and is retried ``retries`` times on
 connection errors, timeouts, 408/429 and 5xx, waiting ``backoff`` s, doubled
-each time. Every retry is kept in :attr:`ServerClient.retried` (the engine
-reports them per run), and a request's time is that of its answered attempt
-(the failed attempts and the waits are not the server's speed). Only the
-standard library is used.
+each time, or what the answer's ``Retry-After`` header asks when that is
+longer (delay-seconds or an HTTP-date, RFC 9110 §10.2.3; capped at
+:data:`MAX_RETRY_AFTER` s). Every retry is kept in
+:attr:`ServerClient.retried` (the engine reports them per run), and a
+request's time is that of its answered attempt (the failed attempts and the
+waits are not the server's speed). Only the standard library is used.
 """
 
 from __future__ import annotations
@@ -23,11 +25,40 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from logitlab.errors import EngineError
 
-__all__ = ["HttpStatusError", "ServerClient"]
+__all__ = ["HttpStatusError", "ServerClient", "MAX_RETRY_AFTER", "retry_after_seconds"]
+
+#: Longest wait (s) a ``Retry-After`` header can ask for before a retry; longer asks wait this long.
+MAX_RETRY_AFTER = 60.0
+
+
+def retry_after_seconds(value: str | None, *, now: float | None = None) -> float | None:
+    """The wait a ``Retry-After`` header value asks for, in seconds (RFC 9110 §10.2.3).
+
+    Args:
+        value: the header value: delay-seconds (``"120"``) or an HTTP-date
+            (``"Wed, 21 Oct 2015 07:28:00 GMT"``); None when there is no header.
+        now: the current time (s since the epoch) for an HTTP-date; default ``time.time()``.
+
+    Returns:
+        Seconds >= 0 (a date in the past is 0), or None when the value is absent or neither form.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None or when.tzinfo is None:  # RFC 9110 dates are GMT; a date without a zone is not one
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 class HttpStatusError(EngineError):
@@ -52,7 +83,8 @@ class ServerClient:
     Attributes:
         requests: requests sent so far (retries count once each).
         retried: every retry so far, in order: ``{"request": "POST /v1/completions", "failure": "HTTP 429: …",
-            "attempt": 2, "waited_s": 0.5}`` (``attempt``: the retry's attempt number, from 2).
+            "attempt": 2, "waited_s": 0.5}`` (``attempt``: the retry's attempt number, from 2), with
+            ``"retry_after_s"`` when the failed answer had a ``Retry-After`` header (the wait it asked for).
     """
 
     def __init__(self, url: str, *, timeout: float = 120.0, retries: int = 3, backoff: float = 0.5,
@@ -83,13 +115,19 @@ class ServerClient:
             headers["Authorization"] = f"Bearer {self.api_key}"
         data = None if body is None else json.dumps(body).encode("utf-8")
         last = "no attempt"
+        asked: float | None = None  # Retry-After of the last failed answer (s)
         path = urllib.parse.urlsplit(url).path or "/"
         for attempt in range(retries + 1):
             if attempt:
                 wait = self.backoff * 2 ** (attempt - 1)
-                self.retried.append({"request": f"{method} {path}", "failure": last, "attempt": attempt + 1,
-                                     "waited_s": wait})
+                entry: dict[str, Any] = {"request": f"{method} {path}", "failure": last, "attempt": attempt + 1}
+                if asked is not None:
+                    entry["retry_after_s"] = asked
+                    wait = max(wait, min(asked, MAX_RETRY_AFTER))
+                entry["waited_s"] = wait
+                self.retried.append(entry)
                 time.sleep(wait)
+                asked = None
             self.requests += 1
             request = urllib.request.Request(url, data=data, headers=headers, method=method)
             start = time.perf_counter()
@@ -99,6 +137,7 @@ class ServerClient:
             except urllib.error.HTTPError as exc:
                 detail = exc.read()[:300].decode("utf-8", "replace").strip().replace("\n", " ")
                 last = f"HTTP {exc.code}: {detail}"
+                asked = retry_after_seconds(exc.headers.get("Retry-After") if exc.headers else None)
                 if (exc.code in (408, 429) or exc.code >= 500) and attempt < retries:
                     continue
                 tries = f" on all {attempt + 1} attempts" if attempt else ""
