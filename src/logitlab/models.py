@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -94,9 +95,21 @@ def check_gguf(path: str | Path) -> Path:
     return path
 
 
-@lru_cache(maxsize=16)
 def file_sha256(path: str) -> str:
-    """SHA-256 hex digest of a file, read in 1 MiB chunks (cached per path)."""
+    """SHA-256 hex digest of a file, read in 1 MiB chunks.
+
+    Cached per (absolute path, size, modification time): a file rewritten in place (a rebuilt
+    binary, an edited script) is hashed again.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    st = os.stat(path)
+    return _file_sha256(os.path.abspath(path), st.st_size, st.st_mtime_ns)
+
+
+@lru_cache(maxsize=16)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

@@ -211,3 +211,30 @@ def test_exported_decode_positions_carry_the_prefill_decode_difference(golden_ro
     assert info.decode_scored == sum(shortest - 1 - max(first, len(p.prompt_ids)) for p in manifest.prompts) > 0
     s = check_kld_base(tmp_path / "golden.kld", Variant("current", "llamacpp")).stats
     assert s.same_top == 1.0 and 1e-5 < s.kld_mean < 0.05  # prefill vs decode: a near-tie difference, not zero
+
+
+def test_a_rebuilt_cmd_engine_is_a_build_change_and_its_command_is_recorded(tmp_path):
+    """A cmd engine's golden records its command and the SHA-256 of the files it names: editing the script
+    (a rebuild in place) is a build change that lifts the bar, and the report names it."""
+    import sys
+    from pathlib import Path
+
+    from logitlab.engines.variant import parse_variant
+
+    script = tmp_path / "engine.py"
+    script.write_text((Path(__file__).resolve().parents[2] / "examples" / "numpy_cmd_engine.py").read_text())
+    template = (f"cmd:{sys.executable} {script} --tokens {{tokens}} --logits {{logits}} --n-prompt {{n_prompt}} "
+                f"--n-decode {{n_decode}}?vocab=4096")
+    variant = parse_variant(template, "golden", default_engine="llamacpp")
+    root = tmp_path / "golden"
+    manifest = record_golden(RecordConfig(variant, PROMPTS[:1], 4), root)
+    build, options = manifest.provenance.build, manifest.provenance.options
+    assert options["command"].startswith(sys.executable) and str(script) in options["command"]
+    assert len(build[f"sha256 {script}"]) == 64 and len(build[f"sha256 {sys.executable}"]) == 64
+    same = check_golden(CheckConfig(str(root)))  # re-created from the golden alone: the command is recorded
+    assert same.passed and same.changes == [] and same.bar.allow == "bit-exact"
+    script.write_text(script.read_text() + "\n# rebuilt\n")  # same logits, another build
+    rebuilt = check_golden(CheckConfig(str(root), bar=Bar(allow="ulp-noise")))
+    assert [(c.field, c.gate) for c in rebuilt.changes] == [(f"build.sha256 {script}", True)]
+    assert rebuilt.passed and rebuilt.verdict.word == "bit-exact" and rebuilt.bar.allow == "ulp-noise"
+    assert rebuilt.bar_reason.startswith("build changed")

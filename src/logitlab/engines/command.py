@@ -71,6 +71,8 @@ DEFAULT_TIMING_REGEX = (r"prefill_seconds\s*[=:]\s*(?P<prefill>[-+0-9.eE]+)"
                         r"|decode_seconds\s*[=:]\s*(?P<decode>[-+0-9.eE]+)")
 _TIMING_GROUPS = ("prefill", "decode", "prefill_ms", "decode_ms")
 STDERR_LINES = 3
+#: Largest file of the command template hashed into its build identity (bytes); larger ones are identified by size.
+IDENTITY_MAX_BYTES = 256 << 20
 
 
 def _format(value: Any) -> str:
@@ -237,6 +239,7 @@ class CommandEngine(Engine):
             raise InputError(f"command {program!r} (first word of the cmd template) not found: "
                              "give a path to an executable or put it on PATH")
         self._argv, self._fields, self.program = argv, fields, resolved
+        self._identity: dict[str, str] | None = None
         self.model = str(self.model or default_model_path())
         self._tokenizer: GgufTokenizer | None = None
         self.last_timing_source = "not run yet"
@@ -382,12 +385,33 @@ class CommandEngine(Engine):
             self.last_timing_source = "wall time of the whole process, counted as the prefill of all positions"
         return timings
 
+    def build_identity(self) -> dict[str, str]:
+        """What identifies this build of the command, for goldens and manifests (computed once).
+
+        Returns:
+            ``{"sha256 PROGRAM": …, "sha256 FILE": …}``: the SHA-256 of the resolved program and
+            of every other template word that names an existing file of at most
+            :data:`IDENTITY_MAX_BYTES` (a script, a config); a larger one is identified by
+            ``"size N"``. A rebuilt binary or an edited script changes it; the placeholders'
+            values (the model, the tokens) do not. The template itself is the ``command`` option.
+        """
+        if self._identity is None:
+            identity: dict[str, str] = {}
+            for word in [self.program, *self._argv[1:]]:
+                if "{" in word or not os.path.isfile(word):
+                    continue
+                size = os.path.getsize(word)
+                identity[f"sha256 {word}"] = file_sha256(word) if size <= IDENTITY_MAX_BYTES else f"size {size}"
+            self._identity = identity
+        return self._identity
+
     def describe(self) -> dict[str, Any]:
         model = os.path.abspath(self.model)
         return {
             "engine": self.name,
             "engine_version": f"cmd: {self._argv[0]}",
             "command": shlex.join(self._argv),
+            "build_identity": self.build_identity(),
             "program": self.program,
             "protocol": {
                 "prefill_decode_split": "n_prompt" in self._fields,
@@ -397,7 +421,7 @@ class CommandEngine(Engine):
             },
             "model": self.model,
             "model_sha256": file_sha256(model) if os.path.isfile(model) else None,
-            "options": {k: v for k, v in self.options.items() if k != "command"},
+            "options": dict(self.options),  # the command too: a golden re-creates the engine from them
             "timing": "prefill/decode seconds the command prints (timing_regex), else the wall time of the "
                       "whole process counted as the prefill of all positions",
         }

@@ -88,6 +88,7 @@ def collect_provenance(engine: Engine, variant: Variant, prompts: Sequence[Promp
     """
     described = engine.describe()
     build = {k: described[k] for k in ("system_info",) if described.get(k)}
+    build.update(described.get("build_identity") or {})  # a cmd engine: the files its template names
     if build_commit:
         build["git_commit"] = build_commit
     ambient = {k: v for k, v in sorted(os.environ.items()) if k.startswith(AMBIENT_PREFIXES) and k not in variant.env}
