@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from logitlab.cli.common import (
+    EXIT_INTERRUPTED,
     EXIT_OK,
     check_output_paths,
     fail,
@@ -23,7 +24,7 @@ from logitlab.cli.common import (
     variant_pair_options,
     write_reports,
 )
-from logitlab.errors import LogitlabError
+from logitlab.errors import Interrupted, LogitlabError
 
 
 @click.command()
@@ -76,9 +77,16 @@ def explain(**opts: Any) -> None:
     config.validate()
     check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"],
                        inputs=[control.model, candidate.model, opts["prompt_file"]])
-    result, error = run_with_progress(config, opts["quiet"])
+    try:
+        result, error = run_with_progress(config, opts["quiet"])
+    except Interrupted:  # before the pair ran: nothing to write
+        click.echo("error: interrupted before the pair ran; nothing was measured", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     write_reports(result, opts)
     show_report(result, show_error=error is None)
+    if isinstance(error, Interrupted):
+        click.echo("error: interrupted; the positions explained so far are in the reports", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     if error is not None:
         fail(str(error))
     sys.exit(EXIT_OK)

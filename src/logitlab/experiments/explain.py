@@ -68,7 +68,7 @@ import numpy as np
 from logitlab.engines.base import Engine
 from logitlab.engines.variant import Variant
 from logitlab.engines.workload import RunOutput, environment, run_workload
-from logitlab.errors import InputError, LogitlabError
+from logitlab.errors import InputError, Interrupted, LogitlabError
 from logitlab.events import Event, ignore_event
 from logitlab.experiments import crossengine
 from logitlab.experiments.invariance import filler_sequences
@@ -287,9 +287,11 @@ class ExplainExperiment:
 
         Raises:
             LogitlabError: bad input or an engine failure; ``partial`` holds what was measured.
+            Interrupted: Ctrl-C; ``partial`` holds what was measured (None before the pair ran).
         """
         cfg = self.config
         engines: list[Engine] = []
+        result: ExplainResult | None = None
         try:
             control = load_engine(cfg.control)
             engines.append(control)
@@ -304,6 +306,10 @@ class ExplainExperiment:
                 result.error = str(exc)
                 exc.partial = result
                 raise
+        except KeyboardInterrupt:
+            if result is not None:
+                result.error = "interrupted"
+            raise Interrupted("interrupted", partial=result) from None
         finally:
             for engine in engines:
                 engine.close()
