@@ -28,6 +28,22 @@ import pytest
 from logitlab.errors import InputError
 from logitlab.tools import llama_tool
 
+#: Plain prose written for the peer tests (about 300 tokens: four chunks of 64 for llama-perplexity).
+PROSE = (
+    "The harbour town woke slowly on the first cold morning of the year. Fishermen pulled their boats up the "
+    "shingle, gulls argued over the scraps, and the baker on the corner opened his shutters to let the smell of "
+    "bread drift down towards the water. Children walked to school in pairs, kicking stones and talking about the "
+    "storm that had kept them awake. By nine o'clock the market square was full. A woman sold apples from a cart, "
+    "an old man mended nets beside the fountain, and the mayor stood on the steps of the town hall reading a "
+    "letter that had arrived with the night train. The letter said that the railway company would close the line "
+    "in the spring, because too few people used it. The mayor folded the letter, put it in his pocket, and "
+    "decided to say nothing until he had spoken to the council. That afternoon the council met in the long room "
+    "above the library. They argued for three hours. Some wanted to write to the newspaper, others wanted to send "
+    "a delegation to the capital, and one member suggested that the town should buy the railway itself. Everyone "
+    "laughed at first, but by the evening the idea no longer seemed so strange. They counted the money in the "
+    "town's accounts, asked the bank for a loan, and wrote a careful offer to the company. Three weeks later the "
+    "answer came back: the company accepted, and the little railway became the property of the town."
+)
 READY_TIMEOUT = 120.0  # s: model load on a busy 2-core machine
 STOP_TIMEOUT = 15.0  # s: between terminate and kill
 

@@ -22,7 +22,7 @@ import pytest
 from logitlab.engines import engine_class
 
 from conftest import SHORT_PROMPT
-from peers import http_json, llama_server, run_tool
+from peers import PROSE, http_json, llama_server, run_tool
 
 pytestmark = [pytest.mark.peers, pytest.mark.engine]
 llama_cpp = pytest.importorskip("llama_cpp")
@@ -30,22 +30,7 @@ LlamaCppEngine = engine_class("llamacpp")
 
 N_CTX = 64  # llama-perplexity's chunk: it scores the second half of each chunk
 N_PREDICT = 4
-#: Plain prose written for this test (about 300 tokens: four chunks of 64).
-TEXT = (
-    "The harbour town woke slowly on the first cold morning of the year. Fishermen pulled their boats up the "
-    "shingle, gulls argued over the scraps, and the baker on the corner opened his shutters to let the smell of "
-    "bread drift down towards the water. Children walked to school in pairs, kicking stones and talking about the "
-    "storm that had kept them awake. By nine o'clock the market square was full. A woman sold apples from a cart, "
-    "an old man mended nets beside the fountain, and the mayor stood on the steps of the town hall reading a "
-    "letter that had arrived with the night train. The letter said that the railway company would close the line "
-    "in the spring, because too few people used it. The mayor folded the letter, put it in his pocket, and "
-    "decided to say nothing until he had spoken to the council. That afternoon the council met in the long room "
-    "above the library. They argued for three hours. Some wanted to write to the newspaper, others wanted to send "
-    "a delegation to the capital, and one member suggested that the town should buy the railway itself. Everyone "
-    "laughed at first, but by the evening the idea no longer seemed so strange. They counted the money in the "
-    "town's accounts, asked the bank for a loan, and wrote a careful offer to the company. Three weeks later the "
-    "answer came back: the company accepted, and the little railway became the property of the town."
-)
+TEXT = PROSE
 
 
 def log_softmax(row: np.ndarray) -> np.ndarray:
