@@ -28,14 +28,13 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from logitlab.engines.build_cache import building, cache_root, publish, read_meta
 from logitlab.engines.base import BatchRun, Engine, Session
 from logitlab.engines.options import positive_int, to_bool
 from logitlab.errors import EngineError, InputError
@@ -65,11 +64,6 @@ def _device(value: Any) -> str:
     if kind not in ("cpu", "cuda", "mps", "xpu"):
         raise ValueError("valid: cpu, cuda, cuda:N, mps, xpu")
     return name
-
-
-def cache_root() -> Path:
-    """Folder of logitlab's caches: ``$LOGITLAB_CACHE``, else ``~/.cache/logitlab``."""
-    return Path(os.environ.get("LOGITLAB_CACHE") or Path.home() / ".cache" / "logitlab")
 
 
 @contextlib.contextmanager
@@ -442,35 +436,16 @@ def dequantised_folder(gguf: Path) -> tuple[Path, dict[str, Any]]:
 
     sha = file_sha256(str(gguf.resolve()))
     folder = cache_root() / "hf-gguf" / sha
-    meta_path = folder / "logitlab.json"
-    try:
-        meta = json.loads(meta_path.read_text())
-        if meta.get("transformers") == transformers.__version__ and meta.get("format") == CACHE_FORMAT:
-            _name_architectures(folder)
-            return folder, {"cache": str(folder), "hit": True, "build_seconds": meta.get("build_seconds")}
-    except (OSError, ValueError):
-        pass
+    meta = read_meta(folder)
+    if meta and meta.get("transformers") == transformers.__version__ and meta.get("format") == CACHE_FORMAT:
+        _name_architectures(folder)
+        return folder, {"cache": str(folder), "hit": True, "build_seconds": meta.get("build_seconds")}
     start = time.perf_counter()
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{sha[:12]}-", dir=folder.parent))
-    try:
+    with building(folder, f".{sha[:12]}-", "the de-quantised weights cache") as tmp:
         _dequantise(gguf, tmp, transformers, torch)
         build = round(time.perf_counter() - start, 2)
-        (tmp / "logitlab.json").write_text(json.dumps({
-            "format": CACHE_FORMAT, "gguf": str(gguf), "gguf_sha256": sha,
-            "transformers": transformers.__version__, "build_seconds": build}, indent=1))
-        if folder.exists():  # stale version (or a concurrent build): replace it
-            shutil.rmtree(folder, ignore_errors=True)
-        try:
-            os.replace(tmp, folder)
-        except OSError:
-            if not meta_path.exists():
-                raise
-    except OSError as exc:
-        raise EngineError(f"cannot write the de-quantised weights cache under {folder.parent}: {exc}; "
-                          "set LOGITLAB_CACHE to a writable folder") from exc
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        publish(tmp, folder, {"format": CACHE_FORMAT, "gguf": str(gguf), "gguf_sha256": sha,
+                              "transformers": transformers.__version__, "build_seconds": build})
     return folder, {"cache": str(folder), "hit": False, "build_seconds": build}
 
 

@@ -28,10 +28,8 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -39,6 +37,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from logitlab.engines.build_cache import building, cache_root, publish, read_meta
 from logitlab.engines.base import Engine, Session
 from logitlab.engines.options import positive_int, to_bool
 from logitlab.errors import EngineError, InputError
@@ -142,20 +141,16 @@ def built_model(gguf: Path, options: dict[str, Any]) -> tuple[Path, dict[str, An
             convert this model (its last error line is quoted).
         EngineError: the cache folder is not writable.
     """
-    from logitlab.engines.hf import cache_root, dequantised_folder
+    from logitlab.engines.hf import dequantised_folder
 
     sha = file_sha256(str(gguf.resolve()))
     tag = build_tag(options)
     folder = cache_root() / "ort-genai" / f"{sha}-{tag}"
     genai_version = package_version("onnxruntime-genai")
-    meta_path = folder / "logitlab.json"
-    try:
-        meta = json.loads(meta_path.read_text())
-        if meta.get("onnxruntime_genai") == genai_version and meta.get("format") == CACHE_FORMAT:
-            return folder, {"cache": str(folder), "hit": True, "build_seconds": meta.get("build_seconds"),
-                            "folder_sha256": meta.get("folder_sha256")}
-    except (OSError, ValueError):
-        pass
+    meta = read_meta(folder)
+    if meta and meta.get("onnxruntime_genai") == genai_version and meta.get("format") == CACHE_FORMAT:
+        return folder, {"cache": str(folder), "hit": True, "build_seconds": meta.get("build_seconds"),
+                        "folder_sha256": meta.get("folder_sha256")}
     missing = [pip for module, pip in BUILDER_MODULES if importlib.util.find_spec(module) is None]
     if missing:
         raise InputError(f"building an ORT GenAI model from {gguf.name} needs {', '.join(missing)}: "
@@ -166,9 +161,7 @@ def built_model(gguf: Path, options: dict[str, Any]) -> tuple[Path, dict[str, An
     except EngineError as exc:  # transformers cannot read this GGUF: bad input for this engine
         raise InputError(f"cannot build an ORT GenAI model from {gguf.name}: {exc}") from None
     dequantise_seconds = round(time.perf_counter() - start, 2)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{sha[:12]}-{tag}-", dir=folder.parent))
-    try:
+    with building(folder, f".{sha[:12]}-{tag}-", "the ORT GenAI model cache") as tmp:
         out = tmp / "model"
         command = run_builder(source, out, options, what=gguf.name)
         build = round(time.perf_counter() - start, 2)
@@ -176,19 +169,7 @@ def built_model(gguf: Path, options: dict[str, Any]) -> tuple[Path, dict[str, An
                 "builder": [Path(command[0]).name, *command[1:]], "onnxruntime_genai": genai_version,
                 "build_seconds": build, "dequantise_seconds": dequantise_seconds,
                 "folder_sha256": folder_sha256(out)}
-        (out / "logitlab.json").write_text(json.dumps(info, indent=1))
-        if folder.exists():  # stale version (or a concurrent build): replace it
-            shutil.rmtree(folder, ignore_errors=True)
-        try:
-            os.replace(out, folder)
-        except OSError:
-            if not meta_path.exists():
-                raise
-    except OSError as exc:
-        raise EngineError(f"cannot write the ORT GenAI model cache under {folder.parent}: {exc}; "
-                          "set LOGITLAB_CACHE to a writable folder") from exc
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        publish(out, folder, info)
     return folder, {"cache": str(folder), "hit": False, "build_seconds": build,
                     "folder_sha256": info["folder_sha256"]}
 
