@@ -16,6 +16,7 @@ from logitlab.experiments.ab import AbConfig, run_ab  # noqa: E402
 from logitlab.numerics import compare_logits  # noqa: E402
 
 from conftest import SHORT_PROMPT  # noqa: E402
+from sessions import greedy  # noqa: E402
 
 pytestmark = pytest.mark.engine
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing is ever downloaded
@@ -29,17 +30,6 @@ def engine():
     engine = OrtGenAiEngine(model=None, options=THREADS)
     yield engine
     engine.close()
-
-
-def greedy(engine, ids, n):
-    """M=1 greedy: prompt rows + one row per decode step; returns (rows, generated)."""
-    with engine.open_session() as session:
-        rows = [session.prefill(ids)]
-        generated = []
-        for _ in range(n):
-            generated.append(int(rows[-1][-1].argmax()))
-            rows.append(session.decode([generated[-1]]))
-    return np.concatenate(rows), generated
 
 
 def bits(a):
