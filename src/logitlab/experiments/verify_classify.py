@@ -171,16 +171,16 @@ def classify_verify(totals: Sequence[SweepEntry], flips: Sequence[FlipRecord],
     2. any K verdict ``divergent`` (:func:`verify_verdict`: a row far outside
        the pair's noise floor, a flip to a token outside the other run's
        top-k, a localized change, NaN/Inf, or without a floor a flip with M=1
-       margin ≥ τ) → ``wrong-result`` (indexing/masking-class bug);
+       margin ≥ ``near_tie_margin``) → ``wrong-result`` (indexing/masking-class bug);
     3. any K verdict ``systematic-offset``, or one in-block row index whose
        differing rows share an offset (the offset rule over that index's
        rows) → ``systematic-offset``;
     4. K=1 not bit-exact → ``verify-path``: a one-row verify already differs
        from M=1, so the verify path itself (dispatch or kernel choice), not
        batching, is the cause;
-    5. any K verdict ``lossy`` → ``lossy`` (flips at margins ≥ τ, inside the
+    5. any K verdict ``lossy`` → ``lossy`` (flips at margins ≥ ``near_tie_margin``, inside the
        pair's large noise floor);
-    6. flips all below τ and inside the floor → ``near-tie-noise``; no flips:
+    6. flips all below ``near_tie_margin`` and inside the floor → ``near-tie-noise``; no flips:
        within ULP noise → ``ulp-noise``, above → ``noise``.
 
     A flip at in-block row 0 is *not* by itself taken as an offset (the seed's
@@ -223,8 +223,8 @@ def classify_verify(totals: Sequence[SweepEntry], flips: Sequence[FlipRecord],
         if confident:
             f = max(confident, key=lambda f: f.margin_ref or 0.0)
             evidence.append(f"flip at a confident position: {f.prompt} K={f.k} output {f.output_index} (row {f.row}): "
-                            f"{f.token_ref} → {f.token_obs}, M=1 margin {_g(f.margin_ref)} ≥ τ = {_g(tau)}; "
-                            f"top-{len(f.topk_ref)} M=1 {f.topk_ref} vs M=K {f.topk_obs}")
+                            f"{f.token_ref} → {f.token_obs}, M=1 margin {_g(f.margin_ref)} ≥ near_tie_margin = "
+                            f"{_g(tau)}; top-{len(f.topk_ref)} M=1 {f.topk_ref} vs M=K {f.topk_obs}")
         summary = ("wrong result: M=K rows flip confident tokens, or flip to tokens outside the top-k — an "
                    "indexing/masking-class bug in the verify path, not floating-point noise")
     elif word == "systematic-offset" or offsets:
@@ -248,12 +248,12 @@ def classify_verify(totals: Sequence[SweepEntry], flips: Sequence[FlipRecord],
     elif word == "lossy":
         cause = "lossy"
         evidence += [f"K={worst.k}: {line}" for line in worst.evidence[:3]]
-        summary = ("lossy: the M=K rows' noise is large everywhere, and flips at margins ≥ τ "
-                   f"= {_g(tau)} lie inside it — a lower-precision verify path, not a near-tie")
+        summary = ("lossy: the M=K rows' noise is large everywhere, and flips at margins ≥ "
+                   f"near_tie_margin = {_g(tau)} lie inside it — a lower-precision verify path, not a near-tie")
     elif any(t.flips for t in totals):
         cause = "near-tie-noise"
         margins = [f.margin_ref for f in flips if f.margin_ref is not None]
-        evidence.append(f"all {len(flips)} flips at M=1 margin < τ = {_g(tau)} "
+        evidence.append(f"all {len(flips)} flips at M=1 margin < near_tie_margin = {_g(tau)} "
                         f"(largest {_g(max(margins, default=None))}, smallest {_g(min(margins, default=None))})")
         evidence.append(f"K={worst.k}: {worst.evidence[0]}")
         topk_same = sum(1 for f in flips if sorted(f.topk_ref) == sorted(f.topk_obs))
@@ -266,7 +266,8 @@ def classify_verify(totals: Sequence[SweepEntry], flips: Sequence[FlipRecord],
                             "is the M=1 path")
         evidence.append(f"flips at in-block row 0: {row0}, at rows ≥ 1: {inner}")
         evidence.append(_where_line(sweep, row0))
-        summary = f"near-tie floating-point noise: every flip sits below τ = {_g(tau)}, top-k sets kept, no offset"
+        summary = (f"near-tie floating-point noise: every flip sits below near_tie_margin = {_g(tau)}, top-k sets "
+                   "kept, no offset")
     else:
         cause = "ulp-noise" if word == "ulp-noise" else "noise"
         evidence.append(f"no argmax flips; largest difference {_g(worst.max_scaled_ulp)} ULP at row scale "

@@ -283,7 +283,7 @@ def _header(result: VerifyResult) -> KeyValues:
         ("variant", variant_text(cfg["variant"])),
         ("workload", f"{plural(len(cfg['prompts']), 'prompt')} × {cfg['n_decode']} greedy M=1 tokens, "
                      f"replayed as M=K verify blocks, K = {' '.join(map(str, cfg['ks']))}"),
-        ("τ", f"near-tie margin {fmt_num(cfg['thresholds']['near_tie_margin'])} logits (--near-tie-margin)"),
+        ("near-tie margin", f"{fmt_num(cfg['thresholds']['near_tie_margin'])} logits (--near-tie-margin)"),
     ]
     host = result.manifest.get("host")
     if host:
