@@ -89,3 +89,42 @@ def test_a_command_failing_on_bad_input_leaves_no_output_folder(tmp_path):
     one_error_line(logitlab("ab", "--candidate", "flash_attn=banana", "--json", str(tmp_path / "o" / "r.json")),
                    "bad value 'banana'")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_stdout_and_a_file_for_a_folder_are_refused(tmp_path):
+    with pytest.raises(InputError, match=r"^--json -: this command writes --json to a file, not to stdout; give a"):
+        check_output_paths(json="-")
+    (tmp_path / "prompts.txt").write_text("hi")
+    with pytest.raises(InputError, match=r"^--out .*prompts.txt cannot be a folder: .*prompts.txt is a file; give a"):
+        check_output_paths(folders={"out": str(tmp_path / "prompts.txt")})
+    with pytest.raises(InputError, match=r"^--out .*prompts.txt/sub cannot be a folder: .*prompts.txt is a file"):
+        check_output_paths(folders={"out": str(tmp_path / "prompts.txt" / "sub")})
+
+
+@pytest.mark.engine  # the commands run models when their outputs pass (here they never do)
+@pytest.mark.parametrize("command", [
+    ["ab"], ["verify"], ["explain"], ["invariance", "batch"], ["bench", "run", "--control", "true", "--candidate", "true"],
+    ["golden", "record", "--prompt", "hi", "-o", "g"], ["golden", "check", "g"], ["golden", "update", "g", "--reason", "x"],
+    ["golden", "check", "--llamacpp-kld", "k.kld"], ["report", "ab.json"], ["dump-diff", "a", "b"],
+])
+def test_every_report_output_is_checked_before_any_work(command, tmp_path):
+    """--html too: explain and golden once let it overwrite their inputs (a model, a prompt file, a golden)."""
+    one_error_line(logitlab(*command, "--markdown", "same.md", "--html", "same.md", cwd=tmp_path),
+                   "--markdown and --html are the same file (same.md)")
+    one_error_line(logitlab(*command, "--json", "-", cwd=tmp_path), "--json -: this command writes --json to a file")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.engine
+def test_explain_and_golden_refuse_an_html_page_over_their_inputs(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The capital of France is\n")
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF stand-in")
+    one_error_line(logitlab("explain", "--k", "2", "--tokens", "4", "--model", str(model), "--html", str(model),
+                            cwd=tmp_path), "it would be overwritten")
+    one_error_line(logitlab("golden", "record", "--prompts", str(prompts), "--tokens", "2", "-o", "g", "--html",
+                            str(prompts), cwd=tmp_path), "it would be overwritten")
+    one_error_line(logitlab("golden", "record", "--prompts", str(prompts), "--tokens", "2", "-o", str(prompts),
+                            cwd=tmp_path), "cannot be a folder")
+    assert prompts.read_text() == "The capital of France is\n" and model.read_bytes() == b"GGUF stand-in"

@@ -13,6 +13,7 @@ from logitlab.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     check_output_paths,
+    report_paths,
     fail,
     handle_errors,
     keep_partial,
@@ -119,7 +120,7 @@ def ab(**opts: Any) -> None:
         thresholds=thresholds_from(opts),
     )
     log_path = run_log_path(opts, "ab")
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
+    check_output_paths(**report_paths(opts),
                        log=log_path,
                        inputs=[control.model, candidate.model, opts["prompt_file"]])
     target = record_target(opts)

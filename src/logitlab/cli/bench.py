@@ -15,6 +15,7 @@ from logitlab.cli.common import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
     check_output_paths,
+    report_paths,
     fail,
     handle_errors,
     keep_partial,
@@ -101,7 +102,7 @@ def run_cmd(**opts: Any) -> None:
     from logitlab.perf.commands import BenchRunConfig, bench_run
 
     log_path = run_log_path(opts, "bench-run")
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
+    check_output_paths(**report_paths(opts),
                        log=log_path)
     target = record_target(opts)
     if opts["metric_regex"] and opts["higher_is_better"] is None:
@@ -208,7 +209,7 @@ def compare_cmd(**opts: Any) -> None:
     from logitlab.perf.compare_files import NoiseProfile, compare_benchmarks
     from logitlab.perf.equivalence import check_margin
 
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
+    check_output_paths(**report_paths(opts),
                        inputs=[opts["base"], opts["candidate"], opts["noise_path"]])
     if opts["margin"] is not None:
         check_margin(opts["margin"], option="--margin")

@@ -16,6 +16,7 @@ from logitlab.cli.common import (
     MODEL_HELP,
     REQUIRE_CHOICES,
     check_output_paths,
+    report_paths,
     fail,
     handle_errors,
     make_progress,
@@ -110,7 +111,7 @@ def bisect(**opts: Any) -> None:
                          + ("an engine spec, e.g. -- 'cmd:./build/engine --tokens {tokens} --logits {logits}'"
                             if opts["probe"] == "numerics" else "a benchmark command, e.g. -- ./build/bench"))
     top = require_repository(opts["repo"])
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], inputs=[opts["prompt_file"]])
+    check_output_paths(**report_paths(opts), inputs=[opts["prompt_file"]])
     if opts["probe"] == "numerics":
         probe: Any = NumericsProbe(
             parse_variant(words, "candidate", default_engine=opts["engine"], default_model=opts["model"],

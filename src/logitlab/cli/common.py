@@ -65,8 +65,15 @@ def check_output_paths(*, inputs: Iterable[str | None] = (), folders: dict[str, 
             folder; or its folder cannot be created or written.
     """
     given = {"--" + option.replace("_", "-"): path for option, path in paths.items() if path}
-    _check_distinct(given, [p for p in inputs if p], {"--" + k.replace("_", "-"): v
-                                                      for k, v in (folders or {}).items() if v})
+    named_folders = {"--" + k.replace("_", "-"): v for k, v in (folders or {}).items() if v}
+    for flag, path in given.items():
+        if path == "-":
+            raise InputError(f"{flag} -: this command writes {flag} to a file, not to stdout; give a file path")
+    for flag, folder in named_folders.items():
+        blocker = next((p for p in (Path(folder), *Path(folder).parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            raise InputError(f"{flag} {folder} cannot be a folder: {blocker} is a file; give a folder path")
+    _check_distinct(given, [p for p in inputs if p], named_folders)
     for flag, path in given.items():
         target = Path(path)
         if target.is_dir():
@@ -78,6 +85,12 @@ def check_output_paths(*, inputs: Iterable[str | None] = (), folders: dict[str, 
             _probe_folder(target.parent)
         except OSError as exc:
             raise InputError(f"{flag} {path} cannot be written: {exc.strerror or exc}") from None
+
+
+def report_paths(opts: dict[str, Any]) -> dict[str, str | None]:
+    """The report outputs a command was given (``--json``, ``--markdown``, ``--html`` of :func:`output_options`),
+    as keyword arguments of :func:`check_output_paths`: every command checks all of them, not a hand-made list."""
+    return {name: opts.get(f"{name}_path") for name in ("json", "markdown", "html") if f"{name}_path" in opts}
 
 
 def _probe_folder(folder: Path) -> None:

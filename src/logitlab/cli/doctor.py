@@ -7,7 +7,14 @@ from typing import Any
 
 import click
 
-from logitlab.cli.common import check_output_paths, handle_errors, output_options, show_report, write_reports
+from logitlab.cli.common import (
+    check_output_paths,
+    handle_errors,
+    output_options,
+    report_paths,
+    show_report,
+    write_reports,
+)
 
 
 @click.command()
@@ -42,7 +49,7 @@ def doctor(**opts: Any) -> None:
     to_stdout = opts["json_path"] == "-"
     if to_stdout:
         opts["json_path"] = None
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"])
+    check_output_paths(**report_paths(opts))
     result = run_doctor(engines=not opts["no_engines"])
     write_reports(result, opts)
     if to_stdout:

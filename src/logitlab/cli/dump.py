@@ -13,6 +13,7 @@ from logitlab.cli.common import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
     check_output_paths,
+    report_paths,
     fail,
     handle_errors,
     make_progress,
@@ -73,7 +74,7 @@ def dump(**opts: Any) -> None:
     pair = opts["candidate"] is not None or bool(opts["candidate_env"])
     out = Path(opts["out_dir"])
     control, candidate = variant_pair(opts)
-    check_output_paths(json=opts["json_path"], inputs=[control.model, candidate.model, opts["prompt_file"]],
+    check_output_paths(**report_paths(opts), inputs=[control.model, candidate.model, opts["prompt_file"]],
                        folders={"out": opts["out_dir"]})
     if opts["prompt"] is None and opts["prompt_file"] is None:
         prompt = DEFAULT_DUMP_PROMPT
@@ -184,7 +185,7 @@ def dump_diff(**opts: Any) -> None:
     from logitlab.dumps.format import TensorFilter
     from logitlab.dumps.readers import ShapeSpec, open_dump
 
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
+    check_output_paths(**report_paths(opts),
                        inputs=[opts["dump_a"], opts["dump_b"]])
     shapes = ShapeSpec.parse(opts["shapes"])
     prefixes = list(opts["prefixes"])

@@ -11,6 +11,7 @@ from logitlab.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     check_output_paths,
+    report_paths,
     fail,
     handle_errors,
     keep_partial,
@@ -75,7 +76,7 @@ def explain(**opts: Any) -> None:
         thresholds=thresholds_from(opts), dump=not opts["no_dump"],
     )
     config.validate()
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"],
+    check_output_paths(**report_paths(opts),
                        inputs=[control.model, candidate.model, opts["prompt_file"]])
     try:
         result, error = run_with_progress(config, opts["quiet"])

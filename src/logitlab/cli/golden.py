@@ -15,6 +15,7 @@ from logitlab.cli.common import (
     SPEC_HELP,
     _apply,
     check_output_paths,
+    report_paths,
     handle_errors,
     make_progress,
     output_options,
@@ -127,7 +128,7 @@ def record(**opts: Any) -> None:
     config = RecordConfig(variant=_variant(opts), prompts=prompts, n_decode=opts["n_decode"], store=opts["store"],
                           build_commit=opts["build_commit"])
     config.validate()
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], inputs=[opts["prompts_file"]],
+    check_output_paths(**report_paths(opts), inputs=[opts["prompts_file"]],
                        folders={"out": opts["out"]})
     with make_progress(opts["quiet"]) as progress:
         task = progress.add_task("loading", total=len(prompts))
@@ -195,7 +196,7 @@ def check(golden_dir: str | None, **opts: Any) -> None:
               min_top1=opts["min_top1"])
     config = CheckConfig(root=golden_dir, overrides=_overrides(opts), bar=bar, thresholds=thresholds_from(opts),
                          top_k=opts["top_k"], strict_device=opts["strict_device"], build_commit=opts["build_commit"])
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], inputs=[golden_dir])
+    check_output_paths(**report_paths(opts), inputs=[golden_dir])
     target = record_target(opts)
     with make_progress(opts["quiet"]) as progress:
         task = progress.add_task("loading", total=None)
@@ -216,7 +217,7 @@ def _check_kld(opts: dict[str, Any]) -> None:
     variant = parse_variant(opts["spec"], "current", default_engine=opts["engine"] or DEFAULT_ENGINE,
                             default_model=opts["model"], env=parse_env(opts["env"]))
     bar = Bar(max_kld_mean=opts["max_kld_mean"], max_kld_p99=opts["max_kld_p99"], min_top1=opts["min_top1"])
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], inputs=[opts["kld_file"]])
+    check_output_paths(**report_paths(opts), inputs=[opts["kld_file"]])
     with make_progress(opts["quiet"]) as progress:
         task = progress.add_task("loading", total=None)
         result = check_kld_base(opts["kld_file"], variant, bar=bar,
@@ -250,7 +251,7 @@ def update(golden_dir: str, **opts: Any) -> None:
     """
     from logitlab.experiments.golden import update_golden
 
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], inputs=[golden_dir])
+    check_output_paths(**report_paths(opts), inputs=[golden_dir])
     with make_progress(opts["quiet"]) as progress:
         task = progress.add_task("loading", total=None)
         manifest = update_golden(golden_dir, opts["reason"] or "", overrides=_overrides(opts),

@@ -13,6 +13,7 @@ from logitlab.cli.common import (
     EXIT_OK,
     HISTORY_ENV,
     check_output_paths,
+    report_paths,
     handle_errors,
     history_folder,
     output_options,
@@ -79,7 +80,7 @@ def show_cmd(**opts: Any) -> None:
     from logitlab.experiments.history_show import show_history
 
     root = history_folder(opts["root"])
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], inputs=[root])
+    check_output_paths(**report_paths(opts), inputs=[root])
     result = show_history(root, repo=opts["repo"], machines=opts["machines"], metrics=opts["metrics"],
                           last=opts["last"], regressions_only=opts["regressions_only"],
                           max_pvalue=opts["max_pvalue"], min_size=opts["min_size"])

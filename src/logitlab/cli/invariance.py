@@ -11,6 +11,7 @@ from logitlab.cli.common import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
     check_output_paths,
+    report_paths,
     handle_errors,
     make_progress,
     output_options,
@@ -151,7 +152,7 @@ def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
 
     variant = parse_variant(opts["spec"], "probe", default_engine=opts["engine"], default_model=opts["model"],
                             env=parse_env(opts["env"]), option="--variant")
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
+    check_output_paths(**report_paths(opts),
                        inputs=[variant.model, opts["prompt_file"]])
     config = InvarianceConfig(
         probe=probe,

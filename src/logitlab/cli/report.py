@@ -6,7 +6,14 @@ from typing import Any
 
 import click
 
-from logitlab.cli.common import check_output_paths, handle_errors, output_options, show_report, write_reports
+from logitlab.cli.common import (
+    check_output_paths,
+    handle_errors,
+    output_options,
+    report_paths,
+    show_report,
+    write_reports,
+)
 
 
 @click.command()
@@ -37,7 +44,7 @@ def report(result_file: str, **opts: Any) -> None:
 
     from logitlab.report import read_result
 
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
+    check_output_paths(**report_paths(opts),
                        inputs=[result_file])
     if Path(result_file).is_dir():  # a sweep's --out folder: the summary, recomputed from its job files
         from logitlab.experiments.sweep import load_sweep

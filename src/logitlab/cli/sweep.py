@@ -14,6 +14,7 @@ from logitlab.cli.common import (
     EXIT_OK,
     REQUIRE_CHOICES,
     check_output_paths,
+    report_paths,
     fail,
     handle_errors,
     make_progress,
@@ -79,7 +80,7 @@ def sweep(matrix_file: str, **opts: Any) -> None:
         return
     if not out:
         raise InputError("--out FOLDER is needed (where the job results go); --dry-run runs without")
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], inputs=[matrix_file],
+    check_output_paths(**report_paths(opts), inputs=[matrix_file],
                        folders={"out": out})
     from logitlab.experiments.executors import make_executor
     from logitlab.experiments.sweep import plan

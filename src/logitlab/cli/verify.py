@@ -12,6 +12,7 @@ from logitlab.cli.common import (
     EXIT_OK,
     MODEL_HELP,
     check_output_paths,
+    report_paths,
     fail,
     handle_errors,
     keep_partial,
@@ -152,7 +153,7 @@ def verify(**opts: Any) -> None:
     variant = parse_variant(opts["options"], "verify", default_engine=opts["engine"], default_model=opts["model"],
                             env=parse_env(opts["env"]), option="--options")
     log_path = run_log_path(opts, "verify")
-    check_output_paths(json=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
+    check_output_paths(**report_paths(opts),
                        log=log_path,
                        inputs=[variant.model, opts["prompts_file"], opts["calibration_prompts"]])
     target = record_target(opts)
