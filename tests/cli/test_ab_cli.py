@@ -124,14 +124,17 @@ def test_ctrl_c_writes_the_partial_result_and_exits_130(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=sigint_default)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and (not log.exists() or log.read_text().count('"slot":') < 3):
+    while time.monotonic() < deadline and (not log.exists() or log.read_text().count('"slot":') < 12):
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
     assert stderr.strip().splitlines()[-1].startswith("error: interrupted")
     data = json.loads(out.read_text())
-    assert data["error"] == "interrupted" and len(data["runs"]) >= 3
+    assert data["error"] == "interrupted" and len(data["runs"]) >= 10
+    # what was measured keeps its verdict and its speed calls (two complete blocks at least)
+    assert data["verdict"]["word"] == "bit-exact" and data["speed"]["decode"]["n_blocks"] >= 2
+    assert data["speed"]["decode"]["call"] in ("faster", "slower", "equivalent", "inconclusive")
 
 
 def test_not_a_gguf_file(tmp_path):

@@ -208,6 +208,8 @@ def test_a_server_that_fails_for_good_mid_run_is_one_line_exit_2_and_keeps_the_r
     assert len(data["runs"]) == 2 and data["error"] == message.replace("{url}", url)
     assert [r["is_reference"] for r in data["runs"]] == [True, False]
     assert all(r["scoring"]["retries"] == [] for r in data["runs"])
+    # the candidate run measured before the failure keeps its verdict (the same stub on both sides)
+    assert data["verdict"]["word"] == "bit-exact" and data["verdict_slot"] == data["runs"][1]["slot"]
 
 
 @pytest.mark.parametrize("fault, message", [

@@ -331,10 +331,12 @@ class AbExperiment:
                 except LogitlabError as exc:
                     result.error = str(exc)
                     exc.partial = result
+                    self._summarize_partial(result)
                     self._end_log("error", result)
                     raise
                 except KeyboardInterrupt:
                     result.error = "interrupted"
+                    self._summarize_partial(result)
                     self._end_log("interrupted", result)
                     raise Interrupted("interrupted", partial=result) from None
                 self._end_log("complete", result)
@@ -530,15 +532,28 @@ class AbExperiment:
                               f"logits, the first at position {row}, token id {token}: nothing can be compared "
                               "against it")
 
+    def _summarize(self, result: AbResult) -> None:
+        """The verdict (worst over the candidate runs compared) and the speed calls (complete blocks) of the
+        runs measured so far; runs nothing."""
+        if self.candidate_verdicts:
+            result.verdict_slot, result.verdict = worst_verdict(self.candidate_verdicts)
+        result.speed = analyse_speed(result.runs, margin=self.config.margin, seed=self.config.seed)
+        if self.config.auto:
+            self._restate_speed(result)
+
+    def _summarize_partial(self, result: AbResult) -> None:
+        """:meth:`_summarize` for a run that stopped early (an error, Ctrl-C): what was measured keeps its
+        verdict and speed calls. A failure here leaves the runs as they are and never hides the first error."""
+        try:
+            self._summarize(result)
+        except Exception as exc:  # noqa: BLE001 - the run's own error is the one to report
+            result.notes.append(f"the runs measured before the stop could not be summarised: {exc}")
+
     def _finish(self, result: AbResult) -> None:
         cfg = self.config
         if not result.control_reproducible and cfg.escalate:
             self._escalate(result)
-        if self.candidate_verdicts:
-            result.verdict_slot, result.verdict = worst_verdict(self.candidate_verdicts)
-        result.speed = analyse_speed(result.runs, margin=cfg.margin, seed=cfg.seed)
-        if cfg.auto:
-            self._restate_speed(result)
+        self._summarize(result)
         busy = busy_machine_note()
         if busy:
             result.notes.append(busy)
