@@ -85,7 +85,11 @@ def check_gguf(path: str | Path) -> Path:
     """
     path = Path(path)
     if not path.exists():
-        raise InputError(f"model file {path} does not exist")
+        hint = ""
+        if len(path.parts) == 1 and not path.suffix:  # a bare word: most likely an option without its value
+            hint = (f" (a variant spec's bare word is read as a model file; an engine option is KEY=VALUE, "
+                    f"e.g. {path}=1)")
+        raise InputError(f"model file {path} does not exist{hint}")
     if not path.is_file():
         raise InputError(f"model {path} is not a file")
     with path.open("rb") as f:

@@ -49,6 +49,8 @@ def test_aa_passes_require_bit_exact(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--model", "/nonexistent/model.gguf"], "error: model file /nonexistent/model.gguf does not exist"),
     (["--candidate", "flash=1"], "error: unknown llamacpp option 'flash'; valid options: "),
+    (["--candidate", "flash_attn"], "error: model file flash_attn does not exist (a variant spec's bare word is read "
+                                    "as a model file; an engine option is KEY=VALUE, e.g. flash_attn=1)"),
     (["--control", "n_ctx=16", "--candidate", "n_ctx=16"], "exceeds the control's context of 16"),
     (["--tokens", "0"], "error: --tokens must be at least 1"),
     (["--prompt", "a", "--prompt-file", "p.txt"], "error: give --prompt or --prompt-file, not both"),
