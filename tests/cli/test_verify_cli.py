@@ -56,6 +56,12 @@ def test_prompts_file_jsonl(tmp_path):
     (["--guard", "sometimes"], "error: --guard takes a margin in logits (e.g. 0.5), 'auto' or 'off'"),
     (["--prompts", "/nonexistent/p.jsonl"], "error: cannot read --prompts /nonexistent/p.jsonl"),
     (["--model", "/nonexistent/m.gguf"], "error: model file /nonexistent/m.gguf does not exist"),
+    (["--k", "1", "100000"], "error: --k 100000 exceeds --tokens 8: a verify block of K rows replays K decoded"),
+    (["--require-identical"], "error: --require-identical checks a guarded run: add --guard TAU or --guard auto"),
+    (["--guard", "off", "--require-identical"], "error: --require-identical checks a guarded run"),
+    (["--calibration-prompts", "c.txt"], "error: --calibration-prompts sets τ for --guard auto: add --guard auto"),
+    (["--guard", "auto", "--calibration-prompts", "/nonexistent/c.txt"],
+     "error: cannot read --calibration-prompts /nonexistent/c.txt"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     base = SHORT[2:] if "--prompts" in args else SHORT

@@ -147,7 +147,12 @@ def verify(**opts: Any) -> None:
         prompts = prompts_from_texts(opts["prompt_texts"])
     else:
         prompts = builtin_prompts("default")
-    calibration = (load_prompts(opts["calibration_prompts"]) if opts["calibration_prompts"]
+    guarded = _guard(opts["guard"]) is not None
+    if opts["require_identical"] and not guarded:
+        raise InputError("--require-identical checks a guarded run: add --guard TAU or --guard auto")
+    if opts["calibration_prompts"] and _guard(opts["guard"]) != "auto":
+        raise InputError("--calibration-prompts sets τ for --guard auto: add --guard auto, or leave the file out")
+    calibration = (load_prompts(opts["calibration_prompts"], "--calibration-prompts") if opts["calibration_prompts"]
                    else builtin_prompts("calibration"))
     fallback = opts["guard_fallback"]
     variant = parse_variant(opts["options"], "verify", default_engine=opts["engine"], default_model=opts["model"],

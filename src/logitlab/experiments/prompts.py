@@ -93,10 +93,10 @@ def builtin_prompts(which: str = "default") -> list[Prompt]:
     return out
 
 
-def load_prompts(path: str | Path) -> list[Prompt]:
+def load_prompts(path: str | Path, option: str = "--prompts") -> list[Prompt]:
     """Read prompts from a JSONL or text-lines file (see the module docstring).
 
-    Names default to ``<file stem>-<line number>``.
+    Names default to ``<file stem>-<line number>``; ``option`` names the file's option in messages.
 
     Raises:
         InputError: unreadable file, no prompts, a malformed JSONL line
@@ -106,12 +106,12 @@ def load_prompts(path: str | Path) -> list[Prompt]:
     try:
         raw = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise InputError(f"cannot read --prompts {path}: {exc.strerror}") from None
+        raise InputError(f"cannot read {option} {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
-        raise InputError(f"--prompts {path} is not UTF-8 text") from None
+        raise InputError(f"{option} {path} is not UTF-8 text") from None
     lines = [(number, line) for number, line in enumerate(raw.splitlines(), 1) if line.strip()]
     if not lines:
-        raise InputError(f"--prompts {path} holds no prompts (it is empty)")
+        raise InputError(f"{option} {path} holds no prompts (it is empty)")
     jsonl = path.suffix.lower() in (".jsonl", ".json") or all(
         line.lstrip().startswith(("{", '"')) for _, line in lines)
     prompts = []

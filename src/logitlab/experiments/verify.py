@@ -101,6 +101,9 @@ class VerifyConfig:
             raise InputError(f"--k values must be integers >= 1, got {bad[0]!r}")
         if len(set(self.ks)) != len(self.ks):
             raise InputError(f"--k lists a block size twice: {list(self.ks)}")
+        if isinstance(self.n_decode, int) and self.n_decode >= 1 and max(self.ks) > self.n_decode:
+            raise InputError(f"--k {max(self.ks)} exceeds --tokens {self.n_decode}: a verify block of K rows replays "
+                             f"K decoded tokens; give K <= --tokens")
         if self.n_decode < 1:
             raise InputError(f"--tokens must be at least 1, got {self.n_decode}")
         if self.top_k < 1:
