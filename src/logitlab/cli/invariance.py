@@ -32,7 +32,7 @@ from logitlab.numerics.verdict import VERDICTS
 def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Engine, prompt, thresholds and report flags shared by every probe."""
     options = [
-        click.option("--engine", default=DEFAULT_ENGINE, show_default=True, help="Engine: llamacpp or hf."),
+        click.option("--engine", default=DEFAULT_ENGINE, show_default=True, help="Engine with sessions: llamacpp, hf, ortgenai (batch needs one that batches: llamacpp, hf)."),
         click.option("--model", default=None, help="Model file or folder (default: the embedded SmolLM2-135M "
                                                    "Q4_1 GGUF; hf de-quantises it)."),
         click.option("--variant", "spec", default="", help="Engine options: KEY=VALUE[,KEY=VALUE] or "
