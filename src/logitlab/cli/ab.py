@@ -107,6 +107,8 @@ def ab(**opts: Any) -> None:
     from logitlab.experiments.prompts import load_prompt
 
     control, candidate = variant_pair(opts)
+    if opts["explain_positions"] < 1:  # as explain --positions, whether or not --explain is given
+        raise InputError(f"--explain-positions must be at least 1, got {opts['explain_positions']}")
     config = AbConfig(
         control=control,
         candidate=candidate,
