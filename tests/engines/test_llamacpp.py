@@ -54,6 +54,9 @@ def test_unknown_option_names_valid_ones():
 def test_bad_option_value():
     with pytest.raises(InputError, match="bad value 'maybe' for llamacpp option 'flash_attn'"):
         LlamaCppEngine(model=None, options={"flash_attn": "maybe"})
+    # the reason is ours, not Python's ("invalid literal for int() with base 10")
+    with pytest.raises(InputError, match=r"^bad value 'abc' for llamacpp option 'n_ctx': expected an integer >= 1$"):
+        LlamaCppEngine(model=None, options={"n_ctx": "abc"})
 
 
 def test_missing_and_non_gguf_model(tmp_path):

@@ -21,7 +21,10 @@ def to_bool(value: Any) -> bool:
 
 def positive_int(value: Any) -> int:
     """An integer ≥ 1."""
-    number = int(value)
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ValueError("expected an integer >= 1") from None
     if number < 1:
         raise ValueError("must be at least 1")
     return number
@@ -29,7 +32,10 @@ def positive_int(value: Any) -> int:
 
 def positive_float(value: Any) -> float:
     """A number > 0."""
-    number = float(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError("expected a number > 0") from None
     if not number > 0:
         raise ValueError("must be > 0")
     return number
