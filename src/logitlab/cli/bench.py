@@ -110,6 +110,11 @@ def run_cmd(**opts: Any) -> None:
                          "(latency)")
     if opts["candidate"] is None and not opts["aa"]:
         raise InputError("give --candidate CMD, or --aa to run the control on both sides")
+    if opts["candidate"] is not None and opts["aa"]:
+        raise InputError("--aa runs the control on both sides: give --candidate CMD or --aa, not both")
+    if opts["higher_is_better"] is not None and not opts["metric_regex"]:
+        raise InputError("--higher-is-better/--lower-is-better is the direction of --metric: add --metric REGEX "
+                         "(without it the metric is the wall time, lower is better)")
     config = BenchRunConfig(
         control=opts["control"], candidate=opts["control"] if opts["aa"] else opts["candidate"],
         **_blocks(opts), warmup=opts["warmup"], randomize=opts["randomize"], seed=opts["seed"],
