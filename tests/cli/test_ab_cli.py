@@ -53,6 +53,7 @@ def test_aa_passes_require_bit_exact(tmp_path):
                                     "as a model file; an engine option is KEY=VALUE, e.g. flash_attn=1)"),
     (["--control", "n_ctx=16", "--candidate", "n_ctx=16"], "exceeds the control's context of 16"),
     (["--tokens", "0"], "error: --tokens must be at least 1"),
+    (["--top-k", "100000"], "error: --top-k 100000 reaches the vocabulary of 49152 tokens: the top-k set would be"),
     (["--explain", "--explain-positions", "0"], "error: --explain-positions must be at least 1, got 0"),
     (["--prompt", "a", "--prompt-file", "p.txt"], "error: give --prompt or --prompt-file, not both"),
     (["--candidate", "nosuch:"], "error: unknown engine 'nosuch' in --candidate spec 'nosuch:' (engines: cmd, "),

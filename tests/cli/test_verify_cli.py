@@ -57,6 +57,7 @@ def test_prompts_file_jsonl(tmp_path):
     (["--prompts", "/nonexistent/p.jsonl"], "error: cannot read --prompts /nonexistent/p.jsonl"),
     (["--model", "/nonexistent/m.gguf"], "error: model file /nonexistent/m.gguf does not exist"),
     (["--k", "1", "100000"], "error: --k 100000 exceeds --tokens 8: a verify block of K rows replays K decoded"),
+    (["--top-k", "49152"], "error: --top-k 49152 reaches the vocabulary of 49152 tokens"),
     (["--require-identical"], "error: --require-identical checks a guarded run: add --guard TAU or --guard auto"),
     (["--guard", "off", "--require-identical"], "error: --require-identical checks a guarded run"),
     (["--calibration-prompts", "c.txt"], "error: --calibration-prompts sets τ for --guard auto: add --guard auto"),

@@ -37,6 +37,7 @@ from logitlab.experiments.isolation import (
 from logitlab.jsonio import ResultRecord
 from logitlab.manifest import build_manifest
 from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict, classify, compare_logits
+from logitlab.numerics.compare import check_top_k
 from logitlab.numerics.topk import TopKComparison, classify_topk, compare_topk
 from logitlab.numerics.topk_offsets import RowOffsets, on_normaliser, row_offsets
 from logitlab.perf.autostop import AutoStop, check_auto_budget
@@ -354,6 +355,7 @@ class AbExperiment:
         prompt_ids = probe.tokenize(cfg.prompt)
         total = len(prompt_ids) + cfg.n_decode
         for label, engine in ((CONTROL, probe), (CANDIDATE, candidate)):
+            check_top_k(cfg.top_k, engine.n_vocab)
             if engine.n_ctx is not None and total > engine.n_ctx:
                 raise InputError(
                     f"prompt ({len(prompt_ids)} tokens) + --tokens {cfg.n_decode} = {total} exceeds the {label}'s "

@@ -77,6 +77,7 @@ from logitlab.experiments.verify import greedy_m1, replay_mk
 from logitlab.jsonio import ResultRecord
 from logitlab.manifest import build_manifest
 from logitlab.numerics import LogitComparison, Thresholds, Verdict, classify, compare_logits
+from logitlab.numerics.compare import check_top_k
 from logitlab.numerics.floor import spread_ulps, topk_spread
 from logitlab.numerics.verdict import LOCALIZED_FRACTION
 
@@ -324,6 +325,7 @@ class ExplainExperiment:
         if cfg.mode == "ab" and crossengine.needs_check(cfg.control, cfg.candidate):
             crossengine.check_tokenizers(control, candidate, cfg.prompt)
         for engine in {id(control): control, id(candidate): candidate}.values():
+            check_top_k(cfg.top_k, engine.n_vocab)
             if engine.n_ctx is not None and len(ids) + cfg.n_decode + 1 > engine.n_ctx:
                 raise InputError(f"the prompt ({len(ids)} tokens) + --tokens {cfg.n_decode} exceeds the context of "
                                  f"{engine.n_ctx}; shorten the prompt or --tokens")

@@ -44,6 +44,7 @@ from logitlab.engines.workload import RunOutput, environment, run_workload
 from logitlab.jsonio import ResultRecord
 from logitlab.manifest import build_manifest
 from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict, classify, compare_logits
+from logitlab.numerics.compare import check_top_k
 
 PROBES = ("batch", "prefill-decode", "determinism")
 PADDINGS = ("right", "left")
@@ -249,6 +250,7 @@ class InvarianceProbe:
         ids = engine.tokenize(cfg.prompt)
         if not ids:
             raise InputError("the prompt has no tokens")
+        check_top_k(cfg.top_k, engine.n_vocab)
         # batch runs the prompt alone (no --tokens); the other probes append --tokens greedy tokens.
         bigger = ", or pass a larger n_ctx=... in --variant" if "n_ctx" in getattr(engine, "OPTIONS", {}) else ""
         if engine.n_ctx is not None and cfg.probe == "batch" and len(ids) > engine.n_ctx:

@@ -48,7 +48,7 @@ from logitlab.experiments.verify_results import (
     VerifyResult,
 )
 from logitlab.numerics import LogitComparison, Thresholds, compare_logits
-from logitlab.numerics.compare import merge_comparisons
+from logitlab.numerics.compare import check_top_k, merge_comparisons
 from logitlab.runlog import RunLog
 
 FALLBACKS = G.FALLBACKS
@@ -330,6 +330,7 @@ class VerifyExperiment:
 
     # -- pieces ---------------------------------------------------------------
     def _check_context(self, engine: Engine, ids: dict[str, list[int]], what: str) -> None:
+        check_top_k(self.config.top_k, engine.n_vocab)
         n_ctx = engine.n_ctx
         for name, tokens in ids.items():
             if not tokens:

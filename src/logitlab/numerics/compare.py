@@ -29,6 +29,7 @@ from logitlab.numerics.comparison import SCHEMA_VERSION, Comparison
 from logitlab.numerics.ulp import check_pair, float_bits, float_hex, ulp_distance
 
 __all__ = [
+    "check_top_k",
     "LogitComparison",
     "compare_logits",
     "merge_comparisons",
@@ -133,6 +134,20 @@ def merge_comparisons(parts: Sequence[LogitComparison]) -> LogitComparison:
         nonfinite_mismatch=sum(p.nonfinite_mismatch for p in parts),
         first_mismatch=first_mismatch, flips=flips, token_ids=ids, **rows,
     )
+
+
+def check_top_k(top_k: int, n_vocab: int | None) -> None:
+    """Refuse a top-k that reaches the whole vocabulary, before any run (``--top-k``).
+
+    ``compare_logits`` clamps ``top_k`` to the vocabulary, so such a k compares the full sorted rows
+    (slow: a 49,152-token set per position) and says nothing a full-vocabulary statistic does not.
+
+    Raises:
+        InputError: ``top_k >= n_vocab`` (``n_vocab`` None: unknown, nothing is checked).
+    """
+    if n_vocab is not None and top_k >= n_vocab:
+        raise InputError(f"--top-k {top_k} reaches the vocabulary of {n_vocab} tokens: the top-k set would be "
+                         f"the whole row; give a k below {n_vocab} (default 5)")
 
 
 def _validate(reference, observed, top_k, chunk_rows, token_ids, workers):
