@@ -238,3 +238,10 @@ def test_a_rebuilt_cmd_engine_is_a_build_change_and_its_command_is_recorded(tmp_
     assert [(c.field, c.gate) for c in rebuilt.changes] == [(f"build.sha256 {script}", True)]
     assert rebuilt.passed and rebuilt.verdict.word == "bit-exact" and rebuilt.bar.allow == "ulp-noise"
     assert rebuilt.bar_reason.startswith("build changed")
+
+
+def test_a_topk_store_that_reaches_the_vocabulary_is_refused_before_any_run(tmp_path):
+    config = RecordConfig(Variant("golden", "llamacpp"), PROMPTS[:1], 2, store="topk:49152")
+    with pytest.raises(InputError, match=r"^--store topk:49152: K reaches the vocabulary of 49152 tokens"):
+        record_golden(config, tmp_path / "golden")
+    assert not (tmp_path / "golden").exists() or not any((tmp_path / "golden").iterdir())

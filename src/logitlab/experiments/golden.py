@@ -313,6 +313,10 @@ def record_golden(config: RecordConfig, root: str | Path, *, on_event: Event | N
         if folder.exists():
             raise InputError(f"{folder} already holds a golden for this device key; replace it with: logitlab golden "
                              f"update {root} --reason TEXT (its history keeps the old hashes)")
+        kind, k = parse_store(config.store)
+        if kind == "topk" and k >= engine.n_vocab:
+            raise InputError(f"--store {config.store}: K reaches the vocabulary of {engine.n_vocab} tokens, so the "
+                             f"top-k store would be larger than --store full; give K below {engine.n_vocab}, or full")
         positions = sum(len(ids) + config.n_decode for ids in prompt_ids)
         on_event("size", {"bytes": store_bytes(config.store, positions, engine.n_vocab), "positions": positions,
                           "n_vocab": engine.n_vocab, "store": config.store, "prompts": len(prompt_ids),
