@@ -95,9 +95,9 @@ def test_stdout_and_a_file_for_a_folder_are_refused(tmp_path):
     with pytest.raises(InputError, match=r"^--json -: this command writes --json to a file, not to stdout; give a"):
         check_output_paths(json="-")
     (tmp_path / "prompts.txt").write_text("hi")
-    with pytest.raises(InputError, match=r"^--out .*prompts.txt cannot be a folder: .*prompts.txt is a file; give a"):
+    with pytest.raises(InputError, match=r"^--out .*prompts.txt exists and is not a folder; give a folder path$"):
         check_output_paths(folders={"out": str(tmp_path / "prompts.txt")})
-    with pytest.raises(InputError, match=r"^--out .*prompts.txt/sub cannot be a folder: .*prompts.txt is a file"):
+    with pytest.raises(InputError, match=r"^--out .*prompts.txt/sub cannot be written: .*prompts.txt is a file"):
         check_output_paths(folders={"out": str(tmp_path / "prompts.txt" / "sub")})
 
 
@@ -126,5 +126,5 @@ def test_explain_and_golden_refuse_an_html_page_over_their_inputs(tmp_path):
     one_error_line(logitlab("golden", "record", "--prompts", str(prompts), "--tokens", "2", "-o", "g", "--html",
                             str(prompts), cwd=tmp_path), "it would be overwritten")
     one_error_line(logitlab("golden", "record", "--prompts", str(prompts), "--tokens", "2", "-o", str(prompts),
-                            cwd=tmp_path), "cannot be a folder")
+                            cwd=tmp_path), "exists and is not a folder")
     assert prompts.read_text() == "The capital of France is\n" and model.read_bytes() == b"GGUF stand-in"

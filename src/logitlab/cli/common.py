@@ -72,7 +72,9 @@ def check_output_paths(*, inputs: Iterable[str | None] = (), folders: dict[str, 
     for flag, folder in named_folders.items():
         blocker = next((p for p in (Path(folder), *Path(folder).parents) if p.exists() and not p.is_dir()), None)
         if blocker is not None:
-            raise InputError(f"{flag} {folder} cannot be a folder: {blocker} is a file; give a folder path")
+            if blocker == Path(folder):
+                raise InputError(f"{flag} {folder} exists and is not a folder; give a folder path")
+            raise InputError(f"{flag} {folder} cannot be written: {blocker} is a file, not a folder")
     _check_distinct(given, [p for p in inputs if p], named_folders)
     for flag, path in given.items():
         target = Path(path)
