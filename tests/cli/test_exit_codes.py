@@ -285,7 +285,7 @@ MATRIX = [
     pytest.param("sweep --require", "pass", 0, "sweep_runs", "pass", "", marks=E),
     pytest.param("sweep --require", "fail", 1, "sweep_runs", "fail", "require bit-exact: cells worse or with a "
                  "control that does not reproduce itself: command=", marks=E),
-    pytest.param("sweep --require", "bad", 2, "sweep_runs", "bad", "error: --out matrix.toml is a file; give a folder",
+    pytest.param("sweep --require", "bad", 2, "sweep_runs", "bad", "error: --out matrix.toml exists and is not a folder; give a folder path",
                  marks=E),
     pytest.param("history show --regressions-only", "pass", 0, "history_runs", "pass", "", marks=E),
     pytest.param("history show --regressions-only", "fail", 1, "history_runs", "fail",

@@ -68,7 +68,7 @@ def _sweep_folder(tmp_path, matrix):
      "error: --resume: {tmp}/runs holds no sweep (sweep.json is missing); drop --resume to start one there"),
     (["--out", "{tmp}/runs", "--json", "{tmp}/runs/s.json"],
      "error: --json {tmp}/runs/s.json lies inside the --out folder {tmp}/runs; choose a path outside it"),
-    (["--out", "{tmp}/matrix.toml"], "error: --out {tmp}/matrix.toml is a file; give a folder"),
+    (["--out", "{tmp}/matrix.toml"], "error: --out {tmp}/matrix.toml exists and is not a folder; give a folder path"),
 ])
 def test_bad_options(args, message, matrix, tmp_path):
     proc = logitlab("sweep", matrix, *[a.format(tmp=tmp_path) for a in args])

@@ -46,7 +46,7 @@ def plan(matrix: Matrix, out: str | Path, *, resume: bool) -> tuple[list[JobSpec
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out} is a file; give a folder")
+        raise InputError(f"--out {out} exists and is not a folder; give a folder path")
     manifest = out / MANIFEST
     if manifest.exists() and not resume:
         raise InputError(f"--out {out} already holds a sweep ({MANIFEST}): add --resume to run only the jobs without "
