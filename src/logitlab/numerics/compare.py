@@ -143,9 +143,10 @@ def check_top_k(top_k: int, n_vocab: int | None) -> None:
     (slow: a 49,152-token set per position) and says nothing a full-vocabulary statistic does not.
 
     Raises:
-        InputError: ``top_k >= n_vocab`` (``n_vocab`` None: unknown, nothing is checked).
+        InputError: ``top_k >= n_vocab`` (``n_vocab`` None or 0: unknown, as for a server that returns
+            top-k log-probabilities only; nothing is checked).
     """
-    if n_vocab is not None and top_k >= n_vocab:
+    if n_vocab and top_k >= n_vocab:
         raise InputError(f"--top-k {top_k} reaches the vocabulary of {n_vocab} tokens: the top-k set would be "
                          f"the whole row; give a k below {n_vocab} (default 5)")
 
