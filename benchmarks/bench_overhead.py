@@ -22,6 +22,7 @@ from pathlib import Path
 
 import llama_cpp
 
+from logitlab.engines import llamacpp_repack as repack
 from logitlab.engines.variant import Variant
 from logitlab.experiments.ab import AbConfig, run_ab
 from logitlab.experiments.prompts import DEFAULT_PROMPT
@@ -30,8 +31,10 @@ from logitlab.models import default_model_path
 
 def bare_loop(prompt_ids: list[int], tokens: list[int], n_runs: int) -> float:
     start = time.perf_counter()
-    engines = [llama_cpp.Llama(model_path=str(default_model_path()), n_ctx=512, logits_all=True, verbose=False)
-               for _ in range(2)]
+    # the engine's default weight repacking on this machine (off on AMX CPUs, where the repack path crashes)
+    with repack.loading(repack.default_choice().use_extra_bufts):
+        engines = [llama_cpp.Llama(model_path=str(default_model_path()), n_ctx=512, logits_all=True, verbose=False)
+                   for _ in range(2)]
     for run in range(n_runs):
         llama = engines[run % 2]
         llama.reset()

@@ -19,6 +19,7 @@ import time
 import llama_cpp
 import numpy as np
 
+from logitlab.engines import llamacpp_repack as repack
 from logitlab.models import default_model_path
 
 PROMPT = "The lighthouse keeper had kept a journal for thirty years. Every evening he wrote down"
@@ -29,7 +30,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="n_threads of llama.cpp")
     parser.add_argument("--tokens", type=int, default=16, help="greedy decode steps")
     args = parser.parse_args()
-    llama = llama_cpp.Llama(model_path=str(default_model_path()), n_threads=args.threads, n_ctx=256, verbose=False)
+    # the engine's default weight repacking on this machine (off on AMX CPUs, where the repack path crashes)
+    with repack.loading(repack.default_choice().use_extra_bufts):
+        llama = llama_cpp.Llama(model_path=str(default_model_path()), n_threads=args.threads, n_ctx=256,
+                                verbose=False)
     tokens = llama.tokenize(PROMPT.encode("utf-8"))
     llama.eval(tokens)
     start = time.perf_counter()

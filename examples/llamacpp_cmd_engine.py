@@ -109,7 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     if threads is not None:
         kwargs["n_threads"] = kwargs["n_threads_batch"] = threads
     n_ctx = max(512, n_prompt + n_decode)
-    llama = llama_cpp.Llama(model_path=args.model, n_ctx=n_ctx, logits_all=True, verbose=False, **kwargs)
+    # the llamacpp engine's default weight repacking on this machine (off on AMX CPUs, where it crashes)
+    from logitlab.engines import llamacpp_repack as repack
+
+    with repack.loading(repack.default_choice().use_extra_bufts):
+        llama = llama_cpp.Llama(model_path=args.model, n_ctx=n_ctx, logits_all=True, verbose=False, **kwargs)
 
     start = time.perf_counter()
     llama.eval(tokens[:n_prompt])

@@ -6,6 +6,10 @@ that needs one is marked ``peers`` and calls :func:`tool`: when the tools are
 missing the test *fails* with the build hint (it is never skipped quietly);
 deselect them with ``-m "not peers"``.
 
+Every tool is started with the weight repacking of the llamacpp engine's
+default on this machine (:func:`machine_args`), so that the peers compute
+what the engine computes and do not crash where the AMX repack path does.
+
 ``llama_server(...)`` starts ``llama-server`` on 127.0.0.1 on a free port,
 waits for ``/health``, yields the base URL and stops the process (terminate,
 then kill) when the ``with`` block ends, also when the test fails inside it.
@@ -25,6 +29,7 @@ from typing import Any, Iterator, Sequence
 
 import pytest
 
+from logitlab.engines.llamacpp_repack import default_tool_args
 from logitlab.errors import InputError
 from logitlab.tools import llama_tool
 
@@ -56,9 +61,18 @@ def tool(name: str) -> str:
         pytest.fail(f"peer tool missing: {exc}", pytrace=False)
 
 
+def machine_args(name: str, args: Sequence[str]) -> list[str]:
+    """``args`` with the weight repacking of the llamacpp engine's default on this machine (``--no-repack`` on
+    AMX CPUs, where the repack path crashes: logitlab.engines.llamacpp_repack), unless ``args`` set it."""
+    if any(a in ("--no-repack", "-nr", "--repack") for a in args):
+        return list(args)
+    return [*default_tool_args(name), *args]
+
+
 def run_tool(name: str, *args: str, timeout: float = 300.0) -> subprocess.CompletedProcess:
-    """Run a tool to completion; fail the test with the tail of its output on a non-zero exit."""
-    proc = subprocess.run([tool(name), *args], capture_output=True, text=True, timeout=timeout)
+    """Run a tool to completion, with :func:`machine_args`; fail the test with the tail of its output on a
+    non-zero exit."""
+    proc = subprocess.run([tool(name), *machine_args(name, args)], capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         pytest.fail(f"{name} {' '.join(args)} exited with {proc.returncode}:\n{proc.stderr[-2000:]}", pytrace=False)
     return proc
@@ -114,7 +128,8 @@ def llama_server(model: str | Path, log_dir: Path, args: Sequence[str] = (), *,
     """
     port = free_port()
     log = Path(log_dir) / f"llama-server-{port}.log"
-    cmd = [tool("llama-server"), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), *args]
+    cmd = [tool("llama-server"), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+           *machine_args("llama-server", args)]
     with log.open("w") as sink:
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

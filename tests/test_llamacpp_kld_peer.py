@@ -102,6 +102,10 @@ def test_statistics_agree_with_llama_perplexity(model_path, base_file):
     assert result.stats.count == 4 * (N_CTX - 1 - N_CTX // 2) == 124
     assert assert_agree(printed, result.stats) == 34
     assert 0 < result.stats.kld_mean < 0.05 and result.stats.same_top < 1  # flash attention does change the logits
+    # the report states the settings that decide a match with llama-perplexity's run (-fa on here)
+    flash, repacking = result.settings
+    assert "defaults to -fa auto" in flash and "this run had flash_attn=1" in flash and "pass" not in flash
+    assert "--no-repack" in repacking and "use_extra_bufts=" in repacking
 
 
 def test_our_16_bit_rows_reproduce_llama_perplexitys_file(base_file):
@@ -136,5 +140,11 @@ def test_llama_perplexity_reads_an_exported_golden(model_path, tmp_path):
     assert printed["Same top p"] == ("100.000", "0.000")
     assert abs(float(printed["Mean KLD"][0])) <= 1e-5  # the 16-bit rounding of the base, nothing else
     assert abs(float(printed["Mean PPL(Q)/PPL(base)"][0]) - 1) <= 1e-4
-    ours = check_kld_base(info.path, Variant("current", "llamacpp")).stats
-    assert assert_agree(printed, ours) == 34
+    checked = check_kld_base(info.path, Variant("current", "llamacpp"))
+    assert assert_agree(printed, checked.stats) == 34
+    assert "this run had flash_attn=0" in checked.settings[0] and "pass flash_attn=1" in checked.settings[0]
+    from logitlab.report import markdown  # the report says so
+
+    text = markdown(checked)
+    assert "Settings that decide whether these figures can match llama-perplexity's own" in text
+    assert "this run had flash_attn=0" in text

@@ -27,12 +27,18 @@ from typing import Any
 
 from logitlab.errors import InputError
 
-__all__ = ["Device", "device_info", "cpu_flags", "kernel_flags", "slug"]
+__all__ = ["Device", "device_info", "cpu_flags", "kernel_flags", "isa_classes", "ISA_CLASSES", "slug"]
 
 #: Instruction-set flags (``/proc/cpuinfo``: x86 ``flags``, Arm ``Features``) that numeric kernels use.
 _X86_FLAGS = re.compile(r"^(sse\w*|ssse3|avx\w*|fma\w*|f16c|bmi\d|amx\w*|popcnt|gfni|vaes|vpclmulqdq|aes|sha_ni"
                         r"|movbe|abm)$")
 _ARM_FLAGS = re.compile(r"^(fp|fphp|asimd\w*|sve\w*|sme\w*|i8mm|bf16|dotprod|neon|vfp\w*)$")
+
+#: The instruction-set classes that choose llama.cpp's CPU kernels (``ggml-cpu``: its AVX2, AVX-512, VNNI, BF16 and
+#: AMX paths; Arm's dot-product, i8mm and SVE paths), as (label, the ``/proc/cpuinfo`` flag that shows it).
+ISA_CLASSES = (("AVX2", "avx2"), ("AVX-VNNI", "avx_vnni"), ("AVX-512", "avx512f"), ("AVX-512 VNNI", "avx512_vnni"),
+               ("AVX-512 BF16", "avx512_bf16"), ("AVX-512 FP16", "avx512_fp16"), ("AMX-INT8", "amx_int8"),
+               ("AMX-BF16", "amx_bf16"), ("NEON", "asimd"), ("DOTPROD", "asimddp"), ("I8MM", "i8mm"), ("SVE", "sve"))
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,13 @@ def kernel_flags(flags: list[str] | tuple[str, ...], arch: str | None = None) ->
     arch = (arch or platform.machine()).lower()
     pattern = _ARM_FLAGS if arch.startswith(("arm", "aarch")) else _X86_FLAGS
     return tuple(sorted(f for f in flags if pattern.match(f)))
+
+
+def isa_classes(flags: list[str] | tuple[str, ...] | None = None) -> list[str]:
+    """The :data:`ISA_CLASSES` a CPU has, in that order (``flags`` default: this CPU's), e.g.
+    ``["AVX2", "AVX-512", "AVX-512 VNNI", "AVX-512 BF16"]``; ``[]`` where ``/proc/cpuinfo`` cannot be read."""
+    have = set(cpu_flags() if flags is None else flags)
+    return [label for label, flag in ISA_CLASSES if flag in have]
 
 
 def _cpu_name(info: dict[str, str]) -> str:

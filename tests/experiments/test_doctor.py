@@ -39,6 +39,15 @@ def test_every_registered_engine_is_listed_with_its_libraries(found):
 
     assert llamacpp.details["system_info"] == llama_cpp.llama_print_system_info().decode().strip()
     assert "CPU" in llamacpp.details["system_info"]
+    # the CPU's kernel classes, and the embedded model's weight repacking as a real load reports it
+    from logitlab.device import isa_classes
+    from logitlab.engines.llamacpp_repack import default_choice
+
+    assert llamacpp.details["cpu_isa"].startswith(", ".join(isa_classes()) or "none")
+    on = "on" if default_choice().use_extra_bufts else "off"
+    assert f"engine default use_extra_bufts=auto: {on} (" in llamacpp.details["weight_repacking"]
+    assert "embedded model with repacking on (llama.cpp's default): weights to " in llamacpp.details["weight_repacking"]
+    assert "MiB" in llamacpp.details["weight_repacking"]
     hf = next(e for e in found.engines if e.name == "hf")
     assert hf.details["devices"].startswith("cpu") and "torch" in [lib.module for lib in hf.libraries]
 

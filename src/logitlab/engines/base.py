@@ -208,6 +208,12 @@ class Engine:
         self.load_seconds = time.perf_counter() - start
 
     @classmethod
+    def crash_hint(cls, options: dict[str, Any]) -> str | None:
+        """What to try when a run of this engine with ``options`` (validated) was killed by a signal, where a
+        cause is known on this machine (llamacpp: the AMX weight-repack path); None: nothing known."""
+        return None
+
+    @classmethod
     def validate_options(cls, options: dict[str, Any]) -> dict[str, Any]:
         """Check option names and convert their values; raise InputError naming valid keys."""
         converted = {}
@@ -294,6 +300,14 @@ class Engine:
         and activations' types), which cross-engine reports quote.
         """
         return {"engine": self.name, "model": self.model, "options": dict(self.options)}
+
+    def peer_settings(self, tool: str) -> list[str]:
+        """Lines on the settings in which this engine and a peer tool (``"llama-perplexity"``) may differ.
+
+        A comparison against the peer's figures quotes them: each names a setting that decides
+        bit-exactness, the tool's default and this engine's value. Empty: nothing known.
+        """
+        return []
 
 
 class BatchRun:

@@ -5,9 +5,10 @@ For every engine of the registry (and every third-party engine of the
 libraries it drives (distribution, version, whether the import works and, if
 not, why), the abilities it declares, and what the library says about the
 machine where that is cheap to ask — llama.cpp's system-info line (the CPU
-features and backends the build uses) and its GPU offload support; torch's
-version, threads and devices; ONNX Runtime's execution providers. No model is
-loaded.
+features and backends the build uses), its GPU offload support, the CPU's
+instruction-set classes and whether weight repacking is active for the
+embedded model (a load of it, no evaluation: about a second); torch's
+version, threads and devices; ONNX Runtime's execution providers.
 
 Importing a library can take seconds (torch); nothing here runs at import time.
 """
@@ -108,6 +109,15 @@ def _llamacpp_details() -> dict[str, str]:
         func = getattr(llama_cpp, name, None)
         if callable(func):
             details[label] = str(func())
+    from logitlab.engines.llamacpp_repack import describe_machine
+    from logitlab.errors import LogitlabError
+    from logitlab.models import default_model_path
+
+    try:
+        model: str | None = str(default_model_path())
+    except LogitlabError:
+        model = None
+    details.update(describe_machine(model))
     return details
 
 
@@ -164,7 +174,7 @@ def _engine_status(name: str, target: str) -> EngineStatus:
 def engine_inventory(names: list[str] | None = None) -> list[EngineStatus]:
     """The status of every registered engine (or of ``names``), in registry order.
 
-    Imports each adapter and its libraries (torch takes seconds); loads no model.
+    Imports each adapter and its libraries (torch takes seconds); loads the embedded model once for llama.cpp (its weight repacking), evaluates nothing.
     """
     _load_entry_points()
     chosen = [n for n in ENGINES if names is None or n in names]

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from logitlab.engines import llamacpp_repack as repack
 from logitlab.engines.base import BatchRun, Engine, Session
 from logitlab.engines.options import positive_int, to_bool
 from logitlab.errors import EngineError, InputError
@@ -67,8 +68,11 @@ class LlamaCppEngine(Engine):
     Options (engine-native names, see ``llama_cpp.Llama``): ``n_threads``,
     ``n_threads_batch``, ``n_batch``, ``n_ubatch``, ``n_ctx``, ``flash_attn``,
     ``type_k``, ``type_v``, ``n_gpu_layers``, ``offload_kqv``, ``use_mmap``,
-    ``seed``. Unset options take llama-cpp-python's defaults, except
-    ``n_ctx`` (512 here) and ``logits_all`` (always on: every row's logits).
+    ``seed``, ``use_extra_bufts`` (llama.cpp's weight repacking:
+    :mod:`~logitlab.engines.llamacpp_repack`). Unset options take
+    llama-cpp-python's defaults, except ``n_ctx`` (512 here), ``logits_all``
+    (always on: every row's logits) and ``use_extra_bufts`` (``auto``: off
+    only where the CPU and library have AMX, whose repack path crashes).
     """
 
     name = "llamacpp"
@@ -87,24 +91,50 @@ class LlamaCppEngine(Engine):
         "offload_kqv": (to_bool, "offload KQV ops to the GPU"),
         "use_mmap": (to_bool, "mmap the model file"),
         "seed": (int, "RNG seed (greedy replay does not sample)"),
+        "use_extra_bufts": (repack.parse_setting, "weight repacking into the CPU's extra buffer types (the tools' "
+                                                  "--no-repack): auto (default: off on AMX CPUs), 1 or 0"),
     }
     DEFAULT_N_CTX = 512
+
+    @classmethod
+    def crash_hint(cls, options: dict[str, Any]) -> str | None:
+        """:data:`~logitlab.engines.llamacpp_repack.CRASH_HINT` where this CPU and library have AMX and the
+        options repack weights (``use_extra_bufts=1``) with batched evaluation (``n_ubatch`` not 1)."""
+        import llama_cpp
+
+        info = llama_cpp.llama_print_system_info().decode("utf-8", "replace")
+        choice = repack.resolve(options.get("use_extra_bufts", repack.AUTO), info)
+        amx = repack.library_has_amx(info) and repack.cpu_has_amx()
+        return repack.CRASH_HINT if amx and choice.use_extra_bufts and options.get("n_ubatch") != 1 else None
 
     def _load(self) -> None:
         import llama_cpp
 
         path = check_gguf(self.model or default_model_path())
         self.model = str(path)
-        kwargs: dict[str, Any] = {k: v for k, v in self.options.items() if k not in ("type_k", "type_v")}
+        kwargs: dict[str, Any] = {k: v for k, v in self.options.items()
+                                  if k not in ("type_k", "type_v", "use_extra_bufts")}
         for key in ("type_k", "type_v"):
             if key in self.options:
                 kwargs[key] = KV_TYPES[self.options[key]]
         kwargs.setdefault("n_ctx", self.DEFAULT_N_CTX)
+        self.system_info = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
+        self.repack = repack.resolve(self.options.get("use_extra_bufts", repack.AUTO), self.system_info)
+        log: list[str] = []
         try:
-            self.llama = llama_cpp.Llama(model_path=self.model, logits_all=True, verbose=False, **kwargs)
+            with repack.loading(self.repack.use_extra_bufts) as log:
+                self.llama = llama_cpp.Llama(model_path=self.model, logits_all=True, verbose=False, **kwargs)
         except Exception as exc:
-            raise EngineError(f"llama.cpp could not load {self.model} with options {self.options}: {exc}") from exc
+            said = " ".join(line.strip() for line in log if "error" in line.lower() or "failed" in line.lower())
+            raise EngineError(f"llama.cpp could not load {self.model} with options {self.options}: {exc}"
+                              + (f" (llama.cpp: {said[-300:]})" if said else "")) from exc
+        self.buffers = repack.buffer_types("".join(log))
         self._version = getattr(llama_cpp, "__version__", "unknown")
+
+    @property
+    def extra_buffer_types(self) -> list[str]:
+        """The extra buffer types the loaded model's weights went to (``["AMX"]``, ``["CPU_REPACK"]``; ``[]``: none)."""
+        return [name for name in self.buffers if name in repack.EXTRA_BUFFER_TYPES]
 
     def _open_session(self) -> LlamaCppSession:
         return LlamaCppSession(self)
@@ -136,13 +166,32 @@ class LlamaCppEngine(Engine):
 
         return LlamaCppBatch(self, max_sequences, max_tokens)
 
-    def describe(self) -> dict[str, Any]:
-        import llama_cpp
+    def peer_settings(self, tool: str) -> list[str]:
+        """llama.cpp's tools (``common/arg.cpp``) default to flash attention ``-fa auto`` (on for the CPU) and
+        weight repacking on; llama-cpp-python to flash attention off, and this engine to ``use_extra_bufts=auto``."""
+        if tool not in ("llama-perplexity", "llama-server", "llama-bench"):
+            return []
+        fa = bool(self.options.get("flash_attn", False))
+        lines = [f"flash attention: {tool} defaults to -fa auto (on for the CPU); this run had flash_attn="
+                 f"{int(fa)}" + ("" if fa else " (llama-cpp-python's default): the figures include flash "
+                                 "attention's difference unless the tool ran with -fa off, or pass flash_attn=1")]
+        flag = "--repack 0" if tool == "llama-bench" else "--no-repack"
+        lines.append(f"weight repacking: {tool} repacks by default ({flag} turns it off); this run had "
+                     f"use_extra_bufts={int(self.repack.use_extra_bufts)} ({self.repack.reason}), weights in "
+                     f"{', '.join(self.extra_buffer_types) or 'no extra buffer type'}")
+        return lines
 
+    def describe(self) -> dict[str, Any]:
+        extra = self.extra_buffer_types
         return {
             "engine": self.name,
             "engine_version": f"llama-cpp-python {self._version}",
-            "system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip(),
+            "system_info": self.system_info,
+            # what decides the weights' kernel path on this machine; in the build key only when repacked
+            "build_identity": {"extra_buffer_types": ",".join(extra)} if extra else {},
+            "weight_repacking": {"use_extra_bufts": self.repack.use_extra_bufts, "setting": self.repack.setting,
+                                 "reason": self.repack.reason, "extra_buffer_types": extra or ["none"],
+                                 "model_buffers_mib": {k: round(v, 2) for k, v in self.buffers.items()}},
             "model": self.model,
             "model_sha256": file_sha256(os.path.abspath(self.model)),
             "model_kind": "GGUF weights as stored (quantised types computed as such)",
@@ -154,6 +203,7 @@ class LlamaCppEngine(Engine):
                 "n_batch": self.llama.n_batch,
                 "n_threads": self.llama.n_threads,
                 "n_threads_batch": self.llama.n_threads_batch,
+                "use_extra_bufts": self.repack.use_extra_bufts,
             },
             "load_seconds": round(self.load_seconds, 4),
         }

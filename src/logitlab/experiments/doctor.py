@@ -1,11 +1,13 @@
 """``logitlab doctor``: what this installation has, in one result — for a newcomer and for a bug report.
 
-:func:`run_doctor` gathers, without loading a model or running an engine:
+:func:`run_doctor` gathers, without running an engine (llama.cpp loads the
+embedded model once, evaluating nothing, to read its weight repacking):
 
 - logitlab, Python and the platform; logitlab's own libraries with versions;
 - every registered engine: adapter and libraries importable (with versions),
   declared abilities, and what the library says cheaply about the machine
-  (llama.cpp's system-info line and GPU offload, torch's devices, ONNX
+  (llama.cpp's system-info line, GPU offload, the CPU's instruction-set
+  classes and the embedded model's weight repacking; torch's devices; ONNX
   Runtime's providers) — :mod:`logitlab.engines.inventory`;
 - the embedded models (found or not, where, how large; Gemma is not assembled here);
 - the device key goldens are recorded under (:mod:`logitlab.device`);

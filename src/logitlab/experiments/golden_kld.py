@@ -18,7 +18,7 @@ scored positions on (``n_chunk × (n_ctx - 1 - n_ctx/2)``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -54,11 +54,12 @@ class ChunkStats:
 class KldCheckResult(ResultRecord):
     """An engine checked against a llama.cpp ``--kl-divergence-base`` file.
 
-    JSON format history (``schema_version``): 1 — first version.
+    JSON format history (``schema_version``): 1 — first version; 2 — ``settings``: the engine's lines on the
+    settings in which it and llama-perplexity may differ (:meth:`~logitlab.engines.base.Engine.peer_settings`).
     """
 
     KIND: ClassVar[str] = "golden-kld"
-    SCHEMA_VERSION: ClassVar[int] = 1
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     file: str
     n_ctx: int
@@ -71,6 +72,7 @@ class KldCheckResult(ResultRecord):
     chunks: list[ChunkStats]
     bar: Bar
     gate: GateResult
+    settings: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -119,6 +121,7 @@ def check_kld_base(path: str | Path, variant: Variant, *, bar: Bar | None = None
                              f"{engine.n_ctx}: raise n_ctx")
         bos = _bos(engine)
         described = {k: v for k, v in engine.describe().items() if k != "load_seconds"}
+        settings = engine.peer_settings("llama-perplexity")
         on_event("start", {"chunks": base.n_chunk})
         logits, nexts, bases, chunks = [], [], [], []
         for c in range(base.n_chunk):
@@ -146,7 +149,8 @@ def check_kld_base(path: str | Path, variant: Variant, *, bar: Bar | None = None
     checks = limit_checks(stats.kld_mean, stats.kld["p99"], agree, stats.count, bar)
     return KldCheckResult(file=str(path), n_ctx=base.n_ctx, n_vocab=base.n_vocab, n_chunk=base.n_chunk,
                           engine=described, variant=variant.to_dict(), bos_replaced=bos is not None, stats=stats,
-                          chunks=chunks, bar=bar, gate=GateResult(all(c.passed for c in checks), checks))
+                          chunks=chunks, bar=bar, gate=GateResult(all(c.passed for c in checks), checks),
+                          settings=settings)
 
 
 @dataclass(frozen=True)

@@ -134,6 +134,16 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+def _crash_hint(variant: Variant) -> str | None:
+    """The engine's :meth:`~logitlab.engines.base.Engine.crash_hint` for the variant's options (None on any error:
+    a hint never hides the crash)."""
+    try:
+        cls = engine_class(variant.engine)
+        return cls.crash_hint(cls.validate_options(dict(variant.options)))
+    except Exception:  # noqa: BLE001 - the crash is the finding; a hint that fails is left out
+        return None
+
+
 def run_in_subprocess(
     variant: Variant, prompt_ids: Sequence[int], n_decode: int, replay: Sequence[int] | None, *,
     timeout: float | None = None, slot: int | None = None,
@@ -184,7 +194,9 @@ def run_in_subprocess(
         result_path = Path(folder) / "result.json"
         if proc.returncode != 0 or not result_path.exists():
             tail = " | ".join(stderr.strip().splitlines()[-3:]) or "no stderr"
-            raise EngineError(f"{what} crashed in its subprocess ({_exit_status(proc.returncode)}): {tail}")
+            hint = _crash_hint(variant) if proc.returncode < 0 else None
+            raise EngineError(f"{what} crashed in its subprocess ({_exit_status(proc.returncode)}): {tail}"
+                              + (f"; {hint}" if hint else ""))
         try:
             result = json.loads(result_path.read_text())
             logits = np.load(Path(folder) / "logits.npy")

@@ -159,6 +159,9 @@ def golden_kld_document(result: KldCheckResult, **_: Any) -> Document:
         ("variant", variant_text(result.variant)),
         ("model", f"{engine.get('model')} (sha256 {str(engine.get('model_sha256', '?'))[:12]}…)"),
     ], boxed=True))
+    if result.settings:
+        doc.add(Paragraph("Settings that decide whether these figures can match llama-perplexity's own:"),
+                Bullets(result.settings, tight=True))
     doc.add(KeyValues([
         ("Mean PPL(Q)", _pm(s.ppl_q, s.ppl_q_unc)),
         ("Mean PPL(base)", _pm(s.ppl_base, s.ppl_base_unc)),
