@@ -172,3 +172,28 @@ def test_a_crash_hint_names_the_repack_option_only_where_the_amx_path_is_taken()
     assert cls.crash_hint(cls.validate_options({"use_extra_bufts": "0"})) is None
     assert cls.crash_hint(cls.validate_options({"use_extra_bufts": "1", "n_ubatch": "1"})) is None
     assert "use_extra_bufts=0" in repack.CRASH_HINT and "--no-repack" in repack.CRASH_HINT
+
+
+@pytest.mark.engine
+@pytest.mark.peers
+def test_ab_repacking_off_vs_on_records_each_sides_buffer_types(q4_0_model):
+    """``ab --control use_extra_bufts=0 --candidate use_extra_bufts=1``: a real A/B whose JSON says which buffer
+    type each side's weights went to (the control's in ``manifest.engine``, the candidate's changes beside it)."""
+    from logitlab.engines.variant import parse_variant
+    from logitlab.experiments.ab import AbConfig, run_ab
+
+    expected = "AMX" if _amx_here() else "CPU_REPACK"
+    extra = "&n_ubatch=1" if expected == "AMX" else ""  # the AMX path crashes on batched evaluation
+
+    def side(value: str, label: str):
+        return parse_variant(f"{q4_0_model}?use_extra_bufts={value}{extra}", label, default_engine="llamacpp")
+
+    cfg = AbConfig(control=side("0", "control"), candidate=side("1", "candidate"), prompt=SHORT_PROMPT,
+                   n_decode=4, repeats=1, warmup=0)
+    result = run_ab(cfg)
+    assert result.control_reproducible
+    assert result.manifest["engine"]["weight_repacking"]["extra_buffer_types"] == ["none"]
+    changes = result.manifest["candidate_engine_changes"]
+    assert changes["weight_repacking"]["extra_buffer_types"] == [expected]
+    assert changes["options"]["use_extra_bufts"] == "1"
+    assert result.verdict.word not in ("bit-exact", "divergent", "crashed")  # other kernels, the same weights

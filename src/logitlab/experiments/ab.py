@@ -368,6 +368,10 @@ class AbExperiment:
                           generated_ids=[], generated_text="")
         if crossengine.needs_check(cfg.control, cfg.candidate):
             self._check_cross_engine(probe, candidate, result)
+        else:  # same engine and model: what the candidate's load did differently (options, effective, repacking)
+            described = candidate.describe()
+            result.manifest["candidate_engine_changes"] = {
+                k: v for k, v in described.items() if k != "load_seconds" and self._probe_describe.get(k) != v}
         full = [engine.supports("logits") for engine in (probe, candidate)]
         if full[0] != full[1]:
             topk_side, full_side = ("candidate", "control") if full[0] else ("control", "candidate")
