@@ -79,6 +79,7 @@ def model_path() -> str:
 ENGINE_COMMANDS = {"ab", "verify", "invariance", "dump", "golden", "explain", "sweep", "bisect"}
 #: Other programs that run a model.
 MODEL_PROGRAMS = ("llama_cpp.server", "llama-server", "llama-perplexity", "llama-bench", "llama-quantize",
+                  "logitlab.engines.supervised_worker",
                   "onnxruntime_genai.models.builder")
 
 

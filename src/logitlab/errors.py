@@ -36,6 +36,19 @@ class EngineError(LogitlabError):
     """An engine failed to load, crashed or returned unusable output."""
 
 
+class EngineCrashed(EngineError):
+    """The engine's process died (a signal, an abort, a non-zero exit, an out-of-memory kill) or hung past its
+    timeout: an outcome of the run, not a mistake of the user.
+
+    Attributes:
+        evidence: what is known of the crash (:class:`logitlab.engines.supervised.CrashEvidence`).
+    """
+
+    def __init__(self, *args: Any, evidence: Any = None, partial: Any = None):
+        super().__init__(*args, partial=partial)
+        self.evidence = evidence
+
+
 class Interrupted(LogitlabError):
     """The run was interrupted (Ctrl-C); ``partial`` holds what was measured. Exit code 130."""
 

@@ -44,8 +44,9 @@ def verdict(a, b, **kw):
 
 
 def test_order_and_severity():
-    assert VERDICTS == ("bit-exact", "ulp-noise", "noise", "near-tie", "lossy", "systematic-offset", "divergent")
-    assert [severity(w) for w in VERDICTS] == list(range(7))
+    assert VERDICTS == ("bit-exact", "ulp-noise", "noise", "near-tie", "lossy", "systematic-offset", "divergent",
+                        "crashed")
+    assert [severity(w) for w in VERDICTS] == list(range(8))
     v = Verdict("near-tie", ["x"])
     assert v.worse_than("noise") and not v.worse_than("near-tie") and not v.worse_than("lossy")
     assert Verdict("divergent").worse_than(v) and Verdict("lossy").worse_than(v)

@@ -15,7 +15,7 @@ import json
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -89,6 +89,7 @@ def run_workload(
     prompt_ids: Sequence[int],
     n_decode: int,
     replay: Sequence[int] | None = None,
+    on_step: Callable[[str, int], None] | None = None,
 ) -> RunOutput:
     """Prefill ``prompt_ids`` then decode ``n_decode`` tokens, one per call (M=1).
 
@@ -96,6 +97,9 @@ def run_workload(
     the previous row). Only the engine calls are timed. An engine with the
     ``workload`` ability (one process or request per run: ``cmd``, ``openai``)
     runs the workload itself (:meth:`~logitlab.engines.base.Engine.run_workload`).
+    ``on_step(phase, step)`` is called before each engine call, outside the timed
+    region: ``("prefill", 0)``, then ``("decode", 0 … n_decode-1)`` (a supervisor
+    records the phase a crash happened in).
 
     Raises:
         InputError: ``replay`` shorter than ``n_decode``, or the context is too small.
@@ -107,10 +111,14 @@ def run_workload(
     rows: list[np.ndarray] = []
     generated: list[int] = []
     with engine.open_session() as session:
+        if on_step is not None:
+            on_step("prefill", 0)
         rows.append(session.prefill(prompt_ids))
         for step in range(n_decode):
             token = int(replay[step]) if replay is not None else int(np.argmax(rows[-1][-1]))
             generated.append(token)
+            if on_step is not None:
+                on_step("decode", step)
             rows.append(session.decode([token]))
         timings = list(session.timings)
     return RunOutput(np.concatenate(rows), list(prompt_ids) + generated, generated, timings)

@@ -20,10 +20,11 @@ from typing import Any, Callable, ClassVar, Sequence
 import numpy as np
 
 from logitlab.engines.base import Engine
+from logitlab.engines.supervised import CrashEvidence
 from logitlab.engines.topk import TopKRows, key_kind, rekey_by_text
 from logitlab.engines.variant import Variant
 from logitlab.engines.workload import RunOutput
-from logitlab.errors import EngineError, InputError, Interrupted, LogitlabError
+from logitlab.errors import EngineCrashed, EngineError, InputError, Interrupted, LogitlabError
 from logitlab.events import Event, ignore_event
 from logitlab.experiments import crossengine
 from logitlab.experiments.explain import ExplainConfig, ExplainExperiment, ExplainResult
@@ -32,6 +33,7 @@ from logitlab.experiments.isolation import (
     SlotRunner,
     check_slot_timeout,
     load_engine,
+    load_supervised,
     stronger_isolation,
 )
 from logitlab.jsonio import ResultRecord
@@ -150,6 +152,8 @@ class RunRecord:
             ``RunOutput.scoring``: mode, requests, seconds, alignment check).
         row_offsets: for top-k comparisons, the per-row constant (softmax normaliser) and the
             within-row residual between this run and the reference (:mod:`logitlab.numerics.topk_offsets`).
+        crash: for a run whose engine crashed, its evidence
+            (:meth:`logitlab.engines.supervised.CrashEvidence.to_dict`); its verdict is then ``crashed``.
     """
 
     slot: int
@@ -168,6 +172,7 @@ class RunRecord:
     candidate_self_exact: bool | None = None
     scoring: dict[str, Any] | None = None
     row_offsets: RowOffsets | None = None
+    crash: dict[str, Any] | None = None
 
     @property
     def prefill_tokens_per_second(self) -> float:
@@ -211,7 +216,7 @@ class AbResult(ResultRecord):
     typed comparisons (one field list), ``candidate_self_exact`` on the run,
     an unmeasured A/A is ``null``; later in 2 (additive): ``fingerprints``
     (absent: empty), ``explanation`` (``ab --explain``), verdicts with their
-    noise ``floor`` and ``outside``.
+    noise ``floor`` and ``outside``; a run's ``crash`` (its engine died: the verdict ``crashed``).
 
     ``fingerprints``: per variant, the SHA-256 of the logits' bits of its first
     measured run (:meth:`~logitlab.engines.workload.RunOutput.fingerprint`):
@@ -288,11 +293,13 @@ class AbExperiment:
 
     def __init__(self, config: AbConfig, *, log_path: str | Path | None = None, on_event: Event | None = None,
                  loader: Callable[[Variant], Engine] | None = None):
-        """``loader``: loads a variant's engine (default :func:`load_engine`); a sweep worker passes one that
-        keeps engines loaded between jobs (``session`` isolation)."""
+        """``loader``: loads a variant's engine; a sweep worker passes one that keeps engines loaded between jobs
+        (``session`` isolation). Default: :func:`load_supervised` at ``session`` and ``engine`` isolation (an
+        in-process engine runs in a worker process, so that its crash is a ``crashed`` run, not the end of
+        logitlab); :func:`load_engine` at ``process`` isolation, whose slots run in subprocesses anyway."""
         config.validate()
         self.config = config
-        self._load = loader or load_engine
+        self._load = loader or (load_engine if config.isolation == "process" else load_supervised)
         self.log_path = Path(log_path) if log_path else None
         self.on_event = on_event or ignore_event
         self.reference: RunOutput | None = None
@@ -321,7 +328,8 @@ class AbExperiment:
             engines = [probe]
             try:
                 engines.append(candidate := self._load(cfg.candidate))
-                if cfg.isolation == "session":  # reused for every slot; the runner closes them
+                if cfg.isolation in ("session", "engine"):  # the runner closes them; engine: fresh objects in
+                    # a supervised engine's worker (an unsupervised one is loaded again per slot)
                     runner.adopt(CONTROL, probe)
                     runner.adopt(CANDIDATE, candidate)
                 result = self._start(probe, candidate)
@@ -407,8 +415,12 @@ class AbExperiment:
                                          metric="decode tokens/s", unit="tokens/s")
             # Every run after the reference replays its tokens (a server may return fewer, merged tokens).
             n_decode = self.config.n_decode if self.reference is None else len(self.reference.generated)
-            output = runner.run(slot.variant, result.prompt_ids, n_decode,
-                                None if self.reference is None else self.reference.generated, slot=slot.index)
+            try:
+                output = runner.run(slot.variant, result.prompt_ids, n_decode,
+                                    None if self.reference is None else self.reference.generated, slot=slot.index)
+            except EngineCrashed as crash:
+                self._crashed(slot, crash, result)
+                continue
             record = self._record(slot, output, result)
             result.runs.append(record)
             self._log(record)
@@ -416,6 +428,30 @@ class AbExperiment:
             self._check_reference(record, slot)
             if self.autostop is not None and slot.position == 3 and self._stop_now(result, slot.block + 1):
                 break
+
+    def _crashed(self, slot: Slot, crash: EngineCrashed, result: AbResult) -> None:
+        """A run whose engine died: a ``crashed`` run (a candidate's is the verdict ``crashed``); the next slot
+        of that variant starts the engine again. Without a reference yet (the control crashed first) there is
+        no baseline: the crash is raised again, with the evidence, after it is logged."""
+        evidence = crash.evidence or CrashEvidence(phase="unknown", status=str(crash))
+        evidence.slot, evidence.variant = slot.index, slot.variant
+        record = RunRecord(slot=slot.index, variant=slot.variant, block=slot.block, position=slot.position,
+                           pattern=slot.pattern, isolation=self.config.isolation, prefill_tokens=0,
+                           prefill_seconds=0.0, decode_tokens=0, decode_seconds=0.0, crash=evidence.to_dict(),
+                           verdict="crashed" if slot.variant == CANDIDATE else None)
+        result.runs.append(record)
+        self._log(record)
+        self.on_event("slot", {"slot": slot, "record": record})
+        if slot.variant == CANDIDATE:
+            self.candidate_verdicts.append((slot.index, Verdict("crashed", evidence=[evidence.summary()]
+                                                                + evidence.lines())))
+            return
+        if self.reference is None:
+            raise EngineCrashed(f"no baseline: {evidence.summary()}; nothing can be compared"
+                                + (f"; {evidence.hint}" if evidence.hint else ""), evidence=evidence)
+        note = f"{evidence.summary()}: the control is not reliable on this machine"
+        if note not in result.notes:
+            result.notes.insert(0, note)
 
     def _stop_now(self, result: AbResult, blocks_run: int) -> bool:
         """--repeats auto: after a block, ask the sequential rule about the blocks so far."""

@@ -33,6 +33,7 @@ import numpy as np
 
 from logitlab.engines import engine_class, engine_target
 from logitlab.engines.base import Engine, StepTiming
+from logitlab.engines.supervised import SupervisedEngine, exit_status, supervise
 from logitlab.engines.variant import Variant
 from logitlab.errors import EngineError, InputError
 from logitlab.engines.workload import RunOutput, environment, run_workload
@@ -44,6 +45,18 @@ def load_engine(variant: Variant) -> Engine:
     """Load the variant's engine with its environment knobs set during loading."""
     with environment(variant.env):
         return engine_class(variant.engine)(model=variant.model, options=dict(variant.options))
+
+
+def load_supervised(variant: Variant) -> Engine:
+    """Load the variant's engine supervised (:mod:`logitlab.engines.supervised`): an in-process engine in a
+    worker process started with the variant's environment knobs; a crash there is an EngineCrashed here.
+
+    Raises:
+        InputError: bad options, before any process starts. EngineCrashed: the worker died while loading.
+    """
+    with environment(variant.env):
+        return supervise(engine_class(variant.engine), engine_target(variant.engine), variant.model,
+                         dict(variant.options))
 
 
 class SlotRunner:
@@ -69,7 +82,8 @@ class SlotRunner:
         self.close()
 
     def adopt(self, label: str, engine: Engine) -> None:
-        """Use an already loaded engine for ``label`` (``session`` isolation only)."""
+        """Use an already loaded engine for ``label``: ``session`` isolation runs every slot on it; ``engine``
+        isolation, when it is a supervised engine, runs each slot on a fresh engine object in its worker."""
         self._engines[label] = engine
 
     def adopted(self, label: str) -> bool:
@@ -95,6 +109,9 @@ class SlotRunner:
             engine = self._engines.get(label) or self._engines.setdefault(label, load_engine(variant))
             with environment(variant.env):
                 return run_workload(engine, prompt_ids, n_decode, replay)
+        supervised = self._engines.get(label)
+        if isinstance(supervised, SupervisedEngine):  # a fresh engine object in the supervised worker
+            return supervised.run_workload(prompt_ids, n_decode, replay, fresh=True)
         engine = load_engine(variant)
         try:
             with environment(variant.env):
@@ -116,13 +133,7 @@ def check_slot_timeout(timeout: float | None, isolation: str) -> None:
 
 def _exit_status(code: int) -> str:
     """``exit 1``, or ``killed by SIGSEGV (signal 11)`` for a negative return code."""
-    if code >= 0:
-        return f"exit {code}"
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        name = "a signal"
-    return f"killed by {name} (signal {-code})"
+    return exit_status(code)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -30,6 +30,12 @@ Words, from harmless to serious (:data:`VERDICTS`; every command uses these):
     to a few entries of a row; or (when no floor can be measured) a flip or
     top-k change at a confident position, or a position that moved more than
     ``floor_factor × near_tie_margin``: a real bug until shown otherwise.
+``crashed``
+    The engine died (a signal, an abort, a non-zero exit, an out-of-memory
+    kill, a hang past its timeout) instead of returning logits: the worst
+    outcome there is. Never given by :func:`classify` (there is nothing to
+    compare); experiments that run engines supervised give it, with the
+    crash's evidence (:class:`logitlab.engines.supervised.CrashEvidence`).
 
 How the floor decides (:mod:`logitlab.numerics.floor`): the floor is the p99
 of the top-k Δ spread over the positions that differ but kept their argmax.
@@ -57,7 +63,7 @@ __all__ = ["VERDICTS", "LOCALIZED_FRACTION", "Thresholds", "Verdict", "classify"
 
 #: Verdict words in order of severity, harmless first.
 VERDICTS: tuple[str, ...] = ("bit-exact", "ulp-noise", "noise", "near-tie", "lossy", "systematic-offset",
-                             "divergent")
+                             "divergent", "crashed")
 
 #: A row beyond ULP noise in which fewer than this fraction of entries differ is a localized change.
 LOCALIZED_FRACTION = 0.10

@@ -116,9 +116,17 @@ def _verdict(result: AbResult) -> list:
         return [Paragraph("A/B: no candidate run was compared", tone="warning")]
     run = next(r for r in result.runs if r.slot == result.verdict_slot)
     word = result.verdict.word
+    judged = [r for r in result.runs if r.variant == CANDIDATE and r.verdict is not None]  # crashed warmups too
+    head = Paragraph(rich(Span("A/B verdict: ", "strong"), Span(word, f"verdict:{word}"),
+                          f"  (worst of {plural(len(judged), 'candidate run')}; slot {run.slot})"))
+    if run.crash is not None:  # nothing was compared: the crash's evidence, and how many runs crashed
+        crashed = [r for r in result.runs if r.crash is not None and r.variant == CANDIDATE]
+        return [head, Bullets(result.verdict.evidence, tight=True),
+                Paragraph(f"{plural(len(crashed), 'candidate run')} crashed (slots "
+                          f"{', '.join(str(r.slot) for r in crashed)}); every other slot ran", tone="error",
+                          tight=True)]
     blocks: list = [
-        Paragraph(rich(Span("A/B verdict: ", "strong"), Span(word, f"verdict:{word}"),
-                       f"  (worst of {plural(len(result.measured(CANDIDATE)), 'candidate run')}; slot {run.slot})")),
+        head,
         Bullets(result.verdict.evidence, tight=True),
         KeyValues(comparison_lines(run.comparison) + _server_lines(result, run), tight=True,
                   header=("statistic", "value")),

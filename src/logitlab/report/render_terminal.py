@@ -19,7 +19,7 @@ __all__ = ["render_terminal", "renderables", "WORD_STYLES", "TONE_STYLES"]
 #: Styles of verdict words and calls (``verdict:WORD`` / ``call:WORD`` spans).
 WORD_STYLES = {
     "bit-exact": "bold green", "ulp-noise": "bold cyan", "noise": "bold cyan", "near-tie": "bold yellow",
-    "lossy": "bold yellow", "systematic-offset": "bold magenta", "divergent": "bold red",
+    "lossy": "bold yellow", "systematic-offset": "bold magenta", "divergent": "bold red", "crashed": "bold white on red",
     "differs": "bold red", "incomplete": "bold yellow", "nothing-aligned": "bold red",
     "faster": "bold green", "slower": "bold red", "equivalent": "bold cyan", "inconclusive": "bold yellow",
     "improved": "bold green", "regressed": "bold red", "unchanged": "bold cyan",

@@ -1,0 +1,366 @@
+"""Supervised engines: an in-process engine run in a worker process that the harness outlives.
+
+An engine under test may crash — a kernel that reads out of bounds, a build flag
+that enables a broken path (llama.cpp's AMX weight repacking on batched
+evaluation), an out-of-memory kill. Run in logitlab's own process, such a crash
+ends logitlab and loses every result measured before it. :class:`SupervisedEngine`
+loads the engine in one long-lived worker (:mod:`logitlab.engines.supervised_worker`)
+and offers what a whole-run experiment needs of it (tokenize, describe, run the
+workload); a run's logits come back through one ``.npy`` file in ``/dev/shm``
+(written once by the worker, memory-mapped here: one copy across the boundary).
+
+When the worker dies — a signal, an abort, a non-zero exit, or a run past its
+``timeout`` (then the worker's process group is killed) — the call raises
+:class:`~logitlab.errors.EngineCrashed` with a :class:`CrashEvidence`: the phase
+(load, prefill, decode step N, tokenize), the exit status or signal, the tail of
+the worker's stderr with the Python stack :mod:`faulthandler` printed, the
+engine's build identity and a hint where the engine knows one
+(:meth:`~logitlab.engines.base.Engine.crash_hint`). The next call starts a new
+worker, which loads the engine again (a crash in that load is a crash too).
+
+Engines that already run out of process (the ``workload`` ability: ``cmd``,
+``openai``) are not supervised: :func:`supervise` returns them as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from logitlab.engines.base import Engine, StepTiming
+from logitlab.errors import EngineCrashed, EngineError, InputError, InternalError, LogitlabError
+
+__all__ = ["CrashEvidence", "SupervisedEngine", "supervise", "exit_status"]
+
+#: Lines of the worker's stderr kept as evidence.
+STDERR_LINES = 30
+#: Seconds a worker has to exit after ``close`` before it is killed.
+CLOSE_TIMEOUT = 10.0
+_SHM = "/dev/shm"
+
+
+def exit_status(code: int) -> str:
+    """``exit 1``, or ``killed by SIGSEGV (signal 11)`` for a negative return code (a signal)."""
+    if code >= 0:
+        return f"exit {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = "a signal"
+    return f"killed by {name} (signal {-code})"
+
+
+@dataclass
+class CrashEvidence:
+    """What is known of an engine crash.
+
+    Attributes:
+        phase: what the engine was doing: ``load``, ``prefill``, ``decode step N``, ``tokenize``, …
+        status: ``killed by SIGSEGV (signal 11)``, ``exit 1``, or ``hung: killed after 30 s``.
+        signal: the signal's number, None for an exit or a hang.
+        exit_code: the exit code, None for a signal or a hang.
+        stderr_tail: the last lines of the engine process's stderr.
+        stack: the Python stack :mod:`faulthandler` printed (its lines from ``Fatal Python error``), or [].
+        engine: the engine's name.
+        build: the engine's version and build line (``engine_version``, ``system_info``) as it described itself.
+        hint: what to try, where the engine knows a cause (None otherwise).
+        slot, variant: the run's slot and variant, filled by the experiment that ran it.
+    """
+
+    phase: str
+    status: str
+    signal: int | None = None
+    exit_code: int | None = None
+    stderr_tail: list[str] = field(default_factory=list)
+    stack: list[str] = field(default_factory=list)
+    engine: str = ""
+    build: dict[str, Any] = field(default_factory=dict)
+    hint: str | None = None
+    slot: int | None = None
+    variant: str | None = None
+
+    def summary(self) -> str:
+        """One line: ``candidate slot 3 crashed in decode step 2 (killed by SIGSEGV (signal 11))``."""
+        who = " ".join(x for x in (self.variant, None if self.slot is None else f"slot {self.slot}") if x)
+        return f"{who or 'the engine'} crashed in {self.phase} ({self.status})"
+
+    def lines(self) -> list[str]:
+        """The evidence, one fact a line, for reports."""
+        out = [f"phase: {self.phase}", f"status: {self.status}"]
+        if self.build:
+            out.append("build: " + "; ".join(f"{k} {v}" for k, v in self.build.items()))
+        if self.stack:
+            out.append("Python stack: " + " | ".join(s.strip() for s in self.stack[:8] if s.strip()))
+        tail = [line for line in self.stderr_tail if line.strip() and line not in self.stack][-3:]
+        if tail:
+            out.append("stderr: " + " | ".join(line.strip() for line in tail))
+        if self.hint:
+            out.append(f"hint: {self.hint}")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CrashEvidence":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def _stack(lines: list[str]) -> list[str]:
+    """faulthandler's block: from its ``Fatal Python error`` line to the end."""
+    for i, line in enumerate(lines):
+        if line.startswith("Fatal Python error"):
+            return lines[i:]
+    return []
+
+
+class SupervisedEngine:
+    """An engine loaded in a worker process: a crash there is an :class:`~logitlab.errors.EngineCrashed` here.
+
+    Offers the part of the :class:`~logitlab.engines.base.Engine` contract a whole-run experiment uses:
+    ``name``, ``model``, ``options``, ``load_seconds``, :meth:`supports` (``workload`` and ``logits``),
+    :meth:`require`, :meth:`tokenize`, :meth:`detokenize`, ``n_vocab``, ``n_ctx``, :meth:`describe`,
+    :meth:`run_workload`, :meth:`crash_hint` and :meth:`close`. Sessions and the other abilities stay with
+    the engine itself (they need its objects in this process).
+
+    Args:
+        engine_cls: the adapter class (it is imported again in the worker by its ``"module:Class"``).
+        target: ``"module:Class"`` of the adapter.
+        model: the model path (None: the engine's default).
+        options: engine options, validated here before any process starts.
+        timeout: seconds a run may take before the worker is killed and the run is a crash (None: none).
+
+    Raises:
+        InputError: bad options (before any process starts), or what the engine's load raises.
+        EngineError: the engine failed to load.
+        EngineCrashed: the worker died while loading.
+    """
+
+    def __init__(self, engine_cls: type[Engine], target: str, model: str | None, options: dict[str, Any], *,
+                 timeout: float | None = None):
+        self.engine_cls = engine_cls
+        self.target = target
+        self.name = engine_cls.name
+        self.options = engine_cls.validate_options(dict(options))
+        self._raw_options = dict(options)
+        self.model = model
+        self.timeout = timeout
+        self._proc: subprocess.Popen | None = None
+        self._folder: Path | None = None
+        self._runs = 0
+        self.restarts = 0
+        self._loaded: dict[str, Any] = {}
+        self._start()
+
+    # -- the contract ---------------------------------------------------------------------------------
+    ABILITIES = frozenset({"workload", "logits"})
+
+    def supports(self, ability: str) -> bool:
+        """``workload`` always; ``logits`` when the engine returns full logits; nothing else (no sessions here).
+
+        Raises:
+            InputError: an unknown ability.
+        """
+        known = self.engine_cls.supports(ability)  # validates the name
+        return ability == "workload" or (ability == "logits" and known)
+
+    def require(self, ability: str, what: str) -> None:
+        if not self.supports(ability):
+            raise InputError(f"{what} needs the engine in this process ({self.name} runs supervised here)")
+
+    @property
+    def load_seconds(self) -> float:
+        return float(self._loaded.get("load_seconds", 0.0))
+
+    @property
+    def n_vocab(self) -> int:
+        return int(self._loaded["n_vocab"])
+
+    @property
+    def n_ctx(self) -> int | None:
+        return self._loaded.get("n_ctx")
+
+    def describe(self) -> dict[str, Any]:
+        return {**self._loaded["describe"], "supervised": True}
+
+    def crash_hint(self, options: dict[str, Any]) -> str | None:
+        return self.engine_cls.crash_hint(options)
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._ask({"op": "tokenize", "text": text})["ids"]
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return self._ask({"op": "detokenize", "ids": [int(t) for t in tokens]})["text"]
+
+    def run_workload(self, prompt_ids: Sequence[int], n_decode: int, replay: Sequence[int] | None = None, *,
+                     fresh: bool = False) -> Any:
+        """Run the workload in the worker (:func:`~logitlab.engines.workload.run_workload` there).
+
+        ``fresh``: on a new engine object in the worker, closed after the run. A worker that died in an
+        earlier call is started again first (and loads the engine again).
+
+        Raises:
+            EngineCrashed: the worker died, or the run passed ``timeout``.
+            InputError, EngineError: what the engine raised.
+        """
+        from logitlab.engines.topk import TopKRows
+        from logitlab.engines.workload import RunOutput
+
+        if self._proc is None:
+            self.restarts += 1
+            self._start()
+        self._runs += 1
+        out = self._folder / f"logits-{self._runs}.npy"
+        answer = self._ask({"op": "run", "prompt_ids": [int(t) for t in prompt_ids], "n_decode": int(n_decode),
+                            "replay": None if replay is None else [int(t) for t in replay], "fresh": fresh,
+                            "options": self._raw_options, "out": str(out)}, timeout=self.timeout)
+        try:
+            logits = np.load(answer["logits"], mmap_mode="c").view(np.ndarray)  # copy-on-write, no copy now
+        finally:
+            Path(answer["logits"]).unlink(missing_ok=True)  # the mapping outlives the name
+        topk = answer.get("topk")
+        return RunOutput(logits=logits, input_ids=answer["input_ids"], generated=answer["generated"],
+                         timings=[StepTiming(**t) for t in answer["timings"]],
+                         topk=None if topk is None else TopKRows.from_dict(topk), scoring=answer.get("scoring"))
+
+    def close(self) -> None:
+        """Ask the worker to close the engine and exit; kill it if it does not; remove its folder."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.stdin.write(json.dumps({"op": "close"}) + "\n")
+                proc.stdin.flush()
+                proc.wait(timeout=CLOSE_TIMEOUT)
+            except (OSError, subprocess.TimeoutExpired, ValueError):
+                self._kill(proc)
+        if proc is not None:
+            self._release(proc)
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    # -- the worker -----------------------------------------------------------------------------------
+    def _start(self) -> None:
+        if self._folder is None:
+            self._folder = Path(tempfile.mkdtemp(prefix="logitlab-engine-",
+                                                 dir=_SHM if os.path.isdir(_SHM) and os.access(_SHM, os.W_OK)
+                                                 else None))
+        read_fd, write_fd = os.pipe()
+        self._stderr = open(self._folder / "stderr.log", "w+b")
+        # the worker imports the adapter by "module:Class": it gets this process's import path, so that an
+        # engine registered at run time from any importable module loads there too
+        paths = [p for p in sys.path if p and os.path.isdir(p)]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(
+            paths + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))}
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "logitlab.engines.supervised_worker", str(write_fd),
+                 str(self._folder / "phase")],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._stderr, pass_fds=(write_fd,),
+                text=True, start_new_session=True, env=env)
+        finally:
+            os.close(write_fd)
+        self._answers = os.fdopen(read_fd, "r")
+        self._loaded = self._ask({"op": "load", "target": self.target, "name": self.name, "model": self.model,
+                                  "options": self._raw_options})
+        if self.model is None:
+            self.model = self._loaded.get("model")
+
+    def _ask(self, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        proc = self._proc
+        if proc is None:
+            raise InternalError("the supervised engine was closed")
+        try:
+            proc.stdin.write(json.dumps(request) + "\n")
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._crashed(proc, None) from None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self._answers], [], [], wait)
+            if not ready:
+                self._kill(proc)
+                raise self._crashed(proc, f"hung: killed after {timeout:g} s") from None
+            line = self._answers.readline()
+            if line:
+                break
+            raise self._crashed(proc, None) from None  # EOF: the worker is gone
+        answer = json.loads(line)
+        if answer.get("ok"):
+            return answer
+        kinds = {"InputError": InputError, "EngineError": EngineError, "LogitlabError": LogitlabError}
+        raise kinds.get(answer.get("type"), InternalError)(answer.get("message", "the engine failed"))
+
+    def _crashed(self, proc: subprocess.Popen, hung: str | None) -> EngineCrashed:
+        try:
+            code = proc.wait(timeout=CLOSE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self._kill(proc)
+            code = proc.wait()
+        self._proc = None
+        self._release(proc)
+        phase = "start"
+        try:
+            phase = (self._folder / "phase").read_bytes().decode("utf-8", "replace").strip() or "start"
+        except OSError:
+            pass
+        try:
+            lines = (self._folder / "stderr.log").read_bytes().decode("utf-8", "replace").splitlines()
+        except OSError:
+            lines = []
+        described = self._loaded.get("describe") or {}
+        evidence = CrashEvidence(
+            phase=phase, status=hung or exit_status(code), signal=-code if code < 0 and not hung else None,
+            exit_code=code if code >= 0 and not hung else None, stderr_tail=lines[-STDERR_LINES:],
+            stack=_stack(lines)[:STDERR_LINES], engine=self.name,
+            build={k: described[k] for k in ("engine_version", "system_info") if described.get(k)},
+            hint=self.engine_cls.crash_hint(self.options) if code < 0 else None)
+        return EngineCrashed(f"the {self.name} engine crashed in {evidence.phase} ({evidence.status})",
+                             evidence=evidence)
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _release(self, proc: subprocess.Popen) -> None:
+        for stream in (proc.stdin, getattr(self, "_answers", None), getattr(self, "_stderr", None)):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+
+
+def supervise(engine_cls: type[Engine], target: str, model: str | None, options: dict[str, Any], *,
+              timeout: float | None = None) -> Any:
+    """The engine loaded supervised (a :class:`SupervisedEngine`), or in this process when it already runs out
+    of process (the ``workload`` ability).
+
+    Raises:
+        InputError, EngineError: as the engine's load; EngineCrashed: the worker died while loading.
+    """
+    if engine_cls.supports("workload"):
+        return engine_cls(model=model, options=dict(options))
+    return SupervisedEngine(engine_cls, target, model, options, timeout=timeout)

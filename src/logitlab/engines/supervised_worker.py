@@ -1,0 +1,117 @@
+"""The worker process of a supervised engine (:mod:`logitlab.engines.supervised`).
+
+``python -m logitlab.engines.supervised_worker FD PHASE_FILE`` imports and loads
+one engine, then answers requests, one JSON line each on standard input, with
+one JSON line each on file descriptor ``FD`` (its own standard output goes to
+standard error, so that what native code prints cannot corrupt the answers):
+
+- ``{"op": "load", "target", "name", "model", "options"}`` →
+  ``{"ok": true, "describe", "n_vocab", "n_ctx", "load_seconds"}``
+- ``{"op": "tokenize", "text"}`` → ``{"ok": true, "ids"}``; ``{"op": "detokenize", "ids"}`` → ``{"ok": true, "text"}``
+- ``{"op": "run", "prompt_ids", "n_decode", "replay", "fresh", "out"}`` → the run's token ids, timings and
+  the path ``out`` its logits were written to (an ``.npy`` file, which the parent maps and unlinks);
+  ``fresh``: on a new engine object, closed after the run (``--isolation engine``).
+- ``{"op": "close"}`` → ``{"ok": true}``, then the worker exits 0.
+
+An error the engine raises is an answer ``{"ok": false, "type": "InputError" | "EngineError", "message"}``.
+Before every engine call the worker writes its phase (``load``, ``prefill``, ``decode step 17``, ``tokenize``)
+into ``PHASE_FILE``; a crash leaves it there for the parent, with the Python stack that :mod:`faulthandler`
+prints on SIGSEGV, SIGFPE, SIGABRT, SIGBUS and SIGILL in standard error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import faulthandler
+import json
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+
+def _phase_writer(path: str):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+
+    def write(phase: str) -> None:
+        data = phase.encode()[:200].ljust(200)
+        os.pwrite(fd, data, 0)
+
+    return write
+
+
+def main(argv: list[str]) -> int:
+    out_fd, phase_file = int(argv[0]), argv[1]
+    answers = os.fdopen(out_fd, "w", buffering=1)
+    os.dup2(2, 1)  # native code's prints go to stderr, never into the answers
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    phase = _phase_writer(phase_file)
+
+    from logitlab.engines import import_engine
+    from logitlab.engines.workload import run_workload
+    from logitlab.errors import LogitlabError
+
+    engine: Any = None
+    engine_cls: Any = None
+    request: dict[str, Any] = {}
+
+    def answer(data: dict[str, Any]) -> None:
+        answers.write(json.dumps(data) + "\n")
+
+    for line in sys.stdin:
+        request = json.loads(line)
+        op = request["op"]
+        try:
+            if op == "load":
+                phase("load")
+                engine_cls = import_engine(request["target"], request["name"])
+                engine = engine_cls(model=request["model"], options=request["options"])
+                answer({"ok": True, "describe": engine.describe(), "n_vocab": int(engine.n_vocab),
+                        "n_ctx": engine.n_ctx, "load_seconds": engine.load_seconds, "model": engine.model})
+            elif op == "tokenize":
+                phase("tokenize")
+                answer({"ok": True, "ids": [int(t) for t in engine.tokenize(request["text"])]})
+            elif op == "detokenize":
+                phase("detokenize")
+                answer({"ok": True, "text": engine.detokenize(request["ids"])})
+            elif op == "run":
+                target = engine
+                if request.get("fresh"):
+                    phase("load")
+                    target = engine_cls(model=engine.model, options=request["options"])
+                try:
+                    output = run_workload(target, request["prompt_ids"], request["n_decode"], request["replay"],
+                                          on_step=lambda kind, step: phase(
+                                              "prefill" if kind == "prefill" else f"decode step {step}"))
+                finally:
+                    if target is not engine:
+                        target.close()
+                phase("returning the run")
+                logits = np.ascontiguousarray(output.logits, dtype=np.float32)
+                mapped = np.lib.format.open_memmap(request["out"], mode="w+", dtype=np.float32, shape=logits.shape)
+                mapped[...] = logits  # the one copy across the process boundary
+                mapped.flush()
+                del mapped
+                answer({"ok": True, "logits": request["out"], "input_ids": output.input_ids,
+                        "generated": output.generated, "timings": [dataclasses.asdict(t) for t in output.timings],
+                        "topk": None if output.topk is None else output.topk.to_dict(), "scoring": output.scoring})
+            elif op == "close":
+                phase("close")
+                if engine is not None:
+                    engine.close()
+                answer({"ok": True})
+                return 0
+            else:
+                answer({"ok": False, "type": "InternalError", "message": f"unknown request {op!r}"})
+            phase("idle")
+        except LogitlabError as exc:
+            kind = next(c.__name__ for c in type(exc).__mro__ if c.__name__ in ("InputError", "EngineError",
+                                                                                 "LogitlabError"))
+            answer({"ok": False, "type": kind, "message": str(exc)})
+            phase("idle")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,99 @@
+"""An engine that crashes is a result: real segfaults in a supervised llamacpp engine, through ``ab``.
+
+The engine is the llamacpp engine on the embedded model with a planted ``ctypes.string_at(0)``
+(tests/crash_engine.py, registered as ``crashing-llamacpp``) at a chosen phase and run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from logitlab.engines.variant import parse_variant
+from logitlab.errors import EngineCrashed
+from logitlab.experiments.ab import AbConfig, run_ab
+
+from conftest import SHORT_PROMPT
+
+pytestmark = pytest.mark.engine
+
+TESTS = Path(__file__).resolve().parents[1]
+ENGINE = "crashing-llamacpp"
+
+
+@pytest.fixture(autouse=True)
+def worker_finds_the_engine(monkeypatch):
+    """The supervised worker imports ``crash_engine`` by name: tests/ on its PYTHONPATH."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
+    import crash_engine  # noqa: F401  (registers the engine here)
+
+
+def config(control: str = "", candidate: str = "", **kwargs) -> AbConfig:
+    kwargs = {"n_decode": 4, "repeats": 2, "warmup": 1, **kwargs}
+    return AbConfig(control=parse_variant(control, "control", default_engine=ENGINE),
+                    candidate=parse_variant(candidate, "candidate", default_engine=ENGINE),
+                    prompt=SHORT_PROMPT, **kwargs)
+
+
+def test_a_candidate_that_segfaults_is_the_verdict_crashed_and_every_other_slot_still_runs(tmp_path):
+    # every 2nd run of a candidate worker crashes at decode step 2; the worker is started again after each
+    result = run_ab(config(candidate="crash_phase=decode,crash_step=2,crash_run=2"), log_path=tmp_path / "r.jsonl")
+    assert result.verdict.word == "crashed"
+    assert len(result.runs) == 2 + 8  # warmups and both blocks: nothing was lost
+    crashed = [r for r in result.runs if r.crash]
+    compared = [r for r in result.measured("candidate") if r.crash is None]
+    assert crashed and compared and all(r.variant == "candidate" and r.verdict == "crashed" for r in crashed)
+    assert all(r.verdict == "bit-exact" for r in compared)  # the same engine when it does not crash
+    assert result.control_reproducible  # the control's slots all ran
+    evidence = crashed[0].crash
+    assert evidence["phase"] == "decode step 2" and evidence["signal"] == 11, evidence
+    assert evidence["status"] == "killed by SIGSEGV (signal 11)" and evidence["variant"] == "candidate"
+    assert evidence["stack"][0].startswith("Fatal Python error: Segmentation fault"), evidence["stack"]
+    assert any("crash_engine.py" in line and "segfault" in line for line in evidence["stack"]), evidence["stack"]
+    assert "llama-cpp-python" in evidence["build"]["engine_version"]
+    assert any("crashed in decode step 2" in line for line in result.verdict.evidence)
+    logged = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert sum(1 for entry in logged if (entry.get("crash") or {}).get("phase") == "decode step 2") == len(crashed)
+
+
+def test_a_control_that_crashes_first_leaves_no_baseline():
+    with pytest.raises(EngineCrashed, match=r"^no baseline: control slot 0 crashed in prefill \(killed by SIGSEGV "
+                                           r"\(signal 11\)\)") as caught:
+        run_ab(config(control="crash_phase=prefill"))
+    partial = caught.value.partial
+    assert partial is not None and partial.runs[0].crash["phase"] == "prefill"
+    assert partial.error and "no baseline" in partial.error
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    launcher = "import sys, crash_engine; from logitlab.cli import main; sys.exit(main())"
+    return subprocess.run([sys.executable, "-c", launcher, *args], capture_output=True, text=True, timeout=600,
+                          cwd=cwd)
+
+
+def test_the_command_line_reports_crashed_and_require_fails_it(tmp_path):
+    proc = _cli("ab", "--engine", ENGINE, "--candidate", "crash_phase=prefill", "--tokens", "4", "--repeats", "1",
+                "--require", "divergent", "--json", str(tmp_path / "ab.json"), "--quiet", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert "A/B verdict: crashed" in proc.stdout, proc.stdout
+    assert "crashed in prefill (killed by SIGSEGV (signal 11))" in proc.stdout
+    data = json.loads((tmp_path / "ab.json").read_text())
+    assert data["verdict"]["word"] == "crashed"
+    assert [r["variant"] for r in data["runs"] if r["crash"]] and all(
+        r["crash"]["phase"] == "prefill" for r in data["runs"] if r["crash"])
+
+
+def test_the_command_line_says_no_baseline_in_one_line_and_keeps_the_json(tmp_path):
+    proc = _cli("ab", "--engine", ENGINE, "--control", "crash_phase=prefill", "--tokens", "4", "--repeats", "1",
+                "--json", str(tmp_path / "ab.json"), "--quiet", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [next(line for line in proc.stderr.splitlines() if line.startswith("error:"))]
+    assert errors[0].startswith("error: no baseline: control slot 0 crashed in prefill (killed by SIGSEGV")
+    data = json.loads((tmp_path / "ab.json").read_text())
+    assert data["runs"][0]["crash"]["phase"] == "prefill" and "no baseline" in data["error"]
