@@ -79,7 +79,6 @@ def model_path() -> str:
 ENGINE_COMMANDS = {"ab", "verify", "invariance", "dump", "golden", "explain", "sweep", "bisect"}
 #: Other programs that run a model.
 MODEL_PROGRAMS = ("llama_cpp.server", "llama-server", "llama-perplexity", "llama-bench", "llama-quantize",
-                  "logitlab.engines.supervised_worker",
                   "onnxruntime_genai.models.builder")
 
 
@@ -118,8 +117,18 @@ def pytest_configure(config):
             _LOADS.append(" ".join(map(str, [args] if isinstance(args, str) else args))[:120])
         return original_popen(self, args, *a, **kw)
 
+    from logitlab.engines.supervised import SupervisedEngine
+
+    original_supervised = SupervisedEngine.__init__
+
+    def supervised_init(self, engine_cls, *a, **kw):  # a real adapter loaded in a supervised worker
+        original_supervised(self, engine_cls, *a, **kw)
+        if engine_cls.__module__.startswith("logitlab.engines."):
+            _LOADS.append(f"{engine_cls.__name__} in a supervised worker")
+
     Engine.__post_init__ = post_init
     subprocess.Popen.__init__ = popen
+    SupervisedEngine.__init__ = supervised_init
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,6 +1,7 @@
 """An in-process engine that really crashes: the llamacpp engine with a planted segfault at a chosen phase and run.
 
-Registered as ``crashing-llamacpp`` when imported (``register()``). Options: every llamacpp option, plus
+Registered as ``crashing-llamacpp`` by ``register()`` (and removed by ``unregister()``: a test that registers it
+takes it out again, so that no other test sees it in the registry). Options: every llamacpp option, plus
 ``crash_phase`` (``load``, ``prefill`` or ``decode``), ``crash_step`` (the decode step, default 0) and
 ``crash_run`` (which run of this engine object crashes, counted from 1; default 1). The crash is
 ``ctypes.string_at(0)``: a read of address 0, SIGSEGV, in the engine's process — what a kernel reading out of
@@ -70,4 +71,7 @@ def register() -> None:
     register_engine(NAME, "crash_engine:CrashingLlamaCpp")
 
 
-register()
+def unregister() -> None:
+    from logitlab.engines import ENGINES
+
+    ENGINES.pop(NAME, None)

@@ -30,7 +30,11 @@ ENGINE = "crashing-llamacpp"
 def worker_finds_the_engine(monkeypatch):
     """The supervised worker imports ``crash_engine`` by name: tests/ on its PYTHONPATH."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
-    import crash_engine  # noqa: F401  (registers the engine here)
+    import crash_engine
+
+    crash_engine.register()
+    yield
+    crash_engine.unregister()
 
 
 def config(control: str = "", candidate: str = "", **kwargs) -> AbConfig:
@@ -71,7 +75,7 @@ def test_a_control_that_crashes_first_leaves_no_baseline():
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    launcher = "import sys, crash_engine; from logitlab.cli import main; sys.exit(main())"
+    launcher = "import sys, crash_engine; crash_engine.register(); from logitlab.cli import main; sys.exit(main())"
     return subprocess.run([sys.executable, "-c", launcher, *args], capture_output=True, text=True, timeout=600,
                           cwd=cwd)
 

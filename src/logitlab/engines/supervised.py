@@ -142,10 +142,14 @@ class SupervisedEngine:
         options: engine options, validated here before any process starts.
         timeout: seconds a run may take before the worker is killed and the run is a crash (None: none).
 
+    The worker loads while this process goes on (two engines constructed one after the other load side by
+    side); the first call that needs the engine waits for its load, and raises what the load raised.
+
     Raises:
-        InputError: bad options (before any process starts), or what the engine's load raises.
-        EngineError: the engine failed to load.
-        EngineCrashed: the worker died while loading.
+        InputError: bad options (here, before any process starts); from the first call: what the engine's load
+            raised.
+        EngineError: from the first call: the engine failed to load.
+        EngineCrashed: from the first call: the worker died while loading.
     """
 
     def __init__(self, engine_cls: type[Engine], target: str, model: str | None, options: dict[str, Any], *,
@@ -161,7 +165,8 @@ class SupervisedEngine:
         self._folder: Path | None = None
         self._runs = 0
         self.restarts = 0
-        self._loaded: dict[str, Any] = {}
+        self._loaded_answer: dict[str, Any] = {}
+        self._pending = False
         self._start()
 
     # -- the contract ---------------------------------------------------------------------------------
@@ -179,6 +184,16 @@ class SupervisedEngine:
     def require(self, ability: str, what: str) -> None:
         if not self.supports(ability):
             raise InputError(f"{what} needs the engine in this process ({self.name} runs supervised here)")
+
+    @property
+    def _loaded(self) -> dict[str, Any]:
+        """The worker's answer to the load (waited for on first use)."""
+        if self._pending:
+            self._pending = False
+            self._loaded_answer = self._read(self._proc, None)
+            if self.model is None:
+                self.model = self._loaded_answer.get("model")
+        return self._loaded_answer
 
     @property
     def load_seconds(self) -> float:
@@ -221,6 +236,7 @@ class SupervisedEngine:
         if self._proc is None:
             self.restarts += 1
             self._start()
+        self._loaded  # noqa: B018 - the load's answer first (raises what it raised)
         self._runs += 1
         out = self._folder / f"logits-{self._runs}.npy"
         answer = self._ask({"op": "run", "prompt_ids": [int(t) for t in prompt_ids], "n_decode": int(n_decode),
@@ -279,12 +295,11 @@ class SupervisedEngine:
         finally:
             os.close(write_fd)
         self._answers = os.fdopen(read_fd, "r")
-        self._loaded = self._ask({"op": "load", "target": self.target, "name": self.name, "model": self.model,
-                                  "options": self._raw_options})
-        if self.model is None:
-            self.model = self._loaded.get("model")
+        self._send({"op": "load", "target": self.target, "name": self.name, "model": self.model,
+                    "options": self._raw_options})
+        self._pending = True
 
-    def _ask(self, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+    def _send(self, request: dict[str, Any]) -> None:
         proc = self._proc
         if proc is None:
             raise InternalError("the supervised engine was closed")
@@ -293,6 +308,14 @@ class SupervisedEngine:
             proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise self._crashed(proc, None) from None
+
+    def _ask(self, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        self._loaded  # noqa: B018 - a pending load's answer comes first
+        self._send(request)
+        return self._read(self._proc, timeout)
+
+    def _read(self, proc: subprocess.Popen, timeout: float | None) -> dict[str, Any]:
+        """The worker's next answer; raises what it reports, or EngineCrashed when it dies or passes ``timeout``."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -316,7 +339,7 @@ class SupervisedEngine:
         except subprocess.TimeoutExpired:
             self._kill(proc)
             code = proc.wait()
-        self._proc = None
+        self._proc, self._pending = None, False
         self._release(proc)
         phase = "start"
         try:
@@ -327,7 +350,7 @@ class SupervisedEngine:
             lines = (self._folder / "stderr.log").read_bytes().decode("utf-8", "replace").splitlines()
         except OSError:
             lines = []
-        described = self._loaded.get("describe") or {}
+        described = self._loaded_answer.get("describe") or {}
         evidence = CrashEvidence(
             phase=phase, status=hung or exit_status(code), signal=-code if code < 0 and not hung else None,
             exit_code=code if code >= 0 and not hung else None, stderr_tail=lines[-STDERR_LINES:],
