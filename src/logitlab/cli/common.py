@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # rich loads when a command prints, not when its options are 
 from logitlab.errors import InputError, LogitlabError
 from logitlab.numerics.verdict import VERDICTS, Thresholds
 
-#: ``--require`` choices of every command that gives a verdict: every word but ``divergent``, in severity order.
+#: ``--require`` choices of every command that gives a verdict: every word but ``crashed``, in severity order
+#: (``--require divergent`` accepts any verdict but a crash).
 REQUIRE_CHOICES = VERDICTS[:-1]
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
