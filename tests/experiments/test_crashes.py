@@ -101,3 +101,35 @@ def test_the_command_line_says_no_baseline_in_one_line_and_keeps_the_json(tmp_pa
     assert errors[0].startswith("error: no baseline: control slot 0 crashed in prefill (killed by SIGSEGV")
     data = json.loads((tmp_path / "ab.json").read_text())
     assert data["runs"][0]["crash"]["phase"] == "prefill" and "no baseline" in data["error"]
+
+
+# -- golden -----------------------------------------------------------------------------------------
+def test_golden_check_fails_on_a_prompt_that_crashes_the_engine_and_says_where(tmp_path):
+    from logitlab.engines.variant import Variant
+    from logitlab.experiments.golden import CheckConfig, RecordConfig, VariantOverrides, check_golden, record_golden
+    from logitlab.experiments.prompts import Prompt
+    from logitlab.report import markdown
+
+    prompts = [Prompt("a", SHORT_PROMPT), Prompt("b", "Once upon a time"), Prompt("c", "The sky is")]
+    record_golden(RecordConfig(Variant("golden", ENGINE), prompts, 3), tmp_path / "golden")
+    # the 2nd run of the worker crashes in decode step 1: prompt a is compared, b crashed, c not run
+    overrides = VariantOverrides(options={"crash_phase": "decode", "crash_step": "1", "crash_run": "2"})
+    result = check_golden(CheckConfig(str(tmp_path / "golden"), overrides=overrides))
+    assert not result.passed and result.verdict.word == "crashed" and result.verdict_prompt == "b"
+    assert [p.name for p in result.prompts] == ["a", "b"]
+    assert result.prompts[0].verdict.word == "bit-exact" and result.prompts[1].comparison is None
+    assert result.prompts[1].crash["phase"] == "decode step 1" and result.prompts[1].crash["signal"] == 11
+    assert result.gate.checks[0].line == "verdict crashed > allowed bit-exact"
+    text = markdown(result)
+    assert "the engine crashed on prompt 'b'" in text and "crashed in decode step 1" in text
+
+
+def test_golden_record_names_the_crash_and_leaves_no_golden(tmp_path):
+    from logitlab.engines.variant import Variant
+    from logitlab.experiments.golden import RecordConfig, record_golden
+    from logitlab.experiments.prompts import Prompt
+
+    config = RecordConfig(Variant("golden", ENGINE, None, {"crash_phase": "prefill"}), [Prompt("a", SHORT_PROMPT)], 2)
+    with pytest.raises(EngineCrashed, match=r"crashed in prefill \(killed by SIGSEGV \(signal 11\)\)"):
+        record_golden(config, tmp_path / "golden")
+    assert not any((tmp_path / "golden").glob("*/manifest.json"))

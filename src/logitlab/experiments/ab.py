@@ -390,10 +390,16 @@ class AbExperiment:
                 "the statistics are top-k only and a per-row constant is not counted as a difference; the "
                 "constants are reported as the per-row offsets")
         if (cfg.control.env or cfg.candidate.env) and cfg.isolation != "process":
-            result.notes.append(
-                f"environment knobs are set around each slot inside this process (--isolation {cfg.isolation}): "
-                "a knob the engine reads at start-up (most GGML_* variables) only takes effect with "
-                "--isolation process")
+            if self._probe_describe.get("supervised"):
+                result.notes.append(
+                    f"environment knobs are set for the whole life of each variant's engine worker (--isolation "
+                    f"{cfg.isolation}, supervised): a knob read at start-up takes effect; one read once per "
+                    "process stays as the first run left it (--isolation process starts a process per slot)")
+            else:
+                result.notes.append(
+                    f"environment knobs are set around each slot inside this process (--isolation "
+                    f"{cfg.isolation}): a knob the engine reads at start-up (most GGML_* variables) only takes "
+                    "effect with --isolation process")
         return result
 
     def _check_cross_engine(self, probe: Engine, candidate: Engine, result: AbResult) -> None:

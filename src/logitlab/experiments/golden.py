@@ -46,10 +46,11 @@ from logitlab.dumps.golden_format import (
     write_manifest,
 )
 from logitlab.engines.base import Engine
+from logitlab.engines.supervised import CrashEvidence
 from logitlab.engines.topk import TopKRows
 from logitlab.engines.variant import Variant
 from logitlab.engines.workload import environment, run_workload
-from logitlab.errors import EngineError, InputError
+from logitlab.errors import EngineCrashed, EngineError, InputError
 from logitlab.events import Event, ignore_event
 from logitlab.experiments.golden_provenance import (
     GoldenMatch,
@@ -60,7 +61,7 @@ from logitlab.experiments.golden_provenance import (
     provenance_changes,
     read_goldens,
 )
-from logitlab.experiments.isolation import load_engine
+from logitlab.experiments.isolation import load_supervised
 from logitlab.experiments.prompts import Prompt
 from logitlab.jsonio import ResultRecord
 from logitlab.manifest import now_utc
@@ -163,21 +164,24 @@ class PromptCheck:
     Attributes:
         name: the prompt's name.
         n_positions: positions compared (prompt + decode).
-        verdict: the prompt's verdict.
-        comparison: golden (reference) against this run (observed).
+        verdict: the prompt's verdict (``crashed``: the engine died on this prompt).
+        comparison: golden (reference) against this run (observed); None when the engine crashed.
+        crash: the crash's evidence (:meth:`logitlab.engines.supervised.CrashEvidence.to_dict`), else None.
     """
 
     name: str
     n_positions: int
     verdict: Verdict
-    comparison: TopKComparison | LogitComparison
+    comparison: TopKComparison | LogitComparison | None
+    crash: dict | None = None
 
 
 @dataclass
 class GoldenCheckResult(ResultRecord):
     """A golden check: which golden, what changed, which bar, the verdict and whether it passed.
 
-    JSON format history (``schema_version``): 1 — first version.
+    JSON format history (``schema_version``): 1 — first version; later in 1 (additive): a prompt's ``crash``
+    (its verdict ``crashed``, no comparison; the prompts after it are not run).
     """
 
     KIND: ClassVar[str] = "golden-check"
@@ -285,8 +289,21 @@ def _fresh_folder(root: Path, key: str) -> Path:
 
 def _worst(pairs: Sequence[tuple[Verdict, TopKComparison | LogitComparison]]) -> int:
     """Index of the worst prompt: the most severe verdict, then the most argmax flips, then the largest max |Δ|."""
-    return max(range(len(pairs)), key=lambda i: (pairs[i][0].severity, len(pairs[i][1].flips),
-                                                  pairs[i][1].max_abs_diff))
+    def key(i: int) -> tuple:
+        verdict, comparison = pairs[i]
+        if comparison is None:  # the engine crashed on this prompt
+            return (verdict.severity, 0, 0.0)
+        return (verdict.severity, len(comparison.flips), comparison.max_abs_diff)
+
+    return max(range(len(pairs)), key=key)
+
+
+def _crashed_check(name: str, n_positions: int, crash: EngineCrashed) -> PromptCheck:
+    """The check of a prompt whose run crashed the engine: the verdict ``crashed`` with the evidence."""
+    evidence = crash.evidence or CrashEvidence(phase="unknown", status=str(crash))
+    evidence.variant = f"prompt {name!r}"
+    return PromptCheck(name, n_positions, Verdict("crashed", evidence=[evidence.summary()] + evidence.lines()),
+                       None, crash=evidence.to_dict())
 
 
 # -- record --------------------------------------------------------------------------------------
@@ -304,7 +321,7 @@ def record_golden(config: RecordConfig, root: str | Path, *, on_event: Event | N
     config.validate()
     on_event = on_event or ignore_event
     root = Path(root)
-    engine = load_engine(config.variant)
+    engine = load_supervised(config.variant)
     try:
         engine.require("logits", "a golden (it stores logits)")
         prompt_ids = _tokenize(engine, config.prompts, config.n_decode)
@@ -356,7 +373,7 @@ def open_check_engine(root: str | Path, overrides: VariantOverrides, *, strict: 
     template = next((m for m in manifests if m.provenance.device.key == cpu.key),
                     max(manifests, key=lambda m: m.created_at))
     variant = overrides.apply(template)
-    engine = load_engine(variant)
+    engine = load_supervised(variant)
     try:
         engine.require("logits", "a golden check (it compares logits)")
         device = device_info(engine_device(engine.describe()))
@@ -365,7 +382,7 @@ def open_check_engine(root: str | Path, overrides: VariantOverrides, *, strict: 
         other = overrides.apply(chosen)
         if other != variant:
             engine.close()
-            variant, engine = other, load_engine(other)
+            variant, engine = other, load_supervised(other)
             engine.require("logits", "a golden check (it compares logits)")
     except BaseException:
         engine.close()
@@ -441,14 +458,20 @@ def check_golden(config: CheckConfig, *, on_event: Event | None = None) -> Golde
                 if engine.n_ctx is not None and len(prompt.input_ids) > engine.n_ctx:
                     raise InputError(f"prompt {prompt.name!r} of the golden needs {len(prompt.input_ids)} positions, "
                                      f"more than this engine's context of {engine.n_ctx}: raise n_ctx")
-                logits, _ = _run(engine, variant, prompt.prompt_ids, len(prompt.generated_ids), prompt.generated_ids)
+                try:
+                    logits, _ = _run(engine, variant, prompt.prompt_ids, len(prompt.generated_ids),
+                                     prompt.generated_ids)
+                except EngineCrashed as crash:  # a result: the check fails on it; the prompts after are not run
+                    checks.append(_crashed_check(prompt.name, len(prompt.input_ids), crash))
+                    on_event("prompt", {"name": prompt.name, "index": i, "verdict": "crashed"})
+                    break
                 comparison, verdict = _compare(reader, manifest, i, logits, config.top_k, config.thresholds)
                 checks.append(PromptCheck(prompt.name, len(prompt.input_ids), verdict, comparison))
                 on_event("prompt", {"name": prompt.name, "index": i, "verdict": verdict.word})
     finally:
         engine.close()
     worst = checks[_worst([(c.verdict, c.comparison) for c in checks])]
-    gate = judge([c.comparison for c in checks], worst.verdict.word, bar)
+    gate = judge([c.comparison for c in checks if c.comparison is not None], worst.verdict.word, bar)
     return GoldenCheckResult(
         root=str(config.root), match=match, device=device, variant=variant.to_dict(), store=manifest.store,
         golden_created_at=manifest.created_at, golden_provenance=manifest.provenance, provenance=current,

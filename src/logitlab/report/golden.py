@@ -91,6 +91,9 @@ def _prompt_rows(result: GoldenCheckResult) -> list[tuple[str, ...]]:
     rows = []
     for p in result.prompts:
         c = p.comparison
+        if c is None:  # the engine crashed on this prompt
+            rows.append((p.name, str(p.n_positions), p.verdict.word) + ("—",) * (len(PROMPT_HEADER) - 3))
+            continue
         agree = "n/a" if c.argmax_agreement is None else f"{100 * c.argmax_agreement:.2f} %"
         rows.append((p.name, str(p.n_positions), p.verdict.word, f"{c.differing_rows}/{c.n_positions}",
                      fmt_num(c.max_abs_diff), fmt_num(c.max_scaled_ulp), agree,
@@ -127,7 +130,10 @@ def golden_check_document(result: GoldenCheckResult, **_: Any) -> Document:
     doc.add(Paragraph(rich(Span("verdict: ", "strong"), Span(word, f"verdict:{word}"),
                            f"  (worst of {plural(len(result.prompts), 'prompt')}: {worst.name})")),
             Bullets(result.verdict.evidence, tight=True))
-    if not worst.comparison.bit_exact:
+    if worst.comparison is None:
+        doc.add(Paragraph(f"the engine crashed on prompt {worst.name!r}: the prompts after it were not run",
+                          tone="error"))
+    elif not worst.comparison.bit_exact:
         doc.add(KeyValues(comparison_lines(worst.comparison), tight=True, header=("statistic", "value")))
         flips = flip_rows(worst.comparison)
         if flips:
