@@ -24,7 +24,7 @@ Marker settings (``key=value``, values with spaces in double quotes):
     structurally: each ``logitlab`` command still parses with the current CLI.
 ``check``
     ``exact``: the output must equal the page (trailing spaces aside). ``shape`` (default):
-    numbers, hex digests, absolute paths and the bodies of boxed tables may differ
+    numbers, hex digests, absolute paths, the bodies of boxed tables and a report's ``host`` line may differ
     (run-to-run timings, another CPU's rounding); every word, label, verdict,
     table header and the order of lines must match.
 ``vary``
@@ -300,12 +300,17 @@ def _table_bodies(lines: list[str]) -> list[str]:
     return out
 
 
+#: A report's ``host`` line (``│ host  AMD EPYC, 2 cores, Linux-…, Python 3.11.7``): machine-bound, never compared.
+HOST = re.compile(r"^([ │|]*host {2,}).*(?:\n[│|]? {8,}\S.*)*$", re.MULTILINE)  # with its wrapped lines
+
+
 def normalise(lines: list[str], example: Example) -> list[str]:
     """What is compared: ``exact``: lines without trailing spaces; ``shape``: a stream of words (see the module)."""
     text = _vary("\n".join(line.rstrip() for line in lines), example)
     if example.check == "exact":
         return text.splitlines()
     text = "\n".join(_table_bodies(text.splitlines()))
+    text = HOST.sub(r"\1<host>", text)  # the machine the example ran on (its CPU's name)
     text = ABS_PATH.sub("<path>", BOX.sub(" ", text))
     text = NUMBER.sub("#", text)
     return text.split()

@@ -167,9 +167,12 @@ def test_eager_vs_sdpa_reports_its_real_verdict():
     print(f"\nhf eager vs sdpa: {result.verdict.word}; max |Δ| {c.max_abs_diff:.3g}, "
           f"{c.differing_rows}/{c.n_positions} rows differ, flips {len(c.flips)}")
     print("\n".join("  " + e for e in result.verdict.evidence))
-    assert result.control_reproducible and result.verdict.word == "ulp-noise"  # ≤ 16 ULP at row scale here
+    # Two float32 attention kernels reassociate the same sums: on the Intel Xeon this test was pinned on, at most
+    # 16 ULP at row scale (ulp-noise); on an AMD EPYC (AVX-512, no AMX) 22 ULP (noise, max |Δ| 4.2e-05). The word
+    # depends on the CPU's torch kernels; what does not: no flip, no top-k change, |Δ| at float32 rounding scale.
+    assert result.control_reproducible and result.verdict.word in ("ulp-noise", "noise")
     assert result.manifest["engine"]["effective"]["attn"] == "eager"
-    assert not c.flips and c.max_abs_diff < 1e-3
+    assert not c.flips and c.max_abs_diff < 1e-3 and c.topk_agreement == 1.0
 
 
 def test_describe_reports_versions_hash_cache_and_load_time(engine):

@@ -7,6 +7,7 @@ that are absent make the calling test skip, naming the package
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -77,7 +78,10 @@ def run_pytest_benchmark(folder: Path, out: Path, *, save: bool = False) -> Path
         args += ["--benchmark-save=run", f"--benchmark-storage=file://{folder / 'storage'}"]
     else:
         args.append(f"--benchmark-json={out}")
-    subprocess.run(args, check=True, capture_output=True, cwd=folder)
+    # not as an xdist worker: pytest-benchmark disables itself when PYTEST_XDIST_WORKER is set (inherited from the
+    # worker this suite runs in, pyproject's addopts)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    subprocess.run(args, check=True, capture_output=True, cwd=folder, env=env)
     if save:
         saved = sorted((folder / "storage").rglob("*.json"))[-1]
         shutil.copy(saved, out)

@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -116,6 +117,25 @@ class CrashEvidence:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CrashEvidence":
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def _reap(proc: subprocess.Popen | None, folder: Path | None, streams: Sequence[Any]) -> None:
+    """Wait for a closing worker (kill its group after :data:`CLOSE_TIMEOUT`), close its pipes, remove its folder."""
+    if proc is not None:
+        try:
+            proc.wait(timeout=CLOSE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            SupervisedEngine._kill(proc)
+            proc.wait()
+        streams = (proc.stdin, *streams)
+    for stream in streams:
+        try:
+            if stream is not None:
+                stream.close()
+        except OSError:
+            pass
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _stack(lines: list[str]) -> list[str]:
@@ -251,25 +271,28 @@ class SupervisedEngine:
                          timings=[StepTiming(**t) for t in answer["timings"]],
                          topk=None if topk is None else TopKRows.from_dict(topk), scoring=answer.get("scoring"))
 
-    def close(self) -> None:
-        """Ask the worker to close the engine and exit; kill it if it does not; remove its folder."""
+    def close(self, wait: bool = False) -> None:
+        """Ask the worker to close the engine and exit, and return; a thread waits for it (killing it after
+        :data:`CLOSE_TIMEOUT`) and removes its folder. ``wait``: wait here instead."""
         proc, self._proc = self._proc, None
+        folder, self._folder = self._folder, None
         if proc is not None and proc.poll() is None:
             try:
                 proc.stdin.write(json.dumps({"op": "close"}) + "\n")
                 proc.stdin.flush()
-                proc.wait(timeout=CLOSE_TIMEOUT)
-            except (OSError, subprocess.TimeoutExpired, ValueError):
+            except (OSError, ValueError):
                 self._kill(proc)
-        if proc is not None:
-            self._release(proc)
-        if self._folder is not None:
-            shutil.rmtree(self._folder, ignore_errors=True)
-            self._folder = None
+        if proc is None and folder is None:
+            return
+        streams = (getattr(self, "_answers", None), getattr(self, "_stderr", None))
+        if wait:
+            _reap(proc, folder, streams)
+        else:
+            threading.Thread(target=_reap, args=(proc, folder, streams), daemon=True).start()
 
     def __del__(self) -> None:
         try:
-            self.close()
+            self.close(wait=True)
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 

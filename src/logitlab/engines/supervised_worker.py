@@ -80,18 +80,21 @@ def main(argv: list[str]) -> int:
                 if request.get("fresh"):
                     phase("load")
                     target = engine_cls(model=engine.model, options=request["options"])
+                shape = (len(request["prompt_ids"]) + request["n_decode"], int(target.n_vocab))
+                # the rows go straight into the file the parent maps: the one copy across the boundary
+                mapped = None if target.supports("workload") else np.lib.format.open_memmap(
+                    request["out"], mode="w+", dtype=np.float32, shape=shape)
                 try:
                     output = run_workload(target, request["prompt_ids"], request["n_decode"], request["replay"],
                                           on_step=lambda kind, step: phase(
-                                              "prefill" if kind == "prefill" else f"decode step {step}"))
+                                              "prefill" if kind == "prefill" else f"decode step {step}"),
+                                          out=mapped)
                 finally:
                     if target is not engine:
                         target.close()
                 phase("returning the run")
-                logits = np.ascontiguousarray(output.logits, dtype=np.float32)
-                mapped = np.lib.format.open_memmap(request["out"], mode="w+", dtype=np.float32, shape=logits.shape)
-                mapped[...] = logits  # the one copy across the process boundary
-                mapped.flush()
+                if mapped is None:  # an engine that ran the workload itself: its array, written once
+                    np.save(request["out"], np.ascontiguousarray(output.logits, dtype=np.float32))
                 del mapped
                 answer({"ok": True, "logits": request["out"], "input_ids": output.input_ids,
                         "generated": output.generated, "timings": [dataclasses.asdict(t) for t in output.timings],

@@ -90,6 +90,7 @@ def run_workload(
     n_decode: int,
     replay: Sequence[int] | None = None,
     on_step: Callable[[str, int], None] | None = None,
+    out: np.ndarray | None = None,
 ) -> RunOutput:
     """Prefill ``prompt_ids`` then decode ``n_decode`` tokens, one per call (M=1).
 
@@ -99,7 +100,9 @@ def run_workload(
     runs the workload itself (:meth:`~logitlab.engines.base.Engine.run_workload`).
     ``on_step(phase, step)`` is called before each engine call, outside the timed
     region: ``("prefill", 0)``, then ``("decode", 0 … n_decode-1)`` (a supervisor
-    records the phase a crash happened in).
+    records the phase a crash happened in). ``out``: a float32 array of shape
+    ``(len(prompt_ids) + n_decode, n_vocab)`` the rows are gathered into (a
+    supervisor's shared memory), instead of a new one.
 
     Raises:
         InputError: ``replay`` shorter than ``n_decode``, or the context is too small.
@@ -121,7 +124,7 @@ def run_workload(
                 on_step("decode", step)
             rows.append(session.decode([token]))
         timings = list(session.timings)
-    return RunOutput(np.concatenate(rows), list(prompt_ids) + generated, generated, timings)
+    return RunOutput(np.concatenate(rows, out=out), list(prompt_ids) + generated, generated, timings)
 
 
 @contextmanager
