@@ -320,7 +320,8 @@ def test_ab_require_at_every_bar_on_the_f64_result(work, ab_runs, capsys):
     result = report.load_result(json.loads((work / "ab.json").read_text()))
     assert result.verdict.word == "ulp-noise" and result.control_reproducible is True
     codes = {bar: _require_exit_code(result, bar) for bar in REQUIRE_CHOICES}
-    assert codes == {"bit-exact": 1, "ulp-noise": 0, "noise": 0, "near-tie": 0, "lossy": 0, "systematic-offset": 0}
+    assert codes == {"bit-exact": 1, "ulp-noise": 0, "noise": 0, "near-tie": 0, "lossy": 0, "systematic-offset": 0,
+                     "divergent": 0}  # --require divergent: anything but a crash
     assert capsys.readouterr().err == "require bit-exact: the verdict is ulp-noise\n"
 
 
@@ -339,7 +340,8 @@ def test_verify_require_at_every_bar_and_require_identical(work, verify_runs, ca
     assert result.classification.word == "noise"
     assert result.guard_identical is True and len(result.guard.results) == 2  # redecode and resync, 1 prompt
     codes = {bar: _exit_code(result, bar, True) for bar in REQUIRE_CHOICES}
-    assert codes == {"bit-exact": 1, "ulp-noise": 1, "noise": 0, "near-tie": 0, "lossy": 0, "systematic-offset": 0}
+    assert codes == {"bit-exact": 1, "ulp-noise": 1, "noise": 0, "near-tie": 0, "lossy": 0, "systematic-offset": 0,
+                     "divergent": 0}  # --require divergent: anything but a crash
     capsys.readouterr()
     first, *rest = result.guard.results
     broken = dataclasses.replace(result, guard=dataclasses.replace(
