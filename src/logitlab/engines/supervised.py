@@ -363,7 +363,7 @@ class SupervisedEngine:
             self._kill(proc)
             code = proc.wait()
         self._proc, self._pending = None, False
-        self._release(proc)
+        _reap(None, None, (proc.stdin, getattr(self, "_answers", None), getattr(self, "_stderr", None)))
         phase = "start"
         try:
             phase = (self._folder / "phase").read_bytes().decode("utf-8", "replace").strip() or "start"
@@ -390,13 +390,6 @@ class SupervisedEngine:
         except (ProcessLookupError, PermissionError):
             pass
 
-    def _release(self, proc: subprocess.Popen) -> None:
-        for stream in (proc.stdin, getattr(self, "_answers", None), getattr(self, "_stderr", None)):
-            try:
-                if stream is not None:
-                    stream.close()
-            except OSError:
-                pass
 
 
 def supervise(engine_cls: type[Engine], target: str, model: str | None, options: dict[str, Any], *,

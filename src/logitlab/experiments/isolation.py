@@ -131,11 +131,6 @@ def check_slot_timeout(timeout: float | None, isolation: str) -> None:
                          f"{isolation}) cannot be stopped from outside")
 
 
-def _exit_status(code: int) -> str:
-    """``exit 1``, or ``killed by SIGSEGV (signal 11)`` for a negative return code."""
-    return exit_status(code)
-
-
 def _kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL the worker's process group (the worker and whatever it started); only while the worker is not
     yet reaped, so that its pid, the group's id, cannot have been reused."""
@@ -206,7 +201,7 @@ def run_in_subprocess(
         if proc.returncode != 0 or not result_path.exists():
             tail = " | ".join(stderr.strip().splitlines()[-3:]) or "no stderr"
             hint = _crash_hint(variant) if proc.returncode < 0 else None
-            raise EngineError(f"{what} crashed in its subprocess ({_exit_status(proc.returncode)}): {tail}"
+            raise EngineError(f"{what} crashed in its subprocess ({exit_status(proc.returncode)}): {tail}"
                               + (f"; {hint}" if hint else ""))
         try:
             result = json.loads(result_path.read_text())
