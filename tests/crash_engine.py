@@ -3,9 +3,10 @@
 Registered as ``crashing-llamacpp`` by ``register()`` (and removed by ``unregister()``: a test that registers it
 takes it out again, so that no other test sees it in the registry). Options: every llamacpp option, plus
 ``crash_phase`` (``load``, ``prefill`` or ``decode``), ``crash_step`` (the decode step, default 0) and
-``crash_run`` (which run of this engine object crashes, counted from 1; default 1). The crash is
-``ctypes.string_at(0)``: a read of address 0, SIGSEGV, in the engine's process — what a kernel reading out of
-bounds does. A supervised engine's worker counts its runs from 1 again after a restart.
+``crash_run`` (which run of this engine object crashes, counted from 1; default 1) and ``crash_how``
+(``segv``, the default, or ``hang``). The crash is ``ctypes.string_at(0)``: a read of address 0, SIGSEGV, in
+the engine's process — what a kernel reading out of bounds does; ``hang`` sleeps for an hour instead, as a
+deadlocked kernel does. A supervised engine's worker counts its runs from 1 again after a restart.
 
 A worker process imports this module by its name (``crash_engine``): tests put ``tests/`` on ``PYTHONPATH``.
 """
@@ -13,6 +14,7 @@ A worker process imports this module by its name (``crash_engine``): tests put `
 from __future__ import annotations
 
 import ctypes
+import time
 
 from logitlab.engines import register_engine
 from logitlab.engines.llamacpp import LlamaCppEngine, LlamaCppSession
@@ -21,7 +23,9 @@ from logitlab.engines.options import positive_int
 NAME = "crashing-llamacpp"
 
 
-def segfault() -> None:
+def segfault(how: str = "segv") -> None:
+    if how == "hang":
+        time.sleep(3600)
     ctypes.string_at(0)
 
 
@@ -34,7 +38,7 @@ class CrashingSession(LlamaCppSession):
             phase = "prefill" if self.n_past == 0 else "decode"
             step = self.n_past - self.engine.prompt_length if phase == "decode" else None
             if opts.get("crash_phase") == phase and (phase == "prefill" or step == opts.get("crash_step", 0)):
-                segfault()
+                segfault(opts.get("crash_how", "segv"))
         if self.n_past == 0:
             self.engine.prompt_length = len(tokens)
         return super()._decode(tokens)
@@ -45,11 +49,12 @@ class CrashingLlamaCpp(LlamaCppEngine):
     OPTIONS = {**LlamaCppEngine.OPTIONS,
                "crash_phase": (str, "load, prefill or decode"),
                "crash_step": (int, "the decode step that crashes"),
-               "crash_run": (positive_int, "which run of this engine object crashes (from 1)")}
+               "crash_run": (positive_int, "which run of this engine object crashes (from 1)"),
+               "crash_how": (str, "segv (default) or hang")}
 
     def _load(self) -> None:
         if self.options.get("crash_phase") == "load":
-            segfault()
+            segfault(self.options.get("crash_how", "segv"))
         self.runs = 0
         self.prompt_length = 0
         clean = {k: v for k, v in self.options.items() if not k.startswith("crash_")}

@@ -74,6 +74,25 @@ def test_a_control_that_crashes_first_leaves_no_baseline():
     assert partial.error and "no baseline" in partial.error
 
 
+def test_a_candidate_that_crashes_while_loading_is_crashed_and_the_control_is_still_measured():
+    result = run_ab(config(candidate="crash_phase=load"))
+    assert result.verdict.word == "crashed" and result.error is None
+    candidate = [r for r in result.runs if r.variant == "candidate"]
+    assert candidate and all(r.crash and r.crash["phase"] == "load" and r.crash["signal"] == 11 for r in candidate)
+    assert result.control_reproducible and result.aa_diagnosis  # the control's slots ran: the A/A is measured
+    assert any("crashed while loading" in note for note in result.notes)
+
+
+def test_a_supervised_candidate_that_hangs_past_the_slot_timeout_is_a_crashed_run():
+    result = run_ab(config(candidate="crash_phase=decode,crash_step=1,crash_how=hang", repeats=1, warmup=0,
+                           slot_timeout=30))
+    assert result.verdict.word == "crashed"
+    hung = [r.crash for r in result.runs if r.crash]
+    assert [c["slot"] for c in hung] == [1, 2]
+    assert all(c["phase"] == "decode step 1" and c["status"] == "hung: killed after 30 s" for c in hung), hung
+    assert [r.variant for r in result.runs if not r.crash] == ["control", "control"]
+
+
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     launcher = "import sys, crash_engine; crash_engine.register(); from logitlab.cli import main; sys.exit(main())"
     return subprocess.run([sys.executable, "-c", launcher, *args], capture_output=True, text=True, timeout=600,

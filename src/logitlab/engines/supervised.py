@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import select
 import shutil
 import signal
@@ -36,14 +37,14 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from logitlab.engines.base import Engine, StepTiming
 from logitlab.errors import EngineCrashed, EngineError, InputError, InternalError, LogitlabError
 
-__all__ = ["CrashEvidence", "SupervisedEngine", "supervise", "exit_status"]
+__all__ = ["CrashEvidence", "SupervisedEngine", "supervise", "exit_status", "call_engine", "engine_supports"]
 
 #: Lines of the worker's stderr kept as evidence.
 STDERR_LINES = 30
@@ -115,6 +116,22 @@ class CrashEvidence:
         return asdict(self)
 
     @classmethod
+    def of_process(cls, code: int, hung: str | None, phase: str, stderr: list[str], engine: str,
+                   described: dict[str, Any], hint: Callable[[], str | None]) -> "CrashEvidence":
+        """The evidence of an engine process that died with return code ``code`` (negative: a signal) or was
+        killed as ``hung`` (``hung: killed after 30 s``), from its last phase and its stderr lines; ``hint`` is
+        asked only for a signal (None on any error of its own: a hint never hides the crash)."""
+        try:
+            told = hint() if code < 0 and not hung else None
+        except Exception:  # noqa: BLE001 - a hint never hides the crash
+            told = None
+        return cls(phase=phase, status=hung or exit_status(code), signal=-code if code < 0 and not hung else None,
+                   exit_code=code if code >= 0 and not hung else None, stderr_tail=stderr[-STDERR_LINES:],
+                   stack=_stack(stderr)[:STDERR_LINES], engine=engine,
+                   build={k: described[k] for k in ("engine_version", "system_info") if described.get(k)},
+                   hint=told)
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CrashEvidence":
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
@@ -136,6 +153,14 @@ def _reap(proc: subprocess.Popen | None, folder: Path | None, streams: Sequence[
             pass
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def read_phase(path: Path) -> str:
+    """The phase a worker wrote last into ``path`` (``start`` when it wrote none)."""
+    try:
+        return path.read_bytes().decode("utf-8", "replace").strip() or "start"
+    except OSError:
+        return "start"
 
 
 def _stack(lines: list[str]) -> list[str]:
@@ -271,6 +296,34 @@ class SupervisedEngine:
                          timings=[StepTiming(**t) for t in answer["timings"]],
                          topk=None if topk is None else TopKRows.from_dict(topk), scoring=answer.get("scoring"))
 
+    def call(self, fn: Callable[..., Any], *args: Any, phase: str) -> Any:
+        """``fn(engine, *args)`` run in the worker on its engine, and its return value.
+
+        For experiments that drive the engine step by step (sessions, verify blocks, batches): the whole step
+        runs in the worker, so its timings are the engine's own and a crash in it is an
+        :class:`~logitlab.errors.EngineCrashed` here with ``phase`` (for example ``verify M=4 (prompt p1)``).
+        ``fn`` is a module-level function (imported in the worker by name); ``args`` and the return value are
+        pickled through one file each in the worker's folder (``/dev/shm`` where it exists).
+
+        Raises:
+            EngineCrashed: the worker died, or the call passed ``timeout``.
+            InputError, EngineError: what ``fn`` raised.
+        """
+        if self._proc is None:
+            self.restarts += 1
+            self._start()
+        self._loaded  # noqa: B018 - the load's answer first (raises what it raised)
+        self._runs += 1
+        request, out = self._folder / f"call-{self._runs}.in", self._folder / f"call-{self._runs}.out"
+        request.write_bytes(pickle.dumps(args, protocol=pickle.HIGHEST_PROTOCOL))
+        try:
+            self._ask({"op": "call", "fn": f"{fn.__module__}:{fn.__qualname__}", "args": str(request),
+                       "out": str(out), "phase": phase}, timeout=self.timeout)
+            return pickle.loads(out.read_bytes())
+        finally:
+            request.unlink(missing_ok=True)
+            out.unlink(missing_ok=True)
+
     def close(self, wait: bool = False) -> None:
         """Ask the worker to close the engine and exit, and return; a thread waits for it (killing it after
         :data:`CLOSE_TIMEOUT`) and removes its folder. ``wait``: wait here instead."""
@@ -364,22 +417,13 @@ class SupervisedEngine:
             code = proc.wait()
         self._proc, self._pending = None, False
         _reap(None, None, (proc.stdin, getattr(self, "_answers", None), getattr(self, "_stderr", None)))
-        phase = "start"
-        try:
-            phase = (self._folder / "phase").read_bytes().decode("utf-8", "replace").strip() or "start"
-        except OSError:
-            pass
         try:
             lines = (self._folder / "stderr.log").read_bytes().decode("utf-8", "replace").splitlines()
         except OSError:
             lines = []
-        described = self._loaded_answer.get("describe") or {}
-        evidence = CrashEvidence(
-            phase=phase, status=hung or exit_status(code), signal=-code if code < 0 and not hung else None,
-            exit_code=code if code >= 0 and not hung else None, stderr_tail=lines[-STDERR_LINES:],
-            stack=_stack(lines)[:STDERR_LINES], engine=self.name,
-            build={k: described[k] for k in ("engine_version", "system_info") if described.get(k)},
-            hint=self.engine_cls.crash_hint(self.options) if code < 0 else None)
+        evidence = CrashEvidence.of_process(code, hung, read_phase(self._folder / "phase"), lines, self.name,
+                                            self._loaded_answer.get("describe") or {},
+                                            lambda: self.engine_cls.crash_hint(self.options))
         return EngineCrashed(f"the {self.name} engine crashed in {evidence.phase} ({evidence.status})",
                              evidence=evidence)
 
@@ -390,6 +434,24 @@ class SupervisedEngine:
         except (ProcessLookupError, PermissionError):
             pass
 
+
+
+def engine_supports(engine: Any, ability: str) -> bool:
+    """Whether the engine has ``ability`` where it runs: a supervised engine's adapter in its worker
+    (:meth:`SupervisedEngine.supports` answers only for what it offers here)."""
+    return (engine.engine_cls if isinstance(engine, SupervisedEngine) else type(engine)).supports(ability)
+
+
+def call_engine(engine: Any, fn: Callable[..., Any], *args: Any, phase: str) -> Any:
+    """``fn(engine, *args)``: here for an engine in this process, in the worker for a :class:`SupervisedEngine`
+    (see :meth:`SupervisedEngine.call`; ``phase`` names the step in a crash's evidence).
+
+    Raises:
+        EngineCrashed: a supervised engine's worker died in the call; what ``fn`` raised.
+    """
+    if isinstance(engine, SupervisedEngine):
+        return engine.call(fn, *args, phase=phase)
+    return fn(engine, *args)
 
 
 def supervise(engine_cls: type[Engine], target: str, model: str | None, options: dict[str, Any], *,

@@ -11,6 +11,9 @@ standard error, so that what native code prints cannot corrupt the answers):
 - ``{"op": "run", "prompt_ids", "n_decode", "replay", "fresh", "out"}`` → the run's token ids, timings and
   the path ``out`` its logits were written to (an ``.npy`` file, which the parent maps and unlinks);
   ``fresh``: on a new engine object, closed after the run (``--isolation engine``).
+- ``{"op": "call", "fn": "module:function", "args", "out", "phase"}`` → ``{"ok": true}`` after
+  ``function(engine, *args)`` ran, its arguments unpickled from the file ``args`` and its return value pickled
+  into the file ``out``; ``phase`` is written as the phase first.
 - ``{"op": "close"}`` → ``{"ok": true}``, then the worker exits 0.
 
 An error the engine raises is an answer ``{"ok": false, "type": "InputError" | "EngineError", "message"}``.
@@ -23,15 +26,18 @@ from __future__ import annotations
 
 import dataclasses
 import faulthandler
+import importlib
 import json
 import os
+import pickle
 import sys
 from typing import Any
 
 import numpy as np
 
 
-def _phase_writer(path: str):
+def phase_writer(path: str):
+    """A function that overwrites ``path`` with a phase (200 bytes, padded): the last one stays after a crash."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
 
     def write(phase: str) -> None:
@@ -46,7 +52,7 @@ def main(argv: list[str]) -> int:
     answers = os.fdopen(out_fd, "w", buffering=1)
     os.dup2(2, 1)  # native code's prints go to stderr, never into the answers
     faulthandler.enable(file=sys.stderr, all_threads=True)
-    phase = _phase_writer(phase_file)
+    phase = phase_writer(phase_file)
 
     from logitlab.engines import import_engine
     from logitlab.engines.workload import run_workload
@@ -99,6 +105,19 @@ def main(argv: list[str]) -> int:
                 answer({"ok": True, "logits": request["out"], "input_ids": output.input_ids,
                         "generated": output.generated, "timings": [dataclasses.asdict(t) for t in output.timings],
                         "topk": None if output.topk is None else output.topk.to_dict(), "scoring": output.scoring})
+            elif op == "call":
+                phase(request["phase"])
+                module, _, name = request["fn"].partition(":")
+                fn = importlib.import_module(module)
+                for part in name.split("."):
+                    fn = getattr(fn, part)
+                with open(request["args"], "rb") as f:
+                    args = pickle.load(f)
+                value = fn(engine, *args)
+                phase("returning the call")
+                with open(request["out"], "wb") as f:
+                    pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+                answer({"ok": True})
             elif op == "close":
                 phase("close")
                 if engine is not None:

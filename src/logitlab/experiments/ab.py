@@ -11,6 +11,7 @@ speed decision. Each run is appended to a JSONL log as soon as it finishes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from dataclasses import dataclass, field
@@ -32,7 +33,6 @@ from logitlab.experiments.isolation import (
     ISOLATION_LEVELS,
     SlotRunner,
     check_slot_timeout,
-    load_engine,
     load_supervised,
     stronger_isolation,
 )
@@ -64,8 +64,9 @@ class AbConfig:
             sequential rule (:mod:`logitlab.perf.sequential`, on decode tokens/s) says whether to stop.
         max_repeats: budget of blocks with ``repeats="auto"``.
         max_time: wall-clock budget in seconds with ``repeats="auto"`` (None: none).
-        slot_timeout: seconds a process-isolated slot may take; past it its process group is killed and the
-            experiment stops with an error naming the slot (what ran is kept). Needs ``isolation="process"``.
+        slot_timeout: seconds a slot may take; past it the process that runs it (the slot's subprocess, or the
+            supervised engine's worker) is killed with every process it started, and the run is a crash
+            (``crashed`` for a candidate; for the control's reference run: no baseline, an error).
         warmup: untimed runs per variant before the blocks.
         isolation: ``session``, ``engine`` or ``process``.
         randomize: seeded balanced random order of block patterns.
@@ -113,7 +114,7 @@ class AbConfig:
         ab_schedule(self.max_repeats if self.auto else self.repeats, warmup=self.warmup)  # --repeats < 1, --warmup < 0
         if self.isolation not in ISOLATION_LEVELS:
             raise InputError(f"unknown --isolation {self.isolation!r}; valid: {', '.join(ISOLATION_LEVELS)}")
-        check_slot_timeout(self.slot_timeout, self.isolation)
+        check_slot_timeout(self.slot_timeout, self.isolation, (self.control, self.candidate))
         if self.top_k < 1:
             raise InputError(f"--top-k must be at least 1, got {self.top_k}")
         if self.margin is not None:
@@ -294,12 +295,13 @@ class AbExperiment:
     def __init__(self, config: AbConfig, *, log_path: str | Path | None = None, on_event: Event | None = None,
                  loader: Callable[[Variant], Engine] | None = None):
         """``loader``: loads a variant's engine; a sweep worker passes one that keeps engines loaded between jobs
-        (``session`` isolation). Default: :func:`load_supervised` at ``session`` and ``engine`` isolation (an
-        in-process engine runs in a worker process, so that its crash is a ``crashed`` run, not the end of
-        logitlab); :func:`load_engine` at ``process`` isolation, whose slots run in subprocesses anyway."""
+        (``session`` isolation). Default: :func:`load_supervised` (an in-process engine runs in a worker
+        process, so that its crash, in its load too, is a ``crashed`` run, not the end of logitlab; at
+        ``process`` isolation the loaded engines only tokenize and describe, and each slot has its own
+        subprocess)."""
         config.validate()
         self.config = config
-        self._load = loader or (load_engine if config.isolation == "process" else load_supervised)
+        self._load = loader or functools.partial(load_supervised, timeout=config.slot_timeout)
         self.log_path = Path(log_path) if log_path else None
         self.on_event = on_event or ignore_event
         self.reference: RunOutput | None = None
@@ -310,6 +312,7 @@ class AbExperiment:
         self._texts: dict[int, str] = {}  # token id -> text (the control's detokenizer), for text-keyed top-k
         self._rekeyed_reference: TopKRows | None = None
         self._rekey_note: str | None = None  # set when an id-keyed side was matched by token text
+        self._load_crash: EngineCrashed | None = None  # the candidate's engine crashed while loading
 
     # -- public -------------------------------------------------------------
     def run(self) -> AbResult:
@@ -362,7 +365,13 @@ class AbExperiment:
         cfg = self.config
         prompt_ids = probe.tokenize(cfg.prompt)
         total = len(prompt_ids) + cfg.n_decode
-        for label, engine in ((CONTROL, probe), (CANDIDATE, candidate)):
+        loaded = [(CONTROL, probe)]
+        try:
+            candidate.n_vocab  # noqa: B018 - a supervised candidate's load is waited for here
+            loaded.append((CANDIDATE, candidate))
+        except EngineCrashed as crash:  # a result: each candidate slot starts it again and records its crash
+            self._load_crash = crash
+        for label, engine in loaded:
             check_top_k(cfg.top_k, engine.n_vocab)
             if engine.n_ctx is not None and total > engine.n_ctx:
                 raise InputError(
@@ -374,6 +383,11 @@ class AbExperiment:
         manifest = build_manifest(self._probe_describe, cfg.control, cfg.candidate)
         result = AbResult(config=cfg.to_dict(), manifest=manifest, prompt_ids=prompt_ids,
                           generated_ids=[], generated_text="")
+        if self._load_crash is not None:
+            evidence = self._load_crash.evidence
+            result.notes.append(f"the candidate's engine crashed while loading ({evidence.status if evidence else ''}):"
+                                " each candidate slot loads it again; the control's runs and the A/A are measured")
+            return result
         if crossengine.needs_check(cfg.control, cfg.candidate):
             self._check_cross_engine(probe, candidate, result)
         else:  # same engine and model: what the candidate's load did differently (options, effective, repacking)

@@ -8,14 +8,17 @@
 
 Engine loading is never inside a timed region.
 
-Faults of a process-isolated slot: a worker that crashes (a non-zero exit, or
-a signal such as SIGSEGV or SIGABRT from the engine's native code) raises an
-:class:`~logitlab.errors.EngineError` naming the slot and the signal; with a
-slot timeout, a worker still running after it is killed — with every process
-it started (its own process group) — and the error says so. The experiment
-then stops cleanly: what it measured before is kept (``partial``, the run log).
-A slot that runs in this process (``session``, ``engine``) cannot be stopped
-from outside, so a timeout needs ``process`` isolation.
+Faults of a slot: a worker that crashes (a non-zero exit, or a signal such as
+SIGSEGV or SIGABRT from the engine's native code) raises an
+:class:`~logitlab.errors.EngineCrashed` whose evidence names the slot, the
+phase and the signal; with a slot timeout, a worker still running after it is
+killed — with every process it started (its own process group) — and the
+crash says it hung. The experiment records the crash as that run's outcome
+(:mod:`logitlab.experiments.ab`). At ``session`` and ``engine`` isolation the
+slots of an in-process engine run in its supervised worker
+(:mod:`logitlab.engines.supervised`), which a timeout kills the same way; an
+engine that runs out of process by itself (``cmd``, ``openai``) has its own
+``timeout=`` option there.
 """
 
 from __future__ import annotations
@@ -33,9 +36,9 @@ import numpy as np
 
 from logitlab.engines import engine_class, engine_target
 from logitlab.engines.base import Engine, StepTiming
-from logitlab.engines.supervised import SupervisedEngine, exit_status, supervise
+from logitlab.engines.supervised import CrashEvidence, SupervisedEngine, read_phase, supervise
 from logitlab.engines.variant import Variant
-from logitlab.errors import EngineError, InputError
+from logitlab.errors import EngineCrashed, EngineError, InputError
 from logitlab.engines.workload import RunOutput, environment, run_workload
 
 from logitlab.experiments.isolation_levels import ISOLATION_LEVELS, stronger_isolation  # noqa: F401  (re-exported)
@@ -47,16 +50,18 @@ def load_engine(variant: Variant) -> Engine:
         return engine_class(variant.engine)(model=variant.model, options=dict(variant.options))
 
 
-def load_supervised(variant: Variant) -> Engine:
+def load_supervised(variant: Variant, *, timeout: float | None = None) -> Engine:
     """Load the variant's engine supervised (:mod:`logitlab.engines.supervised`): an in-process engine in a
     worker process started with the variant's environment knobs; a crash there is an EngineCrashed here.
 
     Raises:
         InputError: bad options, before any process starts. EngineCrashed: the worker died while loading.
+
+    ``timeout``: seconds a run (or a call) may take before the worker is killed and the run is a crash.
     """
     with environment(variant.env):
         return supervise(engine_class(variant.engine), engine_target(variant.engine), variant.model,
-                         dict(variant.options))
+                         dict(variant.options), timeout=timeout)
 
 
 class SlotRunner:
@@ -120,15 +125,20 @@ class SlotRunner:
             engine.close()
 
 
-def check_slot_timeout(timeout: float | None, isolation: str) -> None:
-    """Raise InputError unless ``timeout`` is None or positive seconds with ``process`` isolation."""
+def check_slot_timeout(timeout: float | None, isolation: str, variants: Sequence[Variant] = ()) -> None:
+    """Raise InputError unless ``timeout`` is None or positive seconds that can stop every variant's slots: at
+    ``session`` and ``engine`` isolation the supervised worker is killed, which an engine that runs out of
+    process by itself (the ``workload`` ability: ``cmd``, ``openai``) does not have."""
     if timeout is None:
         return
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise InputError(f"--slot-timeout must be positive seconds, got {timeout!r}")
     if isolation != "process":
-        raise InputError(f"--slot-timeout needs --isolation process: a slot run in this process (--isolation "
-                         f"{isolation}) cannot be stopped from outside")
+        for variant in variants:
+            if engine_class(variant.engine).supports("workload"):
+                raise InputError(f"--slot-timeout at --isolation {isolation} stops a supervised in-process engine; "
+                                 f"the {variant.engine} engine runs out of process by itself: give it its own "
+                                 "timeout= option, or use --isolation process")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -165,9 +175,10 @@ def run_in_subprocess(
         The slot's index, named in error messages.
 
     Raises:
-        EngineError: the subprocess exited non-zero or was killed by a signal
-            (the message names the slot, the exit status or signal, and the last
-            stderr lines), passed ``timeout``, or wrote no result.
+        EngineCrashed: the subprocess was killed by a signal, exited non-zero without an ``error:`` line of
+            the engine's own, passed ``timeout`` (then its group was killed), or wrote no result; its
+            ``evidence`` names the slot, the phase, the status and the stderr tail.
+        EngineError: the engine refused the run (its ``error:`` line), or the result cannot be read.
     """
     what = f"{variant.label} slot" + (f" {slot}" if slot is not None else "")
     with tempfile.TemporaryDirectory(prefix="logitlab-slot-") as folder:
@@ -186,23 +197,27 @@ def run_in_subprocess(
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
             errors="replace", start_new_session=True,
         )
+        hung = None
         try:
             _, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
-            proc.communicate()
-            raise EngineError(f"{what} did not finish within --slot-timeout {timeout:g} s: its process (and every "
-                              "process it started) was killed") from None
+            _, stderr = proc.communicate()
+            hung = f"hung: killed after --slot-timeout {timeout:g} s with every process it started"
         except BaseException:  # Ctrl-C: the worker is in its own session and got no SIGINT; do not leave it running
             _kill_group(proc)
             proc.wait()
             raise
         result_path = Path(folder) / "result.json"
-        if proc.returncode != 0 or not result_path.exists():
-            tail = " | ".join(stderr.strip().splitlines()[-3:]) or "no stderr"
-            hint = _crash_hint(variant) if proc.returncode < 0 else None
-            raise EngineError(f"{what} crashed in its subprocess ({exit_status(proc.returncode)}): {tail}"
-                              + (f"; {hint}" if hint else ""))
+        if hung or proc.returncode != 0 or not result_path.exists():
+            lines = (stderr or "").splitlines()
+            if not hung and proc.returncode > 0 and lines and lines[-1].startswith("error: "):
+                raise EngineError(f"{what}: {lines[-1][len('error: '):]}")  # the engine refused: not a crash
+            evidence = CrashEvidence.of_process(proc.returncode, hung, read_phase(Path(folder) / "phase"), lines,
+                                                variant.engine, {}, lambda: _crash_hint(variant))
+            evidence.slot, evidence.variant = slot, variant.label
+            raise EngineCrashed(f"{evidence.summary()} in its subprocess"
+                                + (f"; {evidence.hint}" if evidence.hint else ""), evidence=evidence)
         try:
             result = json.loads(result_path.read_text())
             logits = np.load(Path(folder) / "logits.npy")

@@ -4,12 +4,16 @@
 engine class from the ``"module:Class"`` the parent resolved (so engines
 registered at run time work too), loads it (its environment was set by the parent), runs the workload, and writes
 ``logits.npy`` and ``result.json`` into the request's ``out`` folder. A
-failure exits non-zero with one line on stderr.
+failure exits non-zero with one line on stderr. Before each engine call it
+writes its phase (``load``, ``prefill``, ``decode step N``) into the folder's
+``phase`` file, and :mod:`faulthandler` prints the Python stack of a native
+crash on stderr: the parent's evidence of a crash.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import json
 import sys
 from pathlib import Path
@@ -17,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from logitlab.engines import import_engine
+from logitlab.engines.supervised_worker import phase_writer
 from logitlab.errors import LogitlabError
 from logitlab.engines.workload import run_workload
 
@@ -24,11 +29,17 @@ from logitlab.engines.workload import run_workload
 def main(argv: list[str]) -> int:
     request = json.loads(Path(argv[0]).read_text())
     variant = request["variant"]
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    phase = phase_writer(str(Path(request["out"]) / "phase"))
     try:
+        phase("load")
         engine_cls = import_engine(request["engine_target"], variant["engine"])
         engine = engine_cls(model=variant["model"], options=variant["options"])
         try:
-            output = run_workload(engine, request["prompt_ids"], request["n_decode"], request["replay"])
+            output = run_workload(engine, request["prompt_ids"], request["n_decode"], request["replay"],
+                                  on_step=lambda kind, step: phase(
+                                      "prefill" if kind == "prefill" else f"decode step {step}"))
+            phase("returning the run")
         finally:
             engine.close()
     except LogitlabError as exc:
