@@ -25,7 +25,7 @@ def test_k_sweep_writes_json_and_markdown(tmp_path):
                     "--require", "near-tie")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
-    assert data["schema_version"] == 2 and data["config"]["ks"] == [1, 2]
+    assert data["schema_version"] == 3 and data["config"]["ks"] == [1, 2]
     k1, k2 = data["totals"]
     assert k1["k"] == 1 and k1["bit_exact_rows"] == k1["rows"] == 8 and k1["flips"] == 0
     assert k2["k"] == 2 and k2["rows"] == 8

@@ -131,3 +131,29 @@ def test_probe_settings_are_checked_before_any_checkout():
         SpeedProbe("true", margin=5.0)
     with pytest.raises(InputError, match="--max-blocks must be an integer from 3"):
         SpeedProbe("true", max_blocks=2)
+
+
+@pytest.mark.engine
+def test_a_build_whose_engine_crashes_is_bad_as_git_bisect_run_treats_a_crash(tmp_path):
+    """c0 good; c1 a comment; c2 plants a segfault (a read of address 0) in the engine; c3 a comment."""
+    repo = tmp_path / "engine"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "engine.py").write_text(ENGINE.read_text())
+    shas = [commit(repo, "engine", day=1)]
+    (repo / "NOTES").write_text("notes\n")
+    shas.append(commit(repo, "notes", day=2))
+    source = ENGINE.read_text()
+    assert source.count('if __name__ == "__main__":\n') == 1
+    (repo / "engine.py").write_text(source.replace('if __name__ == "__main__":\n',
+                                                   'if __name__ == "__main__":\n    import ctypes\n'
+                                                   '    ctypes.string_at(0)\n'))
+    shas.append(commit(repo, "a kernel that reads out of bounds", day=3))
+    (repo / "NOTES").write_text("more notes\n")
+    shas.append(commit(repo, "more notes", day=4))
+    result = run_bisect(repo, shas[0], shas[3], probe())
+    assert result.first_bad == shas[2]
+    step = result.step_of(shas[2])
+    assert step.outcome == "bad" and step.probe.verdict.word == "crashed"
+    assert step.probe.reason == "crashed: the engine crashed in run (killed by SIGSEGV (signal 11))"
+    assert step.probe.numerics["crash"]["signal"] == 11

@@ -152,3 +152,50 @@ def test_golden_record_names_the_crash_and_leaves_no_golden(tmp_path):
     with pytest.raises(EngineCrashed, match=r"crashed in prefill \(killed by SIGSEGV \(signal 11\)\)"):
         record_golden(config, tmp_path / "golden")
     assert not any((tmp_path / "golden").glob("*/manifest.json"))
+
+
+# -- verify -----------------------------------------------------------------------------------------
+def _verify_config(options: dict, **kwargs):
+    from logitlab.engines.variant import Variant
+    from logitlab.experiments.prompts import Prompt
+    from logitlab.experiments.verify import VerifyConfig
+
+    return VerifyConfig(variant=Variant("verify", ENGINE, None, options),
+                        prompts=(Prompt("a", SHORT_PROMPT), Prompt("b", "Once upon a time")), ks=(1, 4),
+                        n_decode=4, **kwargs)
+
+
+def test_verify_on_an_engine_that_crashes_in_a_verify_block_is_crashed_and_keeps_what_ran(tmp_path):
+    from logitlab.experiments.verify import run_verify
+    from logitlab.report import markdown
+    from logitlab.runlog import read_run_log
+
+    # sessions of the worker: 1 the ability check, 2-4 prompt a (M=1, M=1 blocks, M=4 blocks), 5-7 prompt b
+    result = run_verify(_verify_config({"crash_phase": "prefill", "crash_run": 6}), log_path=tmp_path / "v.jsonl")
+    assert result.classification.word == "crashed" and result.classification.cause == "crashed"
+    assert result.error is None
+    assert result.crash["phase"] == "verify blocks M=1 (prompt b)" and result.crash["signal"] == 11, result.crash
+    assert any("crash_engine.py" in line for line in result.crash["stack"])
+    assert [(e.prompt, e.k) for e in result.sweep] == [("a", 1), ("a", 4)]  # prompt a's sweep is kept
+    assert [p.name for p in result.prompts] == ["a", "b"]  # b's M=1 run finished before the crash
+    assert [t.k for t in result.totals] == [1, 4]
+    assert "crashed in verify blocks M=1 (prompt b)" in markdown(result)
+    assert read_run_log(tmp_path / "v.jsonl").ending == "complete"
+
+
+def test_verify_on_an_engine_that_crashes_while_loading_is_crashed(tmp_path):
+    from logitlab.experiments.verify import run_verify
+
+    result = run_verify(_verify_config({"crash_phase": "load"}))
+    assert result.classification.word == "crashed" and result.crash["phase"] == "load"
+    assert result.prompts == [] and result.sweep == []
+
+
+def test_verify_cli_require_fails_on_a_crash(tmp_path):
+    proc = _cli("verify", "--engine", ENGINE, "--options", "crash_phase=decode,crash_step=1,crash_run=2",
+                "--prompt", SHORT_PROMPT, "--tokens", "4", "--k", "1", "2", "--require", "divergent",
+                "--json", str(tmp_path / "v.json"), "--quiet", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "require divergent: the verify verdict is crashed" in proc.stderr
+    data = json.loads((tmp_path / "v.json").read_text())
+    assert data["crash"]["phase"] == "M=1 greedy (prompt prompt-1)" and data["classification"]["word"] == "crashed"

@@ -62,7 +62,8 @@ import numpy as np
 from logitlab.engines.base import Engine, Session, StepTiming
 from logitlab.engines.options import positive_float, positive_int
 from logitlab.engines.tokenizers import GgufTokenizer
-from logitlab.errors import EngineError, InputError
+from logitlab.engines.crash import CrashEvidence
+from logitlab.errors import EngineCrashed, EngineError, InputError
 from logitlab.models import default_model_path, file_sha256
 
 PLACEHOLDERS = ("tokens", "logits", "n_prompt", "n_decode", "generated", "model", "vocab", "workdir")
@@ -335,6 +336,11 @@ class CommandEngine(Engine):
             except OSError as exc:
                 raise EngineError(f"cmd engine: cannot run {self._argv[0]}: {exc.strerror or exc}") from None
             wall = time.perf_counter() - start
+            if proc.returncode < 0:  # killed by a signal: the engine under test crashed
+                evidence = CrashEvidence.of_process(proc.returncode, None, "run", proc.stderr.splitlines(),
+                                                    self.name, {}, lambda: None)
+                raise EngineCrashed(f"cmd engine: {self._argv[0]} crashed ({evidence.status}); "
+                                    f"stderr: {_tail(proc.stderr)}", evidence=evidence)
             if proc.returncode != 0:
                 raise EngineError(f"cmd engine: {self._argv[0]} exited with status {proc.returncode}; "
                                   f"stderr: {_tail(proc.stderr)}")

@@ -21,7 +21,7 @@ from typing import Any, Callable, ClassVar, Sequence
 import numpy as np
 
 from logitlab.engines.base import Engine
-from logitlab.engines.supervised import CrashEvidence
+from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.topk import TopKRows, key_kind, rekey_by_text
 from logitlab.engines.variant import Variant
 from logitlab.engines.workload import RunOutput

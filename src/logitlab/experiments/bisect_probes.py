@@ -40,9 +40,10 @@ from typing import Any, Iterator
 
 from logitlab.engines.variant import Variant
 from logitlab.engines.workload import RunOutput, environment, run_workload
-from logitlab.errors import InputError, LogitlabError
+from logitlab.engines.crash import CrashEvidence
+from logitlab.errors import EngineCrashed, InputError, LogitlabError
 from logitlab.events import Event, ignore_event
-from logitlab.experiments.isolation import load_engine
+from logitlab.experiments.isolation import load_supervised
 from logitlab.numerics import VERDICTS, Thresholds, Verdict, classify, compare_logits
 from logitlab.perf.commands import BenchRunConfig, bench_run
 from logitlab.perf.equivalence import check_margin
@@ -134,7 +135,7 @@ class NumericsProbe:
 
     def _run(self, checkout: Path, replay: list[int] | None) -> RunOutput:
         with working_directory(checkout):
-            engine = load_engine(self.variant)
+            engine = load_supervised(self.variant)
             try:
                 if not self.prompt_ids:
                     self.prompt_ids = list(engine.tokenize(self.prompt))
@@ -164,6 +165,12 @@ class NumericsProbe:
         start = time.perf_counter()
         try:
             out = self._run(checkout, list(self.reference.generated))
+        except EngineCrashed as crash:  # as git bisect run: a build whose engine crashes is bad
+            evidence = crash.evidence or CrashEvidence(phase="unknown", status=str(crash))
+            return ProbeOutcome("bad", f"crashed: the engine crashed in {evidence.phase} ({evidence.status})",
+                                time.perf_counter() - start,
+                                verdict=Verdict("crashed", evidence=evidence.lines()),
+                                numerics={"crash": evidence.to_dict()})
         except LogitlabError as exc:
             return ProbeOutcome("skip", f"the engine failed on this build: {exc}", time.perf_counter() - start)
         if out.logits.shape != self.reference.logits.shape:

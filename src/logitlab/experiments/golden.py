@@ -46,7 +46,7 @@ from logitlab.dumps.golden_format import (
     write_manifest,
 )
 from logitlab.engines.base import Engine
-from logitlab.engines.supervised import CrashEvidence
+from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.topk import TopKRows
 from logitlab.engines.variant import Variant
 from logitlab.engines.workload import environment, run_workload

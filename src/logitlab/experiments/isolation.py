@@ -36,7 +36,8 @@ import numpy as np
 
 from logitlab.engines import engine_class, engine_target
 from logitlab.engines.base import Engine, StepTiming
-from logitlab.engines.supervised import CrashEvidence, SupervisedEngine, read_phase, supervise
+from logitlab.engines.crash import CrashEvidence, read_phase
+from logitlab.engines.supervised import SupervisedEngine, supervise
 from logitlab.engines.variant import Variant
 from logitlab.errors import EngineCrashed, EngineError, InputError
 from logitlab.engines.workload import RunOutput, environment, run_workload

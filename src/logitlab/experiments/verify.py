@@ -31,11 +31,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from logitlab.engines.base import Engine, Session
+from logitlab.engines.crash import CrashEvidence
+from logitlab.engines.supervised import call_engine, engine_supports
 from logitlab.engines.variant import Variant
-from logitlab.errors import InputError, LogitlabError
+from logitlab.errors import EngineCrashed, InputError, LogitlabError
 from logitlab.events import Event, ignore_event
 from logitlab.experiments import guard as G
-from logitlab.experiments.isolation import load_engine
+from logitlab.experiments.isolation import load_supervised
 from logitlab.experiments.prompts import Prompt, builtin_prompts, check_unique
 from logitlab.manifest import build_manifest
 from logitlab.experiments.verify_classify import classify_verify, in_block_rows, pool_rows, sweep_entry
@@ -45,6 +47,7 @@ from logitlab.experiments.verify_results import (
     GuardReport,
     PromptRecord,
     SweepEntry,
+    VerifyClassification,
     VerifyResult,
 )
 from logitlab.numerics import LogitComparison, Thresholds, compare_logits
@@ -211,6 +214,7 @@ class VerifyExperiment:
         self.logits_digest = hashlib.sha256()
         self.log_path = Path(log_path) if log_path else None
         self._runlog: RunLog | None = None
+        self._parts: dict[int, list[tuple[LogitComparison, str, int]]] = {k: [] for k in config.ks}
 
     def run(self) -> VerifyResult:
         """Run the probe (and the guard).
@@ -220,15 +224,26 @@ class VerifyExperiment:
                 ``partial`` attribute holds the :class:`VerifyResult` so far.
         """
         cfg = self.config
-        engine = self._engine or load_engine(cfg.variant)
+        engine = self._engine or load_supervised(cfg.variant)
         try:
-            result = VerifyResult(config=cfg.to_dict(), manifest=build_manifest(engine.describe(), cfg.variant))
+            crash = None
+            try:
+                described = engine.describe()
+            except EngineCrashed as exc:  # the engine under test died while loading: a result
+                described, crash = {"engine": cfg.variant.engine, "supervised": True}, exc
+            result = VerifyResult(config=cfg.to_dict(), manifest=build_manifest(described, cfg.variant))
             self._result = result
             try:
                 if self.log_path is not None:
                     self._runlog = RunLog(self.log_path, VerifyResult.KIND,
                                           {"config": result.config, "manifest": result.manifest})
-                self._run(engine, result)
+                try:
+                    if crash is None:
+                        self._run(engine, result)
+                except EngineCrashed as exc:
+                    crash = exc
+                if crash is not None:
+                    self._crashed(result, crash)
             except LogitlabError as exc:
                 result.error = str(exc)
                 exc.partial = result
@@ -274,7 +289,9 @@ class VerifyExperiment:
         cal_ids = {p.name: engine.tokenize(p.text) for p in cfg.calibration_prompts} if cfg.guard == "auto" else {}
         self._check_context(engine, prompt_ids, "prompt")
         self._check_context(engine, cal_ids, "calibration prompt")
-        self._check_sessions(engine)
+        if not engine_supports(engine, "sessions"):
+            engine.require("sessions", "verify (decode of K tokens in a session)")
+        call_engine(engine, check_sessions, cfg.guard is not None, phase="opening a session")
         n_guard = len(cfg.guard_fallbacks) + (cfg.guard_k not in cfg.ks) if cfg.guard is not None else 0
         self.on_event("start", {"steps": len(cfg.prompts) * (1 + len(cfg.ks) + n_guard) + 2 * len(cal_ids)})
 
@@ -290,19 +307,20 @@ class VerifyExperiment:
             if self._runlog is not None:
                 self._runlog.update(guard={k: v for k, v in guard.to_dict().items() if k not in ("results", "totals")})
 
-        parts: dict[int, list[tuple[LogitComparison, str, int]]] = {k: [] for k in cfg.ks}
+        parts = self._parts
         for prompt in cfg.prompts:
             ids = prompt_ids[prompt.name]
             replays: dict[int, tuple[float, list[int]]] = {}
             first_batched: np.ndarray | None = None  # rows of the smallest K >= 2, to test batch invariance
             self.on_event("step", {"description": f"{prompt.name}: M=1 greedy"})
-            ref = greedy_m1(engine, ids, cfg.n_decode)
+            ref = call_engine(engine, greedy_m1, ids, cfg.n_decode, phase=f"M=1 greedy (prompt {prompt.name})")
             self.logits_digest.update(np.ascontiguousarray(ref.rows, dtype=np.float32).tobytes())
             result.prompts.append(PromptRecord(prompt.name, prompt.kind, len(ids), ref.tokens,
                                                engine.detokenize(ref.tokens), ref.decode_seconds))
             for k in cfg.ks:
                 self.on_event("step", {"description": f"{prompt.name}: M={k} verify"})
-                obs, seconds = replay_mk(engine, ids, ref.tokens, k)
+                obs, seconds = call_engine(engine, replay_mk, ids, ref.tokens, k,
+                                           phase=f"verify blocks M={k} (prompt {prompt.name})")
                 self.logits_digest.update(np.ascontiguousarray(obs, dtype=np.float32).tobytes())
                 c = compare_logits(ref.decode_rows, obs, top_k=cfg.top_k, token_ids=ref.tokens)
                 result.sweep.append(sweep_entry(prompt.name, k, c, len(ids), cfg.thresholds, seconds))
@@ -342,20 +360,28 @@ class VerifyExperiment:
                     "shorten the prompt or --tokens, or pass n_ctx=... in --options"
                 )
 
-    def _check_sessions(self, engine: Engine) -> None:
-        engine.require("sessions", "verify (decode of K tokens in a session)")
-        with engine.open_session() as session:
-            if self.config.guard is not None and not G.supports_rollback(session):
-                G.rollback(session, 0)  # raises the InputError that names the missing hook
+    def _crashed(self, result: VerifyResult, crash: EngineCrashed) -> None:
+        """The engine died: the verdict is ``crashed``, with the evidence; the totals cover the prompts that ran."""
+        evidence = crash.evidence or CrashEvidence(phase="unknown", status=str(crash))
+        evidence.variant = self.config.variant.label
+        result.crash = evidence.to_dict()
+        result.totals = [self._total(k, parts) for k, parts in self._parts.items() if parts]
+        result.classification = VerifyClassification(
+            word="crashed", cause="crashed", summary=f"the engine crashed in {evidence.phase} ({evidence.status}); "
+            f"{len(result.prompts)} prompt(s) reached before it", evidence=evidence.lines(),
+            scaling="not measured (the engine crashed)", tau=self.config.thresholds.near_tie_margin)
+        if result.guard is not None:
+            result.guard.totals = guard_totals(result.guard.results, self.config.guard_fallbacks)
 
     def _calibrate(self, engine: Engine, cal_ids: dict[str, list[int]]) -> G.Calibration:
         cfg = self.config
         pairs = []
         for name, ids in cal_ids.items():
             self.on_event("step", {"description": f"calibration {name}: M=1 greedy"})
-            ref = greedy_m1(engine, ids, cfg.n_decode)
+            ref = call_engine(engine, greedy_m1, ids, cfg.n_decode, phase=f"M=1 greedy (calibration {name})")
             self.on_event("step", {"description": f"calibration {name}: M={cfg.guard_k} verify"})
-            obs, _ = replay_mk(engine, ids, ref.tokens, cfg.guard_k)
+            obs, _ = call_engine(engine, replay_mk, ids, ref.tokens, cfg.guard_k,
+                                 phase=f"verify blocks M={cfg.guard_k} (calibration {name})")
             pairs.append((ref.decode_rows, obs))
         safety = cfg.thresholds.floor_factor if cfg.guard_safety is None else cfg.guard_safety
         return G.calibrate(pairs, k=cfg.guard_k, safety=safety, top_k=cfg.top_k, prompts=list(cal_ids),
@@ -411,7 +437,6 @@ class VerifyExperiment:
         """
         cfg = self.config
         n, k = cfg.n_decode, cfg.guard_k
-        draft = G.oracle_draft(ref.tokens)
         if replay is not None:
             seconds, flip_rows = replay
             plain_seconds = seconds * (n - 1) / n
@@ -419,8 +444,8 @@ class VerifyExperiment:
             plain_identical, plain_first = first is None, first
         else:
             self.on_event("step", {"description": f"{name}: unguarded speculative K={k}"})
-            with engine.open_session() as session:
-                plain = guarded_loop(session, ids, n, k, draft, None, "redecode")
+            plain = call_engine(engine, speculative_run, ids, n, k, ref.tokens, None, "redecode",
+                                phase=f"unguarded speculative K={k} (prompt {name})")
             plain_eval = G.evaluate_run(plain, ref.tokens, ref.rows, top_k=cfg.top_k)
             plain_seconds = plain.decode_seconds
             plain_identical, plain_first = plain_eval.identical, plain_eval.first_divergence
@@ -429,8 +454,8 @@ class VerifyExperiment:
         per = max(ideal_rows, 1)
         for fallback in cfg.guard_fallbacks:
             self.on_event("step", {"description": f"{name}: guarded ({fallback}) K={k}"})
-            with engine.open_session() as session:
-                run = guarded_loop(session, ids, n, k, draft, guard.tau, fallback)
+            run = call_engine(engine, speculative_run, ids, n, k, ref.tokens, guard.tau, fallback,
+                              phase=f"guarded ({fallback}) K={k} (prompt {name})")
             ev = G.evaluate_run(run, ref.tokens, ref.rows, top_k=cfg.top_k)
             decided = sum(1 for s in run.sources if s != G.PREFILL)
             guard.results.append(GuardPromptResult(
@@ -450,6 +475,26 @@ class VerifyExperiment:
                 triggers_token_changed=sum(t.token_verify != t.token_fallback for t in run.triggers),
                 evaluation=ev.to_dict(),
             ))
+
+
+def check_sessions(engine: Engine, guarded: bool) -> None:
+    """Open one session (and for a guarded run check its rollback hook): bad abilities fail before any run.
+
+    Raises:
+        InputError: the engine has no sessions, or (``guarded``) no rollback.
+    """
+    engine.require("sessions", "verify (decode of K tokens in a session)")
+    with engine.open_session() as session:
+        if guarded and not G.supports_rollback(session):
+            G.rollback(session, 0)  # raises the InputError that names the missing hook
+
+
+def speculative_run(engine: Engine, prompt_ids: Sequence[int], n: int, k: int, reference: Sequence[int],
+                    tau: float | None, fallback: str) -> G.SpeculativeRun:
+    """One speculative greedy run in a new session, its drafts the M=1 greedy tokens ``reference``
+    (:func:`~logitlab.experiments.guard.oracle_draft`); ``tau`` None: unguarded."""
+    with engine.open_session() as session:
+        return guarded_loop(session, prompt_ids, n, k, G.oracle_draft(reference), tau, fallback)
 
 
 def guarded_loop(session: Session, prompt_ids: Sequence[int], n: int, k: int, draft: G.Draft,

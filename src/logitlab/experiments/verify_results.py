@@ -7,6 +7,8 @@ JSON format history (``schema_version`` of :class:`VerifyResult`):
 
 - 1: first version.
 - 2: ``kind``; comparisons share one field list (``numerics.comparison``).
+- 3: ``crash``: the engine's crash evidence (:class:`~logitlab.engines.supervised.CrashEvidence` as a dict)
+  when it died; the classification's word and cause are then ``crashed``.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ from typing import Any, ClassVar
 from logitlab.jsonio import ResultRecord
 
 #: Version of :meth:`VerifyResult.to_dict`.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: cause labels of :class:`VerifyClassification`, harmless first
 CAUSES = ("bit-exact", "ulp-noise", "noise", "near-tie-noise", "lossy", "verify-path", "systematic-offset",
-          "wrong-result")
+          "wrong-result", "crashed")
 
 
 @dataclass
@@ -225,6 +227,7 @@ class VerifyResult(ResultRecord):
     classification: VerifyClassification | None = None
     guard: GuardReport | None = None
     batch_invariant: bool | None = None
+    crash: dict[str, Any] | None = None
     error: str | None = None
 
     def total(self, k: int) -> SweepEntry | None:
