@@ -199,3 +199,27 @@ def test_verify_cli_require_fails_on_a_crash(tmp_path):
     assert "require divergent: the verify verdict is crashed" in proc.stderr
     data = json.loads((tmp_path / "v.json").read_text())
     assert data["crash"]["phase"] == "M=1 greedy (prompt prompt-1)" and data["classification"]["word"] == "crashed"
+
+
+# -- sweep ------------------------------------------------------------------------------------------
+def test_a_sweep_cell_whose_candidate_crashes_is_a_crashed_cell_not_a_failed_job():
+    from logitlab.experiments.engine_cache import EngineCache
+    from logitlab.experiments.matrix import parse_matrix
+    from logitlab.experiments.sweep_job import run_job
+    from logitlab.experiments.sweep_summary import summarize
+    from logitlab.report import markdown
+
+    matrix = parse_matrix({"name": "t", "prompts": [SHORT_PROMPT],
+                           "control": {"engine": ENGINE, "options": {"n_threads": 1, "n_threads_batch": 1}},
+                           "axes": {"options.crash_phase": ["none", "decode"]},
+                           "experiment": {"tokens": 4}})
+    specs = matrix.jobs()
+    cache = EngineCache(2)  # the sweep worker's cache: the crashed engine's worker starts again for the next job
+    results = {spec.key: run_job(spec, cache=cache) for spec in specs}
+    cache.close()
+    assert [r.status for r in results.values()] == ["ok", "ok"], [r.error for r in results.values()]
+    summary = summarize("t", matrix.to_dict(), {}, specs, results)
+    assert [(c.status, c.verdict) for c in summary.cells] == [("ok", "bit-exact"), ("ok", "crashed")]
+    crashed = results[specs[1].key].experiment_result()
+    assert {r.crash["phase"] for r in crashed.runs if r.crash} == {"decode step 0"}
+    assert "crashed" in markdown(summary)

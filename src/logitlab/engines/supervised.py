@@ -44,7 +44,7 @@ from logitlab.engines.base import Engine, StepTiming
 from logitlab.engines.crash import CrashEvidence, read_phase
 from logitlab.errors import EngineCrashed, EngineError, InputError, InternalError, LogitlabError
 
-__all__ = ["SupervisedEngine", "supervise", "call_engine", "engine_supports"]
+__all__ = ["SupervisedEngine", "supervise", "call_engine", "engine_supports", "is_supervised"]
 
 #: Seconds a worker has to exit after ``close`` before it is killed.
 CLOSE_TIMEOUT = 10.0
@@ -195,7 +195,7 @@ class SupervisedEngine:
                          timings=[StepTiming(**t) for t in answer["timings"]],
                          topk=None if topk is None else TopKRows.from_dict(topk), scoring=answer.get("scoring"))
 
-    def call(self, fn: Callable[..., Any], *args: Any, phase: str) -> Any:
+    def call_in_worker(self, fn: Callable[..., Any], *args: Any, phase: str) -> Any:
         """``fn(engine, *args)`` run in the worker on its engine, and its return value.
 
         For experiments that drive the engine step by step (sessions, verify blocks, batches): the whole step
@@ -338,18 +338,25 @@ class SupervisedEngine:
 def engine_supports(engine: Any, ability: str) -> bool:
     """Whether the engine has ``ability`` where it runs: a supervised engine's adapter in its worker
     (:meth:`SupervisedEngine.supports` answers only for what it offers here)."""
-    return (engine.engine_cls if isinstance(engine, SupervisedEngine) else type(engine)).supports(ability)
+    cls = getattr(engine, "engine_cls", None) if is_supervised(engine) else None
+    return cls.supports(ability) if cls is not None else engine.supports(ability)
+
+
+def is_supervised(engine: Any) -> bool:
+    """Whether ``engine`` is a :class:`SupervisedEngine` (or a wrapper that passes its attributes on, as a sweep's
+    engine cache does)."""
+    return callable(getattr(engine, "call_in_worker", None))
 
 
 def call_engine(engine: Any, fn: Callable[..., Any], *args: Any, phase: str) -> Any:
     """``fn(engine, *args)``: here for an engine in this process, in the worker for a :class:`SupervisedEngine`
-    (see :meth:`SupervisedEngine.call`; ``phase`` names the step in a crash's evidence).
+    (see :meth:`SupervisedEngine.call_in_worker`; ``phase`` names the step in a crash's evidence).
 
     Raises:
         EngineCrashed: a supervised engine's worker died in the call; what ``fn`` raised.
     """
-    if isinstance(engine, SupervisedEngine):
-        return engine.call(fn, *args, phase=phase)
+    if is_supervised(engine):
+        return engine.call_in_worker(fn, *args, phase=phase)
     return fn(engine, *args)
 
 

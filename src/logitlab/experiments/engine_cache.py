@@ -17,7 +17,7 @@ from typing import Any
 
 from logitlab.engines.base import Engine
 from logitlab.engines.variant import Variant
-from logitlab.experiments.isolation import load_engine
+from logitlab.experiments.isolation import load_supervised
 
 __all__ = ["EngineCache", "variant_key"]
 
@@ -63,12 +63,13 @@ class EngineCache:
         """The variant's engine, loaded now or kept from an earlier job (wrapped: ``close()`` is a no-op).
 
         Raises:
-            LogitlabError: the engine failed to load (see :func:`load_engine`).
+            LogitlabError: the engine failed to load (see :func:`load_supervised`: an in-process engine is
+                loaded in its supervised worker, whose crash in a later job is that job's ``crashed`` result).
         """
         key = variant_key(variant)
         engine = self._engines.get(key)
         if engine is None:
-            engine = load_engine(variant)
+            engine = load_supervised(variant)
             self.loads += 1
             self._engines[key] = engine
         else:

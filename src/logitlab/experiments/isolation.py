@@ -37,7 +37,7 @@ import numpy as np
 from logitlab.engines import engine_class, engine_target
 from logitlab.engines.base import Engine, StepTiming
 from logitlab.engines.crash import CrashEvidence, read_phase
-from logitlab.engines.supervised import SupervisedEngine, supervise
+from logitlab.engines.supervised import is_supervised, supervise
 from logitlab.engines.variant import Variant
 from logitlab.errors import EngineCrashed, EngineError, InputError
 from logitlab.engines.workload import RunOutput, environment, run_workload
@@ -116,7 +116,7 @@ class SlotRunner:
             with environment(variant.env):
                 return run_workload(engine, prompt_ids, n_decode, replay)
         supervised = self._engines.get(label)
-        if isinstance(supervised, SupervisedEngine):  # a fresh engine object in the supervised worker
+        if is_supervised(supervised):  # a fresh engine object in the supervised worker
             return supervised.run_workload(prompt_ids, n_decode, replay, fresh=True)
         engine = load_engine(variant)
         try:
