@@ -223,3 +223,14 @@ def test_a_sweep_cell_whose_candidate_crashes_is_a_crashed_cell_not_a_failed_job
     crashed = results[specs[1].key].experiment_result()
     assert {r.crash["phase"] for r in crashed.runs if r.crash} == {"decode step 0"}
     assert "crashed" in markdown(summary)
+
+
+# -- history ----------------------------------------------------------------------------------------
+def test_history_records_a_crash_as_such():
+    from logitlab.experiments.history_metrics import record_from_result
+
+    result = run_ab(config(candidate="crash_phase=decode,crash_step=1", repeats=1, warmup=0))
+    record = record_from_result(result, machine="m", commit="a" * 40, commit_date="2026-12-01T00:00:00+00:00")
+    crashed = record.metrics["candidate"]["crashed"]
+    assert crashed.kind == "fingerprint" and crashed.value == "decode step 1: killed by SIGSEGV (signal 11)"
+    assert record.metrics["control"]["decode"].value > 0  # the control's runs are recorded beside it

@@ -34,6 +34,11 @@ one machine. Per result kind (variant / metric, unit, sense):
     candidate/base ratio. The base file is another build, so its values are
     not recorded under this commit.
 
+A crash of the engine under test is recorded as such: a fingerprint metric ``crashed`` of the variant that
+crashed (``candidate`` for ``ab``, ``verify``, ``golden:NAME``) whose value names the phase and the status
+(``decode step 2: killed by SIGSEGV (signal 11)``), so that the commit where an engine starts (or stops)
+crashing shows in that series.
+
 Another result kind joins with one entry in :data:`EXTRACTORS`
 (``"kind": "module:function"``, the function taking the result and returning
 variant -> metric name -> :class:`~logitlab.experiments.history.Metric`).
@@ -127,6 +132,12 @@ def _put(metrics: Metrics, variant: str, name: str, metric: Metric | None) -> No
         metrics.setdefault(variant, {})[name] = metric
 
 
+def _crashed(metrics: Metrics, variant: str, crash: Mapping[str, Any] | None) -> None:
+    """The ``crashed`` fingerprint of a variant whose engine crashed (``crash``: its evidence as a dict)."""
+    if crash:
+        _put(metrics, variant, "crashed", Metric(FINGERPRINT, f"{crash.get('phase')}: {crash.get('status')}"))
+
+
 def _same_variant(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return {k: v for k, v in a.items() if k != "label"} == {k: v for k, v in b.items() if k != "label"}
 
@@ -158,6 +169,7 @@ def ab_metrics(result: Any) -> Metrics:
             _put(out, CONTROL, "bit_exact_share", Metric(HIGHER, 100.0 * share, "%"))
         return out
     worst = next((r for r in result.runs if r.slot == result.verdict_slot), None)
+    _crashed(out, CANDIDATE, worst.crash if worst is not None else None)
     if worst is not None and worst.comparison is not None:
         c = worst.comparison
         for name, key in (("kld_mean", "mean"), ("kld_p99", "p99")):
@@ -179,6 +191,9 @@ def golden_check_metrics(result: Any) -> Metrics:
     out: Metrics = {}
     for prompt in result.prompts:
         c, variant = prompt.comparison, f"golden:{prompt.name}"
+        _crashed(out, variant, prompt.crash)
+        if c is None:
+            continue
         for name, key in (("kld_mean", "mean"), ("kld_p99", "p99")):
             if c.kld.get(key) is not None:
                 _put(out, variant, name, Metric(LOWER, float(c.kld[key]), "nats"))
@@ -191,6 +206,7 @@ def golden_check_metrics(result: Any) -> Metrics:
 def verify_metrics(result: Any) -> Metrics:
     """Metrics of a :class:`~logitlab.experiments.verify_results.VerifyResult` (see the module docstring)."""
     out: Metrics = {}
+    _crashed(out, "verify", result.crash)
     for total in result.totals:
         if total.rows:
             _put(out, "verify", f"K={total.k} bit_exact_share",
