@@ -234,3 +234,28 @@ def test_history_records_a_crash_as_such():
     crashed = record.metrics["candidate"]["crashed"]
     assert crashed.kind == "fingerprint" and crashed.value == "decode step 1: killed by SIGSEGV (signal 11)"
     assert record.metrics["control"]["decode"].value > 0  # the control's runs are recorded beside it
+
+
+# -- invariance -------------------------------------------------------------------------------------
+def _invariance(probe: str, options: str, **kwargs):
+    from logitlab.experiments.invariance import InvarianceConfig, run_invariance
+
+    return run_invariance(InvarianceConfig(probe=probe, variant=parse_variant(options, "variant", default_engine=ENGINE),
+                                           prompt=SHORT_PROMPT, n_decode=3, **kwargs))
+
+
+def test_invariance_prefill_decode_on_an_engine_that_crashes_is_crashed_with_the_phase():
+    from logitlab.report import markdown
+
+    result = _invariance("prefill-decode", "crash_phase=prefill,crash_run=3")  # 1 greedy run, 2 full prefill
+    assert result.verdict.word == "crashed" and not result.invariant
+    assert result.crash["phase"] == "prefill vs decode" and result.crash["signal"] == 11
+    assert "crashed in prefill vs decode (killed by SIGSEGV (signal 11))" in markdown(result)
+
+
+def test_invariance_determinism_keeps_the_runs_before_the_crash():
+    # session isolation: one engine object in the worker counts its runs; the 3rd crashes
+    result = _invariance("determinism", "crash_phase=decode,crash_step=1,crash_run=3", runs=4, isolation="session")
+    assert result.verdict.word == "crashed" and result.crash["phase"] == "decode step 1"
+    assert result.details["runs"] == 2 and result.details["distinct_logits"] == 1
+    assert [c.word for c in result.checks] == ["bit-exact"]

@@ -101,6 +101,7 @@ class SupervisedEngine:
         self.engine_cls = engine_cls
         self.target = target
         self.name = engine_cls.name
+        self.OPTIONS = engine_cls.OPTIONS  # the adapter's option table, for messages that name an option
         self.options = engine_cls.validate_options(dict(options))
         self._raw_options = dict(options)
         self.model = model
@@ -111,6 +112,7 @@ class SupervisedEngine:
         self.restarts = 0
         self._loaded_answer: dict[str, Any] = {}
         self._pending = False
+        self._closed = False
         self._start()
 
     # -- the contract ---------------------------------------------------------------------------------
@@ -126,6 +128,8 @@ class SupervisedEngine:
         return ability == "workload" or (ability == "logits" and known)
 
     def require(self, ability: str, what: str) -> None:
+        """Raise InputError unless ``ability`` is offered here; the adapter's own message when it lacks it."""
+        self.engine_cls.require(ability, what)
         if not self.supports(ability):
             raise InputError(f"{what} needs the engine in this process ({self.name} runs supervised here)")
 
@@ -177,10 +181,7 @@ class SupervisedEngine:
         from logitlab.engines.topk import TopKRows
         from logitlab.engines.workload import RunOutput
 
-        if self._proc is None:
-            self.restarts += 1
-            self._start()
-        self._loaded  # noqa: B018 - the load's answer first (raises what it raised)
+        self._ensure()
         self._runs += 1
         out = self._folder / f"logits-{self._runs}.npy"
         answer = self._ask({"op": "run", "prompt_ids": [int(t) for t in prompt_ids], "n_decode": int(n_decode),
@@ -208,10 +209,7 @@ class SupervisedEngine:
             EngineCrashed: the worker died, or the call passed ``timeout``.
             InputError, EngineError: what ``fn`` raised.
         """
-        if self._proc is None:
-            self.restarts += 1
-            self._start()
-        self._loaded  # noqa: B018 - the load's answer first (raises what it raised)
+        self._ensure()
         self._runs += 1
         request, out = self._folder / f"call-{self._runs}.in", self._folder / f"call-{self._runs}.out"
         request.write_bytes(pickle.dumps(args, protocol=pickle.HIGHEST_PROTOCOL))
@@ -226,6 +224,7 @@ class SupervisedEngine:
     def close(self, wait: bool = False) -> None:
         """Ask the worker to close the engine and exit, and return; a thread waits for it (killing it after
         :data:`CLOSE_TIMEOUT`) and removes its folder. ``wait``: wait here instead."""
+        self._closed = True
         proc, self._proc = self._proc, None
         folder, self._folder = self._folder, None
         if proc is not None and proc.poll() is None:
@@ -284,8 +283,16 @@ class SupervisedEngine:
         except (BrokenPipeError, OSError):
             raise self._crashed(proc, None) from None
 
+    def _ensure(self) -> None:
+        """A worker that died in an earlier call is started again (it loads the engine again); then the load's
+        answer is waited for (and what it raised is raised)."""
+        if self._proc is None and not self._closed:
+            self.restarts += 1
+            self._start()
+        self._loaded  # noqa: B018 - the load's answer first (raises what it raised)
+
     def _ask(self, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
-        self._loaded  # noqa: B018 - a pending load's answer comes first
+        self._ensure()
         self._send(request)
         return self._read(self._proc, timeout)
 

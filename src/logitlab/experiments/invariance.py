@@ -36,10 +36,12 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from logitlab.engines.base import Engine
+from logitlab.engines.crash import CrashEvidence
+from logitlab.engines.supervised import call_engine, engine_supports
 from logitlab.engines.variant import Variant
-from logitlab.errors import InputError
+from logitlab.errors import EngineCrashed, InputError
 from logitlab.events import Event, ignore_event
-from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner, load_engine
+from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner, load_supervised
 from logitlab.engines.workload import RunOutput, environment, run_workload
 from logitlab.jsonio import ResultRecord
 from logitlab.manifest import build_manifest
@@ -144,11 +146,13 @@ class Check:
 class InvarianceResult(ResultRecord):
     """A probe's checks, its worst verdict and the facts it measured.
 
-    JSON format history (``schema_version``): 1 — first version; 2 — ``kind``, typed checks.
+    JSON format history (``schema_version``): 1 — first version; 2 — ``kind``, typed checks; 3 — ``crash``: the
+    engine's crash evidence (:class:`~logitlab.engines.crash.CrashEvidence` as a dict) when it died, the verdict
+    then ``crashed``.
     """
 
     KIND: ClassVar[str] = "invariance"
-    SCHEMA_VERSION: ClassVar[int] = 2
+    SCHEMA_VERSION: ClassVar[int] = 3
 
     probe: str
     config: dict[str, Any]
@@ -157,6 +161,7 @@ class InvarianceResult(ResultRecord):
     checks: list[Check] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    crash: dict[str, Any] | None = None
 
     @property
     def worst(self) -> Check | None:
@@ -168,18 +173,23 @@ class InvarianceResult(ResultRecord):
 
     @property
     def verdict(self) -> Verdict | None:
+        """The worst check's verdict; ``crashed`` (with the crash's evidence) when the engine died."""
+        if self.crash:
+            evidence = CrashEvidence.from_dict(self.crash)
+            return Verdict("crashed", evidence=[evidence.summary()] + evidence.lines())
         worst = self.worst
         return None if worst is None else worst.verdict
 
     @property
     def invariant(self) -> bool:
-        """True iff every check is bit-exact."""
-        return all(c.word == "bit-exact" for c in self.checks)
+        """True iff the engine did not crash and every check is bit-exact."""
+        return not self.crash and all(c.word == "bit-exact" for c in self.checks)
 
     def derived(self) -> dict[str, Any]:
         worst = self.worst
-        return {"verdict": None if worst is None else worst.verdict.to_dict(),
-                "verdict_check": None if worst is None else self.checks.index(worst),
+        verdict = self.verdict
+        return {"verdict": None if verdict is None else verdict.to_dict(),
+                "verdict_check": None if worst is None or self.crash else self.checks.index(worst),
                 "invariant": self.invariant}
 
 
@@ -229,21 +239,31 @@ class InvarianceProbe:
                 not support, a prompt too long for the context) or an engine failure.
         """
         cfg = self.config
-        if cfg.probe == "determinism" and cfg.isolation != "session":
-            engine = load_engine(cfg.variant)  # tokenizer and manifest only
-            try:
-                result = self._start(engine)
-            finally:
-                engine.close()
-            return self._determinism(result, None)
-        engine = load_engine(cfg.variant)
+        engine = load_supervised(cfg.variant)  # a crash of the engine under test is the verdict crashed
+        result = None
         try:
             result = self._start(engine)
+            if cfg.probe == "determinism" and cfg.isolation != "session":
+                if cfg.isolation == "process":
+                    engine.close()  # tokenizer and manifest only: each run has its own process
+                return self._determinism(result, None, adopt=engine if cfg.isolation == "engine" else None)
             run = {"batch": self._batch, "prefill-decode": self._prefill_decode,
                    "determinism": self._determinism}[cfg.probe]
             return run(result, engine)
+        except EngineCrashed as crash:
+            if result is None:  # it died while loading
+                result = InvarianceResult(probe=cfg.probe, config=cfg.to_dict(), manifest=build_manifest(
+                    {"engine": cfg.variant.engine, "supervised": True}, cfg.variant), prompt_ids=[])
+            return self._crashed(result, crash)
         finally:
             engine.close()
+
+    def _crashed(self, result: InvarianceResult, crash: EngineCrashed) -> InvarianceResult:
+        """The engine died: its evidence on the result, whose verdict is then ``crashed``."""
+        evidence = crash.evidence or CrashEvidence(phase="unknown", status=str(crash))
+        evidence.variant = self.config.variant.label
+        result.crash = evidence.to_dict()
+        return result
 
     def _start(self, engine: Engine) -> InvarianceResult:
         cfg = self.config
@@ -268,88 +288,60 @@ class InvarianceProbe:
     def _batch(self, result: InvarianceResult, engine: Engine) -> InvarianceResult:
         cfg, ids = self.config, result.prompt_ids
         sizes = sorted(set(int(b) for b in cfg.batch_sizes))
-        engine.require("batch", "invariance batch")
-        fill = cfg.fill or ("mixed" if engine.supports("padded-batch") else "same")
+        if not engine_supports(engine, "batch"):
+            engine.require("batch", "invariance batch")
+        fill = cfg.fill or ("mixed" if engine_supports(engine, "padded-batch") else "same")
         batches = {b: [ids] + ([list(ids)] * (b - 1) if fill == "same" else filler_sequences(ids, b - 1))
                    for b in sizes}
-        max_tokens = max(sum(len(s) for s in seqs) for seqs in batches.values())
-        backend = engine.open_batch(max(sizes), max_tokens)
-        try:
-            paddings = list(cfg.padding or PADDINGS) if backend.pads else ["none"]
-            runs = [(b, padding) for b in sizes for padding in (paddings[:1] if b == 1 else paddings)]
-            self.on_event("start", {"steps": 1 + len(runs)})
-            alone = backend.run([list(ids)], paddings[0])[0]
-            self.on_event("step", {"what": "B=1 alone"})
-            for b, padding in runs:
-                seqs = batches[b]
-                rows = backend.run(seqs, padding)
-                self.on_event("step", {"what": f"B={b} {padding}"})
-                details = {"batch_size": b, "padding": padding, "fill": fill,
-                           "lengths": [len(s) for s in seqs], "padded_to": max(len(s) for s in seqs)}
-                reference, observed, token_ids = alone, rows[0], ids
-                if b == 1:
-                    name, text = "B=1 again", "the prompt alone, a second time"
-                elif fill == "same":
-                    # Every copy is the prompt in a batch: all B are compared, stacked (copy c = rows c*n..).
-                    name = f"B={b}" + (f", {padding} padding" if padding != "none" else "")
-                    text = (f"all {b} copies of the prompt in one batch, stacked: row c×{len(ids)}+p is copy c, "
-                            f"position p")
-                    reference, observed, token_ids = np.tile(alone, (b, 1)), np.concatenate(rows), list(ids) * b
-                    details["stacked"] = {"copies": b, "length": len(ids)}
-                    details["copies_bit_exact"] = [bool(np.array_equal(alone.view(np.uint32), r.view(np.uint32)))
-                                                   for r in rows]
-                else:
-                    name = f"B={b}" + (f", {padding} padding" if padding != "none" else "")
-                    text = (f"the prompt as sequence 0 of {b} ({fill}: lengths "
-                            f"{', '.join(str(len(s)) for s in seqs)})")
-                result.checks.append(_check(name, "the prompt alone (B=1)", text, reference, observed, cfg,
-                                            token_ids, details))
-        finally:
-            backend.close()
-        result.details = {"fill": fill, "batch_sizes": sizes, "paddings": paddings, "backend": backend.params}
-        if not backend.pads and cfg.padding is not None:
+        self.on_event("start", {"steps": 1})
+        batched = call_engine(engine, batch_rows, ids, batches, cfg.padding, phase=f"batches B={sizes}")
+        paddings, pads = batched["paddings"], batched["pads"]
+        alone = batched["alone"]
+        self.on_event("step", {"what": "batches"})
+        for b, padding, rows in batched["runs"]:
+            seqs = batches[b]
+            details = {"batch_size": b, "padding": padding, "fill": fill,
+                       "lengths": [len(s) for s in seqs], "padded_to": max(len(s) for s in seqs)}
+            reference, observed, token_ids = alone, rows[0], ids
+            if b == 1:
+                name, text = "B=1 again", "the prompt alone, a second time"
+            elif fill == "same":
+                # Every copy is the prompt in a batch: all B are compared, stacked (copy c = rows c*n..).
+                name = f"B={b}" + (f", {padding} padding" if padding != "none" else "")
+                text = (f"all {b} copies of the prompt in one batch, stacked: row c×{len(ids)}+p is copy c, "
+                        f"position p")
+                reference, observed, token_ids = np.tile(alone, (b, 1)), np.concatenate(rows), list(ids) * b
+                details["stacked"] = {"copies": b, "length": len(ids)}
+                details["copies_bit_exact"] = [bool(np.array_equal(alone.view(np.uint32), r.view(np.uint32)))
+                                               for r in rows]
+            else:
+                name = f"B={b}" + (f", {padding} padding" if padding != "none" else "")
+                text = (f"the prompt as sequence 0 of {b} ({fill}: lengths "
+                        f"{', '.join(str(len(s)) for s in seqs)})")
+            result.checks.append(_check(name, "the prompt alone (B=1)", text, reference, observed, cfg,
+                                        token_ids, details))
+        result.details = {"fill": fill, "batch_sizes": sizes, "paddings": paddings, "backend": batched["params"]}
+        if not pads and cfg.padding is not None:
             result.notes.append(f"{engine.name} batches sequences without padding: --padding does not apply")
         return result
 
     # prefill vs decode ---------------------------------------------------------------------
     def _prefill_decode(self, result: InvarianceResult, engine: Engine) -> InvarianceResult:
         cfg = self.config
-        recompute = engine.open_recompute_session if engine.supports("recompute") else None
-        if getattr(engine, "kv_cache", True) is False:
-            recompute = None  # the engine already recomputes: its decode check is the recompute check
+        self.on_event("start", {"steps": 1})
+        measured = call_engine(engine, prefill_decode_rows, result.prompt_ids, cfg.n_decode,
+                               phase="prefill vs decode")
+        self.on_event("step", {"what": "prefill vs decode"})
+        if measured["no_kv_cache"]:
             result.notes.append("the engine runs without a KV cache (kv_cache=0): each decode step recomputes "
                                 "the whole sequence")
-        n_steps = 1 + (len(result.prompt_ids) + cfg.n_decode - 1) * (2 if recompute else 1)
-        self.on_event("start", {"steps": n_steps + (1 if cfg.n_decode else 0)})
-        generated: list[int] = []
-        if cfg.n_decode:
-            generated = run_workload(engine, result.prompt_ids, cfg.n_decode).generated
-            self.on_event("step", {"what": "greedy tokens"})
-        sequence = list(result.prompt_ids) + list(generated)
-        with engine.open_session() as session:
-            full = session.prefill(sequence)
-        self.on_event("step", {"what": "full prefill"})
+        generated, sequence, full = measured["generated"], measured["sequence"], measured["full"]
         positions = list(range(1, len(sequence)))
-        if not positions:
-            raise InputError("prefill-decode needs at least 2 tokens: a longer prompt or --tokens >= 1")
-        openers = [("decode vs prefill", engine.open_session,
-                    "prefill of tokens 0..p-1, then one decode step (KV cache)")]
-        if recompute:
-            openers.append(("recompute vs prefill", recompute,
-                            "one forward over tokens 0..p without a KV cache"))
-        for name, open_session, text in openers:
-            # Row p is position p; position 0 (nothing to prefill before it) is a one-token prefill.
-            with open_session() as session:
-                rows = [session.prefill(sequence[:1])[0]]
-            for p in positions:
-                with open_session() as session:
-                    session.prefill(sequence[:p])
-                    rows.append(session.decode([sequence[p]])[0])
-                self.on_event("step", {"what": f"{name} p={p}"})
+        for name, text, rows in measured["paths"]:
             result.checks.append(_check(
                 name, f"one prefill of all {len(sequence)} tokens, row p",
                 f"position p from {text} (p = 0: a one-token prefill)",
-                full, np.stack(rows), cfg, sequence,
+                full, rows, cfg, sequence,
                 {"positions": [0, positions[-1]], "n_prompt": len(result.prompt_ids),
                  "n_generated": len(generated)}))
         result.details = {"sequence_ids": sequence, "generated_text": self._detokenize(generated),
@@ -357,18 +349,32 @@ class InvarianceProbe:
         return result
 
     # determinism -----------------------------------------------------------------------------
-    def _determinism(self, result: InvarianceResult, engine: Engine | None) -> InvarianceResult:
+    def _determinism(self, result: InvarianceResult, engine: Engine | None, *,
+                     adopt: Engine | None = None) -> InvarianceResult:
+        """``engine``: session isolation's loaded engine; ``adopt``: engine isolation's supervised engine (a
+        fresh engine object per run in its worker). A crash ends the runs: those before it are compared."""
         cfg, ids = self.config, result.prompt_ids
         self.on_event("start", {"steps": cfg.runs})
         outputs: list[RunOutput] = []
+        crash: EngineCrashed | None = None
         with SlotRunner({"control": cfg.variant}, cfg.isolation) as runner:
+            if adopt is not None:
+                runner.adopt("control", adopt)
             for index in range(cfg.runs):
-                if engine is not None:  # session isolation: a fresh session per run on the loaded engine
-                    with environment(cfg.variant.env):
-                        outputs.append(run_workload(engine, ids, cfg.n_decode, None))
-                else:
-                    outputs.append(runner.run("control", ids, cfg.n_decode, None))
+                try:
+                    if engine is not None:  # session isolation: a fresh session per run on the loaded engine
+                        with environment(cfg.variant.env):
+                            outputs.append(run_workload(engine, ids, cfg.n_decode, None))
+                    else:
+                        outputs.append(runner.run("control", ids, cfg.n_decode, None, slot=index))
+                except EngineCrashed as exc:
+                    crash = exc
+                    break
                 self.on_event("step", {"what": f"run {index + 1}"})
+        if crash is not None:
+            self._crashed(result, crash)
+            if not outputs:
+                return result
         groups: dict[str, list[int]] = {}
         for index, out in enumerate(outputs):
             groups.setdefault(_digest(out.logits), []).append(index + 1)
@@ -388,7 +394,7 @@ class InvarianceProbe:
                                     f" (compared up to its first different greedy token, decode step {diverge})"),
                 first.logits[:n_rows], other.logits[:n_rows], cfg, first.input_ids[:n_rows], details))
         result.details = {
-            "runs": cfg.runs,
+            "runs": len(outputs),
             "isolation": cfg.isolation,
             "distinct_logits": len(groups),
             "distinct_texts": len(texts),
@@ -396,12 +402,74 @@ class InvarianceProbe:
             "text_groups": [{"runs": runs, "text": self._detokenize(list(gen))} for gen, runs in texts.items()],
             "decode_tokens_per_second": [round(o.tokens_per_second("decode"), 2) for o in outputs],
         }
-        if len(groups) == 1:
+        if len(groups) == 1 and len(outputs) > 1:
             # One distinct array: record an explicit bit-exact check so the verdict reads like ab's.
-            result.checks.append(_check(f"runs 2..{cfg.runs}", "run 1", f"runs 2..{cfg.runs} (all identical)",
+            result.checks.append(_check(f"runs 2..{len(outputs)}", "run 1", f"runs 2..{len(outputs)} (all identical)",
                                         first.logits, outputs[-1].logits, cfg, first.input_ids,
-                                        {"runs": list(range(2, cfg.runs + 1))}))
+                                        {"runs": list(range(2, len(outputs) + 1))}))
         return result
+
+
+# -- what runs on the engine (in its supervised worker: see call_engine) -------------------------------
+def batch_rows(engine: Engine, ids: Sequence[int], batches: dict[int, list[list[int]]],
+               padding: Sequence[str] | None) -> dict[str, Any]:
+    """The prompt alone, then every batch at every padding (B=1 once), on one batch backend.
+
+    Returns ``alone`` (``(len(ids), n_vocab)`` float32 logits), ``runs`` (``(B, padding, rows)`` with one
+    array per sequence), ``paddings``, ``pads`` (whether the backend pads) and ``params``.
+
+    Raises:
+        InputError: the engine has no batches.
+    """
+    engine.require("batch", "invariance batch")
+    sizes = sorted(batches)
+    max_tokens = max(sum(len(s) for s in seqs) for seqs in batches.values())
+    backend = engine.open_batch(max(sizes), max_tokens)
+    try:
+        paddings = list(padding or PADDINGS) if backend.pads else ["none"]
+        alone = backend.run([list(ids)], paddings[0])[0]
+        runs = [(b, pad, backend.run(batches[b], pad))
+                for b in sizes for pad in (paddings[:1] if b == 1 else paddings)]
+        return {"alone": alone, "runs": runs, "paddings": paddings, "pads": backend.pads, "params": backend.params}
+    finally:
+        backend.close()
+
+
+def prefill_decode_rows(engine: Engine, prompt_ids: Sequence[int], n_decode: int) -> dict[str, Any]:
+    """One prefill of prompt + ``n_decode`` greedy tokens, and each position again from a decode step after a
+    prefill of the tokens before it (and, where the engine can, from a forward without a KV cache).
+
+    Returns ``generated``, ``sequence``, ``full`` (its ``(len(sequence), n_vocab)`` prefill rows), ``paths``
+    (``(name, text, rows)`` per way of computing a position) and ``no_kv_cache``.
+
+    Raises:
+        InputError: fewer than 2 tokens in all.
+    """
+    recompute = engine.open_recompute_session if engine.supports("recompute") else None
+    no_kv_cache = getattr(engine, "kv_cache", True) is False
+    if no_kv_cache:
+        recompute = None  # the engine already recomputes: its decode check is the recompute check
+    generated = run_workload(engine, prompt_ids, n_decode).generated if n_decode else []
+    sequence = list(prompt_ids) + list(generated)
+    if len(sequence) < 2:
+        raise InputError("prefill-decode needs at least 2 tokens: a longer prompt or --tokens >= 1")
+    with engine.open_session() as session:
+        full = session.prefill(sequence)
+    openers = [("decode vs prefill", engine.open_session, "prefill of tokens 0..p-1, then one decode step (KV cache)")]
+    if recompute:
+        openers.append(("recompute vs prefill", recompute, "one forward over tokens 0..p without a KV cache"))
+    paths = []
+    for name, open_session, text in openers:
+        # Row p is position p; position 0 (nothing to prefill before it) is a one-token prefill.
+        with open_session() as session:
+            rows = [session.prefill(sequence[:1])[0]]
+        for p in range(1, len(sequence)):
+            with open_session() as session:
+                session.prefill(sequence[:p])
+                rows.append(session.decode([sequence[p]])[0])
+        paths.append((name, text, np.stack(rows)))
+    return {"generated": list(generated), "sequence": sequence, "full": full, "paths": paths,
+            "no_kv_cache": no_kv_cache}
 
 
 def run_invariance(config: InvarianceConfig, **kwargs: Any) -> InvarianceResult:

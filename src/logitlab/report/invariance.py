@@ -100,7 +100,7 @@ def summary_lines(result: InvarianceResult) -> list[tuple[str, str]]:
         lines.append(("positions", f"p = {first}..{last} ({len(result.prompt_ids)} prompt tokens + "
                                    f"{cfg['n_decode']} greedy tokens)"))
         lines.append(("greedy text", repr(d.get("generated_text", ""))))
-    elif result.probe == "determinism":
+    elif result.probe == "determinism" and d:
         lines.append(("runs", f"{d['runs']} at isolation={d['isolation']}, {cfg['n_decode']} greedy tokens each"))
         lines.append(("distinct logit arrays", f"{d['distinct_logits']} (runs grouped: "
                       + "; ".join(runs_text(g) for g in d["logit_groups"]) + ")"))
@@ -156,6 +156,10 @@ def _header(result: InvarianceResult) -> KeyValues:
 
 def _verdict(result: InvarianceResult) -> list[Block]:
     worst, verdict = result.worst, result.verdict
+    if result.crash:
+        return [Paragraph(rich(Span("verdict: ", "strong"), Span("crashed", "verdict:crashed"),
+                               f"  (the engine crashed; {len(result.checks)} check(s) compared before it)")),
+                Bullets(verdict.evidence, tight=True)]
     if worst is None or verdict is None:
         return [Paragraph("no check was compared", tone="warning")]
     blocks: list[Block] = [
