@@ -148,12 +148,12 @@ def test_not_a_gguf_file(tmp_path):
     assert proc.returncode == 2 and f"error: model file {bogus} is not GGUF" in proc.stderr
 
 
-def test_crash_in_process_slot_writes_partial_json(tmp_path):
-    out = tmp_path / "partial.json"
+def test_a_candidate_process_that_cannot_start_is_crashed_and_require_fails_it(tmp_path):
+    out = tmp_path / "ab.json"
     proc = logitlab("ab", *SHORT, "--isolation", "process", "--candidate-env", f"PYTHONHOME={tmp_path}/x",
-                    "--json", str(out), cwd=tmp_path)
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1].startswith("error: candidate slot 1 crashed in its subprocess (exit 1)")
-    assert "stopped early" not in proc.stdout  # the error is said once, on stderr
+                    "--require", "divergent", "--json", str(out), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert "A/B verdict: crashed" in proc.stdout and "crashed in start (exit 1)" in proc.stdout
     data = json.loads(out.read_text())
-    assert data["error"] and [r["variant"] for r in data["runs"]] == ["control"]
+    assert data["error"] is None and data["verdict"]["word"] == "crashed"
+    assert {r["variant"] for r in data["runs"] if r["crash"]} == {"candidate"}

@@ -88,16 +88,17 @@ def test_prompt_longer_than_context():
 
 
 @pytest.mark.engine
-def test_crash_in_a_process_slot_keeps_partial_results(tmp_path):
+def test_a_candidate_whose_process_cannot_start_is_crashed_and_every_slot_runs(tmp_path):
     log = tmp_path / "runs.jsonl"
-    # PYTHONHOME pointing nowhere makes the candidate's interpreter die at start-up.
+    # PYTHONHOME pointing nowhere makes the candidate's interpreter die at start-up (exit 1).
     cfg = config(isolation="process", candidate_env={"PYTHONHOME": str(tmp_path / "nowhere")})
-    with pytest.raises(EngineError, match=r"candidate slot 1 crashed in its subprocess \(exit 1\)") as info:
-        run_ab(cfg, log_path=log)
-    partial = info.value.partial
-    assert [r.variant for r in partial.runs] == ["control"]
+    result = run_ab(cfg, log_path=log)
+    assert result.verdict.word == "crashed" and result.error is None
+    candidate = [r for r in result.runs if r.variant == "candidate"]
+    assert candidate and all(r.crash["status"] == "exit 1" and r.crash["phase"] == "start" for r in candidate)
+    assert all(r.crash is None for r in result.runs if r.variant == "control") and result.control_reproducible
     logged = read_run_log(log)
-    assert partial.error and logged.ending == "error" and [r["is_reference"] for r in logged.records] == [True]
+    assert logged.ending == "complete" and len(logged.records) == len(result.runs)
 
 
 def test_nan_in_candidate_logits_is_measured_and_judged_divergent(tmp_path):
