@@ -259,3 +259,17 @@ def test_invariance_determinism_keeps_the_runs_before_the_crash():
     assert result.verdict.word == "crashed" and result.crash["phase"] == "decode step 1"
     assert result.details["runs"] == 2 and result.details["distinct_logits"] == 1
     assert [c.word for c in result.checks] == ["bit-exact"]
+
+
+# -- explain ----------------------------------------------------------------------------------------
+def test_explain_on_an_engine_that_crashes_is_crashed_with_the_step():
+    from logitlab.experiments.explain import ExplainConfig, run_explain
+    from logitlab.report import markdown
+
+    # sessions of the worker: 1 the M=1 greedy run, 2 its M=4 verify blocks (crashes in their prefill)
+    result = run_explain(ExplainConfig(control=parse_variant("crash_phase=prefill,crash_run=2", "control",
+                                                             default_engine=ENGINE),
+                                       candidate=None, prompt=SHORT_PROMPT, n_decode=4, k=4))
+    assert result.verdict.word == "crashed" and result.error is None
+    assert result.crash["phase"] == "verify blocks M=4 (the pair)" and result.crash["signal"] == 11
+    assert "crashed in verify blocks M=4 (the pair)" in markdown(result)

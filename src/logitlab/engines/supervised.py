@@ -128,10 +128,9 @@ class SupervisedEngine:
         return ability == "workload" or (ability == "logits" and known)
 
     def require(self, ability: str, what: str) -> None:
-        """Raise InputError unless ``ability`` is offered here; the adapter's own message when it lacks it."""
+        """Raise the adapter's InputError unless it has ``ability`` (in its worker: a step that needs sessions,
+        batches or rollback runs there through :func:`call_engine`)."""
         self.engine_cls.require(ability, what)
-        if not self.supports(ability):
-            raise InputError(f"{what} needs the engine in this process ({self.name} runs supervised here)")
 
     @property
     def _loaded(self) -> dict[str, Any]:

@@ -66,13 +66,15 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from logitlab.engines.base import Engine
+from logitlab.engines.crash import CrashEvidence
+from logitlab.engines.supervised import call_engine, engine_supports
 from logitlab.engines.variant import Variant
 from logitlab.engines.workload import RunOutput, environment, run_workload
-from logitlab.errors import InputError, Interrupted, LogitlabError
+from logitlab.errors import EngineCrashed, InputError, Interrupted, LogitlabError
 from logitlab.events import Event, ignore_event
 from logitlab.experiments import crossengine
 from logitlab.experiments.invariance import filler_sequences
-from logitlab.experiments.isolation import load_engine
+from logitlab.experiments.isolation import load_supervised
 from logitlab.experiments.verify import greedy_m1, replay_mk
 from logitlab.jsonio import ResultRecord
 from logitlab.manifest import build_manifest
@@ -233,11 +235,12 @@ class PositionEvidence:
 class ExplainResult(ResultRecord):
     """The pair, its verdict, and one evidence bundle per explained position.
 
-    JSON format history (``schema_version``): 1 — first version.
+    JSON format history (``schema_version``): 1 — first version; 2 — ``crash``: the engine's crash evidence
+    (:class:`~logitlab.engines.crash.CrashEvidence` as a dict) when it died, the verdict then ``crashed``.
     """
 
     KIND: ClassVar[str] = "explain"
-    SCHEMA_VERSION: ClassVar[int] = 1
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     config: dict[str, Any]
     manifest: dict[str, Any]
@@ -253,6 +256,7 @@ class ExplainResult(ResultRecord):
     positions: list[PositionEvidence] = field(default_factory=list)
     dump: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    crash: dict[str, Any] | None = None
     error: str | None = None
 
     def causes(self) -> dict[str, int]:
@@ -294,15 +298,18 @@ class ExplainExperiment:
         engines: list[Engine] = []
         result: ExplainResult | None = None
         try:
-            control = load_engine(cfg.control)
+            control = load_supervised(cfg.control)
             engines.append(control)
             candidate = control
             if cfg.mode == "ab":
-                candidate = load_engine(cfg.candidate)
+                candidate = load_supervised(cfg.candidate)
                 engines.append(candidate)
             result = self._start(control, candidate)
             try:
-                self._run(result, control, candidate)
+                try:
+                    self._run(result, control, candidate)
+                except EngineCrashed as crash:  # the engine under test died: a result
+                    self._crashed(result, crash)
             except LogitlabError as exc:
                 result.error = str(exc)
                 exc.partial = result
@@ -317,6 +324,15 @@ class ExplainExperiment:
         return result
 
     # -- steps ----------------------------------------------------------------------
+    def _crashed(self, result: ExplainResult, crash: EngineCrashed) -> None:
+        """The verdict ``crashed`` with the evidence; the pair's verdict (when it was measured) becomes a note,
+        and the positions explained before the crash are kept."""
+        evidence = crash.evidence or CrashEvidence(phase="unknown", status=str(crash))
+        result.crash = evidence.to_dict()
+        if result.verdict is not None:
+            result.notes.append(f"the pair's verdict before the crash: {result.verdict.word}")
+        result.verdict = Verdict("crashed", evidence=[evidence.summary()] + evidence.lines())
+
     def _start(self, control: Engine, candidate: Engine) -> ExplainResult:
         cfg = self.config
         ids = control.tokenize(cfg.prompt)
@@ -357,8 +373,9 @@ class ExplainExperiment:
             sequence = ref.input_ids
         else:
             with environment(cfg.control.env):
-                m1 = greedy_m1(control, ids, cfg.n_decode)
-                mk, _ = replay_mk(control, ids, m1.tokens, cfg.k)
+                m1 = call_engine(control, greedy_m1, ids, cfg.n_decode, phase="M=1 greedy (the pair)")
+                mk, _ = call_engine(control, replay_mk, ids, m1.tokens, cfg.k,
+                                    phase=f"verify blocks M={cfg.k} (the pair)")
             result.generated_ids = list(m1.tokens)
             result.first_position = len(ids)
             sides = (_Side("reference", cfg.control, control, m1.decode_rows, "m1"),
@@ -382,11 +399,11 @@ class ExplainExperiment:
         widths = self._widths(result, sides, sequence)
         for i in chosen:
             self.on_event("step", {"what": f"position {first + i}"})
-            result.positions.append(self._position(result, sides, sequence, i, reruns, widths))
+            evidence = self._position(result, sides, sequence, i, reruns, widths)
+            evidence.cause, evidence.reason = decide(evidence, cfg.thresholds)
+            result.positions.append(evidence)
         if cfg.mode == "ab" and cfg.dump:
             self._locate(result, [p.position for p in result.positions])
-        for evidence in result.positions:
-            evidence.cause, evidence.reason = decide(evidence, cfg.thresholds)
 
     def _check_shapes(self, ref: RunOutput, obs: RunOutput) -> None:
         if ref.topk is not None or obs.topk is not None:
@@ -405,9 +422,11 @@ class ExplainExperiment:
         for side in sides:
             with environment(side.variant.env):
                 if side.path == "mk":
-                    out[side.name] = replay_mk(side.engine, ids, gen, self.config.k)[0]
+                    out[side.name] = call_engine(side.engine, replay_mk, ids, gen, self.config.k,
+                                                 phase=f"rerun of the {side.name} side")[0]
                 elif result.mode == "verify":
-                    out[side.name] = _replay_m1(side.engine, ids, gen)
+                    out[side.name] = call_engine(side.engine, _replay_m1, ids, gen,
+                                                 phase=f"rerun of the {side.name} side")
                 else:
                     out[side.name] = run_workload(side.engine, ids, len(gen), gen).logits
         return out
@@ -420,7 +439,7 @@ class ExplainExperiment:
         ids, gen = result.prompt_ids, result.generated_ids
         self.on_event("step", {"what": f"M=1 vs M={cfg.width_k} replays"})
         for side in sides:
-            if not side.engine.supports("sessions"):
+            if not engine_supports(side.engine, "sessions"):
                 out[side.name] = f"{side.engine.name} runs whole workloads: no M=K verify blocks"
             elif side.path == "mk":
                 out[side.name] = sides[0].rows  # the M=1 rows of the same variant: the pair itself
@@ -428,7 +447,8 @@ class ExplainExperiment:
                 out[side.name] = sides[1].rows
             else:
                 with environment(side.variant.env):
-                    out[side.name] = replay_mk(side.engine, ids, gen, cfg.width_k)[0]
+                    out[side.name] = call_engine(side.engine, replay_mk, ids, gen, cfg.width_k,
+                                                 phase=f"M={cfg.width_k} replay of the {side.name} side")[0]
         return out
 
     # -- one position -------------------------------------------------------------------------
@@ -491,21 +511,20 @@ class ExplainExperiment:
                       pair_spread: float) -> ControlCheck:
         name = "prefill vs decode"
         engine = side.engine
-        if not engine.supports("sessions"):
+        if not engine_supports(engine, "sessions"):
             return ControlCheck(name, side.name, False, note=f"{engine.name} runs whole workloads: no session")
         if side.path == "mk":
             return ControlCheck(name, side.name, False, note="an M=K verify row: the M=1 side's control compares "
                                                               "prefill with M=1 decode")
         if p >= self._n_prompt:
-            with environment(side.variant.env), engine.open_session() as session:
-                other = session.prefill(sequence[:p + 1])[-1]
+            with environment(side.variant.env):
+                other = call_engine(engine, _prefill_row, sequence, p, phase=f"prefill control at position {p}")
             note = f"row {p} of one prefill of tokens 0..{p} vs the run's row"
         elif p == 0:
             return ControlCheck(name, side.name, False, note="position 0 has no shorter prefill")
         else:
-            with environment(side.variant.env), engine.open_session() as session:
-                session.prefill(sequence[:p])
-                other = session.decode([sequence[p]])[0]
+            with environment(side.variant.env):
+                other = call_engine(engine, _decode_row, sequence, p, phase=f"decode control at position {p}")
             note = f"prefill of tokens 0..{p - 1} and one decode step vs the run's prefill row"
         return self._check(name, side.name, row, other, flip, pair_spread, note)
 
@@ -513,18 +532,14 @@ class ExplainExperiment:
                        pair_spread: float) -> ControlCheck:
         name = "alone vs in a batch"
         engine, b = side.engine, self.config.batch
-        if not engine.supports("batch"):
+        if not engine_supports(engine, "batch"):
             return ControlCheck(name, side.name, False, note=f"{engine.name} does not run batches of sequences")
         seq = list(sequence[:p + 1])
-        padded = engine.supports("padded-batch")
+        padded = engine_supports(engine, "padded-batch")
         batch = [seq] + filler_sequences(seq, b - 1) if padded else [seq] * b
         with environment(side.variant.env):
-            backend = engine.open_batch(b, sum(len(s) for s in batch))
-            try:
-                alone = backend.run([seq], "left")[0][-1]
-                rows = backend.run(batch, "left")
-            finally:
-                backend.close()
+            alone, rows = call_engine(engine, _alone_and_batched, seq, batch,
+                                      phase=f"batch control at position {p}")
         inside = rows[0][-1] if padded else rows[-1][-1]
         note = (f"tokens 0..{p} alone vs " + (f"as sequence 0 of {b}, left-padded among other lengths" if padded
                                                else f"as the last of {b} copies in one batch"))
@@ -564,6 +579,28 @@ class ExplainExperiment:
         for evidence in result.positions:
             evidence.first_divergent_tensor = by_position.get(evidence.position)
         result.dump = {k: summary.get(k) for k in ("verdict", "n_compared", "n_differing", "first_divergence")}
+
+
+def _prefill_row(engine: Engine, sequence: Sequence[int], p: int) -> np.ndarray:
+    """Row ``p`` of one prefill of tokens 0..p (``(n_vocab,)`` float32)."""
+    with engine.open_session() as session:
+        return session.prefill(list(sequence[:p + 1]))[-1]
+
+
+def _decode_row(engine: Engine, sequence: Sequence[int], p: int) -> np.ndarray:
+    """Row ``p`` from a prefill of tokens 0..p-1 and one decode step (``(n_vocab,)`` float32)."""
+    with engine.open_session() as session:
+        session.prefill(list(sequence[:p]))
+        return session.decode([int(sequence[p])])[0]
+
+
+def _alone_and_batched(engine: Engine, seq: list[int], batch: list[list[int]]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """``seq`` alone (its last row) and ``batch``'s rows, left-padded, on one batch backend."""
+    backend = engine.open_batch(len(batch), sum(len(s) for s in batch))
+    try:
+        return backend.run([seq], "left")[0][-1], backend.run(batch, "left")
+    finally:
+        backend.close()
 
 
 def _replay_m1(engine: Engine, prompt_ids: Sequence[int], tokens: Sequence[int]) -> np.ndarray:
