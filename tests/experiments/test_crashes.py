@@ -273,3 +273,21 @@ def test_explain_on_an_engine_that_crashes_is_crashed_with_the_step():
     assert result.verdict.word == "crashed" and result.error is None
     assert result.crash["phase"] == "verify blocks M=4 (the pair)" and result.crash["signal"] == 11
     assert "crashed in verify blocks M=4 (the pair)" in markdown(result)
+
+
+# -- dump -------------------------------------------------------------------------------------------
+def test_dump_names_the_crash_and_keeps_the_steps_written_before_it(tmp_path):
+    from logitlab.dumps.run import dump_variant
+    from logitlab.engines.variant import Variant
+
+    events = []
+    variant = Variant("control", ENGINE, None, {"crash_phase": "decode", "crash_step": 2})
+    with pytest.raises(EngineCrashed, match=r"crashed in dump capture \(control\) \(killed by SIGSEGV \(signal 11\)\); "
+                                            r"the dump in .* is kept: [1-9]\d* whole step file\(s\)") as caught:
+        dump_variant(variant, SHORT_PROMPT, 4, tmp_path / "dump", on_event=lambda kind, data: events.append(kind))
+    assert caught.value.evidence.signal == 11
+    assert "estimate" in events and "step" in events  # the capture's progress came back from the worker
+    from logitlab.dumps.readers import open_dump
+
+    dump = open_dump(tmp_path / "dump")
+    assert dump.refs and dump.manifest is not None and not dump.manifest.complete  # read back, marked incomplete

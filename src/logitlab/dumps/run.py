@@ -6,9 +6,11 @@ tokens, so both dumps see identical inputs at every position;
 :func:`localize` is what ``ab --localize`` calls: dump a control/candidate
 pair on given inputs and return the dump-diff summary.
 
-Environment knobs of a variant are set while its engine loads and runs, in
-this process (knobs an engine reads only at process start need ``ab
---isolation process``; capture does not offer that yet).
+The engine is loaded supervised (:mod:`logitlab.engines.supervised`): the
+capture runs in the engine's worker process, started with the variant's
+environment knobs, so a crash of the engine is an
+:class:`~logitlab.errors.EngineCrashed` that names what the dump folder still
+holds (its manifest is saved while the capture runs), not the end of logitlab.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ from typing import Any, Callable, Iterator, Sequence
 from logitlab.dumps.capture import CaptureResult
 from logitlab.dumps.format import MANIFEST_NAME, TensorFilter
 from logitlab.engines import canonical_engine_name, engine_class, engines_with
+from logitlab.engines.supervised import call_engine, load_supervised
 from logitlab.engines.variant import Variant
-from logitlab.errors import InputError
-from logitlab.events import Event
-from logitlab.engines.workload import environment
+from logitlab.errors import EngineCrashed, InputError
+from logitlab.events import Event, ignore_event
 
 #: Default capture size: a short prompt and a few decode steps keep dumps small (≈2 MB per token
 #: for the embedded model with every tensor).
@@ -170,17 +172,37 @@ def dump_variant(
 def _load_and_capture(cls: type, variant: Variant, capture: Callable[..., CaptureResult],
                       prompt: str | Sequence[int], n_decode: int, out: Path, *, on_event: Event | None,
                       **options: Any) -> CaptureResult:
-    """Load the engine with the variant's knobs set and run ``capture`` into ``out`` (``options``: the capture's)."""
-    with environment(variant.env):
-        engine = cls(model=variant.model, options=dict(variant.options))
-        try:
-            if on_event:
-                on_event("loaded", {"variant": variant.label, "seconds": engine.load_seconds})
-            prompt_ids = engine.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
-            return capture(engine, prompt_ids, n_decode, out, variant=variant.to_dict(), on_event=on_event,
-                           **options)
-        finally:
-            engine.close()
+    """Load the engine supervised (:mod:`logitlab.engines.supervised`) and run ``capture`` into ``out`` in its
+    worker (``options``: the capture's); the capture's progress events come back to ``on_event``.
+
+    Raises:
+        EngineCrashed: the engine died while loading or capturing; the message says what ``out`` still holds.
+    """
+    engine = load_supervised(variant)
+    try:
+        prompt_ids = engine.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+        if on_event:
+            on_event("loaded", {"variant": variant.label, "seconds": engine.load_seconds})
+        return call_engine(engine, run_capture, f"{capture.__module__}:{capture.__name__}", prompt_ids, n_decode,
+                           str(out), variant.to_dict(), options, phase=f"dump capture ({variant.label})",
+                           on_event=on_event or ignore_event)
+    except EngineCrashed as crash:
+        steps = sorted(out.glob("step-*.safetensors"))
+        kept = (f"the dump in {out} is kept: {len(steps)} whole step file(s) written before the crash"
+                if steps else f"no step of the dump in {out} was written")
+        raise EngineCrashed(f"{crash}; {kept}", evidence=crash.evidence) from None
+    finally:
+        engine.close()
+
+
+def run_capture(engine: Any, capture: str, prompt_ids: list[int], n_decode: int, out: str, variant: dict[str, Any],
+                options: dict[str, Any], *, on_event: Event) -> CaptureResult:
+    """``capture`` (``"module:function"``) on ``engine`` into ``out``: what the supervised worker runs."""
+    import importlib
+
+    module, _, function = capture.partition(":")
+    fn = getattr(importlib.import_module(module), function)
+    return fn(engine, prompt_ids, n_decode, Path(out), variant=variant, on_event=on_event, **options)
 
 
 def dump_pair(

@@ -24,6 +24,7 @@ Engines that already run out of process (the ``workload`` ability: ``cmd``,
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import pickle
@@ -44,7 +45,7 @@ from logitlab.engines.base import Engine, StepTiming
 from logitlab.engines.crash import CrashEvidence, read_phase
 from logitlab.errors import EngineCrashed, EngineError, InputError, InternalError, LogitlabError
 
-__all__ = ["SupervisedEngine", "supervise", "call_engine", "engine_supports", "is_supervised"]
+__all__ = ["SupervisedEngine", "supervise", "load_supervised", "call_engine", "engine_supports", "is_supervised"]
 
 #: Seconds a worker has to exit after ``close`` before it is killed.
 CLOSE_TIMEOUT = 10.0
@@ -195,14 +196,17 @@ class SupervisedEngine:
                          timings=[StepTiming(**t) for t in answer["timings"]],
                          topk=None if topk is None else TopKRows.from_dict(topk), scoring=answer.get("scoring"))
 
-    def call_in_worker(self, fn: Callable[..., Any], *args: Any, phase: str) -> Any:
+    def call_in_worker(self, fn: Callable[..., Any], *args: Any, phase: str,
+                       on_event: Callable[[str, Any], None] | None = None) -> Any:
         """``fn(engine, *args)`` run in the worker on its engine, and its return value.
 
         For experiments that drive the engine step by step (sessions, verify blocks, batches): the whole step
         runs in the worker, so its timings are the engine's own and a crash in it is an
         :class:`~logitlab.errors.EngineCrashed` here with ``phase`` (for example ``verify M=4 (prompt p1)``).
         ``fn`` is a module-level function (imported in the worker by name); ``args`` and the return value are
-        pickled through one file each in the worker's folder (``/dev/shm`` where it exists).
+        pickled through one file each in the worker's folder (``/dev/shm`` where it exists). With ``on_event``,
+        ``fn`` is called with ``on_event=`` a function whose calls come back here, in order, while it runs
+        (progress: each event's data is pickled).
 
         Raises:
             EngineCrashed: the worker died, or the call passed ``timeout``.
@@ -214,7 +218,8 @@ class SupervisedEngine:
         request.write_bytes(pickle.dumps(args, protocol=pickle.HIGHEST_PROTOCOL))
         try:
             self._ask({"op": "call", "fn": f"{fn.__module__}:{fn.__qualname__}", "args": str(request),
-                       "out": str(out), "phase": phase}, timeout=self.timeout)
+                       "out": str(out), "phase": phase, "events": on_event is not None}, timeout=self.timeout,
+                      on_event=on_event)
             return pickle.loads(out.read_bytes())
         finally:
             request.unlink(missing_ok=True)
@@ -267,7 +272,8 @@ class SupervisedEngine:
                 text=True, start_new_session=True, env=env)
         finally:
             os.close(write_fd)
-        self._answers = os.fdopen(read_fd, "r")
+        self._answers = os.fdopen(read_fd, "rb", buffering=0)
+        self._pending_bytes = b""
         self._send({"op": "load", "target": self.target, "name": self.name, "model": self.model,
                     "options": self._raw_options})
         self._pending = True
@@ -290,25 +296,34 @@ class SupervisedEngine:
             self._start()
         self._loaded  # noqa: B018 - the load's answer first (raises what it raised)
 
-    def _ask(self, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+    def _ask(self, request: dict[str, Any], timeout: float | None = None,
+             on_event: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
         self._ensure()
         self._send(request)
-        return self._read(self._proc, timeout)
+        return self._read(self._proc, timeout, on_event)
 
-    def _read(self, proc: subprocess.Popen, timeout: float | None) -> dict[str, Any]:
-        """The worker's next answer; raises what it reports, or EngineCrashed when it dies or passes ``timeout``."""
+    def _read(self, proc: subprocess.Popen, timeout: float | None,
+              on_event: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
+        """The worker's next answer (its event lines before it go to ``on_event``); raises what it reports, or
+        EngineCrashed when it dies or passes ``timeout``."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select([self._answers], [], [], wait)
-            if not ready:
-                self._kill(proc)
-                raise self._crashed(proc, f"hung: killed after {timeout:g} s") from None
-            line = self._answers.readline()
-            if line:
+            while b"\n" not in self._pending_bytes:  # lines are split here: a select sees only what is unread
+                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                ready, _, _ = select.select([self._answers], [], [], wait)
+                if not ready:
+                    self._kill(proc)
+                    raise self._crashed(proc, f"hung: killed after {timeout:g} s") from None
+                chunk = os.read(self._answers.fileno(), 1 << 16)
+                if not chunk:
+                    raise self._crashed(proc, None) from None  # EOF: the worker is gone
+                self._pending_bytes += chunk
+            line, _, self._pending_bytes = self._pending_bytes.partition(b"\n")
+            answer = json.loads(line)
+            if "event" not in answer:
                 break
-            raise self._crashed(proc, None) from None  # EOF: the worker is gone
-        answer = json.loads(line)
+            if on_event is not None:
+                on_event(answer["event"], pickle.loads(base64.b64decode(answer["data"])))
         if answer.get("ok"):
             return answer
         kinds = {"InputError": InputError, "EngineError": EngineError, "LogitlabError": LogitlabError}
@@ -354,16 +369,36 @@ def is_supervised(engine: Any) -> bool:
     return callable(getattr(engine, "call_in_worker", None))
 
 
-def call_engine(engine: Any, fn: Callable[..., Any], *args: Any, phase: str) -> Any:
+def call_engine(engine: Any, fn: Callable[..., Any], *args: Any, phase: str,
+                on_event: Callable[[str, Any], None] | None = None) -> Any:
     """``fn(engine, *args)``: here for an engine in this process, in the worker for a :class:`SupervisedEngine`
-    (see :meth:`SupervisedEngine.call_in_worker`; ``phase`` names the step in a crash's evidence).
+    (see :meth:`SupervisedEngine.call_in_worker`; ``phase`` names the step in a crash's evidence; ``on_event``,
+    when given, is passed to ``fn`` as ``on_event=``).
 
     Raises:
         EngineCrashed: a supervised engine's worker died in the call; what ``fn`` raised.
     """
     if is_supervised(engine):
-        return engine.call_in_worker(fn, *args, phase=phase)
-    return fn(engine, *args)
+        return engine.call_in_worker(fn, *args, phase=phase, on_event=on_event)
+    return fn(engine, *args) if on_event is None else fn(engine, *args, on_event=on_event)
+
+
+def load_supervised(variant: Any, *, timeout: float | None = None) -> Any:
+    """Load a :class:`~logitlab.engines.variant.Variant`'s engine supervised: an in-process engine in a worker
+    process started with the variant's environment knobs (a crash there is an EngineCrashed here); an engine
+    that runs out of process by itself as it is (:func:`supervise`).
+
+    ``timeout``: seconds a run (or a call) may take before the worker is killed and the run is a crash.
+
+    Raises:
+        InputError: bad options, before any process starts. EngineCrashed: the worker died while loading.
+    """
+    from logitlab.engines import engine_class, engine_target
+    from logitlab.engines.workload import environment
+
+    with environment(variant.env):
+        return supervise(engine_class(variant.engine), engine_target(variant.engine), variant.model,
+                         dict(variant.options), timeout=timeout)
 
 
 def supervise(engine_cls: type[Engine], target: str, model: str | None, options: dict[str, Any], *,

@@ -11,9 +11,10 @@ standard error, so that what native code prints cannot corrupt the answers):
 - ``{"op": "run", "prompt_ids", "n_decode", "replay", "fresh", "out"}`` → the run's token ids, timings and
   the path ``out`` its logits were written to (an ``.npy`` file, which the parent maps and unlinks);
   ``fresh``: on a new engine object, closed after the run (``--isolation engine``).
-- ``{"op": "call", "fn": "module:function", "args", "out", "phase"}`` → ``{"ok": true}`` after
+- ``{"op": "call", "fn": "module:function", "args", "out", "phase", "events"}`` → ``{"ok": true}`` after
   ``function(engine, *args)`` ran, its arguments unpickled from the file ``args`` and its return value pickled
-  into the file ``out``; ``phase`` is written as the phase first.
+  into the file ``out``; ``phase`` is written as the phase first. With ``events``, the function gets
+  ``on_event=``: each of its calls is a line ``{"event": kind, "data": base64 pickle}`` before the answer.
 - ``{"op": "close"}`` → ``{"ok": true}``, then the worker exits 0.
 
 An error the engine raises is an answer ``{"ok": false, "type": "InputError" | "EngineError", "message"}``.
@@ -24,6 +25,7 @@ prints on SIGSEGV, SIGFPE, SIGABRT, SIGBUS and SIGILL in standard error.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import faulthandler
 import importlib
@@ -113,7 +115,12 @@ def main(argv: list[str]) -> int:
                     fn = getattr(fn, part)
                 with open(request["args"], "rb") as f:
                     args = pickle.load(f)
-                value = fn(engine, *args)
+
+                def emit(kind: str, data: Any) -> None:
+                    answers.write(json.dumps({"event": kind, "data": base64.b64encode(
+                        pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)).decode("ascii")}) + "\n")
+
+                value = fn(engine, *args, on_event=emit) if request.get("events") else fn(engine, *args)
                 phase("returning the call")
                 with open(request["out"], "wb") as f:
                     pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)

@@ -659,8 +659,12 @@ class AbExperiment:
         position = differing[0].comparison.first_mismatch["position"]
         steps = min(max(1, position - len(result.prompt_ids) + 1), len(result.generated_ids))
         self.on_event("localize", {"pair": [v.label for v in pair], "decode_steps": steps})
-        summary = localize(pair[0], dataclasses.replace(pair[1], label="candidate"), result.prompt_ids,
-                           result.generated_ids[:steps])
+        try:
+            summary = localize(pair[0], dataclasses.replace(pair[1], label="candidate"), result.prompt_ids,
+                               result.generated_ids[:steps])
+        except EngineCrashed as crash:  # the runs are measured: a crash of the tensor dumps is a note
+            result.notes.append(f"first divergent tensor: not located: {crash}")
+            return
         result.localization = {"pair": [pair[0].label, pair[1].label], "slot": differing[0].slot,
                                "first_mismatch_position": position, "decode_steps": steps, **summary}
 

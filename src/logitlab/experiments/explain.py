@@ -573,8 +573,13 @@ class ExplainExperiment:
         self.on_event("step", {"what": "dumping both sides"})
         n_prompt = len(result.prompt_ids)
         steps = min(max(1, max(positions) - n_prompt + 1), len(result.generated_ids))
-        summary = localize(cfg.control, dataclasses.replace(cfg.candidate, label="candidate"), result.prompt_ids,
-                           result.generated_ids[:steps], select=TensorFilter(positions=frozenset(positions)))
+        try:
+            summary = localize(cfg.control, dataclasses.replace(cfg.candidate, label="candidate"),
+                               result.prompt_ids, result.generated_ids[:steps],
+                               select=TensorFilter(positions=frozenset(positions)))
+        except EngineCrashed as crash:  # the positions are explained: a crash of the tensor dumps is a note
+            result.notes.append(f"first divergent tensor: not located: {crash}")
+            return
         by_position = {int(k): v for k, v in (summary.get("first_by_position") or {}).items()}
         for evidence in result.positions:
             evidence.first_divergent_tensor = by_position.get(evidence.position)

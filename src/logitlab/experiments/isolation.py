@@ -37,7 +37,7 @@ import numpy as np
 from logitlab.engines import engine_class, engine_target
 from logitlab.engines.base import Engine, StepTiming
 from logitlab.engines.crash import CrashEvidence, read_phase
-from logitlab.engines.supervised import is_supervised, supervise
+from logitlab.engines.supervised import is_supervised, load_supervised  # noqa: F401  (re-exported)
 from logitlab.engines.variant import Variant
 from logitlab.errors import EngineCrashed, EngineError, InputError
 from logitlab.engines.workload import RunOutput, environment, run_workload
@@ -49,20 +49,6 @@ def load_engine(variant: Variant) -> Engine:
     """Load the variant's engine with its environment knobs set during loading."""
     with environment(variant.env):
         return engine_class(variant.engine)(model=variant.model, options=dict(variant.options))
-
-
-def load_supervised(variant: Variant, *, timeout: float | None = None) -> Engine:
-    """Load the variant's engine supervised (:mod:`logitlab.engines.supervised`): an in-process engine in a
-    worker process started with the variant's environment knobs; a crash there is an EngineCrashed here.
-
-    Raises:
-        InputError: bad options, before any process starts. EngineCrashed: the worker died while loading.
-
-    ``timeout``: seconds a run (or a call) may take before the worker is killed and the run is a crash.
-    """
-    with environment(variant.env):
-        return supervise(engine_class(variant.engine), engine_target(variant.engine), variant.model,
-                         dict(variant.options), timeout=timeout)
 
 
 class SlotRunner:
