@@ -37,14 +37,19 @@ def commit(repo: Path, message: str, *, day: int) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
-@pytest.fixture
-def skip_repo(tmp_path):
-    """c0 good; c1 breaks the build; c2 changes the numerics (build still broken); c3 fixes the build."""
+def engine_repo(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A repository whose first commit (day 1) is the engine as ``engine.py``: the folder and [its sha]."""
     repo = tmp_path / "engine"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
     (repo / "engine.py").write_text(ENGINE.read_text())
-    shas = [commit(repo, "engine", day=1)]
+    return repo, [commit(repo, "engine", day=1)]
+
+
+@pytest.fixture
+def skip_repo(tmp_path):
+    """c0 good; c1 breaks the build; c2 changes the numerics (build still broken); c3 fixes the build."""
+    repo, shas = engine_repo(tmp_path)
     (repo / "BROKEN").write_text("")
     shas.append(commit(repo, "break the build", day=2))
     (repo / "engine.py").write_text(ENGINE.read_text().replace("NORM_FLOAT64 = False", "NORM_FLOAT64 = True"))
@@ -136,11 +141,7 @@ def test_probe_settings_are_checked_before_any_checkout():
 @pytest.mark.engine
 def test_a_build_whose_engine_crashes_is_bad_as_git_bisect_run_treats_a_crash(tmp_path):
     """c0 good; c1 a comment; c2 plants a segfault (a read of address 0) in the engine; c3 a comment."""
-    repo = tmp_path / "engine"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "engine.py").write_text(ENGINE.read_text())
-    shas = [commit(repo, "engine", day=1)]
+    repo, shas = engine_repo(tmp_path)
     (repo / "NOTES").write_text("notes\n")
     shas.append(commit(repo, "notes", day=2))
     source = ENGINE.read_text()
