@@ -12,6 +12,7 @@ from logitlab.cli.common import (
     EXIT_CHECK_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    require_exit_code,
     check_output_paths,
     report_paths,
     fail,
@@ -35,7 +36,6 @@ from logitlab.cli.common import (
 )
 from logitlab.errors import InputError, Interrupted
 from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
-from logitlab.numerics.verdict import VERDICTS
 
 
 
@@ -182,9 +182,5 @@ def _require_exit_code(result: Any, require: str | None) -> int:
     if require == "bit-exact" and result.control_reproducible is False:
         click.echo("require bit-exact: the control does not reproduce itself", err=True)
         return EXIT_CHECK_FAILED
-    word = result.verdict.word if result.verdict else "bit-exact"
-    if VERDICTS.index(word) > VERDICTS.index(require):
-        click.echo(f"require {require}: the verdict is {word}", err=True)
-        return EXIT_CHECK_FAILED
-    return EXIT_OK
+    return require_exit_code(result.verdict.word if result.verdict else "bit-exact", require)
 

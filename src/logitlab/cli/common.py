@@ -134,6 +134,18 @@ def _check_distinct(outputs: dict[str, str], inputs: list[str], folders: dict[st
                                  f"choose a path outside it")
 
 
+def require_exit_code(word: str | None, require: str | None, what: str = "the verdict") -> int:
+    """``--require``: :data:`EXIT_CHECK_FAILED` (with one line on stderr) when ``word`` is worse than ``require``
+    in :data:`~logitlab.numerics.verdict.VERDICTS` (``crashed`` is worse than every bar), else :data:`EXIT_OK`;
+    None for either: no bar, or nothing judged."""
+    from logitlab.numerics.verdict import VERDICTS
+
+    if require is None or word is None or VERDICTS.index(word) <= VERDICTS.index(require):
+        return EXIT_OK
+    click.echo(f"require {require}: {what} is {word}", err=True)
+    return EXIT_CHECK_FAILED
+
+
 def keep_partial(run: Callable[[], Any]) -> tuple[Any, LogitlabError | None]:
     """``(run(), None)``; or ``(partial, error)`` when ``run`` raises a LogitlabError with a ``partial`` result.
 

@@ -8,8 +8,7 @@ from typing import Any, Callable
 import click
 
 from logitlab.cli.common import (
-    EXIT_CHECK_FAILED,
-    EXIT_OK,
+    require_exit_code,
     check_output_paths,
     report_paths,
     handle_errors,
@@ -25,7 +24,6 @@ from logitlab.engines import DEFAULT_ENGINE
 from logitlab.engines.variant import parse_env, parse_variant
 from logitlab.errors import InputError
 from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
-from logitlab.numerics.verdict import VERDICTS
 
 
 
@@ -177,9 +175,4 @@ def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
 
 
 def _require_exit_code(result: Any, require: str | None) -> int:
-    if require is None or result.verdict is None:
-        return EXIT_OK
-    if VERDICTS.index(result.verdict.word) > VERDICTS.index(require):
-        click.echo(f"require {require}: the verdict is {result.verdict.word}", err=True)
-        return EXIT_CHECK_FAILED
-    return EXIT_OK
+    return require_exit_code(result.verdict.word if result.verdict else None, require)

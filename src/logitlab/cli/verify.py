@@ -9,7 +9,7 @@ import click
 
 from logitlab.cli.common import (
     EXIT_CHECK_FAILED,
-    EXIT_OK,
+    require_exit_code,
     MODEL_HELP,
     check_output_paths,
     report_paths,
@@ -32,7 +32,6 @@ from logitlab.cli.common import (
 from logitlab.engines import DEFAULT_ENGINE
 from logitlab.engines.variant import parse_env, parse_variant
 from logitlab.errors import InputError, LogitlabError
-from logitlab.numerics.verdict import VERDICTS
 
 FALLBACK_CHOICES = ("redecode", "resync", "both")
 
@@ -196,12 +195,8 @@ def _run_with_progress(config: Any, quiet: bool, log_path: str | None = None) ->
 
 
 def _exit_code(result: Any, require: str | None, require_identical: bool) -> int:
-    code = EXIT_OK
-    if require is not None and result.classification is not None:
-        word = result.classification.word
-        if VERDICTS.index(word) > VERDICTS.index(require):
-            click.echo(f"require {require}: the verify verdict is {word}", err=True)
-            code = EXIT_CHECK_FAILED
+    code = require_exit_code(result.classification.word if result.classification else None, require,
+                             "the verify verdict")
     if require_identical and result.guard_identical is False:
         bad = sorted({f"{r.prompt} ({r.fallback})" for r in result.guard.results if not r.identical})
         click.echo(f"require identical: guarded output differs from M=1 greedy on {', '.join(bad)}", err=True)
