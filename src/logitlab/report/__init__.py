@@ -40,7 +40,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "golden-kld": ("logitlab.experiments.golden_kld:KldCheckResult", "logitlab.report.golden:golden_kld_document"),
     "history": ("logitlab.experiments.history_show:HistoryResult", "logitlab.report.history:history_document"),
     "bisect": ("logitlab.experiments.bisect:BisectResult", "logitlab.report.bisect:bisect_document"),
-    "explain": ("logitlab.experiments.explain:ExplainResult", "logitlab.report.explain:explain_document"),
+    "explain": ("logitlab.experiments.explain_results:ExplainResult", "logitlab.report.explain:explain_document"),
     "doctor": ("logitlab.experiments.doctor:DoctorResult", "logitlab.report.doctor:doctor_document"),
 }
 

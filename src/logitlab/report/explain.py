@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from logitlab.experiments.explain import TIE_BREAK, ExplainResult, PositionEvidence
+from logitlab.experiments.explain_results import TIE_BREAK, ExplainResult, PositionEvidence
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.text import engine_rows, fmt_num, variant_text
 
