@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
@@ -28,7 +27,7 @@ from logitlab.engines.workload import RunOutput
 from logitlab.errors import EngineCrashed, EngineError, InputError, Interrupted, LogitlabError
 from logitlab.events import Event, ignore_event
 from logitlab.experiments import crossengine
-from logitlab.experiments.explain import ExplainConfig, ExplainExperiment, ExplainResult
+from logitlab.experiments.explain import ExplainConfig, ExplainExperiment
 from logitlab.experiments.isolation import (
     ISOLATION_LEVELS,
     SlotRunner,
@@ -36,21 +35,28 @@ from logitlab.experiments.isolation import (
     load_supervised,
     stronger_isolation,
 )
-from logitlab.jsonio import ResultRecord
 from logitlab.manifest import build_manifest
-from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict, classify, compare_logits
+from logitlab.numerics import LogitComparison, Thresholds, Verdict, classify, compare_logits
 from logitlab.numerics.compare import check_top_k
 from logitlab.numerics.topk import TopKComparison, classify_topk, compare_topk
 from logitlab.numerics.topk_offsets import RowOffsets, on_normaliser, row_offsets
 from logitlab.perf.autostop import AutoStop, check_auto_budget
-from logitlab.perf.design import CANDIDATE, CONTROL, Block, Slot, ab_schedule
+from logitlab.perf.design import CANDIDATE, CONTROL, Slot, ab_schedule
 from logitlab.perf.equivalence import check_margin
-from logitlab.perf.paired import PairedComparison, paired_comparison
-from logitlab.perf.sequential import SequentialDecision
 from logitlab.runlog import RunLog
 
-#: AbResult fields a run log's header holds; ``runs`` are its lines; the end line holds the rest.
-LOG_HEADER_FIELDS = ("config", "manifest", "prompt_ids", "notes")
+from logitlab.experiments.ab_results import (  # noqa: F401  (re-exported)
+    LOG_HEADER_FIELDS,
+    PHASES,
+    AbResult,
+    Escalation,
+    RunRecord,
+    analyse_speed,
+    driving_blocks,
+    speed_blocks,
+    worst_verdict,
+)
+
 
 @dataclass(frozen=True)
 class AbConfig:
@@ -133,160 +139,6 @@ class AbConfig:
         data = dataclasses.asdict(self)
         data["control"], data["candidate"] = self.control.to_dict(), self.candidate.to_dict()
         return data
-
-
-@dataclass
-class RunRecord:
-    """One measured (or warmup) run: its slot, its speed, and its comparison with the reference.
-
-    Attributes:
-        slot, variant, block, position, pattern: where it ran (see :class:`~logitlab.perf.design.Slot`).
-        isolation: the isolation level it ran under.
-        prefill_tokens, decode_tokens: tokens of each phase.
-        prefill_seconds, decode_seconds: wall time around the engine calls of each phase (s).
-        is_reference: the first measured control run, every other run's reference.
-        comparison: the run against the reference (None for warmups and the reference itself).
-        verdict: the comparison's verdict word.
-        candidate_self_exact: for candidate runs after the first, whether its logits are
-            bit-identical with the first candidate run's.
-        scoring: for an engine returning top-k log-probabilities only, how it obtained them (its
-            ``RunOutput.scoring``: mode, requests, seconds, alignment check).
-        row_offsets: for top-k comparisons, the per-row constant (softmax normaliser) and the
-            within-row residual between this run and the reference (:mod:`logitlab.numerics.topk_offsets`).
-        crash: for a run whose engine crashed, its evidence
-            (:meth:`logitlab.engines.supervised.CrashEvidence.to_dict`); its verdict is then ``crashed``.
-    """
-
-    slot: int
-    variant: str
-    block: int | None
-    position: int | None
-    pattern: str
-    isolation: str
-    prefill_tokens: int
-    prefill_seconds: float
-    decode_tokens: int
-    decode_seconds: float
-    is_reference: bool = False
-    comparison: TopKComparison | LogitComparison | None = None
-    verdict: str | None = None
-    candidate_self_exact: bool | None = None
-    scoring: dict[str, Any] | None = None
-    row_offsets: RowOffsets | None = None
-    crash: dict[str, Any] | None = None
-
-    @property
-    def prefill_tokens_per_second(self) -> float:
-        return self.prefill_tokens / self.prefill_seconds if self.prefill_seconds > 0 else float("nan")
-
-    @property
-    def decode_tokens_per_second(self) -> float:
-        return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else float("nan")
-
-    @property
-    def bit_exact(self) -> bool | None:
-        return None if self.comparison is None else self.comparison.bit_exact
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        data["comparison"] = None if self.comparison is None else self.comparison.to_dict()
-        data["row_offsets"] = None if self.row_offsets is None else self.row_offsets.to_dict()
-        data["prefill_tokens_per_second"] = self.prefill_tokens_per_second
-        data["decode_tokens_per_second"] = self.decode_tokens_per_second
-        return data
-
-
-@dataclass
-class Escalation:
-    """A/A repeated at a stronger isolation level."""
-
-    isolation: str
-    runs: int
-    bit_exact_runs: int
-
-    @property
-    def reproducible(self) -> bool:
-        return self.bit_exact_runs == self.runs
-
-
-@dataclass
-class AbResult(ResultRecord):
-    """The whole experiment: manifest, runs, A/A, A/B verdict, speed.
-
-    JSON format history (``schema_version``): 1 — first version; 2 — ``kind``,
-    typed comparisons (one field list), ``candidate_self_exact`` on the run,
-    an unmeasured A/A is ``null``; later in 2 (additive): ``fingerprints``
-    (absent: empty), ``explanation`` (``ab --explain``), verdicts with their
-    noise ``floor`` and ``outside``; a run's ``crash`` (its engine died: the verdict ``crashed``).
-
-    ``fingerprints``: per variant, the SHA-256 of the logits' bits of its first
-    measured run (:meth:`~logitlab.engines.workload.RunOutput.fingerprint`):
-    the control's is the reference run's. A history of results compares them
-    across builds.
-    """
-
-    KIND: ClassVar[str] = "ab"
-    SCHEMA_VERSION: ClassVar[int] = 2
-
-    config: dict[str, Any]
-    manifest: dict[str, Any]
-    prompt_ids: list[int]
-    generated_ids: list[int]
-    generated_text: str
-    runs: list[RunRecord] = field(default_factory=list)
-    escalations: list[Escalation] = field(default_factory=list)
-    verdict: Verdict | None = None
-    verdict_slot: int | None = None
-    speed: dict[str, PairedComparison] = field(default_factory=dict)
-    sequential: dict[str, SequentialDecision] = field(default_factory=dict)  # --repeats auto, per phase
-    localization: dict[str, Any] | None = None
-    explanation: ExplainResult | None = None
-    error: str | None = None
-    notes: list[str] = field(default_factory=list)  # cross-engine facts the report must state
-    fingerprints: dict[str, str] = field(default_factory=dict)
-
-    # -- derived views ------------------------------------------------------
-    def measured(self, variant: str) -> list[RunRecord]:
-        return [r for r in self.runs if r.variant == variant and r.block is not None]
-
-    @property
-    def aa_runs(self) -> list[RunRecord]:
-        """The control runs compared with the reference (every measured control run but the reference)."""
-        return [r for r in self.measured(CONTROL) if not r.is_reference and r.comparison is not None]
-
-    @property
-    def control_reproducible(self) -> bool | None:
-        """Is every A/A comparison bit-exact? None when no control run besides the reference was compared."""
-        runs = self.aa_runs
-        return all(r.bit_exact for r in runs) if runs else None
-
-    @property
-    def aa_diagnosis(self) -> str:
-        """``reproducible``, ``not measured``, ``state leak (… isolation)`` or ``run-to-run nondeterminism``."""
-        reproducible = self.control_reproducible
-        if reproducible is None:
-            return "not measured"
-        if reproducible:
-            return "reproducible"
-        for escalation in self.escalations:
-            if escalation.reproducible:
-                return f"state leak: reproducible under {escalation.isolation} isolation"
-        if self.escalations or self.config["isolation"] == "process":
-            return "run-to-run nondeterminism: not reproducible even under the strongest isolation run"
-        return "not reproducible (not escalated)"
-
-    @property
-    def candidate_reproducible(self) -> bool | None:
-        """Do all candidate runs have identical logits? (None with fewer than two.)"""
-        flags = [r.candidate_self_exact for r in self.measured(CANDIDATE) if r.candidate_self_exact is not None]
-        return all(flags) if flags else None
-
-    def derived(self) -> dict[str, Any]:
-        return {
-            "aa": {"control_reproducible": self.control_reproducible, "diagnosis": self.aa_diagnosis,
-                   "escalations": [dataclasses.asdict(e) for e in self.escalations]},
-            "candidate_reproducible": self.candidate_reproducible,
-        }
 
 
 class AbExperiment:
@@ -475,7 +327,7 @@ class AbExperiment:
 
     def _stop_now(self, result: AbResult, blocks_run: int) -> bool:
         """--repeats auto: after a block, ask the sequential rule about the blocks so far."""
-        phase, blocks = _driving_blocks(result.runs)
+        phase, blocks = driving_blocks(result.runs)
         self.autostop.metric = f"{phase} tokens/s"
         decision = self.autostop.look(blocks, blocks_run=blocks_run)
         self.on_event("look", {"decision": decision})
@@ -708,11 +560,6 @@ class AbExperiment:
             pass
 
 
-def worst_verdict(verdicts: Sequence[tuple[int, Verdict]]) -> tuple[int, Verdict]:
-    """The A/B verdict: the worst of ``(slot, verdict)`` over the candidate runs (the first one on ties)."""
-    return max(verdicts, key=lambda sv: (VERDICTS.index(sv[1].word), -sv[0]))
-
-
 def busy_machine_note(factor: float = 1.5) -> str | None:
     """A note when the 1-minute load average exceeds ``factor`` × the logical cores, else None."""
     try:
@@ -724,44 +571,6 @@ def busy_machine_note(factor: float = 1.5) -> str | None:
         return None
     return (f"machine busy: 1-minute load average {load:.1f} on {cores} cores at the end of the run; absolute "
             "tokens/s are unreliable (the ABBA/BAAB pairing still protects the ratio, at the cost of a wider CI)")
-
-
-def speed_blocks(runs: Sequence[RunRecord], metric: str) -> list[Block]:
-    """Group measured runs into ABBA/BAAB :class:`Block` s of one metric (tokens/s)."""
-    by_block: dict[int, list[RunRecord]] = {}
-    for run in runs:
-        if run.block is not None:
-            by_block.setdefault(run.block, []).append(run)
-    blocks = []
-    for block_runs in by_block.values():
-        values = [getattr(r, metric) for r in sorted(block_runs, key=lambda r: r.position)]
-        # A phase an engine does not time (a whole-sequence ``cmd`` run has no decode phase) is left out.
-        if len(block_runs) == 4 and all(math.isfinite(v) and v > 0 for v in values):
-            blocks.append(Block(min(block_runs, key=lambda r: r.position).pattern, tuple(values)))
-    return blocks
-
-
-def _driving_blocks(runs: Sequence[RunRecord]) -> tuple[str, list[Block]]:
-    """The metric whose sequential decision stops an auto run: decode tokens/s, or prefill where no decode is timed."""
-    blocks = speed_blocks(runs, "decode_tokens_per_second")
-    if blocks or not speed_blocks(runs, "prefill_tokens_per_second"):
-        return "decode", blocks
-    return "prefill", speed_blocks(runs, "prefill_tokens_per_second")
-
-
-#: The phases of a run timed for speed, and the run field of each one's tokens/s.
-PHASES = (("decode", "decode_tokens_per_second"), ("prefill", "prefill_tokens_per_second"))
-
-
-def analyse_speed(runs: Sequence[RunRecord], *, margin: float | None, seed: int) -> dict[str, PairedComparison]:
-    """Paired decode and prefill tokens/s decisions over the complete blocks."""
-    out = {}
-    for name, metric in PHASES:
-        blocks = speed_blocks(runs, metric)
-        if blocks:
-            out[name] = paired_comparison(blocks, higher_is_better=True, metric=f"{name} tokens/s",
-                                          unit="tokens/s", margin=margin, seed=seed)
-    return out
 
 
 def run_ab(config: AbConfig, **kwargs: Any) -> AbResult:

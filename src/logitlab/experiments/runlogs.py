@@ -18,7 +18,8 @@ from typing import Any
 import dacite
 
 from logitlab.errors import InputError
-from logitlab.experiments.ab import CANDIDATE, LOG_HEADER_FIELDS, AbResult, RunRecord, analyse_speed, worst_verdict
+from logitlab.experiments.ab_results import LOG_HEADER_FIELDS, AbResult, RunRecord, analyse_speed, worst_verdict
+from logitlab.perf.design import CANDIDATE
 from logitlab.experiments.verify_results import VerifyResult
 from logitlab.numerics import LogitComparison, Thresholds, classify
 from logitlab.numerics.topk import TopKComparison, classify_topk

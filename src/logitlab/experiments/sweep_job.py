@@ -87,7 +87,7 @@ class SweepJobResult(ResultRecord):
         """The saved ``result`` typed again (an ``AbResult`` or a ``VerifyResult``), or None."""
         if self.result is None:
             return None
-        from logitlab.experiments.ab import AbResult
+        from logitlab.experiments.ab_results import AbResult
         from logitlab.experiments.verify_results import VerifyResult
 
         kind = self.result.get("kind")

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from logitlab.experiments.ab import PHASES, AbResult, speed_blocks
+from logitlab.experiments.ab_results import PHASES, AbResult, speed_blocks
 from logitlab.experiments.matrix import JobSpec
 from logitlab.experiments.sweep_job import SweepJobResult
 from logitlab.experiments.verify_results import VerifyResult

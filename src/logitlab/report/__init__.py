@@ -25,7 +25,7 @@ __all__ = ["KINDS", "LOG_KINDS", "document", "markdown", "html", "display", "loa
 
 #: result kind -> (result class, document builder)
 KINDS: dict[str, tuple[str, str]] = {
-    "ab": ("logitlab.experiments.ab:AbResult", "logitlab.report.ab:ab_document"),
+    "ab": ("logitlab.experiments.ab_results:AbResult", "logitlab.report.ab:ab_document"),
     "verify": ("logitlab.experiments.verify_results:VerifyResult", "logitlab.report.verify:verify_document"),
     "invariance": ("logitlab.experiments.invariance:InvarianceResult",
                    "logitlab.report.invariance:invariance_document"),

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from logitlab.experiments.ab import PHASES, AbResult, speed_blocks
+from logitlab.experiments.ab_results import PHASES, AbResult, speed_blocks
 from logitlab.perf.design import CANDIDATE
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.server_text import retries_text, run_scoring_text, scoring_rows
