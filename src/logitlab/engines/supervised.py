@@ -8,10 +8,13 @@ loads the engine in one long-lived worker (:mod:`logitlab.engines.supervised_wor
 and offers what a whole-run experiment needs of it (tokenize, describe, run the
 workload); a run's logits come back through one ``.npy`` file in ``/dev/shm``
 (written once by the worker, memory-mapped here: one copy across the boundary).
+An experiment that drives the engine step by step (sessions, verify blocks,
+batches, dump capture) runs each step there: :func:`call_engine` with a
+module-level function of the engine, its result pickled back.
 
 When the worker dies — a signal, an abort, a non-zero exit, or a run past its
 ``timeout`` (then the worker's process group is killed) — the call raises
-:class:`~logitlab.errors.EngineCrashed` with a :class:`CrashEvidence`: the phase
+:class:`~logitlab.errors.EngineCrashed` with a :class:`~logitlab.engines.crash.CrashEvidence`: the phase
 (load, prefill, decode step N, tokenize), the exit status or signal, the tail of
 the worker's stderr with the Python stack :mod:`faulthandler` printed, the
 engine's build identity and a hint where the engine knows one
@@ -77,8 +80,8 @@ class SupervisedEngine:
     Offers the part of the :class:`~logitlab.engines.base.Engine` contract a whole-run experiment uses:
     ``name``, ``model``, ``options``, ``load_seconds``, :meth:`supports` (``workload`` and ``logits``),
     :meth:`require`, :meth:`tokenize`, :meth:`detokenize`, ``n_vocab``, ``n_ctx``, :meth:`describe`,
-    :meth:`run_workload`, :meth:`crash_hint` and :meth:`close`. Sessions and the other abilities stay with
-    the engine itself (they need its objects in this process).
+    :meth:`run_workload`, :meth:`crash_hint` and :meth:`close`; a step that needs sessions, batches or
+    another ability of the adapter runs in the worker through :meth:`call_in_worker` (:func:`call_engine`).
 
     Args:
         engine_cls: the adapter class (it is imported again in the worker by its ``"module:Class"``).
