@@ -317,3 +317,35 @@ def test_ray_placement_group_per_worker(ray_cluster, tmp_path):
     assert group["bundle"] == 0 and group["captures_child_tasks"] is True and len(group["id"]) > 8
     # the cluster holds one such worker (2 CPUs): a second placement group would not fit
     assert len(json.loads((out / "sweep.json").read_text())["manifest"]["executor"]["lanes"]) == 1
+
+
+FLAKY_CONNECT = """
+import sys, ray
+from logitlab.experiments import executor_ray
+from logitlab.experiments.matrix import Resources
+
+calls, real = [], ray.init
+def flaky(**kwargs):  # the first connection fails as Ray Client's dying per-client server makes it fail
+    calls.append(kwargs["address"])
+    if len(calls) == 1:
+        raise ConnectionAbortedError("Initialization failure from server:\\nRuntimeError: Starting Ray client server failed.")
+    return real(**kwargs)
+
+executor_ray.ray.init = flaky
+ex = executor_ray.RayExecutor(workers=1, address=sys.argv[1])
+try:
+    ex._start(Resources(), 1)
+    print(len(calls), ray.is_initialized(), len(ex.lanes))
+finally:
+    ex.close()
+"""
+
+
+@pytest.mark.ray
+def test_a_ray_client_server_that_dies_at_birth_is_connected_again(ray_cluster):
+    """Ray Client's proxier forks one server per client, which can die at birth (ray-project/ray#63202: a gRPC
+    fork race; it failed test_ray_placement_group_per_worker once here): the executor connects again."""
+    proc = subprocess.run([sys.executable, "-c", FLAKY_CONNECT, ray_cluster["client"]], capture_output=True,
+                          text=True, timeout=300, env=_env(**LOOPBACK))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["2", "True", "1"], proc.stdout

@@ -23,6 +23,7 @@ a dead actor is replaced by a fresh one and its job follows the executor's
 from __future__ import annotations
 
 import math
+import time
 import socket
 from typing import Any
 
@@ -94,11 +95,20 @@ class RayExecutor(Executor):
             kwargs["address"] = self.address
         else:
             kwargs.update(address="local", include_dashboard=False)
-        try:
-            ray.init(**kwargs)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            where = self.address or "a local Ray"
-            raise InputError(f"cannot start or reach Ray at {where}: {str(exc).splitlines()[0]}") from None
+        for attempt in range(1, CLIENT_INIT_ATTEMPTS + 1):
+            try:
+                ray.init(**kwargs)
+                break
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                # Ray Client's proxier forks a server per client and that server can die at birth (a gRPC fork
+                # race, ray-project/ray#63202, ~7 % of connections): its "Initialization failure from server"
+                # is tried again; anything else is the cluster's answer.
+                if "Initialization failure from server" in str(exc) and attempt < CLIENT_INIT_ATTEMPTS:
+                    ray.shutdown()  # the half-made client connection
+                    time.sleep(1.0)
+                    continue
+                where = self.address or "a local Ray"
+                raise InputError(f"cannot start or reach Ray at {where}: {str(exc).splitlines()[0]}") from None
         self._started_ray = True
         workers = min(self.workers or self._fits(resources), n_jobs)
         self._actor = ray.remote(_SweepWorker)
@@ -189,6 +199,9 @@ class RayExecutor(Executor):
             except Exception:
                 pass
 
+
+#: Connections to a Ray Client server (``ray://``) tried when its per-client server dies at start-up.
+CLIENT_INIT_ATTEMPTS = 3
 
 #: Seconds to wait for a TCP connection to a cluster's address before ``ray.init`` (which retries for minutes).
 CONNECT_TIMEOUT = 10.0
