@@ -99,6 +99,12 @@ class CrashEvidence:
                    hint=told)
 
     @classmethod
+    def of(cls, crash: Exception) -> "CrashEvidence":
+        """The evidence an :class:`~logitlab.errors.EngineCrashed` carries, or (none carried) its message as the
+        status of an ``unknown`` phase."""
+        return getattr(crash, "evidence", None) or cls(phase="unknown", status=str(crash))
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CrashEvidence":
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 

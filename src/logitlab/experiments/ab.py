@@ -305,7 +305,7 @@ class AbExperiment:
         """A run whose engine died: a ``crashed`` run (a candidate's is the verdict ``crashed``); the next slot
         of that variant starts the engine again. Without a reference yet (the control crashed first) there is
         no baseline: the crash is raised again, with the evidence, after it is logged."""
-        evidence = crash.evidence or CrashEvidence(phase="unknown", status=str(crash))
+        evidence = CrashEvidence.of(crash)
         evidence.slot, evidence.variant = slot.index, slot.variant
         record = RunRecord(slot=slot.index, variant=slot.variant, block=slot.block, position=slot.position,
                            pattern=slot.pattern, isolation=self.config.isolation, prefill_tokens=0,

@@ -166,7 +166,7 @@ class NumericsProbe:
         try:
             out = self._run(checkout, list(self.reference.generated))
         except EngineCrashed as crash:  # as git bisect run: a build whose engine crashes is bad
-            evidence = crash.evidence or CrashEvidence(phase="unknown", status=str(crash))
+            evidence = CrashEvidence.of(crash)
             return ProbeOutcome("bad", f"crashed: the engine crashed in {evidence.phase} ({evidence.status})",
                                 time.perf_counter() - start,
                                 verdict=Verdict("crashed", evidence=evidence.lines()),

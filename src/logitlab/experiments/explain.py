@@ -155,7 +155,7 @@ class ExplainExperiment:
     def _crashed(self, result: ExplainResult, crash: EngineCrashed) -> None:
         """The verdict ``crashed`` with the evidence; the pair's verdict (when it was measured) becomes a note,
         and the positions explained before the crash are kept."""
-        evidence = crash.evidence or CrashEvidence(phase="unknown", status=str(crash))
+        evidence = CrashEvidence.of(crash)
         result.crash = evidence.to_dict()
         if result.verdict is not None:
             result.notes.append(f"the pair's verdict before the crash: {result.verdict.word}")

@@ -300,7 +300,7 @@ def _worst(pairs: Sequence[tuple[Verdict, TopKComparison | LogitComparison]]) ->
 
 def _crashed_check(name: str, n_positions: int, crash: EngineCrashed) -> PromptCheck:
     """The check of a prompt whose run crashed the engine: the verdict ``crashed`` with the evidence."""
-    evidence = crash.evidence or CrashEvidence(phase="unknown", status=str(crash))
+    evidence = CrashEvidence.of(crash)
     evidence.variant = f"prompt {name!r}"
     return PromptCheck(name, n_positions, Verdict("crashed", evidence=[evidence.summary()] + evidence.lines()),
                        None, crash=evidence.to_dict())

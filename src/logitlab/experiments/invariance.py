@@ -260,7 +260,7 @@ class InvarianceProbe:
 
     def _crashed(self, result: InvarianceResult, crash: EngineCrashed) -> InvarianceResult:
         """The engine died: its evidence on the result, whose verdict is then ``crashed``."""
-        evidence = crash.evidence or CrashEvidence(phase="unknown", status=str(crash))
+        evidence = CrashEvidence.of(crash)
         evidence.variant = self.config.variant.label
         result.crash = evidence.to_dict()
         return result

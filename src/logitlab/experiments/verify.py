@@ -32,7 +32,7 @@ import numpy as np
 
 from logitlab.engines.base import Engine, Session
 from logitlab.engines.crash import CrashEvidence
-from logitlab.engines.supervised import call_engine, engine_supports
+from logitlab.engines.supervised import call_engine
 from logitlab.engines.variant import Variant
 from logitlab.errors import EngineCrashed, InputError, LogitlabError
 from logitlab.events import Event, ignore_event
@@ -289,8 +289,7 @@ class VerifyExperiment:
         cal_ids = {p.name: engine.tokenize(p.text) for p in cfg.calibration_prompts} if cfg.guard == "auto" else {}
         self._check_context(engine, prompt_ids, "prompt")
         self._check_context(engine, cal_ids, "calibration prompt")
-        if not engine_supports(engine, "sessions"):
-            engine.require("sessions", "verify (decode of K tokens in a session)")
+        engine.require("sessions", "verify (decode of K tokens in a session)")
         call_engine(engine, check_sessions, cfg.guard is not None, phase="opening a session")
         n_guard = len(cfg.guard_fallbacks) + (cfg.guard_k not in cfg.ks) if cfg.guard is not None else 0
         self.on_event("start", {"steps": len(cfg.prompts) * (1 + len(cfg.ks) + n_guard) + 2 * len(cal_ids)})
@@ -362,7 +361,7 @@ class VerifyExperiment:
 
     def _crashed(self, result: VerifyResult, crash: EngineCrashed) -> None:
         """The engine died: the verdict is ``crashed``, with the evidence; the totals cover the prompts that ran."""
-        evidence = crash.evidence or CrashEvidence(phase="unknown", status=str(crash))
+        evidence = CrashEvidence.of(crash)
         evidence.variant = self.config.variant.label
         result.crash = evidence.to_dict()
         result.totals = [self._total(k, parts) for k, parts in self._parts.items() if parts]
