@@ -12,6 +12,13 @@ from logitlab.engines.base import Engine, Session
 
 SHORT_PROMPT = "The capital of France is Paris. The capital of Italy is"
 
+#: Whether this CPU has AVX-512. Some real-engine tests pin figures (which positions flip, whether a batch is
+#: bit-exact) that were measured on AVX-512 machines; llama.cpp's and torch's CPU kernels take other code paths on
+#: a CPU without it (AVX2 only: measured on an AMD EPYC without AVX-512, 2026-12-02, where batched llama.cpp rows
+#: differ from single-sequence rows by rounding and other positions flip). There those tests check the
+#: property that holds on every CPU (the verdict class, flips only at near ties) instead of the pinned figure.
+CPU_AVX512 = "avx512f" in __import__("logitlab.device", fromlist=["cpu_flags"]).cpu_flags()
+
 
 class FakeSession(Session):
     engine: "FakeEngine"

@@ -119,7 +119,8 @@ def test_invariance_batch_on_gemma(gemma):
     assert b2.comparison.n_positions == 2 * n and b2.comparison.n_vocab == N_VOCAB
     # Measured (llama-cpp-python 0.3.36, CPU): unlike SmolLM2, Gemma 3 is not batch-invariant here — the last
     # prompt position of each copy, and positions 9-12 of copy 1, differ by up to 1.07 — but no argmax moves.
-    assert b2.word in ("bit-exact", "ulp-noise", "near-tie") and not b2.comparison.flips
+    # (AVX2 only: one copy differs by up to 0.81, verdict noise.)
+    assert b2.word in ("bit-exact", "ulp-noise", "noise", "near-tie") and not b2.comparison.flips
 
 
 # -- the hf engine and llama.cpp vs hf -------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import SHORT_PROMPT
+from conftest import CPU_AVX512, SHORT_PROMPT
 
 pytestmark = pytest.mark.engine
 
@@ -29,7 +29,9 @@ def test_k_sweep_writes_json_and_markdown(tmp_path):
     k1, k2 = data["totals"]
     assert k1["k"] == 1 and k1["bit_exact_rows"] == k1["rows"] == 8 and k1["flips"] == 0
     assert k2["k"] == 2 and k2["rows"] == 8
-    assert data["classification"]["cause"] == "bit-exact"  # 8 tokens of this prompt: M=2 rows equal M=1's
+    if CPU_AVX512:  # 8 tokens of this prompt: M=2 rows equal M=1's (AVX2 only: they differ by rounding)
+        assert data["classification"]["cause"] == "bit-exact"
+    assert data["classification"]["cause"] in ("bit-exact", "noise", "near-tie-noise")
     assert data["prompts"][0]["generated_ids"] and data["manifest"]["engine"]["model_sha256"]
     assert "K sweep" in proc.stdout and "classification:" in proc.stdout
     assert md.read_text().startswith("## logitlab verify: **")

@@ -14,7 +14,7 @@ from logitlab.errors import InputError  # noqa: E402
 from logitlab.experiments.ab import AbConfig, run_ab  # noqa: E402
 from logitlab.numerics import compare_logits  # noqa: E402
 
-from conftest import SHORT_PROMPT  # noqa: E402
+from conftest import CPU_AVX512, SHORT_PROMPT  # noqa: E402
 from sessions import greedy  # noqa: E402
 
 pytestmark = pytest.mark.engine
@@ -156,7 +156,8 @@ def test_float32_vs_bfloat16_is_not_bit_exact_and_names_margins_at_flips():
     assert result.control_reproducible and result.verdict.word == "near-tie"
     assert c.differing_rows == c.n_positions
     # torch on CPU, one thread: the same bits every run; here one flip, at the last position, at a tiny margin
-    assert [f["position"] for f in c.flips] == [16], c.flips
+    if CPU_AVX512:  # torch's bfloat16 kernels differ by ISA: the pinned flip was measured with AVX-512 (with AVX2
+        assert [f["position"] for f in c.flips] == [16], c.flips  # only: no flip, top-5 changes at near ties)
     assert all(0 <= f["margin_ref"] < result.config["thresholds"]["near_tie_margin"] for f in c.flips)
     assert any("margin" in line for line in result.verdict.evidence)
 

@@ -154,6 +154,35 @@ def test_golden_record_names_the_crash_and_leaves_no_golden(tmp_path):
     assert not any((tmp_path / "golden").glob("*/manifest.json"))
 
 
+def test_golden_check_llamacpp_kld_keeps_the_chunks_before_a_crash_and_fails(tmp_path):
+    from logitlab.engines.variant import Variant
+    from logitlab.experiments.golden import RecordConfig, record_golden
+    from logitlab.experiments.golden_kld import KldCheckResult, check_kld_base, export_kld_base
+    from logitlab.experiments.prompts import Prompt
+    from logitlab.numerics.gate import Bar
+    from logitlab.report import markdown
+
+    text = "The harbour town woke slowly on the first cold morning of the year, and the gulls argued."
+    prompts = [Prompt(n, text.replace("harbour", n)) for n in ("river", "mountain", "desert")]
+    manifest = record_golden(RecordConfig(Variant("golden", "llamacpp"), prompts, 0), tmp_path / "g")
+    export_kld_base(manifest, tmp_path / "golden.kld")
+    # the worker's 2nd run (chunk 2) segfaults in its prefill: chunk 1 is measured, chunk 3 is not run
+    variant = Variant("current", ENGINE, None, {"crash_phase": "prefill", "crash_run": "2"})
+    result = check_kld_base(tmp_path / "golden.kld", variant, bar=Bar(max_kld_mean=1e-4))
+    assert not result.passed and [c.chunk for c in result.chunks] == [0]
+    assert result.crash["phase"] == "prefill" and result.crash["signal"] == 11
+    assert result.gate.checks[0].name == "crashed" and result.gate.checks[0].line.startswith(
+        "chunk 2 crashed in prefill (killed by SIGSEGV")
+    assert result.gate.checks[1].passed and result.stats.count == result.chunks[0].count  # chunk 1's figures kept
+    again = KldCheckResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    text = markdown(again)
+    assert "FAIL" in text and "of the 1 chunk(s) run before it" in text and "phase: prefill" in text
+    # a crash while loading: no chunk, no statistics, the check fails with the evidence
+    loading = check_kld_base(tmp_path / "golden.kld", Variant("current", ENGINE, None, {"crash_phase": "load"}))
+    assert not loading.passed and loading.stats is None and loading.chunks == []
+    assert loading.crash["phase"] == "load" and "no chunk was run" in markdown(loading)
+
+
 # -- verify -----------------------------------------------------------------------------------------
 def _verify_config(options: dict, **kwargs):
     from logitlab.engines.variant import Variant

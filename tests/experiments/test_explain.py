@@ -20,6 +20,7 @@ from logitlab.errors import InputError
 from logitlab.experiments.explain import CAUSES, ExplainConfig, ExplainResult, run_explain
 from logitlab.experiments.prompts import DEFAULT_PROMPT
 from logitlab.report.explain import position_lines
+from conftest import CPU_AVX512
 
 VOCAB = 64
 
@@ -231,7 +232,10 @@ def test_llamacpp_flash_attention_flips_are_explained():
         candidate=parse_variant("flash_attn=1,n_threads_batch=1", "candidate", default_engine="llamacpp"),
         prompt=DEFAULT_PROMPT, n_decode=8, max_positions=2, dump=False))
     assert result.verdict.word == "near-tie"
-    assert [e.position for e in result.positions] == [33, 37]  # the first two flips of this workload
+    positions = [e.position for e in result.positions]
+    assert len(positions) == 2 and positions == sorted(positions)  # the first two flips of this workload
+    if CPU_AVX512:  # measured on AVX-512; llama.cpp's AVX2 kernels flip other near ties
+        assert positions == [33, 37]
     for e in result.positions:
         print("\n" + "\n".join(position_lines(result, e)))
         rerun = [c for c in e.controls if c.control == "rerun"]

@@ -26,13 +26,14 @@ import numpy as np
 
 from logitlab.dumps.golden_format import GoldenLogits, GoldenManifest
 from logitlab.dumps.llamacpp_kld import kld_base_size, read_kld_base, write_kld_base
+from logitlab.engines.crash import CrashEvidence
+from logitlab.engines.supervised import call_engine, load_supervised
 from logitlab.engines.variant import Variant
 from logitlab.engines.workload import environment, run_workload
-from logitlab.errors import EngineError, InputError
+from logitlab.errors import EngineCrashed, EngineError, InputError
 from logitlab.events import Event, ignore_event
-from logitlab.experiments.isolation import load_engine
 from logitlab.jsonio import ResultRecord
-from logitlab.numerics.gate import Bar, GateResult, limit_checks
+from logitlab.numerics.gate import Bar, GateCheck, GateResult, limit_checks
 from logitlab.numerics.llamacpp_kld import LlamaCppKldStats, kld_rows, kld_statistics, quantize_log_probs
 
 __all__ = ["ChunkStats", "KldCheckResult", "check_kld_base", "KldExport", "export_kld_base"]
@@ -55,11 +56,13 @@ class KldCheckResult(ResultRecord):
     """An engine checked against a llama.cpp ``--kl-divergence-base`` file.
 
     JSON format history (``schema_version``): 1 — first version; 2 — ``settings``: the engine's lines on the
-    settings in which it and llama-perplexity may differ (:meth:`~logitlab.engines.base.Engine.peer_settings`).
+    settings in which it and llama-perplexity may differ (:meth:`~logitlab.engines.base.Engine.peer_settings`);
+    3 — ``crash``: the :class:`~logitlab.engines.crash.CrashEvidence` of an engine that crashed (the check
+    fails; ``chunks`` and ``stats`` hold the chunks run before it, ``stats`` is None when none was).
     """
 
     KIND: ClassVar[str] = "golden-kld"
-    SCHEMA_VERSION: ClassVar[int] = 2
+    SCHEMA_VERSION: ClassVar[int] = 3
 
     file: str
     n_ctx: int
@@ -68,11 +71,12 @@ class KldCheckResult(ResultRecord):
     engine: dict[str, Any]
     variant: dict[str, Any]
     bos_replaced: bool
-    stats: LlamaCppKldStats
+    stats: LlamaCppKldStats | None
     chunks: list[ChunkStats]
     bar: Bar
     gate: GateResult
     settings: list[str] = field(default_factory=list)
+    crash: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:
@@ -88,6 +92,18 @@ def _bos(engine: Any) -> int | None:
     return int(ids[0]) if len(ids) == 1 else None
 
 
+def _peer_settings(engine: Any, tool: str) -> list[str]:
+    """The engine's :meth:`~logitlab.engines.base.Engine.peer_settings` (run where the engine is loaded)."""
+    return list(engine.peer_settings(tool))
+
+
+def _crashed_check(crash: EngineCrashed, chunk: int | None) -> tuple[dict[str, Any], GateCheck]:
+    """The evidence of a crash and the failing check it makes."""
+    evidence = CrashEvidence.of(crash)
+    evidence.variant = "the engine" if chunk is None else f"chunk {chunk + 1}"
+    return evidence.to_dict(), GateCheck("crashed", evidence.status, "no crash", False, evidence.summary())
+
+
 def check_kld_base(path: str | Path, variant: Variant, *, bar: Bar | None = None,
                    on_event: Event | None = None) -> KldCheckResult:
     """Run ``variant`` on the tokens of a llama.cpp base file and compute llama.cpp's KLD statistics.
@@ -99,10 +115,13 @@ def check_kld_base(path: str | Path, variant: Variant, *, bar: Bar | None = None
             bound); its ``allow`` must be ``bit-exact`` (no verdict is made against 16-bit data).
         on_event: ``("start", {"chunks": n})`` then ``("chunk", {"index": i})``.
 
+    The engine runs supervised (:func:`~logitlab.engines.supervised.load_supervised`): when it crashes, the
+    result says so (``crash``, a failing ``crashed`` check first in ``gate``) and keeps the chunks run before.
+
     Raises:
         InputError: a missing, foreign or truncated file; a vocabulary other than the engine's; a
             chunk longer than the engine's context; a bar with a verdict.
-        EngineError: the engine failed.
+        EngineError: the engine failed (an error it raised, not a crash).
     """
     bar = bar or Bar()
     if bar.allow != "bit-exact":
@@ -110,47 +129,59 @@ def check_kld_base(path: str | Path, variant: Variant, *, bar: Bar | None = None
                          "--max-kld-mean, --max-kld-p99 or --min-top1 with --llamacpp-kld")
     on_event = on_event or ignore_event
     base = read_kld_base(path)
-    engine = load_engine(variant)
+    engine = load_supervised(variant)
+    logits, nexts, bases, chunks = [], [], [], []
+    described: dict[str, Any] = {"engine": variant.engine, "model": variant.model}
+    settings: list[str] = []
+    bos: int | None = None
+    crash: tuple[dict[str, Any], GateCheck] | None = None
+    c: int | None = None
     try:
         engine.require("logits", "a check against a llama.cpp base file (it needs every logit)")
-        if engine.n_vocab != base.n_vocab:
-            raise InputError(f"{path} was written for a vocabulary of {base.n_vocab}, this engine has "
-                             f"{engine.n_vocab}: it is for another model or tokenizer")
-        if engine.n_ctx is not None and base.n_ctx > engine.n_ctx:
-            raise InputError(f"{path} has chunks of {base.n_ctx} tokens, more than this engine's context of "
-                             f"{engine.n_ctx}: raise n_ctx")
-        bos = _bos(engine)
-        described = {k: v for k, v in engine.describe().items() if k != "load_seconds"}
-        settings = engine.peer_settings("llama-perplexity")
-        on_event("start", {"chunks": base.n_chunk})
-        logits, nexts, bases, chunks = [], [], [], []
-        for c in range(base.n_chunk):
-            tokens = [int(t) for t in base.tokens[c]]
-            if bos is not None:
-                tokens[0] = bos
-            with environment(variant.env):
-                out = run_workload(engine, tokens, 0)
-            if out.logits.shape != (base.n_ctx, base.n_vocab):
-                raise EngineError(f"chunk {c}: the engine returned logits of shape {out.logits.shape}, expected "
-                                  f"{(base.n_ctx, base.n_vocab)}")
-            rows = np.ascontiguousarray(out.logits[base.first:base.n_ctx - 1])
-            part = kld_rows(base.rows[c], rows, base.next_tokens(c))
-            chunks.append(ChunkStats(c, int(part.kld.size), float(part.kld.astype(np.float64).mean()),
-                                     int(part.same_top.sum()), float(part.nll.astype(np.float64).sum()),
-                                     float(part.nll_base.astype(np.float64).sum())))
-            logits.append(rows)
-            nexts.append(base.next_tokens(c))
-            bases.append(np.asarray(base.rows[c]))
-            on_event("chunk", {"index": c})
+        try:
+            if engine.n_vocab != base.n_vocab:
+                raise InputError(f"{path} was written for a vocabulary of {base.n_vocab}, this engine has "
+                                 f"{engine.n_vocab}: it is for another model or tokenizer")
+            if engine.n_ctx is not None and base.n_ctx > engine.n_ctx:
+                raise InputError(f"{path} has chunks of {base.n_ctx} tokens, more than this engine's context of "
+                                 f"{engine.n_ctx}: raise n_ctx")
+            described = {k: v for k, v in engine.describe().items() if k != "load_seconds"}
+            bos = _bos(engine)
+            settings = call_engine(engine, _peer_settings, "llama-perplexity", phase="peer settings")
+            on_event("start", {"chunks": base.n_chunk})
+            for c in range(base.n_chunk):
+                tokens = [int(t) for t in base.tokens[c]]
+                if bos is not None:
+                    tokens[0] = bos
+                with environment(variant.env):
+                    out = run_workload(engine, tokens, 0)
+                if out.logits.shape != (base.n_ctx, base.n_vocab):
+                    raise EngineError(f"chunk {c}: the engine returned logits of shape {out.logits.shape}, "
+                                      f"expected {(base.n_ctx, base.n_vocab)}")
+                rows = np.ascontiguousarray(out.logits[base.first:base.n_ctx - 1])
+                part = kld_rows(base.rows[c], rows, base.next_tokens(c))
+                chunks.append(ChunkStats(c, int(part.kld.size), float(part.kld.astype(np.float64).mean()),
+                                         int(part.same_top.sum()), float(part.nll.astype(np.float64).sum()),
+                                         float(part.nll_base.astype(np.float64).sum())))
+                logits.append(rows)
+                nexts.append(base.next_tokens(c))
+                bases.append(np.asarray(base.rows[c]))
+                on_event("chunk", {"index": c})
+        except EngineCrashed as exc:  # a result: the check fails on it, the chunks run before it stay
+            crash = _crashed_check(exc, c)
     finally:
         engine.close()
-    stats = kld_statistics(kld_rows(np.concatenate(bases), np.concatenate(logits), np.concatenate(nexts)))
-    agree = int(round(stats.same_top * stats.count))
-    checks = limit_checks(stats.kld_mean, stats.kld["p99"], agree, stats.count, bar)
+    stats = kld_statistics(kld_rows(np.concatenate(bases), np.concatenate(logits), np.concatenate(nexts))) \
+        if chunks else None
+    agree = 0 if stats is None else int(round(stats.same_top * stats.count))
+    checks = limit_checks(None if stats is None else stats.kld_mean, None if stats is None else stats.kld["p99"],
+                          agree, 0 if stats is None else stats.count, bar)
+    if crash is not None:
+        checks = [crash[1], *checks]
     return KldCheckResult(file=str(path), n_ctx=base.n_ctx, n_vocab=base.n_vocab, n_chunk=base.n_chunk,
                           engine=described, variant=variant.to_dict(), bos_replaced=bos is not None, stats=stats,
                           chunks=chunks, bar=bar, gate=GateResult(all(c.passed for c in checks), checks),
-                          settings=settings)
+                          settings=settings, crash=None if crash is None else crash[0])
 
 
 @dataclass(frozen=True)

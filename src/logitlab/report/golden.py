@@ -16,6 +16,7 @@ from typing import Any
 
 from logitlab.dumps.format import format_bytes
 from logitlab.dumps.golden_format import GoldenManifest, Provenance
+from logitlab.engines.crash import CrashEvidence
 from logitlab.experiments.golden import GoldenCheckResult
 from logitlab.experiments.golden_kld import KldCheckResult
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
@@ -159,7 +160,7 @@ def golden_kld_document(result: KldCheckResult, **_: Any) -> Document:
     engine = result.engine
     doc.add(KeyValues([
         ("base file", f"{result.file} ({result.n_chunk} chunks × {result.n_ctx} tokens, vocabulary {result.n_vocab})"),
-        ("scored", f"{s.count} positions (n_ctx/2 … n_ctx-2 of each chunk)"
+        ("scored", ("no position" if s is None else f"{s.count} positions") + " (n_ctx/2 … n_ctx-2 of each chunk)"
                    + ("; each chunk's first token replaced by BOS" if result.bos_replaced else "")),
         ("engine", str(engine.get("engine_version", engine.get("engine")))),
         ("variant", variant_text(result.variant)),
@@ -168,6 +169,28 @@ def golden_kld_document(result: KldCheckResult, **_: Any) -> Document:
     if result.settings:
         doc.add(Paragraph("Settings that decide whether these figures can match llama-perplexity's own:"),
                 Bullets(result.settings, tight=True))
+    if result.crash is not None:
+        evidence = CrashEvidence.from_dict(result.crash)
+        doc.add(Paragraph(rich(Span("crashed", "strong"), ": ", evidence.summary()
+                               + (f"; the figures below are of the {len(result.chunks)} chunk(s) run before it"
+                                  if result.chunks else "; no chunk was run")), tone="error"),
+                Bullets(evidence.lines(), tight=True))
+    if s is not None:
+        _kld_statistics(doc, s)
+    if result.chunks:
+        doc.add(Table(("chunk", "positions", "mean KLD (nats)", "same top", "PPL(Q) / PPL(base)"),
+                      [(str(c.chunk + 1), str(c.count), f"{c.kld_mean:.6f}", f"{c.same_top}/{c.count}",
+                        f"{_exp_mean(c.nll_sum, c.count):.4f} / {_exp_mean(c.nll_base_sum, c.count):.4f}")
+                       for c in result.chunks], title="per chunk", align=("right",) * 5))
+    if result.gate.checks:
+        doc.add(Paragraph(rich(Span("PASS" if result.passed else "FAIL", "strong"), ": ", result.bar.describe(verdict=False)),
+                          tone="ok" if result.passed else "error"),
+                Bullets([("✓ " if c.passed else "✗ ") + c.line for c in result.gate.checks], tight=True))
+    return doc
+
+
+def _kld_statistics(doc: Document, s: Any) -> None:
+    """llama-perplexity's three blocks of statistics, under its own names."""
     doc.add(KeyValues([
         ("Mean PPL(Q)", _pm(s.ppl_q, s.ppl_q_unc)),
         ("Mean PPL(base)", _pm(s.ppl_base, s.ppl_base_unc)),
@@ -189,15 +212,6 @@ def golden_kld_document(result: KldCheckResult, **_: Any) -> Document:
         ("RMS Δp", f"{100 * s.rms_dp:.3f} ± {100 * s.rms_dp_unc:.3f} %"),
         ("Same top p", f"{100 * s.same_top:.3f} ± {100 * s.same_top_unc:.3f} %"),
     ], title="Token probability statistics", header=("statistic", "value")))
-    doc.add(Table(("chunk", "positions", "mean KLD (nats)", "same top", "PPL(Q) / PPL(base)"),
-                  [(str(c.chunk + 1), str(c.count), f"{c.kld_mean:.6f}", f"{c.same_top}/{c.count}",
-                    f"{_exp_mean(c.nll_sum, c.count):.4f} / {_exp_mean(c.nll_base_sum, c.count):.4f}")
-                   for c in result.chunks], title="per chunk", align=("right",) * 5))
-    if result.gate.checks:
-        doc.add(Paragraph(rich(Span("PASS" if result.passed else "FAIL", "strong"), ": ", result.bar.describe(verdict=False)),
-                          tone="ok" if result.passed else "error"),
-                Bullets([("✓ " if c.passed else "✗ ") + c.line for c in result.gate.checks], tight=True))
-    return doc
 
 
 def _exp_mean(total: float, count: int) -> float:
