@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 
+from logitlab.device import cpu_flags
 from logitlab.engines import register_engine
 from logitlab.engines.base import Engine, Session
 
@@ -17,7 +18,7 @@ SHORT_PROMPT = "The capital of France is Paris. The capital of Italy is"
 #: a CPU without it (AVX2 only: measured on an AMD EPYC without AVX-512, 2026-12-02, where batched llama.cpp rows
 #: differ from single-sequence rows by rounding and other positions flip). There those tests check the
 #: property that holds on every CPU (the verdict class, flips only at near ties) instead of the pinned figure.
-CPU_AVX512 = "avx512f" in __import__("logitlab.device", fromlist=["cpu_flags"]).cpu_flags()
+CPU_AVX512 = "avx512f" in cpu_flags()
 
 
 class FakeSession(Session):

@@ -97,11 +97,9 @@ def _peer_settings(engine: Any, tool: str) -> list[str]:
     return list(engine.peer_settings(tool))
 
 
-def _crashed_check(crash: EngineCrashed, chunk: int | None) -> tuple[dict[str, Any], GateCheck]:
-    """The evidence of a crash and the failing check it makes."""
-    evidence = CrashEvidence.of(crash)
-    evidence.variant = "the engine" if chunk is None else f"chunk {chunk + 1}"
-    return evidence.to_dict(), GateCheck("crashed", evidence.status, "no crash", False, evidence.summary())
+def _crashed_check(evidence: CrashEvidence) -> GateCheck:
+    """The failing check a crash makes."""
+    return GateCheck("crashed", evidence.status, "no crash", False, evidence.summary())
 
 
 def check_kld_base(path: str | Path, variant: Variant, *, bar: Bar | None = None,
@@ -134,54 +132,55 @@ def check_kld_base(path: str | Path, variant: Variant, *, bar: Bar | None = None
     described: dict[str, Any] = {"engine": variant.engine, "model": variant.model}
     settings: list[str] = []
     bos: int | None = None
-    crash: tuple[dict[str, Any], GateCheck] | None = None
+    crash: CrashEvidence | None = None
     c: int | None = None
     try:
         engine.require("logits", "a check against a llama.cpp base file (it needs every logit)")
-        try:
-            if engine.n_vocab != base.n_vocab:
-                raise InputError(f"{path} was written for a vocabulary of {base.n_vocab}, this engine has "
-                                 f"{engine.n_vocab}: it is for another model or tokenizer")
-            if engine.n_ctx is not None and base.n_ctx > engine.n_ctx:
-                raise InputError(f"{path} has chunks of {base.n_ctx} tokens, more than this engine's context of "
-                                 f"{engine.n_ctx}: raise n_ctx")
-            described = {k: v for k, v in engine.describe().items() if k != "load_seconds"}
-            bos = _bos(engine)
-            settings = call_engine(engine, _peer_settings, "llama-perplexity", phase="peer settings")
-            on_event("start", {"chunks": base.n_chunk})
-            for c in range(base.n_chunk):
-                tokens = [int(t) for t in base.tokens[c]]
-                if bos is not None:
-                    tokens[0] = bos
-                with environment(variant.env):
-                    out = run_workload(engine, tokens, 0)
-                if out.logits.shape != (base.n_ctx, base.n_vocab):
-                    raise EngineError(f"chunk {c}: the engine returned logits of shape {out.logits.shape}, "
-                                      f"expected {(base.n_ctx, base.n_vocab)}")
-                rows = np.ascontiguousarray(out.logits[base.first:base.n_ctx - 1])
-                part = kld_rows(base.rows[c], rows, base.next_tokens(c))
-                chunks.append(ChunkStats(c, int(part.kld.size), float(part.kld.astype(np.float64).mean()),
-                                         int(part.same_top.sum()), float(part.nll.astype(np.float64).sum()),
-                                         float(part.nll_base.astype(np.float64).sum())))
-                logits.append(rows)
-                nexts.append(base.next_tokens(c))
-                bases.append(np.asarray(base.rows[c]))
-                on_event("chunk", {"index": c})
-        except EngineCrashed as exc:  # a result: the check fails on it, the chunks run before it stay
-            crash = _crashed_check(exc, c)
+        if engine.n_vocab != base.n_vocab:
+            raise InputError(f"{path} was written for a vocabulary of {base.n_vocab}, this engine has "
+                             f"{engine.n_vocab}: it is for another model or tokenizer")
+        if engine.n_ctx is not None and base.n_ctx > engine.n_ctx:
+            raise InputError(f"{path} has chunks of {base.n_ctx} tokens, more than this engine's context of "
+                             f"{engine.n_ctx}: raise n_ctx")
+        described = {k: v for k, v in engine.describe().items() if k != "load_seconds"}
+        bos = _bos(engine)
+        settings = call_engine(engine, _peer_settings, "llama-perplexity", phase="peer settings")
+        on_event("start", {"chunks": base.n_chunk})
+        for c in range(base.n_chunk):
+            tokens = [int(t) for t in base.tokens[c]]
+            if bos is not None:
+                tokens[0] = bos
+            with environment(variant.env):
+                out = run_workload(engine, tokens, 0)
+            if out.logits.shape != (base.n_ctx, base.n_vocab):
+                raise EngineError(f"chunk {c}: the engine returned logits of shape {out.logits.shape}, expected "
+                                  f"{(base.n_ctx, base.n_vocab)}")
+            rows = np.ascontiguousarray(out.logits[base.first:base.n_ctx - 1])
+            part = kld_rows(base.rows[c], rows, base.next_tokens(c))
+            chunks.append(ChunkStats(c, int(part.kld.size), float(part.kld.astype(np.float64).mean()),
+                                     int(part.same_top.sum()), float(part.nll.astype(np.float64).sum()),
+                                     float(part.nll_base.astype(np.float64).sum())))
+            logits.append(rows)
+            nexts.append(base.next_tokens(c))
+            bases.append(np.asarray(base.rows[c]))
+            on_event("chunk", {"index": c})
+    except EngineCrashed as exc:  # a result: the check fails on it, the chunks run before it stay
+        crash = CrashEvidence.of(exc)
+        crash.variant = "the engine" if c is None else f"chunk {c + 1}"
     finally:
         engine.close()
-    stats = kld_statistics(kld_rows(np.concatenate(bases), np.concatenate(logits), np.concatenate(nexts))) \
-        if chunks else None
-    agree = 0 if stats is None else int(round(stats.same_top * stats.count))
-    checks = limit_checks(None if stats is None else stats.kld_mean, None if stats is None else stats.kld["p99"],
-                          agree, 0 if stats is None else stats.count, bar)
-    if crash is not None:
-        checks = [crash[1], *checks]
+    checks = [] if crash is None else [_crashed_check(crash)]
+    stats = None
+    if chunks:
+        stats = kld_statistics(kld_rows(np.concatenate(bases), np.concatenate(logits), np.concatenate(nexts)))
+        checks += limit_checks(stats.kld_mean, stats.kld["p99"], int(round(stats.same_top * stats.count)),
+                               stats.count, bar)
+    else:
+        checks += limit_checks(None, None, 0, 0, bar)
     return KldCheckResult(file=str(path), n_ctx=base.n_ctx, n_vocab=base.n_vocab, n_chunk=base.n_chunk,
                           engine=described, variant=variant.to_dict(), bos_replaced=bos is not None, stats=stats,
-                          chunks=chunks, bar=bar, gate=GateResult(all(c.passed for c in checks), checks),
-                          settings=settings, crash=None if crash is None else crash[0])
+                          chunks=chunks, bar=bar, gate=GateResult(all(x.passed for x in checks), checks),
+                          settings=settings, crash=None if crash is None else crash.to_dict())
 
 
 @dataclass(frozen=True)
