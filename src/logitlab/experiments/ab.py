@@ -38,7 +38,7 @@ from logitlab.experiments.isolation import (
 from logitlab.manifest import build_manifest
 from logitlab.numerics import LogitComparison, Thresholds, Verdict, classify, compare_logits
 from logitlab.numerics.compare import check_top_k
-from logitlab.numerics.topk import TopKComparison, classify_topk, compare_topk
+from logitlab.numerics.topk import TopKComparison, compare_topk
 from logitlab.numerics.topk_offsets import RowOffsets, on_normaliser, row_offsets
 from logitlab.perf.autostop import AutoStop, check_auto_budget
 from logitlab.perf.design import CANDIDATE, CONTROL, Slot, ab_schedule
@@ -363,7 +363,7 @@ class AbExperiment:
             else:
                 record.candidate_self_exact = self.first_candidate.same_bits(output)
         record.comparison = comparison
-        verdict = (classify_topk if isinstance(comparison, TopKComparison) else classify)(
+        verdict = classify(
             comparison, self.config.thresholds)
         record.verdict = verdict.word
         if slot.variant == CANDIDATE:

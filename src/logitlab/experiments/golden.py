@@ -67,7 +67,7 @@ from logitlab.jsonio import ResultRecord
 from logitlab.manifest import now_utc
 from logitlab.numerics import LogitComparison, Thresholds, Verdict, classify, compare_logits
 from logitlab.numerics.gate import Bar, GateResult, judge, worst_verdict
-from logitlab.numerics.topk import TopKComparison, classify_topk, compare_topk
+from logitlab.numerics.topk import TopKComparison, compare_topk
 
 __all__ = ["RecordConfig", "VariantOverrides", "CheckConfig", "PromptCheck", "GoldenCheckResult",
            "record_golden", "check_golden", "update_golden", "open_check_engine"]
@@ -258,7 +258,7 @@ def _compare(reader: GoldenLogits, manifest: GoldenManifest, index: int, observe
     ref = _topk_rows(*reader.topk(index), k)
     obs = _topk_rows(*logits_topk(observed, k), k)
     c = compare_topk(ref, obs, top_k=min(top_k, k), token_ids=input_ids)
-    return c, classify_topk(c, thresholds)
+    return c, classify(c, thresholds)
 
 
 def _write(folder: Path, store: str, engine: Engine, variant: Variant, prompts: Sequence[Prompt],

@@ -22,7 +22,7 @@ from logitlab.experiments.ab_results import LOG_HEADER_FIELDS, AbResult, RunReco
 from logitlab.perf.design import CANDIDATE
 from logitlab.experiments.verify_results import VerifyResult
 from logitlab.numerics import LogitComparison, Thresholds, classify
-from logitlab.numerics.topk import TopKComparison, classify_topk
+from logitlab.numerics.topk import TopKComparison
 from logitlab.runlog import RunLogContents
 
 __all__ = ["ab_from_log", "verify_from_log", "interrupted_message"]
@@ -93,7 +93,7 @@ def _recompute(result: AbResult) -> None:
         thresholds = dacite.from_dict(Thresholds, cfg.get("thresholds") or {}, config=_DACITE)
     except (dacite.DaciteError, TypeError, ValueError) as exc:
         raise InputError(f"damaged ab run log: its config's thresholds do not load ({exc})") from None
-    verdicts = [(r.slot, (classify_topk if isinstance(r.comparison, TopKComparison) else classify)(
+    verdicts = [(r.slot, classify(
         r.comparison, thresholds)) for r in result.measured(CANDIDATE) if r.comparison is not None]
     if verdicts:
         result.verdict_slot, result.verdict = worst_verdict(verdicts)

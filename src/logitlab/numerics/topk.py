@@ -25,7 +25,6 @@ Nothing here prints, logs or knows about engines.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import struct
 from dataclasses import dataclass
@@ -270,59 +269,82 @@ def compare_topk(
         raise InputError(f"token_ids has {len(ids)} entries, expected n_positions = {n}")
 
     every = [v for rows in (reference.values, observed.values) for row in rows if row for v in row]
-    dtype = "float32" if all(_is_f32(v) for v in every) else "float64"
-
-    rows: dict[str, list] = {name: [None] * n for name in (
-        "max_abs_diff", "mean_diff", "std_diff", "argmax_ref", "argmax_obs", "margin_ref", "margin_obs",
-        "kth_gap_ref", "topk_agree", "kld", "max_ulp", "scaled_ulp", "topk_spread")}
-    row_differing = [0] * n
-    compared, missing, flips, deltas, distances = [], [], [], [], []
-    first = None
-    nonfinite = {"nan_ref": 0, "nan_obs": 0, "inf_ref": 0, "inf_obs": 0, "mismatch": 0}
-    width, k_used = 0, top_k
-
+    tally = _Tally(n, top_k, "float32" if all(_is_f32(v) for v in every) else "float64")
     for r in range(n):
-        rk, rv, ok, ov = reference.keys[r], reference.values[r], observed.keys[r], observed.values[r]
+        tally.add_row(r, reference.keys[r], reference.values[r], observed.keys[r], observed.values[r])
+    return tally.result(min(reference.requested_k, observed.requested_k), ids)
+
+
+_ROW_FIELDS = ("max_abs_diff", "mean_diff", "std_diff", "argmax_ref", "argmax_obs", "margin_ref", "margin_obs",
+               "kth_gap_ref", "topk_agree", "kld", "max_ulp", "scaled_ulp", "topk_spread")
+
+
+class _Tally:
+    """What :func:`compare_topk` gathers position by position, and the comparison it makes of it."""
+
+    def __init__(self, n: int, top_k: int, dtype: str):
+        self.n, self.top_k, self.dtype = n, top_k, dtype
+        self.rows: dict[str, list] = {name: [None] * n for name in _ROW_FIELDS}
+        self.row_differing = [0] * n
+        self.compared: list[int] = []
+        self.missing: list[int] = []
+        self.flips: list[dict] = []
+        self.deltas: list[float] = []
+        self.distances: list[int] = []
+        self.first: dict | None = None
+        self.nonfinite = {"nan_ref": 0, "nan_obs": 0, "inf_ref": 0, "inf_obs": 0, "mismatch": 0}
+        self.width, self.k_used = 0, top_k
+
+    def add_row(self, r: int, rk: Sequence, rv: Sequence[float], ok: Sequence, ov: Sequence[float]) -> None:
+        """Position ``r``: reference keys and values ``rk, rv``, observed ``ok, ov`` (empty: not returned)."""
         for values, side in ((rv, "ref"), (ov, "obs")):
             for v in values or ():
-                nonfinite["nan_" + side] += math.isnan(v)
-                nonfinite["inf_" + side] += math.isinf(v)
+                self.nonfinite["nan_" + side] += math.isnan(v)
+                self.nonfinite["inf_" + side] += math.isinf(v)
         if not rk or not ok:
-            missing.append(r)
-            continue
-        compared.append(r)
-        width = max(width, len(rk), len(ok))
+            self.missing.append(r)
+            return
+        self.compared.append(r)
+        self.width = max(self.width, len(rk), len(ok))
         ref, obs = dict(zip(rk, rv)), dict(zip(ok, ov))
         shared = [key for key in rk if key in obs]
         differing = [key for key in shared if not _same(ref[key], obs[key])]
         only = [key for key in rk if key not in obs] + [key for key in ok if key not in ref]
         # reference entries the observed run does not return with the same bits (+1 if only the order differs)
-        row_differing[r] = len(differing) + sum(key not in obs for key in rk) + (rk != ok and not differing
-                                                                                   and not only)
-        if row_differing[r] and first is None:
-            key = differing[0] if differing else only[0]
-            a, b = ref.get(key), obs.get(key)
-            first = {
-                "position": r, "token_id": key,
-                "reference_hex": "absent" if a is None else _hex(a, dtype),
-                "observed_hex": "absent" if b is None else _hex(b, dtype),
-                "reference_bits": "absent" if a is None else _bits_hex(a, dtype),
-                "observed_bits": "absent" if b is None else _bits_hex(b, dtype),
-                "reference": a, "observed": b,
-                "ulp": None if a is None or b is None else _ulp(a, b, dtype),
-            }
+        self.row_differing[r] = len(differing) + sum(key not in obs for key in rk) + (rk != ok and not differing
+                                                                                        and not only)
+        if self.row_differing[r] and self.first is None:
+            self.first = self._mismatch(r, differing[0] if differing else only[0], ref, obs)
+        self._differences(r, shared, ref, obs, rv)
+        self._ranks(r, rk, rv, ok, ov, ref, obs)
+
+    def _mismatch(self, r: int, key: Any, ref: Mapping, obs: Mapping) -> dict:
+        a, b, dtype = ref.get(key), obs.get(key), self.dtype
+        return {
+            "position": r, "token_id": key,
+            "reference_hex": "absent" if a is None else _hex(a, dtype),
+            "observed_hex": "absent" if b is None else _hex(b, dtype),
+            "reference_bits": "absent" if a is None else _bits_hex(a, dtype),
+            "observed_bits": "absent" if b is None else _bits_hex(b, dtype),
+            "reference": a, "observed": b,
+            "ulp": None if a is None or b is None else _ulp(a, b, dtype),
+        }
+
+    def _differences(self, r: int, shared: list, ref: Mapping, obs: Mapping, rv: Sequence[float]) -> None:
+        """Δ, ULP and non-finite statistics of position ``r`` over the keys both runs returned."""
+        rows, dtype = self.rows, self.dtype
         row_deltas, row_ulps = [], []
         for key in shared:
             a, b = ref[key], obs[key]
             if math.isfinite(a) and math.isfinite(b):
                 row_deltas.append(b - a)
             elif not _same(a, b):
-                nonfinite["mismatch"] += 1
+                self.nonfinite["mismatch"] += 1
             d = _ulp(a, b, dtype)
             if d is not None:
                 row_ulps.append(d)
-        deltas.extend(row_deltas)
-        distances.extend(row_ulps)
+        self.deltas.extend(row_deltas)
+        self.distances.extend(row_ulps)
         if row_deltas:
             arr = np.asarray(row_deltas)
             rows["max_abs_diff"][r] = float(np.abs(arr).max())
@@ -333,11 +355,16 @@ def compare_topk(
         else:
             rows["max_abs_diff"][r] = rows["mean_diff"][r] = rows["std_diff"][r] = rows["scaled_ulp"][r] = 0.0
         rows["max_ulp"][r] = max(row_ulps, default=0)
+
+    def _ranks(self, r: int, rk: Sequence, rv: Sequence[float], ok: Sequence, ov: Sequence[float],
+               ref: Mapping, obs: Mapping) -> None:
+        """Argmax, margins, top-k agreement, KLD bound and top-k spread of position ``r``; its flip if any."""
+        rows = self.rows
         rows["argmax_ref"][r], rows["argmax_obs"][r] = rk[0], ok[0]
         rows["margin_ref"][r] = rv[0] - rv[1] if len(rv) > 1 else None
         rows["margin_obs"][r] = ov[0] - ov[1] if len(ov) > 1 else None
-        kk = min(top_k, len(rk), len(ok))
-        k_used = min(k_used, kk)
+        kk = min(self.top_k, len(rk), len(ok))
+        self.k_used = min(self.k_used, kk)
         rows["topk_agree"][r] = set(rk[:kk]) == set(ok[:kk])
         rows["kth_gap_ref"][r] = rv[kk - 1] - rv[kk] if len(rv) > kk else None
         rows["kld"][r] = kld_lower_bound(ref, obs)
@@ -345,69 +372,66 @@ def compare_topk(
                       if key in ref and key in obs and math.isfinite(ref[key]) and math.isfinite(obs[key])]
         rows["topk_spread"][r] = max(top_deltas) - min(top_deltas) if top_deltas else 0.0
         if rk[0] != ok[0]:
-            flips.append({
+            self.flips.append({
                 "position": r, "token_ref": rk[0], "token_obs": ok[0],
                 "logit_ref_top": rv[0], "logit_obs_top": ov[0],
                 "margin_ref": rows["margin_ref"][r], "margin_obs": rows["margin_obs"][r],
                 "topk_ref": list(rk[:kk]), "topk_obs": list(ok[:kk]),
             })
 
-    arr = np.asarray(deltas, dtype=np.float64)
-    n_cmp = len(compared)
-    agree = [rows["topk_agree"][r] for r in compared]
-    return TopKComparison(
-        scope="top-k",
-        n_positions=n,
-        n_vocab=width,
-        dtype=dtype,
-        top_k=int(k_used if compared else top_k),
-        requested_k=min(reference.requested_k, observed.requested_k),
-        positions_compared=compared,
-        positions_missing=missing,
-        differing_entries=int(sum(row_differing)),
-        differing_rows=int(sum(1 for d in row_differing if d)),
-        max_abs_diff=float(np.abs(arr).max()) if arr.size else 0.0,
-        mean_abs_diff=float(np.abs(arr).mean()) if arr.size else 0.0,
-        mean_diff=float(arr.mean()) if arr.size else 0.0,
-        std_diff=float(arr.std()) if arr.size else 0.0,
-        max_ulp=int(max(distances, default=0)),
-        max_scaled_ulp=float(max((rows["scaled_ulp"][r] for r in compared), default=0.0)),
-        ulp_histogram=_hist(distances),
-        argmax_agreement=float(np.mean([rows["argmax_ref"][r] == rows["argmax_obs"][r] for r in compared]))
-        if n_cmp else 1.0,
-        topk_agreement=float(np.mean(agree)) if n_cmp else 1.0,
-        kld=_summary([rows["kld"][r] for r in compared]),
-        kld_is_lower_bound=True,
-        nan_ref=nonfinite["nan_ref"], nan_obs=nonfinite["nan_obs"],
-        inf_ref=nonfinite["inf_ref"], inf_obs=nonfinite["inf_obs"],
-        nonfinite_mismatch=nonfinite["mismatch"],
-        first_mismatch=first,
-        flips=flips,
-        row_differing=row_differing,
-        row_max_abs_diff=rows["max_abs_diff"], row_mean_diff=rows["mean_diff"], row_std_diff=rows["std_diff"],
-        row_argmax_ref=rows["argmax_ref"], row_argmax_obs=rows["argmax_obs"],
-        row_margin_ref=rows["margin_ref"], row_margin_obs=rows["margin_obs"],
-        row_kth_gap_ref=rows["kth_gap_ref"], row_topk_agree=rows["topk_agree"], row_kld=rows["kld"],
-        row_max_ulp=rows["max_ulp"], row_scaled_ulp=rows["scaled_ulp"], row_topk_spread=rows["topk_spread"],
-        exact=["differing_entries", "differing_rows", "first_mismatch", "argmax_agreement", "topk_agreement",
-               "row_margin_ref", "row_margin_obs", "row_kth_gap_ref", "flips"],
-        bounds=["max_abs_diff", "max_ulp", "max_scaled_ulp", "kld", "row_topk_spread"],
-        undecidable=["systematic offset of the logits (cancels in the softmax)",
-                     "differences outside the returned top-k"],
-        token_ids=ids,
-    )
-
-
-def _g(x: float) -> str:
-    return f"{x:.4g}"
+    def result(self, requested_k: int, ids: list[int] | None) -> TopKComparison:
+        rows, compared, nonfinite, distances = self.rows, self.compared, self.nonfinite, self.distances
+        arr = np.asarray(self.deltas, dtype=np.float64)
+        n_cmp = len(compared)
+        agree = [rows["topk_agree"][r] for r in compared]
+        return TopKComparison(
+            scope="top-k",
+            n_positions=self.n,
+            n_vocab=self.width,
+            dtype=self.dtype,
+            top_k=int(self.k_used if compared else self.top_k),
+            requested_k=requested_k,
+            positions_compared=compared,
+            positions_missing=self.missing,
+            differing_entries=int(sum(self.row_differing)),
+            differing_rows=int(sum(1 for d in self.row_differing if d)),
+            max_abs_diff=float(np.abs(arr).max()) if arr.size else 0.0,
+            mean_abs_diff=float(np.abs(arr).mean()) if arr.size else 0.0,
+            mean_diff=float(arr.mean()) if arr.size else 0.0,
+            std_diff=float(arr.std()) if arr.size else 0.0,
+            max_ulp=int(max(distances, default=0)),
+            max_scaled_ulp=float(max((rows["scaled_ulp"][r] for r in compared), default=0.0)),
+            ulp_histogram=_hist(distances),
+            argmax_agreement=float(np.mean([rows["argmax_ref"][r] == rows["argmax_obs"][r] for r in compared]))
+            if n_cmp else 1.0,
+            topk_agreement=float(np.mean(agree)) if n_cmp else 1.0,
+            kld=_summary([rows["kld"][r] for r in compared]),
+            kld_is_lower_bound=True,
+            nan_ref=nonfinite["nan_ref"], nan_obs=nonfinite["nan_obs"],
+            inf_ref=nonfinite["inf_ref"], inf_obs=nonfinite["inf_obs"],
+            nonfinite_mismatch=nonfinite["mismatch"],
+            first_mismatch=self.first,
+            flips=self.flips,
+            row_differing=self.row_differing,
+            row_max_abs_diff=rows["max_abs_diff"], row_mean_diff=rows["mean_diff"], row_std_diff=rows["std_diff"],
+            row_argmax_ref=rows["argmax_ref"], row_argmax_obs=rows["argmax_obs"],
+            row_margin_ref=rows["margin_ref"], row_margin_obs=rows["margin_obs"],
+            row_kth_gap_ref=rows["kth_gap_ref"], row_topk_agree=rows["topk_agree"], row_kld=rows["kld"],
+            row_max_ulp=rows["max_ulp"], row_scaled_ulp=rows["scaled_ulp"], row_topk_spread=rows["topk_spread"],
+            exact=["differing_entries", "differing_rows", "first_mismatch", "argmax_agreement", "topk_agreement",
+                   "row_margin_ref", "row_margin_obs", "row_kth_gap_ref", "flips"],
+            bounds=["max_abs_diff", "max_ulp", "max_scaled_ulp", "kld", "row_topk_spread"],
+            undecidable=["systematic offset of the logits (cancels in the softmax)",
+                         "differences outside the returned top-k"],
+            token_ids=ids,
+        )
 
 
 def classify_topk(comparison: TopKComparison, thresholds: Any = None) -> Any:
-    """The one-word verdict for top-k-only data, with evidence that says what was seen.
+    """The one-word verdict for top-k-only data: :func:`~logitlab.numerics.verdict.classify`, checking the type.
 
-    The rules of :func:`~logitlab.numerics.verdict.classify` (the same words,
-    the same noise floor from ``row_topk_spread`` over the returned tokens),
-    restricted to what top-k data can decide:
+    ``classify`` reads the comparison's scope itself and applies the rules
+    top-k data can decide (:mod:`logitlab.numerics.verdict_rules`):
 
     - **bit-exact** means bit-exact on the returned top-k (nothing else was seen);
     - a top-k set change whose reference k-th/(k+1)-th gap cannot be seen (the
@@ -417,44 +441,13 @@ def classify_topk(comparison: TopKComparison, thresholds: Any = None) -> Any:
       every entry of a row);
     - max |Δ|, ULPs, spreads and KLD are lower bounds of their full-vocabulary values.
 
-    Parameters
-    ----------
-    comparison : TopKComparison
-    thresholds : Thresholds, optional
-        :class:`~logitlab.numerics.verdict.Thresholds`; default ``Thresholds()``.
-
-    Returns
-    -------
-    Verdict
+    ``thresholds`` is a :class:`~logitlab.numerics.verdict.Thresholds` (default
+    ``Thresholds()``); the result is a :class:`~logitlab.numerics.verdict.Verdict`.
+    Raises :class:`~logitlab.errors.InputError` when ``comparison`` is not a
+    :class:`TopKComparison`.
     """
-    from logitlab.numerics.verdict import Thresholds, Verdict, classify
+    from logitlab.numerics.verdict import Thresholds, classify
 
     if not isinstance(comparison, TopKComparison):
         raise InputError(f"classify_topk needs a TopKComparison, got {type(comparison).__name__}")
-    t = thresholds or Thresholds()
-    c = comparison
-    n, width = len(c.positions_compared), c.n_vocab
-    scope = (f"compared the returned top-{width} log-probabilities at {n} of {c.n_positions} positions"
-             + (f" (positions {_positions(c.positions_missing)} not returned by the source)"
-                if c.positions_missing else ""))
-    blind = "entries outside the returned top-k were not returned and are not checked"
-    kld = c.kld.get("max")
-    kld_line = f"KL divergence ≥ {_g(kld)} nats at the worst position (a lower bound from top-k data)" \
-        if kld is not None else "KL divergence: no position compared"
-
-    if c.bit_exact:
-        return Verdict("bit-exact", [
-            f"bit-exact on the returned top-k: all {n} compared positions "
-            f"return the same tokens in the same order with identical bits",
-            scope, blind,
-        ], dataclasses.asdict(t))
-    verdict = classify(c, t)
-    bounds = (f"max |Δ log-probability| {_g(c.max_abs_diff)}, {_g(c.max_scaled_ulp)} ULP at row scale, and the top-k "
-              "spreads are over the tokens both runs returned (lower bounds of the full-vocabulary values)")
-    return dataclasses.replace(verdict, evidence=list(verdict.evidence) + [bounds, kld_line, scope]
-                               + ([blind] if verdict.word in ("ulp-noise",) else []))
-
-
-def _positions(items: Sequence[int], limit: int = 6) -> str:
-    shown = ", ".join(map(str, items[:limit]))
-    return shown + (f", … ({len(items)} in all)" if len(items) > limit else "")
+    return classify(comparison, thresholds or Thresholds())
