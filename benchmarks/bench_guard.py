@@ -39,6 +39,7 @@ import numpy as np
 
 from logitlab.engines.variant import parse_variant
 from logitlab.experiments import guard as G
+from logitlab.experiments import guard_calibration as GC
 from logitlab.experiments.isolation import load_engine
 from logitlab.experiments.prompts import builtin_prompts
 from logitlab.experiments.verify import greedy_m1, replay_mk
@@ -91,8 +92,8 @@ def main() -> None:
         cal_ids = engine.tokenize(p.text)
         ref = greedy_m1(engine, cal_ids, n)
         pairs.append((ref.decode_rows, replay_mk(engine, cal_ids, ref.tokens, args.k)[0]))
-    cal = G.calibrate(pairs, k=args.k, safety=args.safety)
-    at_floor = G.calibrate(pairs, k=args.k, safety=1.0)  # the least τ that still covers the floor
+    cal = GC.calibrate(pairs, k=args.k, safety=args.safety)
+    at_floor = GC.calibrate(pairs, k=args.k, safety=1.0)  # the least τ that still covers the floor
     reference = {name: greedy_m1(engine, i, n).tokens for name, i in ids.items()}
 
     seconds = {m: [0.0] * args.rounds for m in METHODS}

@@ -233,7 +233,7 @@ def test_verify_cli_require_fails_on_a_crash(tmp_path):
 # -- sweep ------------------------------------------------------------------------------------------
 def test_a_sweep_cell_whose_candidate_crashes_is_a_crashed_cell_not_a_failed_job():
     from logitlab.experiments.engine_cache import EngineCache
-    from logitlab.experiments.matrix import parse_matrix
+    from logitlab.experiments.matrix_file import parse_matrix
     from logitlab.experiments.sweep_job import run_job
     from logitlab.experiments.sweep_summary import summarize
     from logitlab.report import markdown

@@ -15,8 +15,10 @@ import pytest
 from logitlab.engines.variant import Variant
 from logitlab.errors import InputError
 from logitlab.experiments import guard as G
+from logitlab.experiments import guard_calibration as GC
 from logitlab.experiments.prompts import builtin_prompts
 from logitlab.experiments.verify import VerifyConfig, greedy_m1, replay_mk, run_verify
+from logitlab.numerics.floor import topk_spread
 
 from conftest import FakeEngine
 from test_verify import ONE_BATCH_THREAD, ToyEngine
@@ -54,15 +56,15 @@ def test_row_margins_and_topk_spread():
     ref = np.array([[3.0, 2.0, 0.0, -1.0]], np.float32)
     obs = ref + np.array([[0.1, -0.2, 5.0, 0.0]], np.float32)
     # top-2 of ref {0, 1}, of obs {2, 0}: Δ over {0, 1, 2} = {0.1, -0.2, 5.0}
-    assert G.topk_spread(ref, obs, k=2)[0] == pytest.approx(5.2)
-    assert G.topk_spread(ref, obs, k=1)[0] == pytest.approx(4.9)
+    assert topk_spread(ref, obs, k=2)[0] == pytest.approx(5.2)
+    assert topk_spread(ref, obs, k=1)[0] == pytest.approx(4.9)
 
 
 def test_a_row_whose_spread_is_below_its_margin_never_flips():
     rng = np.random.default_rng(0)
     ref = rng.normal(0, 1, (4000, 32)).astype(np.float32)
     obs = ref + rng.normal(0, 0.3, ref.shape).astype(np.float32)
-    spread = G.topk_spread(ref, obs, k=5)
+    spread = topk_spread(ref, obs, k=5)
     margin = G.row_margins(obs)
     flips = ref.argmax(1) != obs.argmax(1)
     covered = spread < margin
@@ -93,7 +95,7 @@ def test_unguarded_loop_with_exact_verify_does_the_ideal_work():
         run = G.speculative_greedy(session, [1, 2, 3], 20, k=4, draft=G.oracle_draft(ref.tokens))
     assert run.tokens == ref.tokens
     assert run.forward_rows == 19 and run.forward_calls == 5 and run.discarded_rows == 0 and not run.triggers
-    ev = G.evaluate_run(run, ref.tokens, ref.rows)
+    ev = GC.evaluate_run(run, ref.tokens, ref.rows)
     assert ev.identical and ev.bit_exact_rows == 20
 
 
@@ -103,7 +105,7 @@ def calibrated(engine, k=4, n=48, **safety):
     for ids in ([7, 8, 9], [10, 11, 12, 13]):
         ref = greedy_m1(engine, ids, n)
         pairs.append((ref.decode_rows, replay_mk(engine, ids, ref.tokens, k)[0]))
-    return G.calibrate(pairs, k=k, **safety)
+    return GC.calibrate(pairs, k=k, **safety)
 
 
 def guarded(engine, prompt, tau, fallback, n=48, k=4):
@@ -111,7 +113,7 @@ def guarded(engine, prompt, tau, fallback, n=48, k=4):
     with engine.open_session() as session:
         run = G.speculative_greedy(session, prompt, n, k=k, draft=G.oracle_draft(ref.tokens), tau=tau,
                                    fallback=fallback)
-    return run, G.evaluate_run(run, ref.tokens, ref.rows)
+    return run, GC.evaluate_run(run, ref.tokens, ref.rows)
 
 
 def test_calibration_sets_tau_from_the_noise_floor_of_the_verdicts():
@@ -123,17 +125,17 @@ def test_calibration_sets_tau_from_the_noise_floor_of_the_verdicts():
     assert 0 < cal.p50_topk_spread <= cal.floor <= cal.max_topk_spread
     assert cal.tau_full_vocab == pytest.approx(2 * cal.max_abs_diff) and 0 < cal.trigger_rate <= 1
     with pytest.raises(InputError, match="--guard-safety must be > 0"):
-        G.calibrate([], k=4, safety=0)
+        GC.calibrate([], k=4, safety=0)
 
 
 def test_calibration_without_a_floor_falls_back_on_the_largest_spread():
     ref = np.random.default_rng(0).normal(0, 2, (6, 40)).astype(np.float32)
     obs = ref.copy()
     obs[2] += np.random.default_rng(1).normal(0, 0.01, 40).astype(np.float32)  # 1 differing row < 8
-    cal = G.calibrate([(ref, obs)], k=2, safety=3.0)
+    cal = GC.calibrate([(ref, obs)], k=2, safety=3.0)
     assert cal.floor is None and cal.floor_positions == 1
     assert cal.tau == pytest.approx(3 * cal.max_topk_spread) and "τ = safety × the largest spread" in cal.floor_reason
-    exact = G.calibrate([(ref, ref.copy())], k=2)
+    exact = GC.calibrate([(ref, ref.copy())], k=2)
     assert exact.tau == 0 and exact.floor is None
 
 

@@ -22,8 +22,10 @@ Pieces (usable from any Python engine loop):
 - :func:`rollback` — drop a session's positions from ``n_past`` on;
 - :func:`speculative_greedy` — a complete speculative greedy loop with the
   guard (``tau=None``: unguarded), counting forward work;
-- :func:`topk_spread`, :func:`calibrate` — the bound ``--guard auto`` sets τ from;
-- :func:`evaluate_run` — a guarded run against the M=1 greedy run.
+- :func:`~logitlab.experiments.guard_calibration.calibrate` — the bound
+  ``--guard auto`` sets τ from (:func:`~logitlab.numerics.floor.topk_spread`);
+- :func:`~logitlab.experiments.guard_calibration.evaluate_run` — a guarded run
+  against the M=1 greedy run.
 
 What the guard guarantees
 -------------------------
@@ -52,24 +54,21 @@ top-k sets, hence::
   nothing bounds it. On llama.cpp the re-decode mostly reproduces the M=K row
   bit for bit: the difference lives in the KV history, not in the verify
   forward.
-- Logits and KV entries are never claimed bit-exact. :func:`evaluate_run`
+- Logits and KV entries are never claimed bit-exact. :func:`~logitlab.experiments.guard_calibration.evaluate_run`
   measures all of it: token identity at every position, bit-exact rows,
   max |Δ|, spreads against τ, and rows the bound did not cover.
 """
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import numpy as np
 
 from logitlab.engines.base import Session
 from logitlab.errors import EngineError, InputError
-from logitlab.numerics.compare import compare_logits, merge_comparisons
-from logitlab.numerics.floor import measure_floor, topk_spread
 
 #: source of a decided token
 PREFILL, VERIFY, REDECODE = "prefill", "verify", "redecode"
@@ -288,7 +287,7 @@ def speculative_greedy(
             corrected and counted). Costs an M=1 decode of every position up to
             the last trigger.
         verify: the M=K call (default ``session.decode``).
-        keep_rows: keep the deciding row of every token (for :func:`evaluate_run`).
+        keep_rows: keep the deciding row of every token (for :func:`~logitlab.experiments.guard_calibration.evaluate_run`).
 
     Returns:
         SpeculativeRun.
@@ -304,25 +303,10 @@ def speculative_greedy(
     if not supports_rollback(session):
         rollback(session, session.n_past)  # raises the explanatory InputError
     verify = verify or session.decode
-    run = SpeculativeRun(k=k, tau=tau, fallback=fallback, tokens=[], sources=[], margins=[], rows=None)
-    kept: list[np.ndarray] = []
-
-    def emit(token: int, row: np.ndarray, source: str, margin: float) -> None:
-        run.tokens.append(int(token))
-        run.sources.append(source)
-        run.margins.append(float(margin))
-        if keep_rows:
-            kept.append(row)
-
-    def truncate_to(n_generated: int) -> None:
-        del run.tokens[n_generated:], run.sources[n_generated:], run.margins[n_generated:]
-        del kept[n_generated:]
-
-    n_prompt = len(prompt_ids)
-    prefill = session.prefill(prompt_ids)[-1:]
-    emit(int(np.argmax(prefill[0])), prefill[0], PREFILL, float(row_margins(prefill)[0]))
-    exact_upto = session.n_past  # positions whose KV entries the M=1 path wrote (resync)
-    pending: list[tuple[int, int, np.ndarray, np.ndarray]] = []
+    decoder = _GuardedDecoder(session, prompt_ids, SpeculativeRun(k=k, tau=tau, fallback=fallback, tokens=[],
+                                                                  sources=[], margins=[], rows=None), keep_rows)
+    run = decoder.run
+    decoder.start()
     n_timings = len(session.timings)
     start = time.perf_counter()
     while len(run.tokens) < n_tokens:
@@ -337,242 +321,99 @@ def speculative_greedy(
         run.forward_rows += m
         decision = check_block(rows, inputs, tau)
         for i, token in enumerate(decision.tokens):
-            emit(token, rows[i], VERIFY, float(decision.margins[i]))
+            decoder.emit(token, rows[i], VERIFY, float(decision.margins[i]))
         if not decision.redecode:
             if decision.keep < m:
                 rollback(session, n0 + decision.keep)
                 run.discarded_rows += m - decision.keep
                 run.rejections += 1
-            continue
-        i = decision.keep
+        elif fallback == "redecode":
+            decoder.redecode(inputs, rows, decision.keep, n0)
+        else:
+            decoder.resync(rows, decision.keep, n0)
+    run.decode_seconds = time.perf_counter() - start
+    run.engine_seconds = float(sum(t.seconds for t in session.timings[n_timings:]))
+    return decoder.finish(n_tokens)
+
+
+class _GuardedDecoder:
+    """The state of one :func:`speculative_greedy` run: the tokens so far, their rows, the guard's fallbacks."""
+
+    def __init__(self, session: Session, prompt_ids: Sequence[int], run: SpeculativeRun, keep_rows: bool):
+        self.session, self.prompt_ids, self.run, self.keep_rows = session, prompt_ids, run, keep_rows
+        self.kept: list[np.ndarray] = []
+        self.pending: list[tuple[int, int, np.ndarray, np.ndarray]] = []  # (token index, block row, M=K, M=1)
+        self.exact_upto = 0  # positions whose KV entries the M=1 path wrote (resync)
+
+    def emit(self, token: int, row: np.ndarray, source: str, margin: float) -> None:
+        run = self.run
+        run.tokens.append(int(token))
+        run.sources.append(source)
+        run.margins.append(float(margin))
+        if self.keep_rows:
+            self.kept.append(row)
+
+    def _emit_m1(self, row: np.ndarray) -> None:
+        self.emit(int(np.argmax(row)), row, REDECODE, float(row_margins(row[None])[0]))
+
+    def truncate_to(self, n_generated: int) -> None:
+        run = self.run
+        del run.tokens[n_generated:], run.sources[n_generated:], run.margins[n_generated:]
+        del self.kept[n_generated:]
+
+    def start(self) -> None:
+        """Prefill the prompt; its last row gives the first token."""
+        prefill = self.session.prefill(self.prompt_ids)[-1:]
+        self.emit(int(np.argmax(prefill[0])), prefill[0], PREFILL, float(row_margins(prefill)[0]))
+        self.exact_upto = self.session.n_past
+
+    def redecode(self, inputs: Sequence[int], rows: np.ndarray, i: int, n0: int) -> None:
+        """Fallback ``redecode``: roll back to the flagged row ``i`` of the block at ``n0``, decode it alone."""
+        session, run = self.session, self.run
+        rollback(session, n0 + i)
+        run.discarded_rows += len(inputs) - i
+        redone = session.decode([inputs[i]])[0]
+        run.forward_calls += 1
+        run.forward_rows += 1
+        self.pending.append((len(run.tokens), i, rows[i], redone))
+        self._emit_m1(redone)
+
+    def resync(self, rows: np.ndarray, i: int, n0: int) -> None:
+        """Fallback ``resync``: replay M=1 from the last M=1-written position up to the flagged row ``i``."""
+        session, run = self.session, self.run
         target = n0 + i  # position of the flagged row's input
-        if fallback == "redecode":
-            rollback(session, target)
-            run.discarded_rows += m - i
-            redone = session.decode([inputs[i]])[0]
-            run.forward_calls += 1
-            run.forward_rows += 1
-            pending.append((len(run.tokens), i, rows[i], redone))
-            emit(int(np.argmax(redone)), redone, REDECODE, float(row_margins(redone[None])[0]))
-            continue
-        # resync: replay M=1 from the last M=1-written position up to the flagged one
-        run.discarded_rows += session.n_past - exact_upto
-        rollback(session, exact_upto)
-        sequence = list(prompt_ids) + run.tokens
-        for pos in range(exact_upto, target + 1):
+        run.discarded_rows += session.n_past - self.exact_upto
+        rollback(session, self.exact_upto)
+        sequence = list(self.prompt_ids) + run.tokens
+        for pos in range(self.exact_upto, target + 1):
             redone = session.decode([sequence[pos]])[0]
             run.forward_calls += 1
             run.forward_rows += 1
-            exact_upto = pos + 1
-            decided = pos + 1 - n_prompt  # generated-token index this row decides
-            token = int(np.argmax(redone))
+            self.exact_upto = pos + 1
+            decided = pos + 1 - len(self.prompt_ids)  # generated-token index this row decides
             if pos == target:
-                pending.append((decided, i, rows[i], redone))
-                emit(token, redone, REDECODE, float(row_margins(redone[None])[0]))
-            elif token != run.tokens[decided]:
+                self.pending.append((decided, i, rows[i], redone))
+                self._emit_m1(redone)
+            elif int(np.argmax(redone)) != run.tokens[decided]:
                 run.corrections += 1  # an accepted verify token was wrong: take the M=1 one
-                truncate_to(decided)
-                emit(token, redone, REDECODE, float(row_margins(redone[None])[0]))
+                self.truncate_to(decided)
+                self._emit_m1(redone)
                 break
-    run.decode_seconds = time.perf_counter() - start
-    run.engine_seconds = float(sum(t.seconds for t in session.timings[n_timings:]))
-    del run.tokens[n_tokens:], run.sources[n_tokens:], run.margins[n_tokens:], kept[n_tokens:]
-    # Measurements of the fallback's effect, outside the timed loop.
-    for index, row_index, verify_row, m1_row in pending:
-        diff = np.abs(verify_row.astype(np.float64) - m1_row)
-        run.triggers.append(Trigger(
-            index=index, block_row=row_index,
-            margin_verify=float(row_margins(verify_row[None])[0]),
-            margin_fallback=float(row_margins(m1_row[None])[0]),
-            token_verify=int(np.argmax(verify_row)), token_fallback=int(np.argmax(m1_row)),
-            fallback_bit_exact=bool(np.array_equal(verify_row.view(np.uint32), m1_row.view(np.uint32))),
-            fallback_max_abs_diff=float(np.nanmax(diff)) if diff.size else 0.0,
-        ))
-    if keep_rows:
-        run.rows = np.stack(kept)
-    return run
 
-
-# -- calibration ---------------------------------------------------------------
-@dataclass
-class Calibration:
-    """How ``--guard auto`` chose τ, and what other choices would cost.
-
-    Attributes:
-        tau: the chosen margin, ``safety × floor`` (logits); ``safety ×
-            max_topk_spread`` when the floor could not be measured.
-        safety: the safety factor.
-        floor: the noise floor: p99 of the top-k Δ spread over the calibration rows
-            that differ and kept their argmax (logits); None when not measured.
-        floor_positions: rows the floor was measured on.
-        floor_reason: one line: the floor, or why τ falls back on the largest spread.
-        k: verify block size of the calibration replay.
-        top_k: k of :func:`topk_spread`.
-        prompts: names of the (held-out) calibration prompts.
-        rows: verify rows compared.
-        max_topk_spread, p50_topk_spread, p99_topk_spread: of those rows (logits).
-        max_abs_diff: largest |Δ| over the full vocabulary (logits).
-        trigger_rate: fraction of calibration verify rows with margin < τ (predicted trigger rate).
-        tau_full_vocab: ``2 × max_abs_diff``: the bound that needs no top-k argument.
-        trigger_rate_full_vocab: fraction of rows with margin < ``tau_full_vocab``.
-        tau_for_10pct: the margin below which 10 % of calibration rows fall.
-    """
-
-    tau: float
-    safety: float
-    k: int
-    top_k: int
-    prompts: list[str]
-    rows: int
-    max_topk_spread: float
-    p50_topk_spread: float
-    p99_topk_spread: float
-    max_abs_diff: float
-    trigger_rate: float
-    tau_full_vocab: float
-    trigger_rate_full_vocab: float
-    tau_for_10pct: float
-    floor: float | None = None
-    floor_positions: int = 0
-    floor_reason: str = ""
-    source: str = "auto"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def calibrate(
-    pairs: Iterable[tuple[np.ndarray, np.ndarray]],
-    *,
-    k: int,
-    safety: float = 4.0,
-    top_k: int = 5,
-    prompts: Sequence[str] = (),
-    min_positions: int = 8,
-    floor_factor: float = 4.0,
-) -> Calibration:
-    """Choose τ from (M=1 rows, M=K verify rows) pairs of a calibration replay.
-
-    Args:
-        pairs: per prompt, ``(reference, observed)`` ``(n, n_vocab)`` float32
-            logits: the M=1 greedy rows and the M=K replay rows at the same
-            positions.
-        k: the verify block size the replay used (recorded).
-        safety: τ = safety × the noise floor (p99 of the top-k Δ spread over
-            the rows that differ and kept their argmax). Default 4, the
-            verdict's ``floor_factor``: a row accepted at margin ≥ τ can flip
-            only through a change outside the floor. The guarded loop's rows
-            also read a KV history the calibration never saw (part M=1, part
-            M=K): the factor is headroom for that too. With fewer than
-            ``min_positions`` such rows (a bit-exact verify path) τ is
-            safety × the largest spread (0 when every row is bit-exact).
-        top_k: k of :func:`topk_spread`.
-        prompts: names for the record.
-        min_positions, floor_factor: the verdict's, for :func:`~logitlab.numerics.floor.measure_floor`.
-
-    Returns:
-        Calibration.
-
-    Raises:
-        InputError: no rows, or safety ≤ 0.
-    """
-    if not safety > 0:
-        raise InputError(f"--guard-safety must be > 0, got {safety}")
-    spreads, margins, comparisons, max_abs = [], [], [], 0.0
-    for reference, observed in pairs:
-        spreads.append(topk_spread(reference, observed, top_k))
-        margins.append(row_margins(observed))
-        comparisons.append(compare_logits(reference, observed, top_k=top_k))
-        diff = np.abs(observed.astype(np.float64) - reference)
-        max_abs = max(max_abs, float(np.nanmax(diff)) if diff.size else 0.0)
-    if not spreads or not sum(len(s) for s in spreads):
-        raise InputError("the guard calibration compared no rows")
-    spread = np.concatenate(spreads)
-    margin = np.concatenate(margins)
-    floor = measure_floor(merge_comparisons(comparisons), min_positions=min_positions,
-                          floor_factor=floor_factor)
-    if floor.measured:
-        tau, reason = safety * floor.value, floor.reason
-    else:
-        tau = safety * float(spread.max())
-        reason = floor.reason.replace("the fixed thresholds decide", "τ = safety × the largest spread")
-    full = 2.0 * max_abs
-    return Calibration(
-        tau=tau, safety=float(safety), k=k, top_k=top_k, prompts=list(prompts), rows=int(spread.size),
-        max_topk_spread=float(spread.max()), p50_topk_spread=float(np.percentile(spread, 50)),
-        p99_topk_spread=float(np.percentile(spread, 99)), max_abs_diff=max_abs,
-        trigger_rate=float(np.mean(margin < tau)) if tau > 0 else 0.0,
-        tau_full_vocab=full, trigger_rate_full_vocab=float(np.mean(margin < full)) if full > 0 else 0.0,
-        tau_for_10pct=float(np.percentile(margin, 10)),
-        floor=floor.value if floor.measured else None, floor_positions=floor.positions, floor_reason=reason,
-    )
-
-
-# -- evaluation -----------------------------------------------------------------
-@dataclass
-class GuardEvaluation:
-    """A speculative run measured against the M=1 greedy run of the same prompt.
-
-    Token identity is checked at every position; the logit statistics cover
-    the positions up to and including the first differing token (after it the
-    inputs differ). "Covered" rows are those the bound protects: spread below
-    the row's margin.
-    """
-
-    identical: bool
-    first_divergence: int | None        # generated-token index
-    rows_compared: int
-    bit_exact_rows: int
-    max_abs_diff: float
-    max_topk_spread_verify: float       # over accepted verify rows
-    max_topk_spread_redecode: float     # over re-decoded rows
-    verify_rows_over_tau: int | None    # accepted rows with spread ≥ τ (calibration bound broke); None: unguarded
-    rows_uncovered: int                 # verify or re-decoded rows whose spread ≥ their own margin
-    redecode_rows_uncovered: int        # of those, re-decoded rows
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def evaluate_run(run: SpeculativeRun, reference_tokens: Sequence[int], reference_rows: np.ndarray,
-                 *, top_k: int = 5) -> GuardEvaluation:
-    """Compare a speculative run with M=1 greedy.
-
-    Args:
-        run: from :func:`speculative_greedy` with ``keep_rows=True``.
-        reference_tokens: the M=1 greedy tokens (at least ``len(run.tokens)``).
-        reference_rows: ``(n, n_vocab)``: the M=1 row that decided each greedy
-            token (prefill row first).
-
-    Raises:
-        InputError: the run kept no rows, or the reference is shorter than the run.
-    """
-    if run.rows is None:
-        raise InputError("evaluate_run needs a run made with keep_rows=True")
-    n = len(run.tokens)
-    if len(reference_tokens) < n or len(reference_rows) < n:
-        raise InputError(f"the reference has {len(reference_tokens)} tokens, the run {n}")
-    diverge = next((i for i in range(n) if run.tokens[i] != int(reference_tokens[i])), None)
-    upto = n if diverge is None else diverge + 1
-    ref, obs = np.asarray(reference_rows[:upto]), run.rows[:upto]
-    spread = topk_spread(ref, obs, top_k)
-    same = np.array([np.array_equal(a.view(np.uint32), b.view(np.uint32)) for a, b in zip(ref, obs)])
-    sources = np.array(run.sources[:upto])
-    margins = np.array(run.margins[:upto])
-    verify, redo = sources == VERIFY, sources == REDECODE
-    tau = run.tau or 0.0
-    return GuardEvaluation(
-        identical=diverge is None, first_divergence=diverge, rows_compared=upto,
-        bit_exact_rows=int(same.sum()),
-        max_abs_diff=float(np.nanmax(np.abs(obs.astype(np.float64) - ref))) if upto else 0.0,
-        max_topk_spread_verify=float(spread[verify].max()) if verify.any() else 0.0,
-        max_topk_spread_redecode=float(spread[redo].max()) if redo.any() else 0.0,
-        verify_rows_over_tau=int(np.sum(spread[verify] >= tau)) if tau > 0 else None,
-        rows_uncovered=int(np.sum((spread >= margins) & (verify | redo))),
-        redecode_rows_uncovered=int(np.sum(spread[redo] >= margins[redo])),
-    )
-
-
-def fraction(numerator: float, denominator: float) -> float:
-    """numerator / denominator, NaN when the denominator is 0."""
-    return numerator / denominator if denominator else math.nan
+    def finish(self, n_tokens: int) -> SpeculativeRun:
+        """Cut to ``n_tokens``; measure each fallback's effect (outside the timed loop)."""
+        run = self.run
+        self.truncate_to(n_tokens)
+        for index, row_index, verify_row, m1_row in self.pending:
+            diff = np.abs(verify_row.astype(np.float64) - m1_row)
+            run.triggers.append(Trigger(
+                index=index, block_row=row_index,
+                margin_verify=float(row_margins(verify_row[None])[0]),
+                margin_fallback=float(row_margins(m1_row[None])[0]),
+                token_verify=int(np.argmax(verify_row)), token_fallback=int(np.argmax(m1_row)),
+                fallback_bit_exact=bool(np.array_equal(verify_row.view(np.uint32), m1_row.view(np.uint32))),
+                fallback_max_abs_diff=float(np.nanmax(diff)) if diff.size else 0.0,
+            ))
+        if self.keep_rows:
+            run.rows = np.stack(self.kept)
+        return run

@@ -37,6 +37,7 @@ from logitlab.engines.variant import Variant
 from logitlab.errors import EngineCrashed, InputError, LogitlabError
 from logitlab.events import Event, ignore_event
 from logitlab.experiments import guard as G
+from logitlab.experiments import guard_calibration as GC
 from logitlab.experiments.isolation import load_supervised
 from logitlab.experiments.prompts import Prompt, builtin_prompts, check_unique
 from logitlab.manifest import build_manifest
@@ -372,7 +373,7 @@ class VerifyExperiment:
         if result.guard is not None:
             result.guard.totals = guard_totals(result.guard.results, self.config.guard_fallbacks)
 
-    def _calibrate(self, engine: Engine, cal_ids: dict[str, list[int]]) -> G.Calibration:
+    def _calibrate(self, engine: Engine, cal_ids: dict[str, list[int]]) -> GC.Calibration:
         cfg = self.config
         pairs = []
         for name, ids in cal_ids.items():
@@ -383,7 +384,7 @@ class VerifyExperiment:
                                  phase=f"verify blocks M={cfg.guard_k} (calibration {name})")
             pairs.append((ref.decode_rows, obs))
         safety = cfg.thresholds.floor_factor if cfg.guard_safety is None else cfg.guard_safety
-        return G.calibrate(pairs, k=cfg.guard_k, safety=safety, top_k=cfg.top_k, prompts=list(cal_ids),
+        return GC.calibrate(pairs, k=cfg.guard_k, safety=safety, top_k=cfg.top_k, prompts=list(cal_ids),
                            min_positions=cfg.thresholds.min_positions, floor_factor=cfg.thresholds.floor_factor)
 
     def _flips(self, engine: Engine, prompt: str, k: int, n_prompt: int, c: LogitComparison,
@@ -445,7 +446,7 @@ class VerifyExperiment:
             self.on_event("step", {"description": f"{name}: unguarded speculative K={k}"})
             plain = call_engine(engine, speculative_run, ids, n, k, ref.tokens, None, "redecode",
                                 phase=f"unguarded speculative K={k} (prompt {name})")
-            plain_eval = G.evaluate_run(plain, ref.tokens, ref.rows, top_k=cfg.top_k)
+            plain_eval = GC.evaluate_run(plain, ref.tokens, ref.rows, top_k=cfg.top_k)
             plain_seconds = plain.decode_seconds
             plain_identical, plain_first = plain_eval.identical, plain_eval.first_divergence
         ideal_rows = n - 1
@@ -455,19 +456,19 @@ class VerifyExperiment:
             self.on_event("step", {"description": f"{name}: guarded ({fallback}) K={k}"})
             run = call_engine(engine, speculative_run, ids, n, k, ref.tokens, guard.tau, fallback,
                               phase=f"guarded ({fallback}) K={k} (prompt {name})")
-            ev = G.evaluate_run(run, ref.tokens, ref.rows, top_k=cfg.top_k)
+            ev = GC.evaluate_run(run, ref.tokens, ref.rows, top_k=cfg.top_k)
             decided = sum(1 for s in run.sources if s != G.PREFILL)
             guard.results.append(GuardPromptResult(
                 prompt=name, fallback=fallback, k=k, tokens=len(run.tokens), ideal_rows=ideal_rows,
                 ideal_calls=ideal_calls, decided_by_verify=decided,
-                triggers=len(run.triggers), trigger_rate=G.fraction(len(run.triggers), decided),
+                triggers=len(run.triggers), trigger_rate=GC.fraction(len(run.triggers), decided),
                 forward_rows=run.forward_rows, forward_calls=run.forward_calls, discarded_rows=run.discarded_rows,
                 corrections=run.corrections,
-                extra_rows=G.fraction(run.forward_rows - ideal_rows, ideal_rows),
-                extra_calls=G.fraction(run.forward_calls - ideal_calls, ideal_calls),
+                extra_rows=GC.fraction(run.forward_rows - ideal_rows, ideal_rows),
+                extra_calls=GC.fraction(run.forward_calls - ideal_calls, ideal_calls),
                 seconds_per_token=run.decode_seconds / per, unguarded_seconds_per_token=plain_seconds / per,
                 m1_seconds_per_token=ref.decode_seconds / n,
-                overhead_vs_unguarded=G.fraction(run.decode_seconds - plain_seconds, plain_seconds),
+                overhead_vs_unguarded=GC.fraction(run.decode_seconds - plain_seconds, plain_seconds),
                 identical=ev.identical, first_divergence=ev.first_divergence,
                 unguarded_identical=plain_identical, unguarded_first_divergence=plain_first,
                 triggers_fallback_exact=sum(t.fallback_bit_exact for t in run.triggers),
@@ -522,17 +523,17 @@ def guard_totals(results: Sequence[GuardPromptResult], fallbacks: Sequence[str])
             "identical_prompts": sum(r.identical for r in rs),
             "unguarded_identical_prompts": sum(r.unguarded_identical for r in rs),
             "triggers": sum(r.triggers for r in rs),
-            "trigger_rate": G.fraction(sum(r.triggers for r in rs), sum(r.decided_by_verify for r in rs)),
+            "trigger_rate": GC.fraction(sum(r.triggers for r in rs), sum(r.decided_by_verify for r in rs)),
             "forward_rows": rows,
             "forward_calls": calls,
             "ideal_rows": ideal_rows,
             "ideal_calls": ideal_calls,
-            "extra_rows": G.fraction(rows - ideal_rows, ideal_rows),
-            "extra_calls": G.fraction(calls - ideal_calls, ideal_calls),
-            "seconds_per_token": G.fraction(seconds, sum(max(r.ideal_rows, 1) for r in rs)),
-            "unguarded_seconds_per_token": G.fraction(plain, sum(max(r.ideal_rows, 1) for r in rs)),
-            "m1_seconds_per_token": G.fraction(sum(r.m1_seconds_per_token for r in rs), len(rs)),
-            "overhead_vs_unguarded": G.fraction(seconds - plain, plain),
+            "extra_rows": GC.fraction(rows - ideal_rows, ideal_rows),
+            "extra_calls": GC.fraction(calls - ideal_calls, ideal_calls),
+            "seconds_per_token": GC.fraction(seconds, sum(max(r.ideal_rows, 1) for r in rs)),
+            "unguarded_seconds_per_token": GC.fraction(plain, sum(max(r.ideal_rows, 1) for r in rs)),
+            "m1_seconds_per_token": GC.fraction(sum(r.m1_seconds_per_token for r in rs), len(rs)),
+            "overhead_vs_unguarded": GC.fraction(seconds - plain, plain),
             "triggers_fallback_exact": sum(r.triggers_fallback_exact for r in rs),
             "triggers_token_changed": sum(r.triggers_token_changed for r in rs),
             "corrections": sum(r.corrections for r in rs),
