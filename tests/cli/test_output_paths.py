@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from logitlab.cli.common import check_output_paths
+from logitlab.cli.outputs import check_output_paths
 from logitlab.errors import InputError
 
 sys.path.insert(0, __file__.rsplit("/cli/", 1)[0] + "/dumps")
@@ -66,7 +66,7 @@ def test_cli_commands_refuse_to_overwrite_their_inputs(tmp_path):
 
 
 def test_probing_leaves_no_folder_behind_and_the_writers_create_it(tmp_path):
-    from logitlab.cli.common import write_reports
+    from logitlab.cli.outputs import write_reports
 
     target = tmp_path / "new" / "deeper" / "r.json"
     check_output_paths(json=str(target), markdown=str(tmp_path / "new" / "r.md"))

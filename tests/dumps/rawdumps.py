@@ -59,7 +59,9 @@ def raw_path(folder: Path, prefix: str, name: str, layer: int | None, pos: int, 
 def write_logitlab_dump(folder: Path, tensors: dict) -> Path:
     """A logitlab dump of ``tensors``: one step file per position (prefill of position 0, then decode steps),
     each tensor stored as one row ``(1, width)`` in execution order, as a capture writes them."""
-    from logitlab.dumps.format import DumpManifest, StepInfo, StepWriter, TensorEntry, TensorFilter
+    from logitlab.dumps.filters import TensorFilter
+    from logitlab.dumps.manifest import DumpManifest, StepInfo, TensorEntry
+    from logitlab.dumps.step_writer import StepWriter
 
     folder.mkdir(parents=True, exist_ok=True)
     entries, steps = [], []

@@ -8,8 +8,8 @@ import pytest
 from safetensors.numpy import save_file
 
 from logitlab.dumps import ShapeSpec, TensorFilter, diff_dumps, open_dump
-from logitlab.dumps.diff import DumpDiffResult
-from logitlab.dumps.readers import infer_prefix
+from logitlab.dumps.diff_results import DumpDiffResult
+from logitlab.dumps.read_files import infer_prefix
 from logitlab.errors import InputError
 from rawdumps import N_LAYERS, N_POS, WIDTH, base_tensors, plant, raw_path, write_folder
 

@@ -7,18 +7,11 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from logitlab.dumps.format import (
-    DumpManifest,
-    StepWriter,
-    TensorEntry,
-    TensorFilter,
-    format_label,
-    format_ranges,
-    parse_ranges,
-    parse_size,
-    read_manifest,
-    split_label,
-)
+from logitlab.dumps.filters import TensorFilter, format_ranges, parse_ranges
+from logitlab.dumps.format import format_label, split_label
+from logitlab.dumps.manifest import DumpManifest, TensorEntry, read_manifest
+from logitlab.dumps.sizes import parse_size
+from logitlab.dumps.step_writer import StepWriter
 from logitlab.errors import InputError
 
 

@@ -8,7 +8,7 @@ import types
 import pytest
 
 from logitlab.dumps.capture_hf import HfCapture
-from logitlab.dumps.format import TensorFilter
+from logitlab.dumps.filters import TensorFilter
 from logitlab.dumps.hf_names import GEMMA2, GEMMA3, HF_NAMES, LLAMA, TABLES, down_proj_input_name, name_table
 
 torch = pytest.importorskip("torch")

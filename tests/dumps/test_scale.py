@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from logitlab.dumps import diff_dumps, open_dump
-from logitlab.dumps.diff import DumpDiffResult
+from logitlab.dumps.diff_results import DumpDiffResult
 from logitlab.dumps.stats import SCALE_MAX_RESIDUAL, SCALE_MIN_DEVIATION, TensorStats, fitted_scale, tensor_stats
 from logitlab import report
 from rawdumps import N_POS, base_tensors, plant, write_folder

@@ -39,7 +39,7 @@ from safetensors import safe_open
 
 from conftest import SHORT_PROMPT
 from logitlab.dumps.diff import diff_dumps
-from logitlab.dumps.format import read_manifest
+from logitlab.dumps.manifest import read_manifest
 from logitlab.dumps.readers import open_dump
 from logitlab.runlog import read_run_log
 

@@ -23,7 +23,7 @@ from fuzzing import DATA, outcome
 from mutate import file_edits, folder_edits
 from logitlab import report
 from logitlab.dumps.diff import diff_dumps
-from logitlab.dumps.format import read_manifest
+from logitlab.dumps.manifest import read_manifest
 from logitlab.dumps.readers import FORMATS, open_dump
 
 DUMPS = DATA / "fuzz" / "dumps"

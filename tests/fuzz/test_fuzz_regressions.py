@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from fuzzing import DATA
-from logitlab.dumps.format import read_manifest
+from logitlab.dumps.manifest import read_manifest
 from logitlab.dumps.readers import open_dump
 from logitlab.engines.command import read_logits
 from logitlab.errors import EngineError, InputError

@@ -18,8 +18,8 @@ from logitlab.perf.changepoint import (
     ChangePoint,
     ChangePointSeries,
     detect_change_points,
-    noise_sd,
 )
+from logitlab.perf.changepoint_stats import noise_sd
 
 
 def levels(rng, n, steps=(), sigma=0.01, base=100.0):

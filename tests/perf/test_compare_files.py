@@ -12,12 +12,8 @@ import pytest
 from bench_tools import gbench_binary, run_gbench, run_pyperf
 from logitlab.errors import InputError
 from logitlab.report.speed_text import scenario_reason
-from logitlab.perf.compare_files import (
-    NoiseProfile,
-    calibrate_noise,
-    compare_benchmarks,
-    holm_adjust,
-)
+from logitlab.perf.calibration import NoiseProfile, calibrate_noise
+from logitlab.perf.compare_files import compare_benchmarks, holm_adjust
 from logitlab.perf.readers import read_benchmark_file
 from logitlab.perf.readers.base import BenchmarkFile, make_scenario
 

@@ -15,11 +15,10 @@ from logitlab.perf.sequential import (
     sequential_comparison,
     sequential_decision,
     sequential_step,
-    spending_boundaries,
-    spent_alpha,
 )
 from logitlab.perf.simulate import simulate_blocks
 from logitlab.perf.simulate_sequential import simulate_sequential
+from logitlab.perf.spending import spending_boundaries, spent_alpha
 
 
 def run_until_stop(x, **kw):

@@ -61,7 +61,8 @@ def gbench_runs(tmp_path_factory):
 
 
 def test_bench_calibrate_and_compare_round_trip(tmp_path, gbench_runs):
-    from logitlab.perf.compare_files import FileComparison, NoiseProfile
+    from logitlab.perf.calibration import NoiseProfile
+    from logitlab.perf.compare_files import FileComparison
 
     runs, pr = gbench_runs
     noise, noise_md = tmp_path / "noise.json", tmp_path / "noise.md"
@@ -97,7 +98,7 @@ def test_bench_compare_criterion_with_one_sided_scenarios_round_trip(tmp_path):
 def test_dump_diff_of_real_llamacpp_dumps_round_trip(tmp_path):
     """The embedded model on llama.cpp, flash attention off vs on, 1 decode token, layers 0-1."""
     from logitlab.dumps import TensorFilter, dump_pair
-    from logitlab.dumps.diff import DumpDiffResult
+    from logitlab.dumps.diff_results import DumpDiffResult
     from logitlab.engines.variant import parse_variant
 
     dump_pair(parse_variant("", "control", default_engine="llamacpp"),
@@ -114,7 +115,7 @@ def test_dump_diff_of_real_llamacpp_dumps_round_trip(tmp_path):
 
 def test_dump_diff_with_problems_and_one_sided_tensors_round_trip(tmp_path):
     """Raw float32 folders with a missing and a truncated file: problems and one-side groups render again."""
-    from logitlab.dumps.diff import DumpDiffResult
+    from logitlab.dumps.diff_results import DumpDiffResult
 
     base = base_tensors()
     a = write_folder(tmp_path / "a", base, "p")

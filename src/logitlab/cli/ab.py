@@ -2,39 +2,18 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
 from logitlab.cli.auto_options import CountOrAuto, Duration
-from logitlab.cli.common import (
-    EXIT_CHECK_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    require_exit_code,
-    check_output_paths,
-    report_paths,
-    fail,
-    handle_errors,
-    keep_partial,
-    make_progress,
-    output_options,
-    prompt_options,
-    record_options,
-    record_result,
-    record_target,
-    run_log_option,
-    run_log_path,
-    show_report,
-    threshold_options,
-    REQUIRE_CHOICES,
-    thresholds_from,
-    variant_pair,
-    variant_pair_options,
-    write_reports,
-)
-from logitlab.errors import InputError, Interrupted
+from logitlab.cli.common import (EXIT_CHECK_FAILED, EXIT_OK, REQUIRE_CHOICES, finish, handle_errors, require_exit_code,
+                                 run_with_progress)
+from logitlab.cli.options import (output_options, prompt_options, run_log_option, run_log_path, threshold_options,
+                                  thresholds_from, variant_pair, variant_pair_options)
+from logitlab.cli.outputs import check_output_paths, report_paths
+from logitlab.cli.recording import record_options, record_target
+from logitlab.errors import InputError
 from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
 
 
@@ -126,18 +105,10 @@ def ab(**opts: Any) -> None:
                        log=log_path,
                        inputs=[control.model, candidate.model, opts["prompt_file"]])
     target = record_target(opts)
-    result, error = _run_with_progress(config, log_path, opts["quiet"])
-    write_reports(result, opts)
-    show_report(result, show_error=error is None)  # else the error: line below says it
-    record_result(result, opts, target)
-    if not opts["quiet"]:
-        click.echo(f"runs logged to {log_path}", err=True)
-    if isinstance(error, Interrupted):
-        click.echo("error: interrupted; the runs measured so far are in the reports and the log", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-    if error is not None:
-        fail(str(error))
-    sys.exit(_require_exit_code(result, opts["require"]))
+    result, error = _run(config, log_path, opts["quiet"])
+    finish(result, error, opts, target=target, log_path=log_path,
+           interrupted="the runs measured so far are in the reports and the log",
+           exit_code=lambda r: _require_exit_code(r, opts["require"]))
 
 
 def _auto_budget(opts: dict[str, Any]) -> dict[str, Any]:
@@ -151,28 +122,29 @@ def _auto_budget(opts: dict[str, Any]) -> dict[str, Any]:
     return {"max_repeats": 12 if opts["max_repeats"] is None else opts["max_repeats"], "max_time": opts["max_time"]}
 
 
-def _run_with_progress(config: Any, log_path: str, quiet: bool) -> tuple[Any, BaseException | None]:
+def _run(config: Any, log_path: str, quiet: bool) -> tuple[Any, BaseException | None]:
     from logitlab.experiments.ab import AbExperiment
 
-    with make_progress(quiet) as progress:
-        task = progress.add_task("loading", total=None)
+    return run_with_progress(lambda on_event: AbExperiment(config, log_path=log_path, on_event=on_event).run(),
+                             quiet=quiet, first="loading", describe=_progress)
 
-        def on_event(kind: str, data: dict[str, Any]) -> None:
-            if kind == "start":
-                progress.update(task, total=data["slots"], description="ab slots")
-            elif kind == "slot":
-                slot = data["slot"]
-                progress.update(task, advance=1, description=f"ab {slot.variant:9s} {slot.pattern}")
-            elif kind == "localize":
-                progress.update(task, description=f"dumping {' vs '.join(data['pair'])} to localize")
-            elif kind == "look" and data["decision"].stop:
-                progress.update(task, description=f"ab stop: {data['decision'].stop_reason}")
-            elif kind == "explain":
-                progress.update(task, description=f"explain: {data.get('what', 'controls per position')}")
-            elif kind == "escalate":
-                progress.update(task, description=f"A/A at {data['isolation']} isolation")
 
-        return keep_partial(AbExperiment(config, log_path=log_path, on_event=on_event).run)
+def _progress(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:
+    """The progress bar's update for one event of :class:`~logitlab.experiments.ab.AbExperiment`."""
+    if kind == "start":
+        return {"total": data["slots"], "description": "ab slots"}
+    if kind == "slot":
+        slot = data["slot"]
+        return {"advance": 1, "description": f"ab {slot.variant:9s} {slot.pattern}"}
+    if kind == "localize":
+        return {"description": f"dumping {' vs '.join(data['pair'])} to localize"}
+    if kind == "look" and data["decision"].stop:
+        return {"description": f"ab stop: {data['decision'].stop_reason}"}
+    if kind == "explain":
+        return {"description": f"explain: {data.get('what', 'controls per position')}"}
+    if kind == "escalate":
+        return {"description": f"A/A at {data['isolation']} isolation"}
+    return None
 
 
 def _require_exit_code(result: Any, require: str | None) -> int:

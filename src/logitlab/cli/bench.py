@@ -11,24 +11,10 @@ from typing import Any
 import click
 
 from logitlab.cli.auto_options import CountOrAuto, Duration
-from logitlab.cli.common import (
-    EXIT_CHECK_FAILED,
-    EXIT_OK,
-    check_output_paths,
-    report_paths,
-    fail,
-    handle_errors,
-    keep_partial,
-    make_progress,
-    output_options,
-    record_options,
-    record_result,
-    record_target,
-    run_log_option,
-    run_log_path,
-    show_report,
-    write_reports,
-)
+from logitlab.cli.common import EXIT_CHECK_FAILED, EXIT_OK, finish, handle_errors, run_with_progress
+from logitlab.cli.options import output_options, run_log_option, run_log_path
+from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
+from logitlab.cli.recording import record_options, record_result, record_target
 from logitlab.errors import InputError
 
 _FORMATS = ("gbench", "criterion", "pytest-benchmark", "pyperf", "hyperfine", "llama-bench")
@@ -122,33 +108,30 @@ def run_cmd(**opts: Any) -> None:
         metric_unit=opts["metric_unit"], higher_is_better=bool(opts["higher_is_better"]), aa=opts["aa"],
         margin=opts["margin"], timeout=opts["timeout"],
     )
-    with make_progress(opts["quiet"]) as progress:
-        task = progress.add_task("bench run", total=None)
+    result, error = run_with_progress(lambda on_event: bench_run(config, on_event=on_event, log_path=log_path),
+                                      quiet=opts["quiet"], first="bench run", describe=_run_progress)
+    finish(result, error, opts, target=target, log_path=log_path,
+           interrupted="the runs measured so far are in the reports and the log",
+           exit_code=lambda r: _fail_on_exit_code(r, opts["fail_on"]))
 
-        def on_event(kind: str, data: dict[str, Any]) -> None:
-            if kind == "start":
-                progress.update(task, total=data["slots"])
-            elif kind == "look":
-                if data["decision"].stop:
-                    progress.update(task, description=f"stop: {data['decision'].stop_reason}")
-            else:
-                run = data["run"]
-                where = "warmup" if run.is_warmup else f"block {run.block} {run.pattern}"
-                progress.update(task, advance=1, description=f"{run.variant:9s} {where}")
 
-        result, error = keep_partial(lambda: bench_run(config, on_event=on_event, log_path=log_path))
-    write_reports(result, opts)
-    show_report(result, show_error=error is None)  # else the error: line below says it
-    record_result(result, opts, target)
-    if not opts["quiet"]:
-        click.echo(f"runs logged to {log_path}", err=True)
-    if error is not None:
-        fail(str(error))
+def _run_progress(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:
+    if kind == "start":
+        return {"total": data["slots"]}
+    if kind == "look":
+        return {"description": f"stop: {data['decision'].stop_reason}"} if data["decision"].stop else None
+    run = data["run"]
+    where = "warmup" if run.is_warmup else f"block {run.block} {run.pattern}"
+    return {"advance": 1, "description": f"{run.variant:9s} {where}"}
+
+
+def _fail_on_exit_code(result: Any, fail_on: str | None) -> int:
+    """``--fail-on slower|not-faster``: :data:`EXIT_CHECK_FAILED` (with one line on stderr) when the call is that."""
     call = result.primary.call if result.primary else "inconclusive"
-    if (opts["fail_on"] == "slower" and call == "slower") or (opts["fail_on"] == "not-faster" and call != "faster"):
-        click.echo(f"fail-on {opts['fail_on']}: the call is {call}", err=True)
-        sys.exit(EXIT_CHECK_FAILED)
-    sys.exit(EXIT_OK)
+    if (fail_on == "slower" and call == "slower") or (fail_on == "not-faster" and call != "faster"):
+        click.echo(f"fail-on {fail_on}: the call is {call}", err=True)
+        return EXIT_CHECK_FAILED
+    return EXIT_OK
 
 
 def _blocks(opts: dict[str, Any]) -> dict[str, Any]:
@@ -211,7 +194,8 @@ def compare_cmd(**opts: Any) -> None:
       logitlab bench compare target/criterion --baseline main --markdown comment.md
       logitlab bench compare base.json pr.json --noise noise.json --fail-on regressed
     """
-    from logitlab.perf.compare_files import NoiseProfile, compare_benchmarks
+    from logitlab.perf.calibration import NoiseProfile
+    from logitlab.perf.compare_files import compare_benchmarks
     from logitlab.perf.equivalence import check_margin
 
     check_output_paths(**report_paths(opts),
@@ -274,7 +258,7 @@ def calibrate_cmd(**opts: Any) -> None:
       logitlab bench calibrate base-run1.json base-run2.json base-run3.json --out noise.json
       logitlab bench calibrate target/criterion --baseline aa1 --baseline aa2 --out noise.json
     """
-    from logitlab.perf.compare_files import calibrate_noise
+    from logitlab.perf.calibration import calibrate_noise
     from logitlab.perf.readers import read_benchmark_file
 
     check_output_paths(out=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],

@@ -9,24 +9,10 @@ from typing import Any
 import click
 
 from logitlab.cli.auto_options import Duration
-from logitlab.cli.common import (
-    EXIT_CHECK_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    MODEL_HELP,
-    REQUIRE_CHOICES,
-    check_output_paths,
-    report_paths,
-    fail,
-    handle_errors,
-    make_progress,
-    output_options,
-    prompt_options,
-    show_report,
-    threshold_options,
-    thresholds_from,
-    write_reports,
-)
+from logitlab.cli.common import (EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_OK, REQUIRE_CHOICES, fail, handle_errors,
+                                 make_progress)
+from logitlab.cli.options import MODEL_HELP, output_options, prompt_options, threshold_options, thresholds_from
+from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
 from logitlab.engines import DEFAULT_ENGINE
 from logitlab.errors import InputError, Interrupted, LogitlabError
 

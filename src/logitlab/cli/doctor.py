@@ -7,14 +7,9 @@ from typing import Any
 
 import click
 
-from logitlab.cli.common import (
-    check_output_paths,
-    handle_errors,
-    output_options,
-    report_paths,
-    show_report,
-    write_reports,
-)
+from logitlab.cli.common import handle_errors
+from logitlab.cli.options import output_options
+from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
 
 
 @click.command()

@@ -8,22 +8,9 @@ from typing import Any
 
 import click
 
-from logitlab.cli.common import (
-    EXIT_BAD_INPUT,
-    EXIT_CHECK_FAILED,
-    EXIT_OK,
-    check_output_paths,
-    report_paths,
-    fail,
-    handle_errors,
-    make_progress,
-    output_options,
-    prompt_options,
-    show_report,
-    variant_pair,
-    variant_pair_options,
-    write_reports,
-)
+from logitlab.cli.common import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, fail, handle_errors, make_progress
+from logitlab.cli.options import output_options, prompt_options, variant_pair, variant_pair_options
+from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
 
 
 @click.command()
@@ -66,7 +53,8 @@ def dump(**opts: Any) -> None:
       logitlab dump --engine hf --control dtype=float32 --candidate dtype=bfloat16 --out hf/
       logitlab dump --control llamacpp: --candidate hf: --layers 0-3 --out cross/
     """
-    from logitlab.dumps.format import TensorFilter, parse_size
+    from logitlab.dumps.filters import TensorFilter
+    from logitlab.dumps.sizes import parse_size
     from logitlab.dumps.run import DEFAULT_DUMP_PROMPT, capture_function, check_out_dir, removed_if_unused
     from logitlab.experiments.prompts import load_prompt
     from logitlab.report.dumps import capture_lines
@@ -104,7 +92,7 @@ def dump(**opts: Any) -> None:
 def _capture(opts: dict[str, Any], control: Any, candidate: Any, prompt: Any, select: Any,
              max_bytes: int | None) -> dict[str, Any]:
     """Dump the control (and the candidate, if not None) under a progress bar: {label: CaptureResult}."""
-    from logitlab.dumps.format import format_bytes
+    from logitlab.dumps.sizes import format_bytes
     from logitlab.dumps.run import dump_pair, dump_variant
     from logitlab.report.text import plural
 
@@ -182,8 +170,9 @@ def dump_diff(**opts: Any) -> None:
       logitlab dump-diff ds4_dumps_a/ ds4_dumps_b/ --format raw-f32 --shape result_output=129280
     """
     from logitlab.dumps.diff import diff_dumps
-    from logitlab.dumps.format import TensorFilter
-    from logitlab.dumps.readers import ShapeSpec, open_dump
+    from logitlab.dumps.filters import TensorFilter
+    from logitlab.dumps.readers import open_dump
+    from logitlab.dumps.shapes import ShapeSpec
 
     check_output_paths(**report_paths(opts),
                        inputs=[opts["dump_a"], opts["dump_b"]])

@@ -7,24 +7,10 @@ from typing import Any
 
 import click
 
-from logitlab.cli.common import (
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    check_output_paths,
-    report_paths,
-    fail,
-    handle_errors,
-    keep_partial,
-    make_progress,
-    output_options,
-    prompt_options,
-    show_report,
-    threshold_options,
-    thresholds_from,
-    variant_pair,
-    variant_pair_options,
-    write_reports,
-)
+from logitlab.cli.common import EXIT_INTERRUPTED, EXIT_OK, finish, handle_errors, run_with_progress
+from logitlab.cli.options import (output_options, prompt_options, threshold_options, thresholds_from, variant_pair,
+                                  variant_pair_options)
+from logitlab.cli.outputs import check_output_paths, report_paths
 from logitlab.errors import Interrupted, LogitlabError
 
 
@@ -79,31 +65,25 @@ def explain(**opts: Any) -> None:
     check_output_paths(**report_paths(opts),
                        inputs=[control.model, candidate.model, opts["prompt_file"]])
     try:
-        result, error = run_with_progress(config, opts["quiet"])
+        result, error = _run(config, opts["quiet"])
     except Interrupted:  # before the pair ran: nothing to write
         click.echo("error: interrupted before the pair ran; nothing was measured", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    write_reports(result, opts)
-    show_report(result, show_error=error is None)
-    if isinstance(error, Interrupted):
-        click.echo("error: interrupted; the positions explained so far are in the reports", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-    if error is not None:
-        fail(str(error))
-    sys.exit(EXIT_OK)
+    finish(result, error, opts, interrupted="the positions explained so far are in the reports",
+           exit_code=lambda _: EXIT_OK)
 
 
-def run_with_progress(config: Any, quiet: bool) -> tuple[Any, LogitlabError | None]:
+def _run(config: Any, quiet: bool) -> tuple[Any, LogitlabError | None]:
     """Run an :class:`~logitlab.experiments.explain.ExplainConfig` under a progress bar; ``(result, error)``."""
     from logitlab.experiments.explain import ExplainExperiment
 
-    with make_progress(quiet) as progress:
-        task = progress.add_task("explain: loading", total=None)
+    return run_with_progress(lambda on_event: ExplainExperiment(config, on_event=on_event).run(), quiet=quiet,
+                             first="explain: loading", describe=_progress)
 
-        def on_event(kind: str, data: dict[str, Any]) -> None:
-            if kind == "start":
-                progress.update(task, total=data["steps"])
-            elif kind == "step":
-                progress.update(task, advance=1, description=f"explain: {data['what']}")
 
-        return keep_partial(ExplainExperiment(config, on_event=on_event).run)
+def _progress(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:
+    if kind == "start":
+        return {"total": data["steps"]}
+    if kind == "step":
+        return {"advance": 1, "description": f"explain: {data['what']}"}
+    return None

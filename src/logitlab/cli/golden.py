@@ -7,26 +7,11 @@ from typing import Any, Callable
 
 import click
 
-from logitlab.cli.common import (
-    EXIT_CHECK_FAILED,
-    EXIT_OK,
-    MODEL_HELP,
-    REQUIRE_CHOICES,
-    SPEC_HELP,
-    _apply,
-    check_output_paths,
-    report_paths,
-    handle_errors,
-    make_progress,
-    output_options,
-    record_options,
-    record_result,
-    record_target,
-    show_report,
-    threshold_options,
-    thresholds_from,
-    write_reports,
-)
+from logitlab.cli.common import EXIT_CHECK_FAILED, EXIT_OK, REQUIRE_CHOICES, handle_errors, make_progress
+from logitlab.cli.options import (MODEL_HELP, SPEC_HELP, apply_options, output_options, threshold_options,
+                                  thresholds_from)
+from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
+from logitlab.cli.recording import record_options, record_result, record_target
 from logitlab.errors import InputError
 
 #: Verdicts ``--allow`` accepts (divergent is never a pass).
@@ -40,7 +25,7 @@ def variant_options(*, recorded: bool) -> Callable[[Callable[..., Any]], Callabl
     keep = " (default: the golden's)" if recorded else ""
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        return _apply(func, [
+        return apply_options(func, [
             click.option("--engine", default=None if recorded else DEFAULT_ENGINE, show_default=not recorded,
                          help=f"Engine: NAME, or NAME:TARGET for cmd/openai{keep}."),
             click.option("--model", default=None, help=MODEL_HELP if not recorded else
@@ -116,7 +101,7 @@ def record(**opts: Any) -> None:
     The size is printed first (on stderr). An existing golden of this device
     key is never overwritten: use `golden update`.
     """
-    from logitlab.dumps.format import format_bytes
+    from logitlab.dumps.sizes import format_bytes
     from logitlab.experiments.golden import RecordConfig, record_golden
     from logitlab.experiments.prompts import builtin_prompts, check_unique, load_prompts, prompts_from_texts
 
@@ -276,7 +261,7 @@ def export_kld(golden_dir: str, out: str, n_ctx: int | None) -> None:
     (N: the chunk length printed; llama.cpp prints its summary from 100 scored positions).
     """
     from logitlab.device import device_info
-    from logitlab.dumps.format import format_bytes
+    from logitlab.dumps.sizes import format_bytes
     from logitlab.dumps.golden_format import golden_folders, read_golden
     from logitlab.experiments.golden_kld import export_kld_base
     from logitlab.experiments.golden_provenance import match_golden, read_goldens

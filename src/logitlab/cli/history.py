@@ -7,22 +7,11 @@ from typing import Any
 
 import click
 
-from logitlab.cli.common import (
-    DEFAULT_HISTORY,
-    EXIT_CHECK_FAILED,
-    EXIT_OK,
-    HISTORY_ENV,
-    check_output_paths,
-    report_paths,
-    handle_errors,
-    history_folder,
-    output_options,
-    record_options,
-    record_result,
-    record_target,
-    show_report,
-    write_reports,
-)
+from logitlab.cli.common import EXIT_CHECK_FAILED, EXIT_OK, handle_errors
+from logitlab.cli.options import output_options
+from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
+from logitlab.cli.recording import (DEFAULT_HISTORY, HISTORY_ENV, history_folder, record_options, record_result,
+                                    record_target)
 from logitlab.errors import InputError
 from logitlab.perf.changepoint_defaults import DEFAULT_MAX_PVALUE, DEFAULT_MIN_SIZE
 

@@ -7,19 +7,9 @@ from typing import Any, Callable
 
 import click
 
-from logitlab.cli.common import (
-    require_exit_code,
-    check_output_paths,
-    report_paths,
-    handle_errors,
-    make_progress,
-    output_options,
-    show_report,
-    threshold_options,
-    REQUIRE_CHOICES,
-    thresholds_from,
-    write_reports,
-)
+from logitlab.cli.common import REQUIRE_CHOICES, handle_errors, make_progress, require_exit_code
+from logitlab.cli.options import output_options, threshold_options, thresholds_from
+from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
 from logitlab.engines import DEFAULT_ENGINE
 from logitlab.engines.variant import parse_env, parse_variant
 from logitlab.errors import InputError

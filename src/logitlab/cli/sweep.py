@@ -8,21 +8,10 @@ from typing import Any
 
 import click
 
-from logitlab.cli.common import (
-    EXIT_CHECK_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    REQUIRE_CHOICES,
-    check_output_paths,
-    report_paths,
-    fail,
-    handle_errors,
-    make_progress,
-    output_options,
-    report_console,
-    show_report,
-    write_reports,
-)
+from logitlab.cli.common import (EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_OK, REQUIRE_CHOICES, fail, handle_errors,
+                                 make_progress)
+from logitlab.cli.options import output_options
+from logitlab.cli.outputs import check_output_paths, report_console, report_paths, show_report, write_reports
 from logitlab.errors import InputError, Interrupted
 from logitlab.numerics import VERDICTS
 
@@ -71,7 +60,7 @@ def sweep(matrix_file: str, **opts: Any) -> None:
       logitlab sweep matrix.toml --dry-run
       logitlab report runs/
     """
-    from logitlab.experiments.matrix import load_matrix
+    from logitlab.experiments.matrix_file import load_matrix
 
     matrix = load_matrix(matrix_file)
     out = opts["out"]

@@ -2,33 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
-from logitlab.cli.common import (
-    EXIT_CHECK_FAILED,
-    require_exit_code,
-    MODEL_HELP,
-    check_output_paths,
-    report_paths,
-    fail,
-    handle_errors,
-    keep_partial,
-    make_progress,
-    output_options,
-    record_options,
-    record_result,
-    record_target,
-    run_log_option,
-    run_log_path,
-    show_report,
-    threshold_options,
-    REQUIRE_CHOICES,
-    thresholds_from,
-    write_reports,
-)
+from logitlab.cli.common import (EXIT_CHECK_FAILED, REQUIRE_CHOICES, finish, handle_errors, require_exit_code,
+                                 run_with_progress)
+from logitlab.cli.options import (MODEL_HELP, output_options, run_log_option, run_log_path, threshold_options,
+                                  thresholds_from)
+from logitlab.cli.outputs import check_output_paths, report_paths
+from logitlab.cli.recording import record_options, record_target
 from logitlab.engines import DEFAULT_ENGINE
 from logitlab.engines.variant import parse_env, parse_variant
 from logitlab.errors import InputError, LogitlabError
@@ -168,30 +151,25 @@ def verify(**opts: Any) -> None:
         guard_safety=opts["guard_safety"], guard_fallbacks=FALLBACKS if fallback == "both" else (fallback,),
         calibration_prompts=tuple(calibration),
     )
-    result, error = _run_with_progress(config, opts["quiet"], log_path)
-    write_reports(result, opts)
-    show_report(result, show_error=error is None)  # else the error: line below says it
-    record_result(result, opts, target)
-    if not opts["quiet"]:
-        click.echo(f"runs logged to {log_path}", err=True)
-    if error is not None:
-        fail(str(error))
-    sys.exit(_exit_code(result, opts["require"], opts["require_identical"]))
+    result, error = _run(config, opts["quiet"], log_path)
+    finish(result, error, opts, target=target, log_path=log_path,
+           interrupted="the runs measured so far are in the reports and the log",
+           exit_code=lambda r: _exit_code(r, opts["require"], opts["require_identical"]))
 
 
-def _run_with_progress(config: Any, quiet: bool, log_path: str | None = None) -> tuple[Any, LogitlabError | None]:
+def _run(config: Any, quiet: bool, log_path: str | None = None) -> tuple[Any, LogitlabError | None]:
     from logitlab.experiments.verify import VerifyExperiment
 
-    with make_progress(quiet) as progress:
-        task = progress.add_task("loading", total=None)
+    return run_with_progress(lambda on_event: VerifyExperiment(config, on_event=on_event, log_path=log_path).run(),
+                             quiet=quiet, first="loading", describe=_progress)
 
-        def on_event(kind: str, data: dict[str, Any]) -> None:
-            if kind == "start":
-                progress.update(task, total=data["steps"], description="verify")
-            elif kind == "step":
-                progress.update(task, advance=1, description=data["description"])
 
-        return keep_partial(VerifyExperiment(config, on_event=on_event, log_path=log_path).run)
+def _progress(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:
+    if kind == "start":
+        return {"total": data["steps"], "description": "verify"}
+    if kind == "step":
+        return {"advance": 1, "description": data["description"]}
+    return None
 
 
 def _exit_code(result: Any, require: str | None, require_identical: bool) -> int:

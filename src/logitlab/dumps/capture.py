@@ -29,17 +29,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from logitlab.dumps.format import (
-    DumpManifest,
-    DumpWriteError,
-    StepInfo,
-    StepWriter,
-    TensorEntry,
-    TensorFilter,
-    format_bytes,
-    format_label,
-    format_ranges,
-)
+from logitlab.dumps.filters import TensorFilter, format_ranges
+from logitlab.dumps.format import format_label
+from logitlab.dumps.manifest import DumpManifest, StepInfo, TensorEntry
+from logitlab.dumps.sizes import format_bytes
+from logitlab.dumps.step_writer import DumpWriteError, StepWriter
 from logitlab.errors import EngineError, InputError
 from logitlab.events import Event
 
@@ -344,89 +338,141 @@ def run_capture(
     EngineError
         The engine failed, or a tensor could not be observed.
     """
-    from logitlab import __version__
-    from logitlab.manifest import now_utc
+    per_token = _probe(capture)
+    estimate = per_token * len(positions)
+    if on_event:
+        on_event("estimate", {"bytes": estimate, "bytes_per_token": per_token, "positions": len(positions)})
+    manifest = _new_manifest(engine, capture, prompt_ids, variant, estimate)
+    rows: list[np.ndarray] = []
+    saver = ManifestSaver(capture.out_dir)
+    failed: BaseException | None = None
+    try:
+        _run_steps(engine, capture, manifest, saver, rows, n_decode, replay, on_event)
+        manifest.complete = capture.stopped is None
+    except BaseException as exc:
+        failed = exc
+        raise
+    finally:
+        _finish_manifest(capture, manifest, saver, failed)
+    _check_stored(capture, estimate)
+    return CaptureResult(capture.out_dir, manifest,
+                         np.concatenate(rows) if rows else np.zeros((0, engine.n_vocab), np.float32))
 
-    out = capture.out_dir
+
+def _probe(capture: StepRecorder) -> int:
+    """Bytes the filter keeps for one token (the capture's size probe).
+
+    Raises:
+        InputError: a filter that keeps none of the model's tensors (the capture is closed first).
+    """
     try:
         per_token = capture.probe_bytes_per_token()
         check_filter_matches(capture.select, list(capture.seen))
     except BaseException:
         capture.close()
         raise
-    estimate = per_token * len(positions)
-    if on_event:
-        on_event("estimate", {"bytes": estimate, "bytes_per_token": per_token, "positions": len(positions)})
-    manifest = DumpManifest(engine=engine.describe(), variant=dict(variant or {}), prompt_ids=list(prompt_ids),
-                            generated=[], filter=capture.select.to_dict(), estimate_bytes=estimate,
-                            created_at=now_utc(), logitlab_version=__version__, complete=False)
-    rows: list[np.ndarray] = []
-    saver = ManifestSaver(out)
-    failed: BaseException | None = None
-    try:
-        with engine.open_session() as session:
-            calls = [("prefill", list(prompt_ids))] + [("decode", None)] * n_decode
-            for index, (kind, tokens) in enumerate(calls):
-                if tokens is None:
-                    step = index - 1
-                    token = int(replay[step]) if replay is not None else int(np.argmax(rows[-1][-1]))
-                    manifest.generated.append(token)
-                    tokens = [token]
-                capture.begin_step(index, kind, session.n_past, len(tokens))
-                try:
-                    logits = session.prefill(tokens) if kind == "prefill" else session.decode(tokens)
-                except BaseException:
-                    capture.abort()
-                    capture.raise_pending_error()  # the callback's error explains the engine's, if there is one
-                    raise
-                info = capture.end_step()
-                rows.append(logits)
-                if capture.entries and not capture.stopped and index + 1 < len(calls):
-                    saver.save(manifest, capture, info)
-                if on_event:
-                    on_event("step", {"step": info, "total": len(calls)})
-                if capture.stopped:
-                    break
-        manifest.complete = capture.stopped is None
-    except BaseException as exc:
-        failed = exc
-        raise
-    finally:
-        capture.abort()
-        capture.close()
-        manifest.stopped = capture.stopped
-        manifest.steps = capture.steps
-        manifest.tensors = capture.entries
-        manifest.bytes_written = capture.bytes_written
-        if capture.notes:
-            manifest.engine = {**manifest.engine, "capture_notes": capture.notes}
-        if manifest.stopped is None and not manifest.complete:
-            manifest.stopped = "the capture failed before the end (see the error it raised)"
-            if isinstance(failed, DumpWriteError):
-                manifest.stopped = f"the capture stopped: {failed}"
-        listed = None
-        if capture.entries or capture.refused_first is None:  # else nothing stored: leave the folder empty
+    return per_token
+
+
+def _new_manifest(engine: Any, capture: StepRecorder, prompt_ids: Sequence[int], variant: dict[str, Any] | None,
+                  estimate: int) -> DumpManifest:
+    """The manifest of a capture about to run (no steps yet, not complete)."""
+    from logitlab import __version__
+    from logitlab.manifest import now_utc
+
+    return DumpManifest(engine=engine.describe(), variant=dict(variant or {}), prompt_ids=list(prompt_ids),
+                        generated=[], filter=capture.select.to_dict(), estimate_bytes=estimate,
+                        created_at=now_utc(), logitlab_version=__version__, complete=False)
+
+
+def _run_steps(engine: Any, capture: StepRecorder, manifest: DumpManifest, saver: ManifestSaver,
+               rows: list[np.ndarray], n_decode: int, replay: Sequence[int] | None, on_event: Event | None) -> None:
+    """One prefill of ``manifest.prompt_ids``, then up to ``n_decode`` M=1 decode steps, each a step file.
+
+    Appends each step's logits to ``rows`` and its decode token to ``manifest.generated``; saves the manifest
+    after the steps (``saver``); stops early when ``--max-bytes`` stopped storing.
+
+    Raises:
+        EngineError, InputError: the engine failed (the callback's error first, if it explains the engine's).
+    """
+    with engine.open_session() as session:
+        calls = [("prefill", list(manifest.prompt_ids))] + [("decode", None)] * n_decode
+        for index, (kind, tokens) in enumerate(calls):
+            if tokens is None:
+                step = index - 1
+                token = int(replay[step]) if replay is not None else int(np.argmax(rows[-1][-1]))
+                manifest.generated.append(token)
+                tokens = [token]
+            capture.begin_step(index, kind, session.n_past, len(tokens))
             try:
-                manifest.write(out)
-                listed = len(manifest.steps)
-            except DumpWriteError:
-                if failed is None:
-                    raise
-                listed = saver.saved_steps  # the manifest saved last, if any, stays as it was
-            except InputError:
-                if failed is None:
-                    raise
-        if isinstance(failed, DumpWriteError):  # a full disk: say what the folder still holds
-            kept = (f"its manifest lists the {listed} whole step(s) written before and says the dump is incomplete"
-                    if listed else "no manifest could be written")
-            raise DumpWriteError(f"{failed}; the dump in {out} is kept: {kept}") from None
+                logits = session.prefill(tokens) if kind == "prefill" else session.decode(tokens)
+            except BaseException:
+                capture.abort()
+                capture.raise_pending_error()  # the callback's error explains the engine's, if there is one
+                raise
+            info = capture.end_step()
+            rows.append(logits)
+            if capture.entries and not capture.stopped and index + 1 < len(calls):
+                saver.save(manifest, capture, info)
+            if on_event:
+                on_event("step", {"step": info, "total": len(calls)})
+            if capture.stopped:
+                break
+
+
+def _finish_manifest(capture: StepRecorder, manifest: DumpManifest, saver: ManifestSaver,
+                     failed: BaseException | None) -> None:
+    """Close the capture and write its final manifest, whether it ran to the end, stopped or failed.
+
+    Nothing is written when nothing was stored because ``--max-bytes`` refused the first tensor.
+
+    Raises:
+        DumpWriteError: the manifest could not be written after a capture that ran (full disk), or
+            ``failed`` was one: then the message says what the dump folder still holds.
+        InputError: the manifest could not be written after a capture that ran.
+    """
+    out = capture.out_dir
+    capture.abort()
+    capture.close()
+    manifest.stopped = capture.stopped
+    manifest.steps = capture.steps
+    manifest.tensors = capture.entries
+    manifest.bytes_written = capture.bytes_written
+    if capture.notes:
+        manifest.engine = {**manifest.engine, "capture_notes": capture.notes}
+    if manifest.stopped is None and not manifest.complete:
+        manifest.stopped = "the capture failed before the end (see the error it raised)"
+        if isinstance(failed, DumpWriteError):
+            manifest.stopped = f"the capture stopped: {failed}"
+    listed = None
+    if capture.entries or capture.refused_first is None:  # else nothing stored: leave the folder empty
+        try:
+            manifest.write(out)
+            listed = len(manifest.steps)
+        except DumpWriteError:
+            if failed is None:
+                raise
+            listed = saver.saved_steps  # the manifest saved last, if any, stays as it was
+        except InputError:
+            if failed is None:
+                raise
+    if isinstance(failed, DumpWriteError):  # a full disk: say what the folder still holds
+        kept = (f"its manifest lists the {listed} whole step(s) written before and says the dump is incomplete"
+                if listed else "no manifest could be written")
+        raise DumpWriteError(f"{failed}; the dump in {out} is kept: {kept}") from None
+
+
+def _check_stored(capture: StepRecorder, estimate: int) -> None:
+    """Raise when ``--max-bytes`` refused the first tensor, so that nothing was stored.
+
+    Raises:
+        InputError: naming the limit, the first tensor and its size, and the capture's estimate.
+    """
     if capture.refused_first is not None and not capture.entries:
         label, size = capture.refused_first
         raise InputError(f"--max-bytes {format_bytes(capture.max_bytes or 0)} is smaller than the first tensor "
                          f"({label}, {format_bytes(size)}): nothing would be stored; raise it (the whole capture is "
                          f"estimated at {format_bytes(estimate)})")
-    return CaptureResult(out, manifest, np.concatenate(rows) if rows else np.zeros((0, engine.n_vocab), np.float32))
-
 
 __all__ = ["CaptureResult", "StepRecorder", "check_capture_inputs", "check_filter_matches",
            "run_capture"]

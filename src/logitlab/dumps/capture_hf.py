@@ -79,7 +79,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from logitlab.dumps.capture import CaptureResult, StepRecorder, check_capture_inputs, run_capture
-from logitlab.dumps.format import StepInfo, TensorFilter, format_label
+from logitlab.dumps.filters import TensorFilter
+from logitlab.dumps.format import format_label
+from logitlab.dumps.manifest import StepInfo
 from logitlab.dumps.hf_names import NameTable, down_proj_input_name, known_model_types, name_table
 from logitlab.errors import EngineError, InputError
 

@@ -57,7 +57,9 @@ from logitlab.dumps.capture import (
     check_filter_matches,
     run_capture,
 )
-from logitlab.dumps.format import StepInfo, TensorFilter, np_dtype
+from logitlab.dumps.filters import TensorFilter
+from logitlab.dumps.format import np_dtype
+from logitlab.dumps.manifest import StepInfo
 from logitlab.errors import EngineError
 
 #: ggml type id -> numpy dtype name (types a dump can hold).

@@ -37,7 +37,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from logitlab.device import Device
-from logitlab.dumps.format import SafetensorsFiles, StepWriter, read_safetensors_header
+from logitlab.dumps.safetensors_io import SafetensorsFiles, read_safetensors_header
+from logitlab.dumps.step_writer import StepWriter
 from logitlab.errors import InputError
 from logitlab.jsonio import ResultRecord, read_json, write_json
 from logitlab.numerics.verdict import Verdict

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from logitlab.dumps.capture import CaptureResult
-from logitlab.dumps.format import MANIFEST_NAME, TensorFilter
+from logitlab.dumps.filters import TensorFilter
+from logitlab.dumps.format import MANIFEST_NAME
 from logitlab.engines import canonical_engine_name, engine_class, engines_with
 from logitlab.engines.supervised import call_engine, load_supervised
 from logitlab.engines.variant import Variant

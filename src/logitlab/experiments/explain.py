@@ -396,7 +396,7 @@ class ExplainExperiment:
             result.notes.append("first divergent tensor: not located (the engines cannot dump tensors)")
             return
         from logitlab.dumps import localize
-        from logitlab.dumps.format import TensorFilter
+        from logitlab.dumps.filters import TensorFilter
 
         self.on_event("step", {"what": "dumping both sides"})
         n_prompt = len(result.prompt_ids)

@@ -12,8 +12,7 @@ Pure numpy; nothing here prints, logs or plots.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from logitlab.lazy import lazy_exports
 
 #: Public name -> the module that defines it; imported on first access (PEP 562), so that
 #: ``from logitlab.numerics.verdict import VERDICTS`` (the CLI's option choices) does not load
@@ -29,16 +28,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [

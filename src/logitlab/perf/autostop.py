@@ -16,14 +16,8 @@ from typing import Callable, Sequence
 
 from logitlab.errors import InputError
 from logitlab.perf.paired import Block, PairedComparison
-from logitlab.perf.sequential import (
-    DEFAULT_MAX_BLOCKS,
-    DEFAULT_MIN_BLOCKS,
-    MAX_BUDGET,
-    SequentialDecision,
-    sequential_comparison,
-    sequential_decision,
-)
+from logitlab.perf.sequential import SequentialDecision, sequential_comparison, sequential_decision
+from logitlab.perf.spending import DEFAULT_MAX_BLOCKS, DEFAULT_MIN_BLOCKS, MAX_BUDGET
 
 __all__ = ["AutoStop", "check_auto_budget"]
 

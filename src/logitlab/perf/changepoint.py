@@ -7,7 +7,8 @@ the engine change that moved the metric lies between the previous measured
 build and this one, which is the range to bisect.
 
 Numeric series (``'higher-is-better'``: tokens/s; ``'lower-is-better'``:
-seconds, KLD) go through three steps:
+seconds, KLD) go through three steps, the functions of
+:mod:`logitlab.perf.changepoint_stats`:
 
 1. **Scale and noise.** Positive series are analysed in natural logs, so a
    step is a ratio and noise is relative; a series with a zero or negative
@@ -68,12 +69,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from scipy import stats
 
 from logitlab.errors import InputError
 from logitlab.perf.changepoint_defaults import (  # re-exported: the settings live in a light module (the CLI's help)
@@ -82,6 +81,7 @@ from logitlab.perf.changepoint_defaults import (  # re-exported: the settings li
     DEFAULT_OUTLIER_SIGMAS,
     DEFAULT_PENALTY,
 )
+from logitlab.perf.changepoint_stats import hampel, merge_segments, noise_sd, pelt
 
 __all__ = [
     "SERIES_KINDS",
@@ -94,7 +94,6 @@ __all__ = [
     "SCHEMA_VERSION",
     "ChangePoint",
     "ChangePointSeries",
-    "noise_sd",
     "detect_change_points",
 ]
 
@@ -111,12 +110,8 @@ DIRECTIONS = ("regression", "improvement", "changed")
 FALSE_ALARM_RATE = 0.1
 #: Version of the JSON form of :class:`ChangePointSeries`.
 SCHEMA_VERSION = 1
-#: Hampel filter half-width, in builds.
-_HAMPEL_HALF = 2
 #: Noise floor (relative to the largest |value|) for series that are exact in parts.
 _EXACT_FLOOR = 1e-12
-#: Normal-consistency factor of the median absolute deviation.
-_MAD_SCALE = 1.4826
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,108 +325,7 @@ def _setting(value: Any, name: str, low: float, high: float | None = None) -> fl
 
 
 # ---------------------------------------------------------------------------
-# Statistics
-
-
-def noise_sd(x: Sequence[float] | np.ndarray) -> float:
-    """Robust sd of the noise of a piecewise-constant series.
-
-    Parameters
-    ----------
-    x : array_like of float, shape (n,)
-        The series (already in logs if it is analysed in logs).
-
-    Returns
-    -------
-    float
-        ``1.4826 * MAD(diff(x)) / sqrt(2)``: the normal-consistent median
-        absolute deviation of the first differences (Rousseeuw & Croux 1993),
-        divided by sqrt(2) since a difference carries two noise terms. A few
-        steps or outliers change few differences, so they barely move it.
-        Differences of exactly 0 (exact repeats: bit-exact builds, quantised
-        values) are left out, so a series that is exact in parts is judged by
-        the noise where it has noise. If the MAD of the rest is 0, their sd
-        over sqrt(2) is used; 0.0 for a constant series or one of fewer than
-        3 values.
-    """
-    a = np.asarray(x, dtype=np.float64)
-    if a.size < 3:
-        return 0.0
-    d = np.diff(a)
-    d = d[d != 0.0]
-    if d.size == 0:
-        return 0.0
-    mad = float(np.median(np.abs(d - np.median(d))))
-    if mad > 0.0:
-        return _MAD_SCALE * mad / math.sqrt(2.0)
-    return float(np.std(d)) / math.sqrt(2.0)
-
-
-def _hampel(x: np.ndarray, sigma: float, k: float) -> tuple[np.ndarray, np.ndarray]:
-    """Cleaned series and outlier mask (Hampel identifier, half-width 2)."""
-    n = x.size
-    h = _HAMPEL_HALF
-    med = np.empty(n)
-    if n > 2 * h:
-        med[h : n - h] = np.median(np.lib.stride_tricks.sliding_window_view(x, 2 * h + 1), axis=1)
-    for i in [*range(min(h, n)), *range(max(n - h, h), n)]:  # truncated windows at the ends
-        med[i] = np.median(x[max(0, i - h) : i + h + 1])
-    bad = np.abs(x - med) > k * sigma
-    return np.where(bad, med, x), bad
-
-
-def _welch_p(a: np.ndarray, b: np.ndarray) -> float:
-    """Two-sided Welch t test p-value; exact answers where both sides are constant."""
-    if a.size < 2 or b.size < 2:
-        return 1.0
-    ma, mb = float(np.mean(a)), float(np.mean(b))
-    sa, sb = float(np.std(a, ddof=1)), float(np.std(b, ddof=1))
-    scale = max(abs(ma), abs(mb), 1e-300)
-    if sa + sb <= 1e-13 * scale:
-        return 0.0 if abs(ma - mb) > 1e-12 * scale else 1.0
-    # the summary-statistics form of scipy's Welch test: the same p-value as
-    # ttest_ind(a, b, equal_var=False), without its array-API overhead
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        p = float(stats.ttest_ind_from_stats(ma, sa, a.size, mb, sb, b.size, equal_var=False).pvalue)
-    return p if math.isfinite(p) else 1.0
-
-
-def _pelt(x: np.ndarray, pen: float, min_size: int) -> list[int]:
-    """Exact PELT segmentation under the l2 cost: positions where a new segment starts."""
-    import ruptures  # lazy: only the numeric history analysis needs it
-
-    # KernelCPD with the linear kernel is PELT with the l2 cost in ruptures'
-    # C code: the same breakpoints as ``Pelt(model="l2", jump=1)`` (checked on
-    # random series), ~1000x faster (n = 1000: 1.3 ms against 17 s).
-    algo = ruptures.KernelCPD(kernel="linear", min_size=min_size).fit(x)
-    return [int(b) for b in algo.predict(pen=pen) if b < x.size]
-
-
-def _merge(x: np.ndarray, keep: np.ndarray, cuts: list[int], max_pvalue: float) -> tuple[list[int], list[float]]:
-    """Otava's merge step: drop the least significant boundary until all pass.
-
-    The t tests see the values of ``x`` where ``keep`` is true (outliers left out).
-    """
-    cuts = list(cuts)
-    n = x.size
-
-    def p_at(i: int) -> float:
-        lo = cuts[i - 1] if i > 0 else 0
-        hi = cuts[i + 1] if i + 1 < len(cuts) else n
-        c = cuts[i]
-        return _welch_p(x[lo:c][keep[lo:c]], x[c:hi][keep[c:hi]])
-
-    ps = [p_at(i) for i in range(len(cuts))]
-    while cuts:
-        j = int(np.argmax(ps))
-        if ps[j] <= max_pvalue:
-            break
-        del cuts[j], ps[j]
-        for i in (j - 1, j):
-            if 0 <= i < len(cuts):
-                ps[i] = p_at(i)
-    return cuts, ps
+# Change points
 
 
 def _direction(change_sign: float, higher_is_better: bool) -> str:
@@ -540,20 +434,10 @@ def detect_change_points(
     >>> [(c.index, c.direction, round(c.change, 2)) for c in r.change_points]
     [(6, 'regression', -0.1)]
     """
-    if kind not in SERIES_KINDS:
-        raise InputError(f"kind {kind!r} is not valid: use one of {', '.join(SERIES_KINDS)}")
-    if isinstance(series, (str, bytes)) or not isinstance(series, (Sequence, np.ndarray)):
-        raise InputError(f"series must be a sequence of values, one per build, not {type(series).__name__}")
-    if isinstance(series, np.ndarray) and series.ndim != 1:
-        raise InputError(f"series must be 1-D (one value per build), got shape {series.shape}")
+    _check_series(series, kind)
     n_builds = len(series)
     labs = _labels(labels, n_builds)
-    max_pvalue = _setting(max_pvalue, "max_pvalue", 0.0, 1.0)
-    penalty = _setting(penalty, "penalty", 0.0)
-    outlier_sigmas = _setting(outlier_sigmas, "outlier_sigmas", 0.0)
-    if isinstance(min_size, bool) or not isinstance(min_size, (int, np.integer)) or min_size < 2:
-        raise InputError(f"min_size {min_size!r} must be an integer >= 2")
-    min_size = int(min_size)
+    max_pvalue, penalty, outlier_sigmas, min_size = _check_settings(max_pvalue, penalty, outlier_sigmas, min_size)
     if kind == "fingerprint":
         return _fingerprints(series, labs)
 
@@ -580,37 +464,61 @@ def detect_change_points(
     # any jump, so every jump of min_size builds is a change point.
     scale = max(sigma, _EXACT_FLOOR * float(np.max(np.abs(x))))
 
-    clean, bad = _hampel(x, scale, outlier_sigmas)
-    cuts = _pelt(clean, penalty * scale * scale * math.log(x.size), min_size)
+    clean, bad = hampel(x, scale, outlier_sigmas)
+    cuts = pelt(clean, penalty * scale * scale * math.log(x.size), min_size)
     keep = ~bad
-    cuts, ps = _merge(x, keep, cuts, max_pvalue)
+    cuts, ps = merge_segments(x, keep, cuts, max_pvalue)
 
     higher = kind == "higher-is-better"
     bounds = [0, *cuts, x.size]
-    cps = []
-    for j, (c, p) in enumerate(zip(cuts, ps)):
-        lo, hi = bounds[j], bounds[j + 2]
-        before, after = x[lo:c][keep[lo:c]], x[c:hi][keep[c:hi]]
-        if log_scale:
-            m0, m1 = math.exp(float(np.mean(before))), math.exp(float(np.mean(after)))
-        else:
-            m0, m1 = float(np.mean(before)), float(np.mean(after))
-        change = m1 / m0 - 1.0 if m0 != 0.0 else None
-        cps.append(
-            ChangePoint(
-                index=int(pos[c]),
-                previous=int(pos[c - 1]),
-                label=labs[int(pos[c])],
-                previous_label=labs[int(pos[c - 1])],
-                mean_before=m0,
-                mean_after=m1,
-                change=change,
-                p_value=p,
-                direction=_direction(m1 - m0, higher),
-            )
-        )
+    cps = [_change_point(x, keep, bounds[j], c, bounds[j + 2], pos=pos, labels=labs, p_value=p, log_scale=log_scale,
+                         higher_is_better=higher) for j, (c, p) in enumerate(zip(cuts, ps))]
     return ChangePointSeries(
         change_points=tuple(cps),
         outliers=tuple(int(i) for i in pos[bad]),
         **settings,
+    )
+
+
+def _check_series(series: Any, kind: Any) -> None:
+    """InputError unless ``kind`` is a series kind and ``series`` a 1-D sequence."""
+    if kind not in SERIES_KINDS:
+        raise InputError(f"kind {kind!r} is not valid: use one of {', '.join(SERIES_KINDS)}")
+    if isinstance(series, (str, bytes)) or not isinstance(series, (Sequence, np.ndarray)):
+        raise InputError(f"series must be a sequence of values, one per build, not {type(series).__name__}")
+    if isinstance(series, np.ndarray) and series.ndim != 1:
+        raise InputError(f"series must be 1-D (one value per build), got shape {series.shape}")
+
+
+def _check_settings(max_pvalue: Any, penalty: Any, outlier_sigmas: Any,
+                    min_size: Any) -> tuple[float, float, float, int]:
+    """:func:`detect_change_points`'s settings checked, as floats and an int; InputError names the bad one."""
+    max_pvalue = _setting(max_pvalue, "max_pvalue", 0.0, 1.0)
+    penalty = _setting(penalty, "penalty", 0.0)
+    outlier_sigmas = _setting(outlier_sigmas, "outlier_sigmas", 0.0)
+    if isinstance(min_size, bool) or not isinstance(min_size, (int, np.integer)) or min_size < 2:
+        raise InputError(f"min_size {min_size!r} must be an integer >= 2")
+    min_size = int(min_size)
+    return max_pvalue, penalty, outlier_sigmas, min_size
+
+
+def _change_point(x: np.ndarray, keep: np.ndarray, lo: int, c: int, hi: int, *, pos: np.ndarray,
+                  labels: list[str | None], p_value: float, log_scale: bool, higher_is_better: bool) -> ChangePoint:
+    """The change point at ``c``: the levels of ``x[lo:c]`` and ``x[c:hi]`` where ``keep`` (outliers left out)."""
+    before, after = x[lo:c][keep[lo:c]], x[c:hi][keep[c:hi]]
+    if log_scale:
+        m0, m1 = math.exp(float(np.mean(before))), math.exp(float(np.mean(after)))
+    else:
+        m0, m1 = float(np.mean(before)), float(np.mean(after))
+    change = m1 / m0 - 1.0 if m0 != 0.0 else None
+    return ChangePoint(
+        index=int(pos[c]),
+        previous=int(pos[c - 1]),
+        label=labels[int(pos[c])],
+        previous_label=labels[int(pos[c - 1])],
+        mean_before=m0,
+        mean_after=m1,
+        change=change,
+        p_value=p_value,
+        direction=_direction(m1 - m0, higher_is_better),
     )

@@ -1,4 +1,4 @@
-"""Compare two benchmark files scenario by scenario, and calibrate margins from A/A runs.
+"""Compare two benchmark files scenario by scenario.
 
 ``compare_benchmarks(base, candidate)`` gives, per scenario present in both,
 the candidate/base ratio of geometric means with a bootstrap CI over the
@@ -6,17 +6,12 @@ samples, a status from the CI *and* an equivalence margin δ (regressed /
 improved / unchanged / inconclusive), Holm's step-down control of the
 family-wise error rate over the regressed/improved flags, and the geometric
 mean of the ratios over scenarios. Scenarios found on one side only are
-listed, never dropped silently.
-
-``calibrate_noise(runs)`` takes two or more runs of the *same* code (A/A) and
-stores, per scenario, the spread of the run-to-run ratio; ``compare`` with that
-profile sets each scenario's δ from its own noise instead of one global
-threshold.
+listed, never dropped silently. The per-scenario margins can come from an
+A/A calibration (:mod:`logitlab.perf.calibration`).
 
 Nothing here prints or logs.
 
-JSON format history (``schema_version`` of :class:`FileComparison` and
-:class:`NoiseProfile`):
+JSON format history (``schema_version`` of :class:`FileComparison`):
 
 - 1: first version.
 - 2: ``ScenarioComparison.reason`` left out (the report writes it); ``kind``; ``FileComparison.host``
@@ -28,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 from scipy import stats
@@ -36,16 +31,15 @@ from scipy import stats
 from logitlab.errors import InputError
 from logitlab.jsonio import ResultRecord
 from logitlab.manifest import host_info
+from logitlab.perf.calibration import NoiseProfile
 from logitlab.perf.equivalence import (
     STATUS_OF_CALL,
     STATUSES,
     check_confidence,
     check_margin,
     choose_margin,
-    noise_margin,
     three_way_call,
 )
-from logitlab.perf.paired import from_fields
 from logitlab.perf.readers.base import BenchmarkFile, Scenario
 
 __all__ = [
@@ -53,17 +47,13 @@ __all__ = [
     "SCHEMA_VERSION",
     "ScenarioComparison",
     "FileComparison",
-    "ScenarioNoise",
-    "NoiseProfile",
     "holm_adjust",
     "compare_benchmarks",
-    "calibrate_noise",
 ]
 
 #: Fewest samples per side for a bootstrap CI; fewer gives no CI.
 MIN_SAMPLES_FOR_CI = 5
 SCHEMA_VERSION = 2
-_NOISE_KIND = "logitlab-bench-noise"
 
 
 # ---------------------------------------------------------------------------
@@ -235,94 +225,6 @@ class FileComparison(ResultRecord):
         return sorted(self.scenarios, key=key)
 
 
-@dataclass(frozen=True)
-class ScenarioNoise:
-    """A/A noise of one scenario: how much two runs of the same code differ.
-
-    Attributes
-    ----------
-    name : str
-    n_runs : int
-        Runs it was estimated from (>= 2).
-    aa_ratios : list of float
-        Each later run over the first (geometric means or summaries).
-    between_sd_log : float
-        Sd (ddof 1) of the runs' log values: run-to-run noise of one run.
-    within_sd_log : float or None
-        Sampling sd of the log ratio of two runs from the samples inside them
-        (``sqrt(var1/n1 + var2/n2)`` of the log samples, averaged over run
-        pairs); None without samples.
-    ratio_sd_log : float
-        Sd of the log ratio of two runs: ``max(sqrt(2) * between_sd_log,
-        within_sd_log)``.
-    margin : float
-        ``max(0.01, expm1(z_{(1+c)/2} * ratio_sd_log))``: the change a
-        single A/A comparison stays within with probability ``c``.
-    """
-
-    name: str
-    n_runs: int
-    aa_ratios: list[float]
-    between_sd_log: float
-    within_sd_log: float | None
-    ratio_sd_log: float
-    margin: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True)
-class NoiseProfile(ResultRecord):
-    """Per-scenario noise from A/A runs; written by ``bench calibrate``.
-
-    Its ``kind`` in JSON is ``'logitlab-bench-noise'`` (lets ``--noise`` reject other JSON).
-
-    Attributes
-    ----------
-    runs : list of str
-        The files it was estimated from.
-    format : str
-    confidence : float
-    scenarios : dict of str to ScenarioNoise
-    skipped : list of str
-        Scenarios missing from some run (not calibrated).
-    time : {'real', 'cpu'}
-        The clock of the runs (``bench calibrate --time``).
-    """
-
-    KIND: ClassVar[str] = _NOISE_KIND
-    SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
-
-    runs: list[str]
-    format: str
-    confidence: float
-    scenarios: dict[str, ScenarioNoise]
-    skipped: list[str] = field(default_factory=list)
-    time: str = "real"
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, source: str = "noise file") -> "NoiseProfile":
-        """Inverse of :meth:`to_dict`.
-
-        Raises
-        ------
-        InputError
-            If ``data`` is not a noise profile of this schema version.
-        """
-        if not isinstance(data, Mapping) or data.get("kind") != _NOISE_KIND:
-            raise InputError(f"{source} is not a logitlab noise profile: write one with logitlab bench calibrate")
-        if data.get("schema_version") != SCHEMA_VERSION:
-            raise InputError(f"{source} has schema_version {data.get('schema_version')!r}; this logitlab reads "
-                             f"{SCHEMA_VERSION}: run bench calibrate again")
-        try:
-            scenarios = {k: from_fields(ScenarioNoise, v) for k, v in data["scenarios"].items()}
-            return cls(runs=list(data["runs"]), format=str(data["format"]), confidence=float(data["confidence"]),
-                       scenarios=scenarios, skipped=list(data.get("skipped", [])), time=str(data.get("time", "real")))
-        except (KeyError, TypeError, AttributeError, InputError) as exc:
-            raise InputError(f"{source} is a damaged noise profile ({exc}): run bench calibrate again") from None
-
-
 # ---------------------------------------------------------------------------
 # Comparison
 
@@ -383,7 +285,7 @@ def compare_benchmarks(
         Relative equivalence margin δ (0 < δ < 1) for every scenario. Overrides
         ``noise``.
     noise : NoiseProfile, optional
-        Per-scenario margins from :func:`calibrate_noise`; scenarios it lacks
+        Per-scenario margins from :func:`~logitlab.perf.calibration.calibrate_noise`; scenarios it lacks
         get ``margin`` or :data:`~logitlab.perf.equivalence.DEFAULT_MARGIN` (2 %).
     noise_path : str, optional
         Where ``noise`` came from, for the report.
@@ -432,6 +334,33 @@ def compare_benchmarks(
     repetitions) and pyperf (Student t-test), a tiny but significant change
     is not a regression unless it clears the margin.
     """
+    confidence, margin = _check_options(base, candidate, margin=margin, confidence=confidence,
+                                        n_bootstrap=n_bootstrap)
+    common, only_base, only_cand = _match_scenarios(base, candidate)
+    rng = np.random.default_rng(seed)
+    z = float(stats.norm.ppf(0.5 + confidence / 2.0))
+    rows = [_scenario_row(base, candidate, name, margin=margin, noise=noise, confidence=confidence,
+                          n_bootstrap=n_bootstrap, rng=rng, z=z) for name in common]
+    tested = [i for i, r in enumerate(rows) if r["p_change"] is not None]
+    adjusted = holm_adjust([rows[i]["p_change"] for i in tested])
+    p_holm = {i: float(p) for i, p in zip(tested, adjusted)}
+    alpha = 1.0 - confidence
+    results = [_scenario_comparison(r, p_holm.get(i), alpha) for i, r in enumerate(rows)]
+    logs = np.array([r["log_ratio"] for r in rows])
+    g_lo, g_hi = _geomean_ci([r["dist"] for r in rows], alpha)
+    counts = {s: sum(x.status == s for x in results) for s in STATUSES}
+    return FileComparison(
+        base_path=base.path, candidate_path=candidate.path, format=base.format, confidence=confidence,
+        scenarios=results, only_base=only_base, only_candidate=only_cand,
+        geomean_ratio=float(math.exp(logs.mean())), geomean_ci_low=g_lo, geomean_ci_high=g_hi, counts=counts,
+        noise_path=noise_path, base_context=dict(base.context), candidate_context=dict(candidate.context),
+        n_bootstrap=n_bootstrap, seed=seed, host=host_info(), time=base.time,
+    )
+
+
+def _check_options(base: BenchmarkFile, candidate: BenchmarkFile, *, margin: float | None, confidence: float,
+                   n_bootstrap: int) -> tuple[float, float | None]:
+    """The checked confidence and margin; InputError on an option out of range or files of another clock or tool."""
     confidence = check_confidence(confidence)
     if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, int) or n_bootstrap < 100:
         raise InputError(f"n_bootstrap {n_bootstrap!r} must be an integer >= 100")
@@ -443,6 +372,11 @@ def compare_benchmarks(
     if base.format != candidate.format:
         raise InputError(f"mixed formats: {base.path} is {base.format} output but {candidate.path} is "
                          f"{candidate.format}: compare files from the same tool")
+    return confidence, margin
+
+
+def _match_scenarios(base: BenchmarkFile, candidate: BenchmarkFile) -> tuple[list[str], list[str], list[str]]:
+    """Scenario names in both files (base-file order), in the base only, in the candidate only."""
     common = [n for n in base.scenarios if n in candidate.scenarios]
     only_base = [n for n in base.scenarios if n not in candidate.scenarios]
     only_cand = [n for n in candidate.scenarios if n not in base.scenarios]
@@ -451,91 +385,85 @@ def compare_benchmarks(
             f"no scenario is in both files: {base.path} has {_names(only_base)}; {candidate.path} has "
             f"{_names(only_cand)}"
         )
-    rng = np.random.default_rng(seed)
-    z = float(stats.norm.ppf(0.5 + confidence / 2.0))
-    rows: list[dict[str, Any]] = []
-    distributions: list[np.ndarray | None] = []
-    for name in common:
-        b, c = base.scenarios[name], candidate.scenarios[name]
-        if b.unit != c.unit or b.higher_is_better != c.higher_is_better:
-            raise InputError(f"scenario {name!r} is in {b.unit} in {base.path} but {c.unit} in {candidate.path}")
-        sign = -1.0 if b.higher_is_better else 1.0  # log ratio -> "worse" orientation
-        log_ratio = math.log(c.summary) - math.log(b.summary)
-        calibrated = noise.scenarios[name].margin if noise is not None and name in noise.scenarios else None
-        delta, source = choose_margin(margin, calibrated, "noise")
-        bound = math.log1p(delta)
-        ci = p_change = None
-        worse_side = sign * log_ratio > 0
-        dist = None
-        if len(b.samples) >= MIN_SAMPLES_FOR_CI and len(c.samples) >= MIN_SAMPLES_FOR_CI:
-            dist, method = _bootstrap_log_ratio(b, c, confidence, n_bootstrap, rng)
-            alpha = 1.0 - confidence
-            lo, hi = np.quantile(dist, [alpha / 2.0, 1.0 - alpha / 2.0])
-            ci = (float(lo), float(hi))
-            w = sign * dist
-            p_worse = (1.0 + np.count_nonzero(w <= bound)) / (w.size + 1.0)
-            p_better = (1.0 + np.count_nonzero(w >= -bound)) / (w.size + 1.0)
+    return common, only_base, only_cand
+
+
+def _scenario_row(base: BenchmarkFile, candidate: BenchmarkFile, name: str, *, margin: float | None,
+                  noise: NoiseProfile | None, confidence: float, n_bootstrap: int, rng: np.random.Generator,
+                  z: float) -> dict[str, Any]:
+    """One scenario's log ratio, margin, CI and p-value of "beyond the margin", before Holm's adjustment."""
+    b, c = base.scenarios[name], candidate.scenarios[name]
+    if b.unit != c.unit or b.higher_is_better != c.higher_is_better:
+        raise InputError(f"scenario {name!r} is in {b.unit} in {base.path} but {c.unit} in {candidate.path}")
+    sign = -1.0 if b.higher_is_better else 1.0  # log ratio -> "worse" orientation
+    log_ratio = math.log(c.summary) - math.log(b.summary)
+    calibrated = noise.scenarios[name].margin if noise is not None and name in noise.scenarios else None
+    delta, source = choose_margin(margin, calibrated, "noise")
+    bound = math.log1p(delta)
+    ci = p_change = None
+    worse_side = sign * log_ratio > 0
+    dist = None
+    if len(b.samples) >= MIN_SAMPLES_FOR_CI and len(c.samples) >= MIN_SAMPLES_FOR_CI:
+        dist, method = _bootstrap_log_ratio(b, c, confidence, n_bootstrap, rng)
+        alpha = 1.0 - confidence
+        lo, hi = np.quantile(dist, [alpha / 2.0, 1.0 - alpha / 2.0])
+        ci = (float(lo), float(hi))
+        w = sign * dist
+        p_worse = (1.0 + np.count_nonzero(w <= bound)) / (w.size + 1.0)
+        p_better = (1.0 + np.count_nonzero(w >= -bound)) / (w.size + 1.0)
+        p_change = min(1.0, 2.0 * min(p_worse, p_better))
+        worse_side = p_worse < p_better
+    elif noise is not None and name in noise.scenarios:
+        sd = noise.scenarios[name].ratio_sd_log
+        method = "A/A noise"
+        if sd > 0:
+            ci = (log_ratio - z * sd, log_ratio + z * sd)
+            w = sign * log_ratio
+            p_worse = float(stats.norm.sf((w - bound) / sd))
+            p_better = float(stats.norm.cdf((w + bound) / sd))
             p_change = min(1.0, 2.0 * min(p_worse, p_better))
             worse_side = p_worse < p_better
-        elif noise is not None and name in noise.scenarios:
-            sd = noise.scenarios[name].ratio_sd_log
-            method = "A/A noise"
-            if sd > 0:
-                ci = (log_ratio - z * sd, log_ratio + z * sd)
-                w = sign * log_ratio
-                p_worse = float(stats.norm.sf((w - bound) / sd))
-                p_better = float(stats.norm.cdf((w + bound) / sd))
-                p_change = min(1.0, 2.0 * min(p_worse, p_better))
-                worse_side = p_worse < p_better
-        else:
-            method = "none"
-        distributions.append(dist)
-        rows.append(dict(name=name, b=b, c=c, sign=sign, log_ratio=log_ratio, delta=delta, source=source,
-                         bound=bound, ci=ci, p_change=p_change, worse_side=worse_side, method=method))
+    else:
+        method = "none"
+    return dict(name=name, b=b, c=c, sign=sign, log_ratio=log_ratio, delta=delta, source=source, bound=bound,
+                ci=ci, p_change=p_change, worse_side=worse_side, method=method, dist=dist)
 
-    tested = [i for i, r in enumerate(rows) if r["p_change"] is not None]
-    adjusted = holm_adjust([rows[i]["p_change"] for i in tested])
-    p_holm = {i: float(p) for i, p in zip(tested, adjusted)}
-    alpha = 1.0 - confidence
-    results = []
-    for i, r in enumerate(rows):
-        b, c, sign, bound = r["b"], r["c"], r["sign"], r["bound"]
-        ratio = math.exp(r["log_ratio"])
-        if r["ci"] is None:
-            status = "inconclusive"
-        else:
-            lo, hi = r["ci"]
-            w_lo, w_hi = sorted((sign * lo, sign * hi))
-            changed = p_holm[i] < alpha
-            # "better" orientation is minus "worse"; changed beyond the margin, on the side the test found
-            status = STATUS_OF_CALL[three_way_call(-w_hi, -w_lo, bound, better=changed and not r["worse_side"],
-                                                   worse=changed and r["worse_side"])]
-        note = "; ".join(x for x in (b.note and f"base: {b.note}", c.note and f"candidate: {c.note}") if x)
-        results.append(ScenarioComparison(
-            name=r["name"], unit=b.unit, higher_is_better=b.higher_is_better, base=b.summary, candidate=c.summary,
-            base_n=len(b.samples), candidate_n=len(c.samples),
-            statistic=b.statistic if b.statistic.split(" of ")[0] == c.statistic.split(" of ")[0]
-            else f"base: {b.statistic}; candidate: {c.statistic}",
-            ratio=ratio, change=ratio - 1.0,
-            ci_low=None if r["ci"] is None else math.exp(r["ci"][0]),
-            ci_high=None if r["ci"] is None else math.exp(r["ci"][1]),
-            ci_method=r["method"], margin=r["delta"], margin_source=r["source"],
-            p_change=r["p_change"], p_holm=p_holm.get(i), status=status, note=note,
-        ))
-    logs = np.array([r["log_ratio"] for r in rows])
-    g_lo = g_hi = None
-    if all(d is not None for d in distributions):
-        n = min(d.size for d in distributions)  # type: ignore[union-attr]
-        combined = np.mean([d[:n] for d in distributions], axis=0)  # type: ignore[index]
-        g_lo, g_hi = (float(math.exp(q)) for q in np.quantile(combined, [alpha / 2, 1 - alpha / 2]))
-    counts = {s: sum(x.status == s for x in results) for s in STATUSES}
-    return FileComparison(
-        base_path=base.path, candidate_path=candidate.path, format=base.format, confidence=confidence,
-        scenarios=results, only_base=only_base, only_candidate=only_cand,
-        geomean_ratio=float(math.exp(logs.mean())), geomean_ci_low=g_lo, geomean_ci_high=g_hi, counts=counts,
-        noise_path=noise_path, base_context=dict(base.context), candidate_context=dict(candidate.context),
-        n_bootstrap=n_bootstrap, seed=seed, host=host_info(), time=base.time,
+
+def _scenario_comparison(r: dict[str, Any], p_holm: float | None, alpha: float) -> ScenarioComparison:
+    """The :class:`ScenarioComparison` of one row of :func:`_scenario_row`, its status after Holm's adjustment."""
+    b, c, sign, bound = r["b"], r["c"], r["sign"], r["bound"]
+    ratio = math.exp(r["log_ratio"])
+    if r["ci"] is None:
+        status = "inconclusive"
+    else:
+        lo, hi = r["ci"]
+        w_lo, w_hi = sorted((sign * lo, sign * hi))
+        changed = p_holm < alpha
+        # "better" orientation is minus "worse"; changed beyond the margin, on the side the test found
+        status = STATUS_OF_CALL[three_way_call(-w_hi, -w_lo, bound, better=changed and not r["worse_side"],
+                                               worse=changed and r["worse_side"])]
+    note = "; ".join(x for x in (b.note and f"base: {b.note}", c.note and f"candidate: {c.note}") if x)
+    return ScenarioComparison(
+        name=r["name"], unit=b.unit, higher_is_better=b.higher_is_better, base=b.summary, candidate=c.summary,
+        base_n=len(b.samples), candidate_n=len(c.samples),
+        statistic=b.statistic if b.statistic.split(" of ")[0] == c.statistic.split(" of ")[0]
+        else f"base: {b.statistic}; candidate: {c.statistic}",
+        ratio=ratio, change=ratio - 1.0,
+        ci_low=None if r["ci"] is None else math.exp(r["ci"][0]),
+        ci_high=None if r["ci"] is None else math.exp(r["ci"][1]),
+        ci_method=r["method"], margin=r["delta"], margin_source=r["source"],
+        p_change=r["p_change"], p_holm=p_holm, status=status, note=note,
     )
+
+
+def _geomean_ci(distributions: list[np.ndarray | None], alpha: float) -> tuple[float | None, float | None]:
+    """Bootstrap CI of the geometric-mean ratio over scenarios; None, None unless every scenario has a bootstrap."""
+    if not all(d is not None for d in distributions):
+        return None, None
+    n = min(d.size for d in distributions)  # type: ignore[union-attr]
+    combined = np.mean([d[:n] for d in distributions], axis=0)  # type: ignore[index]
+    g_lo, g_hi = (float(math.exp(q)) for q in np.quantile(combined, [alpha / 2, 1 - alpha / 2]))
+    return g_lo, g_hi
 
 
 def _names(names: Sequence[str], limit: int = 5) -> str:
@@ -543,71 +471,3 @@ def _names(names: Sequence[str], limit: int = 5) -> str:
         return "none"
     shown = ", ".join(repr(n) for n in names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
-# ---------------------------------------------------------------------------
-# Calibration
-
-
-def calibrate_noise(runs: Sequence[BenchmarkFile], *, confidence: float = 0.95) -> NoiseProfile:
-    """Per-scenario run-to-run noise from two or more runs of the same code (A/A).
-
-    Parameters
-    ----------
-    runs : sequence of BenchmarkFile
-        >= 2 runs of the same code on the same machine, same format.
-    confidence : float, optional
-        Coverage of the margin, in (0, 1). Defaults to 0.95.
-
-    Returns
-    -------
-    NoiseProfile
-        One :class:`ScenarioNoise` per scenario present in every run.
-
-    Raises
-    ------
-    InputError
-        With fewer than 2 runs, mixed formats, or no scenario common to all.
-
-    Notes
-    -----
-    Per scenario, with ``x_j`` the log of run ``j``'s value (geometric mean
-    of its samples, or its summary): ``between_sd_log = sd(x_j)`` (ddof 1);
-    the log ratio of two runs then has sd ``sqrt(2) * between_sd_log``. The
-    sampling sd inside the runs, ``sqrt(var1/n1 + var2/n2)`` of the log
-    samples, is a floor for it (run-to-run noise can't be below sampling
-    noise). ``margin = max(1 %, expm1(z * ratio_sd_log))`` with ``z`` the
-    normal ``(1 + confidence)/2`` quantile: the change that one A/A comparison
-    stays inside with probability ``confidence``. With two runs the spread
-    rests on one ratio per scenario (1 degree of freedom): use 3-5 runs for a
-    steadier margin.
-    """
-    confidence = check_confidence(confidence)
-    if len(runs) < 2:
-        raise InputError(f"calibration needs at least 2 runs of the same code, got {len(runs)}")
-    if len({r.time for r in runs}) > 1:
-        raise InputError("calibration runs mix wall-clock and CPU time: read them with the same --time")
-    formats = {r.format for r in runs}
-    if len(formats) > 1:
-        raise InputError(f"mixed formats in calibration runs: {', '.join(f'{r.path} is {r.format}' for r in runs)}")
-    names = [n for n in runs[0].scenarios if all(n in r.scenarios for r in runs)]
-    skipped = sorted({n for r in runs for n in r.scenarios} - set(names))
-    if not names:
-        raise InputError("no scenario is present in every calibration run: are these runs of the same benchmarks?")
-    out = {}
-    for name in names:
-        scen = [r.scenarios[name] for r in runs]
-        x = np.log([s.summary for s in scen])
-        between = float(np.std(x, ddof=1))
-        within = None
-        if all(len(s.samples) >= 2 for s in scen):
-            var_mean = [np.var(np.log(s.samples), ddof=1) / len(s.samples) for s in scen]
-            within = float(np.sqrt(2.0 * np.mean(var_mean)))
-        ratio_sd = max(math.sqrt(2.0) * between, within or 0.0)
-        out[name] = ScenarioNoise(
-            name=name, n_runs=len(runs), aa_ratios=[float(math.exp(v - x[0])) for v in x[1:]],
-            between_sd_log=between, within_sd_log=within, ratio_sd_log=ratio_sd,
-            margin=noise_margin(ratio_sd, confidence),
-        )
-    return NoiseProfile(runs=[r.path for r in runs], format=runs[0].format, confidence=confidence,
-                        scenarios=out, skipped=skipped, time=runs[0].time)

@@ -136,7 +136,7 @@ def aa_margin_from_logs(aa: np.ndarray, confidence: float) -> float | None:
     ``delta = min(0.05, max(0.01, expm1(t_{(1+c)/2, n-1} * sd(aa) / sqrt(n))))``:
     the half-width of the ``confidence`` CI of the control-vs-control
     comparison in the same blocks, floored at 1 % and capped at 5 % (see
-    :func:`logitlab.perf.paired.aa_margin` for the reasoning).
+    :func:`logitlab.perf.block_ratios.aa_margin` for the reasoning).
 
     Args:
         aa: shape ``(n_blocks,)``, float64, natural-log units.

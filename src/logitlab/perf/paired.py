@@ -1,9 +1,9 @@
 """Paired, counterbalanced speed comparisons of a candidate against a control.
 
 An experiment runs ``n`` ABBA/BAAB blocks (:mod:`logitlab.perf.design`). The
-analysis works on logs: each block gives one log ratio candidate/control,
-the blocks are the independent units of a paired (one-sample) t analysis, and
-the result is a geometric-mean ratio with a confidence interval, a bootstrap
+analysis works on logs: each block gives one log ratio candidate/control
+(:mod:`logitlab.perf.block_ratios`), the blocks are the independent units of
+a paired (one-sample) t analysis, and the result is a geometric-mean ratio with a confidence interval, a bootstrap
 cross-check, a slot-position diagnostic, the MDE (:mod:`logitlab.perf.power`)
 and the three-way call against an equivalence margin
 (:mod:`logitlab.perf.equivalence`).
@@ -30,7 +30,7 @@ import numpy as np
 from scipy import stats
 
 from logitlab.errors import InputError
-
+from logitlab.perf.block_ratios import aa_log_ratios, block_log_ratios
 from logitlab.perf.design import Block, as_blocks, check_count, log_slots
 from logitlab.perf.equivalence import (
     CALLS,
@@ -48,9 +48,6 @@ __all__ = [
     "SCHEMA_VERSION",
     "PositionEffect",
     "PairedComparison",
-    "block_log_ratios",
-    "aa_log_ratios",
-    "aa_margin",
     "slot_position_effect",
     "paired_comparison",
     "from_fields",
@@ -58,122 +55,6 @@ __all__ = [
 
 #: Version of the JSON form of :class:`PairedComparison`.
 SCHEMA_VERSION = 2
-
-
-# ---------------------------------------------------------------------------
-# Per-block quantities
-
-
-def block_log_ratios(blocks: Iterable[Block]) -> np.ndarray:
-    """Per-block log ratio candidate/control.
-
-    Parameters
-    ----------
-    blocks : sequence of Block
-        The experiment, in run order.
-
-    Returns
-    -------
-    numpy.ndarray
-        Shape ``(n_blocks,)``, float64, natural-log units: for each block
-        ``mean(log B) - mean(log A)`` over its two candidate and two control
-        slots (the log of the ratio of the geometric means). Positive means
-        the candidate measured higher.
-
-    Raises
-    ------
-    InputError
-        If ``blocks`` is not a sequence of :class:`Block`.
-
-    Examples
-    --------
-    >>> block_log_ratios([Block("ABBA", (1.0, 2.0, 2.0, 1.0))]).round(4)
-    array([0.6931])
-    """
-    items = as_blocks(blocks)
-    if not items:
-        return np.zeros(0, dtype=np.float64)
-    logs, is_b = log_slots(items)
-    return (np.where(is_b, logs, 0.0).sum(axis=1) - np.where(is_b, 0.0, logs).sum(axis=1)) / 2.0
-
-
-def aa_log_ratios(blocks: Iterable[Block]) -> np.ndarray:
-    """Per-block control-vs-control (A/A) log ratio: later ``A`` over earlier ``A``.
-
-    Both ``A`` slots run the same engine, so this is the noise one
-    single-slot comparison sees on this machine (plus any drift or slot
-    position effect between the two slots: slots 1 and 4 in ``ABBA``, 2 and 3
-    in ``BAAB``).
-
-    Parameters
-    ----------
-    blocks : sequence of Block
-
-    Returns
-    -------
-    numpy.ndarray
-        Shape ``(n_blocks,)``, float64, natural-log units.
-
-    Raises
-    ------
-    InputError
-        If ``blocks`` is not a sequence of :class:`Block`.
-    """
-    items = as_blocks(blocks)
-    if not items:
-        return np.zeros(0, dtype=np.float64)
-    logs = np.log(np.array([b.values for b in items], dtype=np.float64))
-    idx = np.array([b.control_slots for b in items])
-    rows = np.arange(len(items))
-    return logs[rows, idx[:, 1]] - logs[rows, idx[:, 0]]
-
-
-def aa_margin(blocks: Iterable[Block], *, confidence: float = 0.95) -> float | None:
-    """Equivalence margin calibrated from the blocks' A/A ratios.
-
-    Rule: the half-width of the ``confidence`` interval of the
-    control-vs-control comparison inside the same blocks, as a relative
-    change, floored at 1 % and capped at 5 %::
-
-        delta = min(0.05, max(0.01, expm1(t_{(1+confidence)/2, n-1} * sd(aa_log) / sqrt(n))))
-
-    ``aa_log`` are :func:`aa_log_ratios` (one per block, sd with ddof 1).
-    Reading: two identical engines, compared over this many blocks on this
-    machine, can differ by up to ``delta`` without the data telling them
-    apart, so a candidate whose whole CI lies within ``delta`` of the control
-    is as equivalent as this experiment can show. The A/A ratio compares one
-    slot with one slot, the block ratio two with two, so ``delta`` is about
-    ``sqrt(2)`` times the comparison's own CI half-width under pure noise:
-    equivalence stays reachable. Systematic A/A offsets (drift, slot
-    position) are excluded by taking the sd about the mean: the
-    counterbalanced design removes them from the comparison itself, while
-    their variation between ``ABBA`` and ``BAAB`` blocks, which the
-    comparison does feel, is in the sd. The 1 % floor keeps the margin
-    practical once many blocks make the A/A CI very narrow; the 5 % cap keeps
-    "equivalent" meaning negligible on a noisy machine (seen here: an A/A
-    half-width of 79 % under heavy CPU contention would otherwise call a
-    candidate whose CI is [+2 %, +25 %] "equivalent"). The CI itself still
-    carries all the noise.
-
-    Parameters
-    ----------
-    blocks : sequence of Block
-    confidence : float, optional
-        In (0, 1). Defaults to 0.95.
-
-    Returns
-    -------
-    float or None
-        The relative margin (0.023 = 2.3 %), or None with fewer than 3 blocks.
-
-    Raises
-    ------
-    InputError
-        On bad blocks or a confidence outside (0, 1).
-    """
-    check_confidence(confidence)
-    aa = aa_log_ratios(blocks)
-    return aa_margin_from_logs(aa, confidence)
 
 
 # ---------------------------------------------------------------------------
@@ -315,8 +196,8 @@ def slot_position_effect(blocks: Iterable[Block], *, confidence: float = 0.95) -
     What a position effect looks like here: a penalty ``p`` on the first slot
     of every block (cold start) shows up as about ``p / 2``; a linear drift of
     ``g`` per slot shows up as ``g`` (slot 2 comes one slot after slot 1).
-    Both cancel in :func:`block_log_ratios` when ``ABBA`` and ``BAAB`` blocks
-    are balanced (the drift within every block).
+    Both cancel in :func:`~logitlab.perf.block_ratios.block_log_ratios` when
+    ``ABBA`` and ``BAAB`` blocks are balanced (the drift within every block).
 
     Parameters
     ----------
@@ -533,8 +414,8 @@ def paired_comparison(
     margin : float, optional
         Relative equivalence margin delta (0 < delta < 1, e.g. 0.02 for 2 %). If None,
         calibrated from the A/A ratios with 3 or more blocks (see
-        :func:`aa_margin`: the ``confidence`` CI half-width of the
-        control-vs-control comparison in the same blocks, ``max(0.01,
+        :func:`~logitlab.perf.block_ratios.aa_margin`: the ``confidence`` CI
+        half-width of the control-vs-control comparison in the same blocks, ``max(0.01,
         expm1(t_{(1+c)/2, n-1} * sd_AA / sqrt(n)))``), else ``DEFAULT_MARGIN``
         (0.02).
     confidence : float, optional
@@ -590,18 +471,8 @@ def paired_comparison(
     ('faster', 1.097)
     """
     items = as_blocks(blocks)
-    if not isinstance(higher_is_better, (bool, np.bool_)):
-        raise InputError(f"higher_is_better {higher_is_better!r} is not a bool")
-    higher_is_better = bool(higher_is_better)
-    for name, value in (("metric", metric), ("unit", unit)):
-        if not isinstance(value, str):
-            raise InputError(f"{name} {value!r} is not a string")
-    confidence = check_confidence(confidence)
-    n_bootstrap = check_count(n_bootstrap, "n_bootstrap")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise InputError(f"seed {seed!r} is not an integer")
-    seed = int(seed)
-
+    higher_is_better, confidence, n_bootstrap, seed = _check_arguments(higher_is_better, metric, unit,
+                                                                       confidence, n_bootstrap, seed)
     ratios = block_log_ratios(items)
     aa = aa_log_ratios(items)
     n = len(items)
@@ -622,34 +493,30 @@ def paired_comparison(
     call = "inconclusive" if n < 2 else three_way_call(sp_lo, sp_hi, bound)
 
     return PairedComparison(
-        metric=metric,
-        unit=unit,
-        higher_is_better=higher_is_better,
-        n_blocks=n,
-        n_abba=sum(b.pattern == "ABBA" for b in items),
-        n_baab=sum(b.pattern == "BAAB" for b in items),
-        confidence=confidence,
-        block_log_ratios=[float(v) for v in ratios],
-        mean_log_ratio=s.mean,
-        sd_log_ratio=s.sd,
-        ratio=_exp(s.mean),
-        ci_low=_exp(s.lo),
-        ci_high=_exp(s.hi),
-        p_value=s.p_value,
-        bootstrap_ci_low=_exp(b_lo),
-        bootstrap_ci_high=_exp(b_hi),
-        bootstrap_method=b_method,
-        speedup=_exp(sp_mean),
-        speedup_ci_low=_exp(sp_lo),
-        speedup_ci_high=_exp(sp_hi),
-        margin=delta,
-        margin_source=source,
-        call=call,
-        mde=mde,
-        position=position,
-        aa_log_ratios=[float(v) for v in aa],
-        aa_mean_log=aa_s.mean,
-        aa_sd_log=aa_s.sd,
-        n_bootstrap=n_bootstrap,
-        seed=seed,
+        metric=metric, unit=unit, higher_is_better=higher_is_better, n_blocks=n,
+        n_abba=sum(b.pattern == "ABBA" for b in items), n_baab=sum(b.pattern == "BAAB" for b in items),
+        confidence=confidence, block_log_ratios=[float(v) for v in ratios],
+        mean_log_ratio=s.mean, sd_log_ratio=s.sd, ratio=_exp(s.mean), ci_low=_exp(s.lo), ci_high=_exp(s.hi),
+        p_value=s.p_value, bootstrap_ci_low=_exp(b_lo), bootstrap_ci_high=_exp(b_hi), bootstrap_method=b_method,
+        speedup=_exp(sp_mean), speedup_ci_low=_exp(sp_lo), speedup_ci_high=_exp(sp_hi),
+        margin=delta, margin_source=source, call=call, mde=mde, position=position,
+        aa_log_ratios=[float(v) for v in aa], aa_mean_log=aa_s.mean, aa_sd_log=aa_s.sd,
+        n_bootstrap=n_bootstrap, seed=seed,
     )
+
+
+def _check_arguments(higher_is_better: Any, metric: Any, unit: Any, confidence: Any, n_bootstrap: Any,
+                     seed: Any) -> tuple[bool, float, int, int]:
+    """:func:`paired_comparison`'s settings checked and normalised; InputError names the bad one."""
+    if not isinstance(higher_is_better, (bool, np.bool_)):
+        raise InputError(f"higher_is_better {higher_is_better!r} is not a bool")
+    higher_is_better = bool(higher_is_better)
+    for name, value in (("metric", metric), ("unit", unit)):
+        if not isinstance(value, str):
+            raise InputError(f"{name} {value!r} is not a string")
+    confidence = check_confidence(confidence)
+    n_bootstrap = check_count(n_bootstrap, "n_bootstrap")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise InputError(f"seed {seed!r} is not an integer")
+    seed = int(seed)
+    return higher_is_better, confidence, n_bootstrap, seed

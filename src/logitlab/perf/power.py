@@ -1,7 +1,7 @@
 """Power of the paired design: the minimum detectable effect and the blocks needed.
 
 Both work on the standard deviation of the per-block log ratios (see
-:func:`logitlab.perf.paired.block_log_ratios`). Nothing here prints or logs.
+:func:`logitlab.perf.block_ratios.block_log_ratios`). Nothing here prints or logs.
 """
 
 from __future__ import annotations

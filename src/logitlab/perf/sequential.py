@@ -25,7 +25,8 @@ through repeated confidence intervals (RCIs).
   look), so the boundaries are those of the t statistic itself, whose joint
   law under no effect is free of the sd: Jennison & Turnbull (1991,
   *Biometrika* 78(1):133-141) integrate it numerically, we simulate it once
-  (1,000,000 seeded paths, cached; :func:`spending_boundaries`). The common
+  (1,000,000 seeded paths, cached;
+  :func:`logitlab.perf.spending.spending_boundaries`). The common
   shortcut, known-variance boundaries turned into t quantiles of the same
   nominal level, lets a 5 % design reach 5.5-5.9 % here.
 - At look ``k`` the RCI of the mean block log ratio is
@@ -44,7 +45,7 @@ through repeated confidence intervals (RCIs).
   time budget ends (``max-time``: the RCI then is valid, and conservative,
   since the unspent alpha is never used).
 - ``delta`` keeps its meaning: unless given, it is
-  :func:`logitlab.perf.paired.aa_margin` over the blocks run so far (the
+  :func:`logitlab.perf.block_ratios.aa_margin` over the blocks run so far (the
   95 % CI half-width of the control-vs-control comparison in those blocks,
   1 %-5 %), the very number a fixed-size report over the same blocks shows.
 
@@ -99,224 +100,42 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 from scipy import stats
 
 from logitlab.errors import InputError
+from logitlab.perf.block_ratios import aa_margin, block_log_ratios
 from logitlab.perf.design import Block
 from logitlab.perf.equivalence import CALLS, DEFAULT_MARGIN, DEGENERATE_SPREAD, check_margin, three_way_call
-from logitlab.perf.paired import PairedComparison, aa_margin, block_log_ratios, from_fields
+from logitlab.perf.paired import PairedComparison, better_orientation, from_fields
+from logitlab.perf.spending import (
+    DEFAULT_MAX_BLOCKS,
+    DEFAULT_MIN_BLOCKS,
+    check_alpha,
+    check_budget,
+    check_spending,
+    spending_boundaries,
+    spent_alpha,
+)
 
 __all__ = [
-    "SPENDING_FUNCTIONS",
     "SEQUENTIAL_CALLS",
     "STOP_REASONS",
-    "DEFAULT_MIN_BLOCKS",
-    "DEFAULT_MAX_BLOCKS",
-    "MAX_BUDGET",
     "SCHEMA_VERSION",
     "SequentialDecision",
-    "spent_alpha",
-    "spending_boundaries",
     "sequential_step",
     "sequential_decision",
     "sequential_comparison",
 ]
 
-#: Alpha-spending functions of :func:`spent_alpha` (Lan & DeMets, 1983).
-SPENDING_FUNCTIONS = ("obrien-fleming", "pocock")
 #: The calls of a :class:`SequentialDecision`: those of ``paired_comparison`` and "continue".
 SEQUENTIAL_CALLS = CALLS + ("continue",)
 #: Why a sequential run stopped.
 STOP_REASONS = ("decided", "max-blocks", "max-time")
-#: First look (blocks): with 2 blocks a t interval has 1 degree of freedom.
-DEFAULT_MIN_BLOCKS = 3
-#: Default budget: as powerful as 10 fixed blocks at their MDE (``benchmarks/bench_validity.py``).
-DEFAULT_MAX_BLOCKS = 12
-#: Largest budget accepted (the boundary computation grows with the number of looks).
-MAX_BUDGET = 100
 #: Version of the JSON form of :class:`SequentialDecision`.
 SCHEMA_VERSION = 2
-#: Simulated paths and seed of the boundary calibration (:func:`spending_boundaries`).
-_SIM_PATHS = 1_000_000
-_SIM_SEED = 0
-
-
-# ---------------------------------------------------------------------------
-# Boundaries
-
-
-def _check_alpha(alpha: Any) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not 0.0 < alpha < 0.5:
-        raise InputError(f"alpha {alpha!r} is not in (0, 0.5): use e.g. 0.05 (a 95 % repeated CI)")
-    return float(alpha)
-
-
-def _check_spending(spending: Any) -> str:
-    if spending not in SPENDING_FUNCTIONS:
-        raise InputError(f"spending {spending!r} is not valid: use one of {', '.join(SPENDING_FUNCTIONS)}")
-    return spending
-
-
-def _check_budget(min_blocks: Any, max_blocks: Any, *, lowest: int = 2) -> tuple[int, int]:
-    for name, value in (("min_blocks", min_blocks), ("max_blocks", max_blocks)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise InputError(f"{name} {value!r} is not an integer")
-    if min_blocks < lowest:
-        raise InputError(f"min_blocks {min_blocks!r} is below {lowest}"
-                         + (": a t interval needs 2 or more blocks" if lowest == 2 else ""))
-    if max_blocks < min_blocks:
-        raise InputError(f"max_blocks {max_blocks!r} is below min_blocks {min_blocks!r}: the budget must allow "
-                         f"at least one look")
-    if max_blocks > MAX_BUDGET:
-        raise InputError(f"max_blocks {max_blocks!r} is above {MAX_BUDGET}: use a smaller budget")
-    return int(min_blocks), int(max_blocks)
-
-
-def spent_alpha(fraction: float, *, alpha: float = 0.05, spending: str = "obrien-fleming") -> float:
-    """Cumulative two-sided alpha spent at an information fraction.
-
-    Parameters
-    ----------
-    fraction : float
-        Information fraction ``t`` in [0, 1]: blocks run / ``max_blocks``.
-    alpha : float, optional
-        Total two-sided level, in (0, 0.5). Defaults to 0.05.
-    spending : {'obrien-fleming', 'pocock'}, optional
-        ``'obrien-fleming'``: ``2 - 2 Phi(z_{1-alpha/2} / sqrt(t))``;
-        ``'pocock'``: ``alpha ln(1 + (e - 1) t)`` (Lan & DeMets, 1983,
-        *Biometrika* 70(3):659-663). Defaults to ``'obrien-fleming'``.
-
-    Returns
-    -------
-    float
-        In [0, alpha]; 0 at ``t = 0``, ``alpha`` at ``t = 1``.
-
-    Raises
-    ------
-    InputError
-        On a fraction outside [0, 1], a bad ``alpha`` or an unknown ``spending``.
-    """
-    alpha = _check_alpha(alpha)
-    _check_spending(spending)
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float, np.floating)) or not 0.0 <= fraction <= 1.0:
-        raise InputError(f"fraction {fraction!r} is not in [0, 1]")
-    t = float(fraction)
-    if t == 0.0:
-        return 0.0
-    if t == 1.0:
-        return alpha
-    if spending == "pocock":
-        return alpha * math.log1p((math.e - 1.0) * t)
-    return float(2.0 * stats.norm.sf(stats.norm.isf(alpha / 2.0) / math.sqrt(t)))
-
-
-@lru_cache(maxsize=64)
-def _boundaries(min_blocks: int, max_blocks: int, alpha: float, spending: str, statistic: str) -> tuple[float, ...]:
-    rng = np.random.default_rng(_SIM_SEED)
-    total = np.zeros(_SIM_PATHS)
-    squares = np.zeros(_SIM_PATHS)
-    alive = np.ones(_SIM_PATHS, dtype=bool)
-    crit: list[float] = []
-    spent = 0.0
-    for n in range(1, max_blocks + 1):
-        x = rng.standard_normal(_SIM_PATHS)
-        total += x
-        squares += x * x
-        if n < min_blocks:
-            continue
-        if statistic == "z":
-            stat = np.abs(total) / math.sqrt(n)
-        else:
-            var = np.maximum(squares - total * total / n, 0.0) / (n - 1)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                stat = np.abs(total / n) / np.sqrt(var / n)
-        cumulative = spent_alpha(n / max_blocks, alpha=alpha, spending=spending)
-        expected = (cumulative - spent) * _SIM_PATHS  # paths that must first cross here
-        spent = cumulative
-        candidates = stat[alive]
-        if expected < 1.0 or candidates.size < 2:
-            crit.append(math.inf)
-            continue
-        j = min(int(expected), candidates.size - 1)  # the j-th and (j+1)-th largest bracket the boundary
-        upper, lower = -np.partition(-candidates, [j - 1, j])[[j - 1, j]]
-        c = float(upper + (expected - int(expected)) * (lower - upper))
-        crit.append(c)
-        alive &= ~(stat >= c)
-    return tuple(crit)
-
-
-def spending_boundaries(
-    *,
-    min_blocks: int = DEFAULT_MIN_BLOCKS,
-    max_blocks: int = DEFAULT_MAX_BLOCKS,
-    alpha: float = 0.05,
-    spending: str = "obrien-fleming",
-    statistic: str = "t",
-) -> np.ndarray:
-    """Two-sided critical values of the one-sample t (or z) statistic at each look.
-
-    Parameters
-    ----------
-    min_blocks, max_blocks : int
-        Looks after every block ``n = min_blocks .. max_blocks`` (1 <= min <=
-        max <= :data:`MAX_BUDGET`; 2 <= min for ``'t'``); information fraction
-        ``n / max_blocks``.
-    alpha : float, optional
-        Total two-sided level. Defaults to 0.05.
-    spending : {'obrien-fleming', 'pocock'}, optional
-        See :func:`spent_alpha`.
-    statistic : {'t', 'z'}, optional
-        ``'t'``: ``mean / (sd / sqrt(n))`` with the sd estimated (ddof 1)
-        from the same blocks, as the repeated CI uses; ``'z'``: the variance
-        known (the textbook boundaries). Defaults to ``'t'``.
-
-    Returns
-    -------
-    numpy.ndarray
-        Shape ``(max_blocks - min_blocks + 1,)``, float64: ``c_k`` such that,
-        with no effect, the share of runs whose first crossing
-        ``|T_k| >= c_k`` happens at look ``k`` is the alpha spent between
-        looks ``k - 1`` and ``k``; ``inf`` where a look spends less than
-        one simulated path's worth (``1e-6``).
-
-    Raises
-    ------
-    InputError
-        On a bad budget, ``alpha``, ``spending`` or ``statistic``.
-
-    Notes
-    -----
-    Under no effect the joint law of ``T_min .. T_K`` does not depend on the
-    unknown sd (scale invariance), so simulating standard-normal blocks gives
-    it: 1,000,000 paths from ``numpy.random.default_rng(0)``, the boundary
-    at each look an order statistic of the surviving paths; the spent alpha
-    is met to about 0.03 percentage points (0.3 s for 12 looks). Jennison & Turnbull (1991,
-    *Biometrika* 78(1):133-141) compute the same law by numerical
-    integration. The usual shortcut, the known-variance boundaries turned
-    into t quantiles of the same nominal level, lets the error rate reach
-    5.5-5.9 % for a 5 % design at 3-12 blocks (measured here), hence the
-    exact law. Cached per argument set.
-
-    Examples
-    --------
-    Pocock type, known variance, 5 looks (gsDesign's exact values: 2.438
-    2.427 2.410 2.397 2.386):
-
-    >>> spending_boundaries(min_blocks=1, max_blocks=5, spending="pocock", statistic="z").round(2)
-    array([2.44, 2.43, 2.41, 2.4 , 2.38])
-    """
-    if statistic not in ("t", "z"):
-        raise InputError(f"statistic {statistic!r} is not valid: use 't' or 'z'")
-    min_blocks, max_blocks = _check_budget(min_blocks, max_blocks, lowest=2 if statistic == "t" else 1)
-    return np.array(_boundaries(min_blocks, max_blocks, _check_alpha(alpha), _check_spending(spending), statistic))
-
-
-# ---------------------------------------------------------------------------
-# The decision
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,9 +164,9 @@ class SequentialDecision:
         Two-sided level of the whole sequence of repeated CIs.
     spending : str
     alpha_spent : float or None
-        Cumulative alpha at this look, :func:`spent_alpha` of ``n / max_blocks``.
+        Cumulative alpha at this look, :func:`~logitlab.perf.spending.spent_alpha` of ``n / max_blocks``.
     critical_t : float or None
-        The look's boundary for the t statistic (:func:`spending_boundaries`):
+        The look's boundary for the t statistic (:func:`~logitlab.perf.spending.spending_boundaries`):
         the repeated CI is ``mean +- critical_t * sd / sqrt(n)``.
     nominal_confidence : float or None
         The level of a fixed-size t interval (df ``n - 1``) this wide.
@@ -437,10 +256,6 @@ def _check_log_ratios(log_ratios: Any, max_blocks: int) -> np.ndarray:
     return x
 
 
-#: How reports name the spending functions.
-SPENDING_NAMES = {"obrien-fleming": "O'Brien-Fleming-type", "pocock": "Pocock-type"}
-
-
 def sequential_step(
     log_ratios: Iterable[float],
     *,
@@ -461,7 +276,7 @@ def sequential_step(
     ----------
     log_ratios : sequence of float
         Shape ``(n,)``, natural logs: per block ``mean(log B) - mean(log A)``
-        (:func:`logitlab.perf.paired.block_log_ratios`), in run order,
+        (:func:`logitlab.perf.block_ratios.block_log_ratios`), in run order,
         ``n <= max_blocks``.
     margin : float
         Equivalence margin delta (> 0, relative: 0.02 = 2 %).
@@ -496,7 +311,8 @@ def sequential_step(
     -----
     Look ``k`` (``n = min_blocks + k - 1`` blocks): repeated CI
     ``mean +- t_{1 - p_k/2, n-1} sd / sqrt(n)`` with ``p_k = 2 (1 -
-    Phi(c_k))`` and ``c_k`` from :func:`spending_boundaries`; call as
+    Phi(c_k))`` and ``c_k`` from
+    :func:`logitlab.perf.spending.spending_boundaries`; call as
     :func:`logitlab.perf.paired.paired_comparison` on that interval, with
     ``b = log(1 + margin)``. See the module docstring for the sources.
 
@@ -506,19 +322,12 @@ def sequential_step(
     >>> d.call, d.stop, d.stop_reason, d.n_blocks
     ('faster', True, 'decided', 6)
     """
-    min_blocks, max_blocks = _check_budget(min_blocks, max_blocks)
-    alpha = _check_alpha(alpha)
-    spending = _check_spending(spending)
+    min_blocks, max_blocks = check_budget(min_blocks, max_blocks)
+    alpha = check_alpha(alpha)
+    spending = check_spending(spending)
     x = _check_log_ratios(log_ratios, max_blocks)
     delta = check_margin(margin)
-    if margin_source not in ("option", "a/a", "default"):
-        raise InputError(f"margin_source {margin_source!r} is not valid: use 'option', 'a/a' or 'default'")
-    if not isinstance(higher_is_better, (bool, np.bool_)) or not isinstance(time_up, (bool, np.bool_)):
-        raise InputError("higher_is_better and time_up must be bools")
-    higher_is_better, time_up = bool(higher_is_better), bool(time_up)
-    for name, value in (("metric", metric), ("unit", unit)):
-        if not isinstance(value, str):
-            raise InputError(f"{name} {value!r} is not a string")
+    higher_is_better, time_up = _check_step_flags(margin_source, higher_is_better, time_up, metric, unit)
 
     n = int(x.size)
     sign = 1.0 if higher_is_better else -1.0
@@ -531,7 +340,8 @@ def sequential_step(
     look = n - min_blocks + 1 if n >= min_blocks else None
     crit_t = nominal = spent = lo = hi = None
     if look is not None:
-        c = _boundaries(min_blocks, max_blocks, alpha, spending, "t")[look - 1]
+        c = spending_boundaries(min_blocks=min_blocks, max_blocks=max_blocks, alpha=alpha, spending=spending,
+                                statistic="t")[look - 1]
         spent = spent_alpha(n / max_blocks, alpha=alpha, spending=spending)
         if math.isfinite(c):
             crit_t = float(c)
@@ -539,9 +349,35 @@ def sequential_step(
             half = crit_t * sd / math.sqrt(n)
             lo, hi = mean - half, mean + half
 
-    call = "continue"
-    if lo is not None:
-        call = three_way_call(*((lo, hi) if sign > 0 else (-hi, -lo)), bound)
+    call = "continue" if lo is None else three_way_call(*better_orientation(lo, hi, higher_is_better), bound)
+    call, stop_reason = _stop(call, n=n, max_blocks=max_blocks, time_up=time_up)
+    sp_lo, sp_hi = better_orientation(lo, hi, higher_is_better)
+    return SequentialDecision(
+        call=call, stop=stop_reason is not None, stop_reason=stop_reason, n_blocks=n, min_blocks=min_blocks,
+        max_blocks=max_blocks, look=look, n_looks=n_looks, alpha=alpha, spending=spending, alpha_spent=spent,
+        critical_t=crit_t, nominal_confidence=nominal, higher_is_better=higher_is_better,
+        metric=metric, unit=unit, mean_log_ratio=mean, sd_log_ratio=sd, ratio=_exp(mean), ci_low=_exp(lo),
+        ci_high=_exp(hi), speedup=_exp(None if mean is None else sign * mean), speedup_ci_low=_exp(sp_lo),
+        speedup_ci_high=_exp(sp_hi), margin=delta, margin_source=margin_source,
+    )
+
+
+def _check_step_flags(margin_source: Any, higher_is_better: Any, time_up: Any, metric: Any,
+                      unit: Any) -> tuple[bool, bool]:
+    """:func:`sequential_step`'s labels and flags checked; ``(higher_is_better, time_up)`` as bools."""
+    if margin_source not in ("option", "a/a", "default"):
+        raise InputError(f"margin_source {margin_source!r} is not valid: use 'option', 'a/a' or 'default'")
+    if not isinstance(higher_is_better, (bool, np.bool_)) or not isinstance(time_up, (bool, np.bool_)):
+        raise InputError("higher_is_better and time_up must be bools")
+    higher_is_better, time_up = bool(higher_is_better), bool(time_up)
+    for name, value in (("metric", metric), ("unit", unit)):
+        if not isinstance(value, str):
+            raise InputError(f"{name} {value!r} is not a string")
+    return higher_is_better, time_up
+
+
+def _stop(call: str, *, n: int, max_blocks: int, time_up: bool) -> tuple[str, str | None]:
+    """The call and the stopping reason at a look, from the interval's call there (``'continue'``: no interval)."""
     if call in ("faster", "slower", "equivalent"):
         stop_reason = "decided"
     elif n >= max_blocks:
@@ -554,21 +390,7 @@ def sequential_step(
         call = "inconclusive"
     elif stop_reason is None:
         call = "continue"
-
-    def better(a: float | None, b: float | None) -> tuple[float | None, float | None]:
-        if a is None or b is None:
-            return None, None
-        return (a, b) if sign > 0 else (-b, -a)
-
-    sp_lo, sp_hi = better(lo, hi)
-    return SequentialDecision(
-        call=call, stop=stop_reason is not None, stop_reason=stop_reason, n_blocks=n, min_blocks=min_blocks,
-        max_blocks=max_blocks, look=look, n_looks=n_looks, alpha=alpha, spending=spending, alpha_spent=spent,
-        critical_t=crit_t, nominal_confidence=nominal, higher_is_better=higher_is_better,
-        metric=metric, unit=unit, mean_log_ratio=mean, sd_log_ratio=sd, ratio=_exp(mean), ci_low=_exp(lo),
-        ci_high=_exp(hi), speedup=_exp(None if mean is None else sign * mean), speedup_ci_low=_exp(sp_lo),
-        speedup_ci_high=_exp(sp_hi), margin=delta, margin_source=margin_source,
-    )
+    return call, stop_reason
 
 
 def _exp(x: float | None) -> float | None:
@@ -596,7 +418,7 @@ def sequential_decision(
         The blocks run so far, in run order (at most ``max_blocks``).
     higher_is_better : bool
     margin : float, optional
-        Equivalence margin delta; None: :func:`logitlab.perf.paired.aa_margin`
+        Equivalence margin delta; None: :func:`logitlab.perf.block_ratios.aa_margin`
         of these blocks at confidence ``1 - alpha`` (3 or more blocks), else
         ``DEFAULT_MARGIN`` (2 %): the margin ``paired_comparison`` would use.
     alpha, min_blocks, max_blocks, spending, time_up, metric, unit
@@ -614,7 +436,7 @@ def sequential_decision(
     items = list(blocks) if not isinstance(blocks, (str, bytes, Block)) and isinstance(blocks, Iterable) else blocks
     ratios = block_log_ratios(items)  # validates the blocks
     if margin is None:
-        calibrated = aa_margin(items, confidence=1.0 - _check_alpha(alpha))
+        calibrated = aa_margin(items, confidence=1.0 - check_alpha(alpha))
         margin, source = (calibrated, "a/a") if calibrated is not None else (DEFAULT_MARGIN, "default")
     else:
         source = "option"

@@ -23,10 +23,12 @@ import numpy as np
 from scipy import stats
 
 from logitlab.errors import InputError
+from logitlab.perf.block_ratios import block_log_ratios
 from logitlab.perf.equivalence import CALLS
-from logitlab.perf.paired import block_log_ratios, paired_comparison
-from logitlab.perf.sequential import DEFAULT_MAX_BLOCKS, DEFAULT_MIN_BLOCKS, sequential_decision
+from logitlab.perf.paired import paired_comparison
+from logitlab.perf.sequential import sequential_decision
 from logitlab.perf.simulate import simulate_blocks
+from logitlab.perf.spending import DEFAULT_MAX_BLOCKS, DEFAULT_MIN_BLOCKS
 
 __all__ = ["DESIGNS", "simulate_sequential"]
 

@@ -2,7 +2,7 @@
 
 :func:`run_document` turns a :class:`~logitlab.perf.commands.BenchRunResult`,
 :func:`compare_document` a :class:`~logitlab.perf.compare_files.FileComparison`
-and :func:`calibration_document` a :class:`~logitlab.perf.compare_files.NoiseProfile`
+and :func:`calibration_document` a :class:`~logitlab.perf.calibration.NoiseProfile`
 into a :class:`~logitlab.report.document.Document`; the renderers write it.
 Nothing here computes a statistic.
 """
@@ -13,7 +13,8 @@ import math
 from typing import Any
 
 from logitlab.perf.commands import BenchRunResult
-from logitlab.perf.compare_files import MIN_SAMPLES_FOR_CI, FileComparison, NoiseProfile, ScenarioComparison
+from logitlab.perf.calibration import NoiseProfile
+from logitlab.perf.compare_files import MIN_SAMPLES_FOR_CI, FileComparison, ScenarioComparison
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Rich, Span, Table, rich
 from logitlab.report.figure_blocks import bench_run_figures, noise_figure, scenario_figure
 from logitlab.report.speed_text import paired_reason, scenario_reason, sequential_reason, stopping_note

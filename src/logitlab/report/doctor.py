@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from logitlab.dumps.format import format_bytes
+from logitlab.dumps.sizes import format_bytes
 from logitlab.experiments.doctor import DoctorResult
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
 

@@ -1,6 +1,6 @@
 """The dump-diff report as a document, and the summary lines of a dump capture.
 
-:func:`dump_diff_document` turns a :class:`~logitlab.dumps.diff.DumpDiffResult`
+:func:`dump_diff_document` turns a :class:`~logitlab.dumps.diff_results.DumpDiffResult`
 into a :class:`~logitlab.report.document.Document`; the renderers write it.
 ``*_rows`` / ``*_lines`` return strings. Nothing here computes a statistic.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from logitlab.dumps.diff import DumpDiffResult, LayerRow, OneSideGroup, TensorDiff, compress_ranges
-from logitlab.dumps.format import format_bytes
+from logitlab.dumps.diff_results import DumpDiffResult, LayerRow, OneSideGroup, TensorDiff, compress_ranges
+from logitlab.dumps.sizes import format_bytes
 from logitlab.dumps.stats import ULP_BIN_LABELS, ULP_NAN_MISMATCH
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.figure_blocks import dump_figures

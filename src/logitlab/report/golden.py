@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from logitlab.dumps.format import format_bytes
+from logitlab.dumps.sizes import format_bytes
 from logitlab.dumps.golden_format import GoldenManifest, Provenance
 from logitlab.engines.crash import CrashEvidence
 from logitlab.experiments.golden import GoldenCheckResult

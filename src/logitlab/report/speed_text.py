@@ -14,7 +14,8 @@ from logitlab.perf.compare_files import MIN_SAMPLES_FOR_CI, FileComparison, Scen
 from logitlab.perf.equivalence import three_way_call
 from logitlab.perf.paired import PairedComparison, better_orientation
 from logitlab.perf.power import blocks_needed
-from logitlab.perf.sequential import SPENDING_NAMES, SequentialDecision
+from logitlab.perf.sequential import SequentialDecision
+from logitlab.perf.spending import SPENDING_NAMES
 from logitlab.report.text import plural
 
 __all__ = ["paired_reason", "scenario_reason", "sequential_reason", "stopping_note"]

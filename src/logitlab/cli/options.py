@@ -1,0 +1,158 @@
+"""The option groups several subcommands share, and what they parse to.
+
+Each group is a decorator that adds its options (one spelling, one help text,
+one default for every command); its reader turns the parsed values into the
+typed object the experiment takes: :func:`variant_pair_options` /
+:func:`variant_pair`, :func:`prompt_options`, :func:`threshold_options` /
+:func:`thresholds_from`, :func:`run_log_option` / :func:`run_log_path`, and
+:func:`output_options` (``--json``, ``--markdown``, ``--html``, ``--quiet``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from logitlab.numerics.verdict import Thresholds
+
+MODEL_HELP = "Model file (default: the embedded SmolLM2-135M Q4_1 GGUF)."
+SPEC_HELP = "KEY=VALUE[,KEY=VALUE] engine options, or [ENGINE:][MODEL][?KEY=VALUE&...]"
+
+
+def output_options(*, json_help: str = "Write the full result as JSON.", markdown: bool = True,
+                   quiet_help: str = "No progress bar.",
+                   json: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--json PATH``, ``--markdown PATH`` and ``--html PATH`` (unless ``markdown=False``: a command without a
+    report) and ``--quiet``: one group for every command.
+
+    ``json=False``: the command declares its own JSON output option (``bench calibrate --out/--json``,
+    required there); it must keep the ``json_path`` name that :func:`write_reports` reads.
+    """
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        options = [click.option("--json", "json_path", type=str, default=None, help=json_help)] if json else []
+        if markdown:
+            options.append(click.option("--markdown", "markdown_path", type=str, default=None,
+                                        help="Write the report as Markdown (a PR comment)."))
+            options.append(click.option("--html", "html_path", type=str, default=None,
+                                        help="Write the report as one self-contained HTML page with figures "
+                                             "(opens from a file, no network; the result JSON is inside)."))
+        options.append(click.option("--quiet", "-q", is_flag=True, help=quiet_help))
+        return apply_options(func, options)
+    return decorate
+
+
+def run_log_option(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--log PATH``: the run log (:mod:`logitlab.runlog`) each finished run is appended to."""
+    return click.option("--log", "log_path", type=str, default=None,
+                        help="JSONL file each run is appended to as it finishes, so a killed run keeps them "
+                             "(`logitlab report` shows it; default: next to --json, else "
+                             f"./logitlab-runs/{command}-TIMESTAMP.jsonl).")
+
+
+def run_log_path(opts: dict[str, Any], command: str) -> str:
+    """``--log``, else ``X.runs.jsonl`` next to ``--json X.json``, else ``logitlab-runs/COMMAND-TIMESTAMP.jsonl``."""
+    from datetime import datetime
+
+    if opts.get("log_path"):
+        return opts["log_path"]
+    if opts.get("json_path"):
+        return str(Path(opts["json_path"]).with_suffix(".runs.jsonl"))
+    return f"logitlab-runs/{command}-{datetime.now():%Y%m%d-%H%M%S}.jsonl"
+
+
+def apply_options(func: Callable[..., Any], options: list[Callable[..., Any]]) -> Callable[..., Any]:
+    """``func`` decorated with each click option of ``options``, the first one outermost (listed first in --help)."""
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def variant_pair_options(*, engine_help: str, candidate_help: str,
+                         slots: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--model --engine --control --candidate --control-env --candidate-env`` (read by :func:`variant_pair`).
+
+    ``slots`` names where an environment knob applies ("control slots", "the control").
+    """
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        from logitlab.engines import DEFAULT_ENGINE
+
+        return apply_options(func, [
+            click.option("--model", type=str, default=None, help=MODEL_HELP),
+            click.option("--engine", "engine", default=DEFAULT_ENGINE, show_default=True, help=engine_help),
+            click.option("--control", default="", help=f"Control spec: {SPEC_HELP}."),
+            click.option("--candidate", default=None, help=candidate_help),
+            click.option("--control-env", multiple=True, metavar="NAME[=VALUE]",
+                         help=f"Environment knob for {slots.format(side='control')}."),
+            click.option("--candidate-env", multiple=True, metavar="NAME[=VALUE]",
+                         help=f"Environment knob for {slots.format(side='candidate')}."),
+        ])
+    return decorate
+
+
+def variant_pair(opts: dict[str, Any]) -> tuple[Any, Any]:
+    """The control and candidate :class:`~logitlab.engines.variant.Variant` of :func:`variant_pair_options`.
+
+    Without ``--candidate`` the candidate is the control's spec (an A/A).
+    ``--control-model`` / ``--candidate-model``, where a command has them,
+    override ``--model`` for one side.
+
+    Raises:
+        InputError: a malformed spec or environment knob.
+    """
+    from logitlab.engines.variant import parse_env, parse_variant
+
+    def side(name: str, spec: str) -> Any:
+        model = opts.get(f"{name}_model") or opts["model"]
+        return parse_variant(spec, name, default_engine=opts["engine"], default_model=model,
+                             env=parse_env(opts[f"{name}_env"]))
+
+    return side("control", opts["control"]), side("candidate", opts["control"] if opts["candidate"] is None
+                                                   else opts["candidate"])
+
+
+def prompt_options(default_help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--prompt`` and ``--prompt-file``; ``default_help`` says what runs without them."""
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        return apply_options(func, [
+            click.option("--prompt", default=None, help=f"Prompt text (default: {default_help})."),
+            click.option("--prompt-file", type=str, default=None, help="Read the prompt from a file."),
+        ])
+    return decorate
+
+
+def threshold_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Verdict thresholds (``--max-ulp``, ``--near-tie-margin``, ``--offset-ratio``, ``--floor-factor``,
+    ``--min-positions``, ``--fixed-thresholds``, ``--top-k``)."""
+    defaults = Thresholds()
+    options = [
+        click.option("--max-ulp", type=float, default=defaults.max_ulp, show_default=True,
+                     help="ulp-noise: largest |Δ| in ULPs at the row's scale."),
+        click.option("--near-tie-margin", type=float, default=defaults.near_tie_margin, show_default=True,
+                     help="near-tie: flips at a reference top1–top2 margin (logits) below this; at or above it, "
+                          "a flip inside the noise floor is lossy (without a floor: divergent)."),
+        click.option("--offset-ratio", type=float, default=defaults.offset_ratio, show_default=True,
+                     help="systematic-offset: the positions' mean Δ averages at least this many of its standard "
+                          "deviations across positions."),
+        click.option("--floor-factor", type=float, default=defaults.floor_factor, show_default=True,
+                     help="a position whose top-k Δ spread exceeds this many times the pair's noise floor (p99 "
+                          "over the positions that kept their argmax) is divergent."),
+        click.option("--min-positions", type=int, default=defaults.min_positions, show_default=True,
+                     help="fewest positions for a noise floor and for a systematic offset."),
+        click.option("--fixed-thresholds", is_flag=True, default=False,
+                     help="judge with the fixed thresholds only, not against the pair's noise floor."),
+        click.option("--top-k", type=int, default=5, show_default=True, help="k of the top-k set agreement."),
+    ]
+    return apply_options(func, options)
+
+
+def thresholds_from(opts: dict[str, Any]) -> Thresholds:
+    """Build Thresholds from the options of :func:`threshold_options`.
+
+    Raises:
+        InputError: a threshold out of range (the message names it).
+    """
+    return Thresholds(max_ulp=opts["max_ulp"], near_tie_margin=opts["near_tie_margin"],
+                      offset_ratio=opts["offset_ratio"], floor_factor=opts["floor_factor"],
+                      min_positions=opts["min_positions"], calibrate=not opts["fixed_thresholds"])
