@@ -1,6 +1,7 @@
 """Lazy package attributes (PEP 562): a package's public names, each imported from its module on first access.
 
-A package lists ``{public name: defining module}`` and takes its module-level
+``logitlab.numerics`` and ``logitlab.perf`` list ``{public name: defining
+module}`` and take their module-level
 ``__getattr__`` and ``__dir__`` from :func:`lazy_exports`, so that importing a
 light module of the package (the CLI's option choices) does not load the heavy
 ones (numpy, numba, scipy) that other names of the package need.

@@ -4,10 +4,11 @@ Exit codes: 0 ok, 1 a ``--require`` / ``--fail-on`` check failed, 2 bad usage
 or bad input (one ``error:`` line on stderr; results measured before the error
 are kept), 130 interrupted (Ctrl-C; results measured so far are written).
 
-A command that runs an experiment builds its config, then hands the run to
-:func:`run_with_progress` and the result to :func:`finish`, which owns the
-tail every such command repeats: the reports in every format asked for, the
-terminal report, ``--record``, the run log's line, and the exit code.
+``ab``, ``verify``, ``explain`` and ``bench run`` build their config, then hand
+the run to :func:`run_with_progress` and the result to :func:`finish`, which
+owns the tail they share: the reports in every format asked for, the terminal
+report, ``--record``, the run log's line, and the exit code. (``golden``,
+``invariance``, ``bisect``, ``sweep`` and ``dump`` still write their own.)
 The option groups are :mod:`logitlab.cli.options`, the output files
 :mod:`logitlab.cli.outputs`, ``--record`` :mod:`logitlab.cli.recording`.
 """
@@ -132,7 +133,8 @@ def finish(result: Any, error: LogitlabError | None, opts: dict[str, Any], *, ex
     command without ``--record``), says where the run log is (``log_path``,
     unless ``--quiet``), then exits: :data:`EXIT_INTERRUPTED` with the line
     ``error: interrupted; <interrupted>`` when ``error`` is an
-    :class:`~logitlab.errors.Interrupted` and ``interrupted`` is given; 2 with
+    :class:`~logitlab.errors.Interrupted` (an experiment that turns Ctrl-C into
+    one with its partial result: ab, explain) and ``interrupted`` is given; 2 with
     one ``error:`` line for any other error; else ``exit_code(result)``
     (0, or :data:`EXIT_CHECK_FAILED` for a failed ``--require``).
     """

@@ -28,7 +28,7 @@ def output_options(*, json_help: str = "Write the full result as JSON.", markdow
     report) and ``--quiet``: one group for every command.
 
     ``json=False``: the command declares its own JSON output option (``bench calibrate --out/--json``,
-    required there); it must keep the ``json_path`` name that :func:`write_reports` reads.
+    required there); it must keep the ``json_path`` name that :func:`~logitlab.cli.outputs.write_reports` reads.
     """
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         options = [click.option("--json", "json_path", type=str, default=None, help=json_help)] if json else []

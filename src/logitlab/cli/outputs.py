@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # rich loads when a command prints, not when its options are 
 
 from logitlab.errors import InputError
 
+
 def check_output_paths(*, inputs: Iterable[str | None] = (), folders: dict[str, str] | None = None,
                        **paths: str | None) -> None:
     """Check, before any work, that each output file can be written without destroying anything.
@@ -58,7 +59,7 @@ def check_output_paths(*, inputs: Iterable[str | None] = (), folders: dict[str, 
 
 
 def report_paths(opts: dict[str, Any]) -> dict[str, str | None]:
-    """The report outputs a command was given (``--json``, ``--markdown``, ``--html`` of :func:`output_options`),
+    """The report outputs a command was given (``--json``, ``--markdown``, ``--html`` of :func:`~logitlab.cli.options.output_options`),
     as keyword arguments of :func:`check_output_paths`: every command checks all of them, not a hand-made list."""
     return {name: opts.get(f"{name}_path") for name in ("json", "markdown", "html") if f"{name}_path" in opts}
 

@@ -474,5 +474,6 @@ def _check_stored(capture: StepRecorder, estimate: int) -> None:
                          f"({label}, {format_bytes(size)}): nothing would be stored; raise it (the whole capture is "
                          f"estimated at {format_bytes(estimate)})")
 
+
 __all__ = ["CaptureResult", "StepRecorder", "check_capture_inputs", "check_filter_matches",
            "run_capture"]

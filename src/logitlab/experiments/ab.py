@@ -363,8 +363,7 @@ class AbExperiment:
             else:
                 record.candidate_self_exact = self.first_candidate.same_bits(output)
         record.comparison = comparison
-        verdict = classify(
-            comparison, self.config.thresholds)
+        verdict = classify(comparison, self.config.thresholds)
         record.verdict = verdict.word
         if slot.variant == CANDIDATE:
             self.candidate_verdicts.append((slot.index, verdict))

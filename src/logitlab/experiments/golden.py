@@ -253,11 +253,11 @@ def _compare(reader: GoldenLogits, manifest: GoldenManifest, index: int, observe
             raise EngineError(f"prompt {manifest.prompts[index].name!r}: the golden holds {reference.dtype} "
                               f"{reference.shape} logits, this run returned {observed.dtype} {observed.shape}")
         c = compare_logits(reference, observed, top_k=top_k, token_ids=input_ids)
-        return c, classify(c, thresholds)
-    k = manifest.top_k
-    ref = _topk_rows(*reader.topk(index), k)
-    obs = _topk_rows(*logits_topk(observed, k), k)
-    c = compare_topk(ref, obs, top_k=min(top_k, k), token_ids=input_ids)
+    else:
+        k = manifest.top_k
+        ref = _topk_rows(*reader.topk(index), k)
+        obs = _topk_rows(*logits_topk(observed, k), k)
+        c = compare_topk(ref, obs, top_k=min(top_k, k), token_ids=input_ids)
     return c, classify(c, thresholds)
 
 

@@ -1,4 +1,4 @@
-"""The near-tie guard for speculative greedy decoding, and its calibration.
+"""The near-tie guard for speculative greedy decoding: the block decision, rollback, the guarded loop.
 
 A speculative decoder feeds the last accepted token plus K-1 draft tokens in
 one M=K *verify* forward and accepts each row's argmax while it matches the

@@ -167,7 +167,7 @@ def evaluate_run(run: SpeculativeRun, reference_tokens: Sequence[int], reference
     """Compare a speculative run with M=1 greedy.
 
     Args:
-        run: from :func:`speculative_greedy` with ``keep_rows=True``.
+        run: from :func:`~logitlab.experiments.guard.speculative_greedy` with ``keep_rows=True``.
         reference_tokens: the M=1 greedy tokens (at least ``len(run.tokens)``).
         reference_rows: ``(n, n_vocab)``: the M=1 row that decided each greedy
             token (prefill row first).

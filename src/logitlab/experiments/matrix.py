@@ -3,7 +3,7 @@
 A matrix file (TOML or JSON, same keys) describes a whole sweep; every matrix
 cell is one candidate (or, for ``verify``, one variant) and every cell runs on
 every prompt, one **job** per (cell, prompt). A job is plain data
-(:class:`JobSpec`): running it (:func:`logitlab.experiments.sweep.run_job`) is a
+(:class:`JobSpec`): running it (:func:`logitlab.experiments.sweep_job.run_job`) is a
 function of the spec alone, so any worker on any node can run it and
 ``--resume`` can tell a finished job by its key and spec hash.
 

@@ -93,8 +93,8 @@ def _recompute(result: AbResult) -> None:
         thresholds = dacite.from_dict(Thresholds, cfg.get("thresholds") or {}, config=_DACITE)
     except (dacite.DaciteError, TypeError, ValueError) as exc:
         raise InputError(f"damaged ab run log: its config's thresholds do not load ({exc})") from None
-    verdicts = [(r.slot, classify(
-        r.comparison, thresholds)) for r in result.measured(CANDIDATE) if r.comparison is not None]
+    verdicts = [(r.slot, classify(r.comparison, thresholds)) for r in result.measured(CANDIDATE)
+                if r.comparison is not None]
     if verdicts:
         result.verdict_slot, result.verdict = worst_verdict(verdicts)
     margin, seed = cfg.get("margin"), cfg.get("seed", 0)

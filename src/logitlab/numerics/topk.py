@@ -17,7 +17,7 @@ Lower bounds of the full-vocabulary statistic
     both runs returned), and the KL divergence (see :func:`kld_lower_bound`).
 Not decidable
     a systematic offset: a constant added to every logit cancels in the
-    softmax, so log-probabilities cannot show it; :func:`classify_topk` never
+    softmax, so log-probabilities cannot show it; :func:`~logitlab.numerics.verdict.classify` never
     returns ``systematic-offset``.
 
 Nothing here prints, logs or knows about engines.
@@ -429,6 +429,9 @@ class _Tally:
 
 def classify_topk(comparison: TopKComparison, thresholds: Any = None) -> Any:
     """The one-word verdict for top-k-only data: :func:`~logitlab.numerics.verdict.classify`, checking the type.
+
+    Kept for callers that hold a :class:`TopKComparison` and want the type
+    checked; ``classify`` itself takes either kind of comparison.
 
     ``classify`` reads the comparison's scope itself and applies the rules
     top-k data can decide (:mod:`logitlab.numerics.verdict_rules`):

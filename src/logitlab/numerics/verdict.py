@@ -68,7 +68,6 @@ VERDICTS: tuple[str, ...] = ("bit-exact", "ulp-noise", "noise", "near-tie", "los
                              "divergent", "crashed")
 
 
-
 def severity(word: str) -> int:
     """Index of a verdict word in :data:`VERDICTS` (0 = bit-exact).
 

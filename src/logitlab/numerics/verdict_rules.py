@@ -1,8 +1,9 @@
 """The verdict rules of :func:`logitlab.numerics.verdict.classify`, as an ordered table.
 
-:data:`RULES` lists one small function per verdict word, harmless-first except
-that ``divergent`` is tried right after ``bit-exact`` (a bug is never
-explained away as noise). Each rule reads a :class:`Case` (the facts of one
+:data:`RULES` lists one small function per verdict word in the order they are
+tried: ``bit-exact``, then ``divergent`` (a bug is never explained away as
+noise), ``ulp-noise``, then the rest from the most severe down
+(``systematic-offset``, ``lossy``, ``near-tie``) to ``noise``, which always finds. Each rule reads a :class:`Case` (the facts of one
 comparison, derived once) and returns a :class:`Finding` (its word, the
 evidence lines that decided it, the positions that made it) or None; the first
 rule that returns a finding decides. The ``divergent`` rule is itself a table,
@@ -39,7 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover - types only
     from logitlab.numerics.floor import NoiseFloor
     from logitlab.numerics.verdict import Thresholds
 
-__all__ = ["LOCALIZED_FRACTION", "Case", "Finding", "RULES", "DIVERGENCE_CHECKS", "scope_notes",
+__all__ = ["LOCALIZED_FRACTION", "Case", "Finding", "RULES", "DIVERGENCE_CHECKS", "first_finding", "scope_notes",
            "offset_statistics", "is_offset"]
 
 #: A row beyond ULP noise in which fewer than this fraction of entries differ is a localized change.
