@@ -38,11 +38,11 @@ import time
 import numpy as np
 
 from logitlab.engines.variant import parse_variant
-from logitlab.experiments import guard as G
-from logitlab.experiments import guard_calibration as GC
+from logitlab.experiments.verify import guard as G
+from logitlab.experiments.verify import guard_calibration as GC
 from logitlab.experiments.isolation import load_engine
 from logitlab.experiments.prompts import builtin_prompts
-from logitlab.experiments.verify import greedy_m1, replay_mk
+from logitlab.experiments.verify.run import greedy_m1, replay_mk
 from logitlab.manifest import host_info
 
 METHODS = ("M=1", "unguarded", "redecode", "resync")

@@ -23,7 +23,7 @@ from logitlab.errors import InputError
 from logitlab.experiments.ab import AbConfig, run_ab
 from logitlab.experiments.invariance import InvarianceConfig, run_invariance
 from logitlab.experiments.prompts import Prompt
-from logitlab.experiments.verify import VerifyConfig, run_verify
+from logitlab.experiments.verify.run import VerifyConfig, run_verify
 from logitlab.models import file_sha256, gemma_model_path
 
 from conftest import SHORT_PROMPT

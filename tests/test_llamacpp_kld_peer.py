@@ -24,8 +24,8 @@ from peers import PROSE, run_tool
 from logitlab.dumps.llamacpp_kld import read_kld_base
 from logitlab.engines import engine_class
 from logitlab.engines.variant import Variant
-from logitlab.experiments.golden import RecordConfig, record_golden
-from logitlab.experiments.golden_kld import check_kld_base, export_kld_base
+from logitlab.experiments.golden.run import RecordConfig, record_golden
+from logitlab.experiments.golden.kld import check_kld_base, export_kld_base
 from logitlab.experiments.prompts import Prompt
 from logitlab.numerics.llamacpp_kld import LlamaCppKldStats, quantize_log_probs
 

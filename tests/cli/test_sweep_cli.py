@@ -48,8 +48,8 @@ def test_dry_run_lists_cells_and_runs_nothing(matrix, tmp_path):
 
 def _sweep_folder(tmp_path, matrix):
     """A folder with a sweep manifest, as ``logitlab sweep`` leaves it (no job run)."""
-    from logitlab.experiments.matrix_file import load_matrix
-    from logitlab.experiments.sweep_summary import summarize
+    from logitlab.experiments.sweep.matrix_file import load_matrix
+    from logitlab.experiments.sweep.summary import summarize
     from logitlab.jsonio import write_json
 
     m = load_matrix(matrix)

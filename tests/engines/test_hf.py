@@ -113,7 +113,7 @@ def test_guard_auto_on_float32_is_token_identical_at_little_extra_work():
     """Issue #19: on hf, M=K noise is rounding-scale, so τ from the noise floor is tiny and rarely triggers."""
     from logitlab.engines.variant import Variant
     from logitlab.experiments.prompts import Prompt, builtin_prompts
-    from logitlab.experiments.verify import VerifyConfig, run_verify
+    from logitlab.experiments.verify.run import VerifyConfig, run_verify
 
     result = run_verify(VerifyConfig(
         variant=Variant("verify", "hf", options=THREADS), prompts=(Prompt("short", SHORT_PROMPT),), ks=(4,),

@@ -17,8 +17,8 @@ from engine_repo import ENGINE, git  # noqa: E402
 
 from logitlab.engines.variant import parse_variant  # noqa: E402
 from logitlab.errors import InputError, LogitlabError  # noqa: E402
-from logitlab.experiments.bisect import next_commit, parse_range, run_bisect  # noqa: E402
-from logitlab.experiments.bisect_probes import NumericsProbe, SpeedProbe  # noqa: E402
+from logitlab.experiments.bisect.run import next_commit, parse_range, run_bisect  # noqa: E402
+from logitlab.experiments.bisect.probes import NumericsProbe, SpeedProbe  # noqa: E402
 from logitlab.experiments.gitrepo import first_parent_range  # noqa: E402
 
 PY = sys.executable

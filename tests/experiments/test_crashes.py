@@ -125,7 +125,7 @@ def test_the_command_line_says_no_baseline_in_one_line_and_keeps_the_json(tmp_pa
 # -- golden -----------------------------------------------------------------------------------------
 def test_golden_check_fails_on_a_prompt_that_crashes_the_engine_and_says_where(tmp_path):
     from logitlab.engines.variant import Variant
-    from logitlab.experiments.golden import CheckConfig, RecordConfig, VariantOverrides, check_golden, record_golden
+    from logitlab.experiments.golden.run import CheckConfig, RecordConfig, VariantOverrides, check_golden, record_golden
     from logitlab.experiments.prompts import Prompt
     from logitlab.report import markdown
 
@@ -145,7 +145,7 @@ def test_golden_check_fails_on_a_prompt_that_crashes_the_engine_and_says_where(t
 
 def test_golden_record_names_the_crash_and_leaves_no_golden(tmp_path):
     from logitlab.engines.variant import Variant
-    from logitlab.experiments.golden import RecordConfig, record_golden
+    from logitlab.experiments.golden.run import RecordConfig, record_golden
     from logitlab.experiments.prompts import Prompt
 
     config = RecordConfig(Variant("golden", ENGINE, None, {"crash_phase": "prefill"}), [Prompt("a", SHORT_PROMPT)], 2)
@@ -156,8 +156,8 @@ def test_golden_record_names_the_crash_and_leaves_no_golden(tmp_path):
 
 def test_golden_check_llamacpp_kld_keeps_the_chunks_before_a_crash_and_fails(tmp_path):
     from logitlab.engines.variant import Variant
-    from logitlab.experiments.golden import RecordConfig, record_golden
-    from logitlab.experiments.golden_kld import KldCheckResult, check_kld_base, export_kld_base
+    from logitlab.experiments.golden.run import RecordConfig, record_golden
+    from logitlab.experiments.golden.kld import KldCheckResult, check_kld_base, export_kld_base
     from logitlab.experiments.prompts import Prompt
     from logitlab.numerics.gate import Bar
     from logitlab.report import markdown
@@ -187,7 +187,7 @@ def test_golden_check_llamacpp_kld_keeps_the_chunks_before_a_crash_and_fails(tmp
 def _verify_config(options: dict, **kwargs):
     from logitlab.engines.variant import Variant
     from logitlab.experiments.prompts import Prompt
-    from logitlab.experiments.verify import VerifyConfig
+    from logitlab.experiments.verify.run import VerifyConfig
 
     return VerifyConfig(variant=Variant("verify", ENGINE, None, options),
                         prompts=(Prompt("a", SHORT_PROMPT), Prompt("b", "Once upon a time")), ks=(1, 4),
@@ -195,7 +195,7 @@ def _verify_config(options: dict, **kwargs):
 
 
 def test_verify_on_an_engine_that_crashes_in_a_verify_block_is_crashed_and_keeps_what_ran(tmp_path):
-    from logitlab.experiments.verify import run_verify
+    from logitlab.experiments.verify.run import run_verify
     from logitlab.report import markdown
     from logitlab.runlog import read_run_log
 
@@ -213,7 +213,7 @@ def test_verify_on_an_engine_that_crashes_in_a_verify_block_is_crashed_and_keeps
 
 
 def test_verify_on_an_engine_that_crashes_while_loading_is_crashed(tmp_path):
-    from logitlab.experiments.verify import run_verify
+    from logitlab.experiments.verify.run import run_verify
 
     result = run_verify(_verify_config({"crash_phase": "load"}))
     assert result.classification.word == "crashed" and result.crash["phase"] == "load"
@@ -233,9 +233,9 @@ def test_verify_cli_require_fails_on_a_crash(tmp_path):
 # -- sweep ------------------------------------------------------------------------------------------
 def test_a_sweep_cell_whose_candidate_crashes_is_a_crashed_cell_not_a_failed_job():
     from logitlab.experiments.engine_cache import EngineCache
-    from logitlab.experiments.matrix_file import parse_matrix
-    from logitlab.experiments.sweep_job import run_job
-    from logitlab.experiments.sweep_summary import summarize
+    from logitlab.experiments.sweep.matrix_file import parse_matrix
+    from logitlab.experiments.sweep.job import run_job
+    from logitlab.experiments.sweep.summary import summarize
     from logitlab.report import markdown
 
     matrix = parse_matrix({"name": "t", "prompts": [SHORT_PROMPT],
@@ -256,7 +256,7 @@ def test_a_sweep_cell_whose_candidate_crashes_is_a_crashed_cell_not_a_failed_job
 
 # -- history ----------------------------------------------------------------------------------------
 def test_history_records_a_crash_as_such():
-    from logitlab.experiments.history_metrics import record_from_result
+    from logitlab.experiments.history.metrics import record_from_result
 
     result = run_ab(config(candidate="crash_phase=decode,crash_step=1", repeats=1, warmup=0))
     record = record_from_result(result, machine="m", commit="a" * 40, commit_date="2026-12-01T00:00:00+00:00")

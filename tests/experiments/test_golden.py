@@ -11,7 +11,7 @@ import pytest
 from logitlab.dumps.golden_format import read_golden
 from logitlab.engines.variant import Variant
 from logitlab.errors import InputError
-from logitlab.experiments.golden import (
+from logitlab.experiments.golden.run import (
     CheckConfig,
     RecordConfig,
     VariantOverrides,
@@ -19,7 +19,7 @@ from logitlab.experiments.golden import (
     record_golden,
     update_golden,
 )
-from logitlab.experiments.golden_kld import check_kld_base, export_kld_base
+from logitlab.experiments.golden.kld import check_kld_base, export_kld_base
 from logitlab.experiments.prompts import Prompt
 from logitlab.numerics.gate import Bar
 

@@ -14,10 +14,10 @@ import pytest
 
 from logitlab.engines.variant import Variant
 from logitlab.errors import InputError
-from logitlab.experiments import guard as G
-from logitlab.experiments import guard_calibration as GC
+from logitlab.experiments.verify import guard as G
+from logitlab.experiments.verify import guard_calibration as GC
 from logitlab.experiments.prompts import builtin_prompts
-from logitlab.experiments.verify import VerifyConfig, greedy_m1, replay_mk, run_verify
+from logitlab.experiments.verify.run import VerifyConfig, greedy_m1, replay_mk, run_verify
 from logitlab.numerics.floor import topk_spread
 
 from conftest import FakeEngine
@@ -194,7 +194,7 @@ def test_verify_with_guard_auto_on_a_history_engine_reports_what_is_exact(tmp_pa
     from rich.console import Console
 
     from logitlab.experiments.prompts import Prompt
-    from logitlab.experiments.verify import VerifyExperiment
+    from logitlab.experiments.verify.run import VerifyExperiment
     from logitlab.jsonio import write_json
     from logitlab import report
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from logitlab.errors import InputError
-from logitlab.experiments.history import (
+from logitlab.experiments.history.store import (
     INDEX_NAME,
     HistoryRecord,
     HistoryStore,

@@ -19,8 +19,8 @@ from logitlab.engines.variant import Variant, parse_variant
 from logitlab.engines.workload import RunOutput
 from logitlab.errors import InputError
 from logitlab.experiments.ab import AbConfig, run_ab
-from logitlab.experiments.history import HistoryRecord, HistoryStore
-from logitlab.experiments.history_metrics import record_from_result, result_metrics
+from logitlab.experiments.history.store import HistoryRecord, HistoryStore
+from logitlab.experiments.history.metrics import record_from_result, result_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE = ROOT / "examples" / "numpy_cmd_engine.py"
@@ -134,7 +134,7 @@ def test_bench_compare_records_the_candidate_and_the_ratio_not_the_base():
 @pytest.mark.engine
 def test_verify_records_per_k_numerics_m1_speed_and_the_greedy_tokens():
     from logitlab.experiments.prompts import Prompt
-    from logitlab.experiments.verify import VerifyConfig, run_verify
+    from logitlab.experiments.verify.run import VerifyConfig, run_verify
 
     result = run_verify(VerifyConfig(variant=Variant("verify", "llamacpp", options={"n_threads_batch": "1"}),
                                      prompts=(Prompt("p", PROMPT),), ks=(1, 4), n_decode=8))

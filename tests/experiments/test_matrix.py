@@ -8,8 +8,8 @@ import os
 import pytest
 
 from logitlab.errors import InputError
-from logitlab.experiments.matrix import JobSpec
-from logitlab.experiments.matrix_file import load_matrix, parse_matrix
+from logitlab.experiments.sweep.matrix import JobSpec
+from logitlab.experiments.sweep.matrix_file import load_matrix, parse_matrix
 from logitlab.experiments.prompts import DEFAULT_PROMPT
 
 TOML = """

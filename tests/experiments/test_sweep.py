@@ -177,7 +177,7 @@ def test_local_2x2(local_run, matrix_file, tmp_path):
     assert shown.stdout == again.stdout and "flash_attn" in shown.stdout and "near-tie" in shown.stdout
     # the HTML report's heatmap: rows the first axis, columns the second, one entry per cell
     from logitlab import report
-    from logitlab.experiments.sweep import load_sweep
+    from logitlab.experiments.sweep.run import load_sweep
     from logitlab.report.document import Figure
 
     (figure,) = [b for b in report.document(load_sweep(out)).blocks if isinstance(b, Figure)]
@@ -321,8 +321,8 @@ def test_ray_placement_group_per_worker(ray_cluster, tmp_path):
 
 FLAKY_CONNECT = """
 import sys, ray
-from logitlab.experiments import executor_ray
-from logitlab.experiments.matrix import Resources
+from logitlab.experiments.sweep import executor_ray
+from logitlab.experiments.sweep.matrix import Resources
 
 calls, real = [], ray.init
 def flaky(**kwargs):  # the first connection fails as Ray Client's dying per-client server makes it fail

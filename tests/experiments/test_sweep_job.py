@@ -15,9 +15,9 @@ import pytest
 from logitlab import report
 from logitlab.experiments.ab import speed_blocks
 from logitlab.experiments.engine_cache import EngineCache
-from logitlab.experiments.matrix_file import parse_matrix
-from logitlab.experiments.sweep_job import SweepJobResult, run_job
-from logitlab.experiments.sweep_summary import SweepResult, summarize
+from logitlab.experiments.sweep.matrix_file import parse_matrix
+from logitlab.experiments.sweep.job import SweepJobResult, run_job
+from logitlab.experiments.sweep.summary import SweepResult, summarize
 from logitlab.jsonio import to_jsonable
 from logitlab.perf.paired import paired_comparison
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from logitlab.errors import InputError
-from logitlab.experiments.matrix_file import parse_matrix
-from logitlab.experiments.sweep import JOBS, MANIFEST, finished_results, load_sweep, plan
-from logitlab.experiments.sweep_job import SweepJobResult, failed_job, worker_info
-from logitlab.experiments.sweep_summary import summarize
+from logitlab.experiments.sweep.matrix_file import parse_matrix
+from logitlab.experiments.sweep.run import JOBS, MANIFEST, finished_results, load_sweep, plan
+from logitlab.experiments.sweep.job import SweepJobResult, failed_job, worker_info
+from logitlab.experiments.sweep.summary import summarize
 from logitlab.jsonio import write_json
 
 

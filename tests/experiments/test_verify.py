@@ -13,7 +13,7 @@ from logitlab.engines.base import Engine, Session
 from logitlab.engines.variant import Variant
 from logitlab.errors import InputError
 from logitlab.experiments.prompts import Prompt, builtin_prompts, load_prompts
-from logitlab.experiments.verify import (
+from logitlab.experiments.verify.run import (
     VerifyConfig,
     VerifyExperiment,
     run_verify,

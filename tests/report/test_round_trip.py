@@ -71,7 +71,7 @@ def test_ab_round_trip(tmp_path):
 # -- verify ----------------------------------------------------------------------------------------
 @pytest.mark.engine
 def test_verify_round_trip_with_guard(tmp_path):
-    from logitlab.experiments.verify_results import (
+    from logitlab.experiments.verify.results import (
         FlipRecord,
         GuardPromptResult,
         GuardReport,

@@ -23,7 +23,7 @@ def test_history_show_round_trip(tmp_path):
     from click.testing import CliRunner
 
     from logitlab.cli import main
-    from logitlab.experiments.history_show import HistoryResult
+    from logitlab.experiments.history.show import HistoryResult
 
     history = tmp_path / "h"
     for i, seconds in enumerate((0.01,) * 4 + (0.1,) * 4):  # recorded in this process: imports cost seconds
@@ -45,7 +45,7 @@ def test_history_show_round_trip(tmp_path):
 
 @pytest.mark.engine
 def test_bisect_round_trip(tmp_path):
-    from logitlab.experiments.bisect import BisectResult
+    from logitlab.experiments.bisect.run import BisectResult
 
     repo = tmp_path / "engine"
     repo.mkdir()

@@ -85,8 +85,8 @@ def bisect(**opts: Any) -> None:
     """
     from logitlab.cli.bench import _metric_name
     from logitlab.engines.variant import parse_env, parse_variant
-    from logitlab.experiments.bisect import parse_range
-    from logitlab.experiments.bisect_probes import NumericsProbe, SpeedProbe
+    from logitlab.experiments.bisect.run import parse_range
+    from logitlab.experiments.bisect.probes import NumericsProbe, SpeedProbe
     from logitlab.experiments.gitrepo import require_repository
     from logitlab.experiments.prompts import load_prompt
 
@@ -134,7 +134,7 @@ def bisect(**opts: Any) -> None:
 
 def _run_with_progress(top: Any, good: str, bad: str, probe: Any,
                        opts: dict[str, Any]) -> tuple[Any, LogitlabError | None]:
-    from logitlab.experiments.bisect import run_bisect
+    from logitlab.experiments.bisect.run import run_bisect
 
     with make_progress(opts["quiet"]) as progress:
         task = progress.add_task("bisect", total=None)

@@ -50,7 +50,7 @@ def _variant(opts: dict[str, Any]) -> Any:
 def _overrides(opts: dict[str, Any]) -> Any:
     from logitlab.engines import DEFAULT_ENGINE
     from logitlab.engines.variant import parse_env, parse_variant
-    from logitlab.experiments.golden import VariantOverrides
+    from logitlab.experiments.golden.run import VariantOverrides
 
     default = opts["engine"] or DEFAULT_ENGINE
     parsed = parse_variant(opts["spec"], "current", default_engine=default, default_model=opts["model"])
@@ -102,7 +102,7 @@ def record(**opts: Any) -> None:
     key is never overwritten: use `golden update`.
     """
     from logitlab.dumps.sizes import format_bytes
-    from logitlab.experiments.golden import RecordConfig, record_golden
+    from logitlab.experiments.golden.run import RecordConfig, record_golden
     from logitlab.experiments.prompts import builtin_prompts, check_unique, load_prompts, prompts_from_texts
 
     if opts["prompts_file"] and opts["prompt_texts"]:
@@ -175,7 +175,7 @@ def check(golden_dir: str | None, **opts: Any) -> None:
     if opts["kld_file"] is not None:
         _check_kld(opts)
         return
-    from logitlab.experiments.golden import CheckConfig, check_golden
+    from logitlab.experiments.golden.run import CheckConfig, check_golden
 
     bar = Bar(allow=opts["allow"], max_kld_mean=opts["max_kld_mean"], max_kld_p99=opts["max_kld_p99"],
               min_top1=opts["min_top1"])
@@ -193,7 +193,7 @@ def check(golden_dir: str | None, **opts: Any) -> None:
 def _check_kld(opts: dict[str, Any]) -> None:
     from logitlab.engines import DEFAULT_ENGINE
     from logitlab.engines.variant import parse_env, parse_variant
-    from logitlab.experiments.golden_kld import check_kld_base
+    from logitlab.experiments.golden.kld import check_kld_base
     from logitlab.numerics.gate import Bar
 
     if opts["allow"] != "bit-exact":
@@ -234,7 +234,7 @@ def update(golden_dir: str, **opts: Any) -> None:
     The verdict compares the new logits with the previous golden's on the
     previous token ids, so a toolchain bump reads e.g. "ulp-noise vs the previous golden".
     """
-    from logitlab.experiments.golden import update_golden
+    from logitlab.experiments.golden.run import update_golden
 
     check_output_paths(**report_paths(opts), inputs=[golden_dir])
     with make_progress(opts["quiet"]) as progress:
@@ -263,8 +263,8 @@ def export_kld(golden_dir: str, out: str, n_ctx: int | None) -> None:
     from logitlab.device import device_info
     from logitlab.dumps.sizes import format_bytes
     from logitlab.dumps.golden_format import golden_folders, read_golden
-    from logitlab.experiments.golden_kld import export_kld_base
-    from logitlab.experiments.golden_provenance import match_golden, read_goldens
+    from logitlab.experiments.golden.kld import export_kld_base
+    from logitlab.experiments.golden.provenance import match_golden, read_goldens
 
     check_output_paths(out=out, inputs=[golden_dir])
     match = match_golden(read_goldens(golden_folders(golden_dir)), device_info("cpu"), strict=False)

@@ -66,7 +66,7 @@ def show_cmd(**opts: Any) -> None:
       logitlab history show --regressions-only --last 20 --markdown changes.md
       logitlab history show --metric 'control/decode' --json series.json
     """
-    from logitlab.experiments.history_show import show_history
+    from logitlab.experiments.history.show import show_history
 
     root = history_folder(opts["root"])
     check_output_paths(**report_paths(opts), inputs=[root])

@@ -1,4 +1,4 @@
-"""``--record``: adding a command's result to the history (:mod:`logitlab.experiments.history`).
+"""``--record``: adding a command's result to the history (:mod:`logitlab.experiments.history.store`).
 
 :func:`record_options` adds ``--record [DIR]``, ``--machine``, ``--commit``
 and ``--repo``; :func:`record_target` resolves them before any work (so a bad
@@ -74,7 +74,7 @@ def record_target(opts: dict[str, Any]) -> Any:
     import os
 
     from logitlab.experiments.gitrepo import commit_info, require_repository
-    from logitlab.experiments.history import HistoryStore, RecordTarget, check_key, machine_key
+    from logitlab.experiments.history.store import HistoryStore, RecordTarget, check_key, machine_key
 
     if opts.get("record_dir") is None:
         given = [flag for flag, key in (("--commit", "record_commit"), ("--repo", "record_repo"),
@@ -117,8 +117,8 @@ def record_result(result: Any, opts: dict[str, Any], target: Any = None, *, quie
     run would read as a change of level. ``target``: from :func:`record_target`
     (resolved now when None).
     """
-    from logitlab.experiments.history import HistoryStore
-    from logitlab.experiments.history_metrics import record_from_result
+    from logitlab.experiments.history.store import HistoryStore
+    from logitlab.experiments.history.metrics import record_from_result
 
     target = target if target is not None else record_target(opts)
     if target is None:

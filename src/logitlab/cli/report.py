@@ -42,7 +42,7 @@ def report(result_file: str, **opts: Any) -> None:
     check_output_paths(**report_paths(opts),
                        inputs=[result_file])
     if Path(result_file).is_dir():  # a sweep's --out folder: the summary, recomputed from its job files
-        from logitlab.experiments.sweep import load_sweep
+        from logitlab.experiments.sweep.run import load_sweep
 
         result = load_sweep(result_file)
     else:

@@ -60,7 +60,7 @@ def sweep(matrix_file: str, **opts: Any) -> None:
       logitlab sweep matrix.toml --dry-run
       logitlab report runs/
     """
-    from logitlab.experiments.matrix_file import load_matrix
+    from logitlab.experiments.sweep.matrix_file import load_matrix
 
     matrix = load_matrix(matrix_file)
     out = opts["out"]
@@ -71,8 +71,8 @@ def sweep(matrix_file: str, **opts: Any) -> None:
         raise InputError("--out FOLDER is needed (where the job results go); --dry-run runs without")
     check_output_paths(**report_paths(opts), inputs=[matrix_file],
                        folders={"out": out})
-    from logitlab.experiments.executors import make_executor
-    from logitlab.experiments.sweep import plan
+    from logitlab.experiments.sweep.executors import make_executor
+    from logitlab.experiments.sweep.run import plan
 
     plan(matrix, out, resume=opts["resume"])  # a used --out without --resume fails before any worker starts
     executor = make_executor(opts["executor"], workers=opts["workers"], retries=opts["retries"],
@@ -92,8 +92,8 @@ def sweep(matrix_file: str, **opts: Any) -> None:
 
 
 def _dry_run(matrix: Any, out: str | None, resume: bool) -> None:
-    from logitlab.experiments.sweep import finished_results, plan
-    from logitlab.experiments.sweep_summary import summarize
+    from logitlab.experiments.sweep.run import finished_results, plan
+    from logitlab.experiments.sweep.summary import summarize
     from logitlab.report.render_terminal import render_terminal
     from logitlab.report.sweep import sweep_plan_document
 
@@ -106,7 +106,7 @@ def _dry_run(matrix: Any, out: str | None, resume: bool) -> None:
 
 
 def _run_with_progress(matrix: Any, out: str, executor: Any, opts: dict[str, Any]) -> tuple[Any, bool]:
-    from logitlab.experiments.sweep import run_sweep
+    from logitlab.experiments.sweep.run import run_sweep
 
     with make_progress(opts["quiet"]) as progress:
         task = progress.add_task("starting workers", total=None)

@@ -119,7 +119,7 @@ def verify(**opts: Any) -> None:
       logitlab verify --options n_ubatch=1 --k 2 4
     """
     from logitlab.experiments.prompts import builtin_prompts, load_prompts, prompts_from_texts
-    from logitlab.experiments.verify import DEFAULT_KS, FALLBACKS, VerifyConfig
+    from logitlab.experiments.verify.run import DEFAULT_KS, FALLBACKS, VerifyConfig
 
     if opts["prompts_file"] and opts["prompt_texts"]:
         raise InputError("give --prompts or --prompt, not both")
@@ -157,7 +157,7 @@ def verify(**opts: Any) -> None:
 
 
 def _run(config: Any, quiet: bool, log_path: str | None = None) -> tuple[Any, LogitlabError | None]:
-    from logitlab.experiments.verify import VerifyExperiment
+    from logitlab.experiments.verify.run import VerifyExperiment
 
     return run_with_progress(lambda on_event: VerifyExperiment(config, on_event=on_event, log_path=log_path).run(),
                              quiet=quiet, first="loading", describe=_progress)

@@ -75,7 +75,7 @@ from logitlab.events import Event, ignore_event
 from logitlab.experiments import crossengine
 from logitlab.experiments.invariance import filler_sequences
 from logitlab.experiments.isolation import load_supervised
-from logitlab.experiments.verify import greedy_m1, replay_mk
+from logitlab.experiments.verify.run import greedy_m1, replay_mk
 from logitlab.manifest import build_manifest
 from logitlab.numerics import Thresholds, Verdict, classify, compare_logits
 from logitlab.numerics.compare import check_top_k

@@ -20,7 +20,7 @@ import dacite
 from logitlab.errors import InputError
 from logitlab.experiments.ab_results import LOG_HEADER_FIELDS, AbResult, RunRecord, analyse_speed, worst_verdict
 from logitlab.perf.design import CANDIDATE
-from logitlab.experiments.verify_results import VerifyResult
+from logitlab.experiments.verify.results import VerifyResult
 from logitlab.numerics import LogitComparison, Thresholds, classify
 from logitlab.numerics.topk import TopKComparison
 from logitlab.runlog import RunLogContents
@@ -103,7 +103,7 @@ def _recompute(result: AbResult) -> None:
 
 
 def verify_from_log(log: RunLogContents) -> VerifyResult:
-    """The :class:`~logitlab.experiments.verify_results.VerifyResult` a ``verify`` run log holds.
+    """The :class:`~logitlab.experiments.verify.results.VerifyResult` a ``verify`` run log holds.
 
     Raises:
         InputError: not a ``verify`` log, no header, or a damaged one.

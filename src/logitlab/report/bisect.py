@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from logitlab.experiments.bisect import BisectResult, BisectStep
+from logitlab.experiments.bisect.run import BisectResult, BisectStep
 from logitlab.report.document import Bullets, Document, Figure, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.text import plural
 

@@ -6,7 +6,7 @@
 - :func:`golden_check_document` — a :class:`~logitlab.experiments.golden.GoldenCheckResult`:
   which golden matched and why, what changed in the provenance, the bar,
   the verdict per prompt with evidence, and pass/fail;
-- :func:`golden_kld_document` — a :class:`~logitlab.experiments.golden_kld.KldCheckResult`:
+- :func:`golden_kld_document` — a :class:`~logitlab.experiments.golden.kld.KldCheckResult`:
   llama.cpp's own statistics, named as ``llama-perplexity`` prints them.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 from logitlab.dumps.sizes import format_bytes
 from logitlab.dumps.golden_format import GoldenManifest, Provenance
 from logitlab.engines.crash import CrashEvidence
-from logitlab.experiments.golden import GoldenCheckResult
-from logitlab.experiments.golden_kld import KldCheckResult
+from logitlab.experiments.golden.run import GoldenCheckResult
+from logitlab.experiments.golden.kld import KldCheckResult
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.text import FLIP_HEADER, comparison_lines, flip_rows, fmt_num, plural, variant_text
 

@@ -1,6 +1,6 @@
 """The ``history show`` report: every series with its change points, as a document.
 
-:func:`history_document` turns a :class:`~logitlab.experiments.history_show.HistoryResult`
+:func:`history_document` turns a :class:`~logitlab.experiments.history.show.HistoryResult`
 into a :class:`~logitlab.report.document.Document`: a header, the change
 points (the commit range each lies in, the levels either side, the change,
 the p-value and its direction), one row per series with a sparkline of its
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from logitlab.experiments.history_metrics import is_numerics_metric
-from logitlab.experiments.history_show import HistoryResult, SeriesChanges, is_alarm
+from logitlab.experiments.history.metrics import is_numerics_metric
+from logitlab.experiments.history.show import HistoryResult, SeriesChanges, is_alarm
 from logitlab.perf.changepoint import ChangePoint
 from logitlab.report.bench import fmt_value
 from logitlab.report.document import Document, Figure, Heading, KeyValues, Paragraph, Span, Table, rich

@@ -1,6 +1,6 @@
 """The ``sweep`` report: the matrix table (one row per cell), failed jobs, where jobs ran, and a heatmap figure.
 
-:func:`sweep_document` renders a :class:`~logitlab.experiments.sweep_summary.SweepResult`
+:func:`sweep_document` renders a :class:`~logitlab.experiments.sweep.summary.SweepResult`
 (``logitlab sweep``, ``logitlab report OUT/``); :func:`sweep_job_document`
 one job's result file (``logitlab report OUT/jobs/KEY.json``): its spec and
 place, then the report of its ``ab`` or ``verify`` result.
@@ -12,8 +12,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from logitlab.experiments.sweep_job import SweepJobResult
-from logitlab.experiments.sweep_summary import CellSummary, SweepResult
+from logitlab.experiments.sweep.job import SweepJobResult
+from logitlab.experiments.sweep.summary import CellSummary, SweepResult
 from logitlab.numerics import VERDICTS
 from logitlab.report.document import Bullets, Document, Figure, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.text import fmt_num, plural, variant_text

@@ -1,6 +1,6 @@
 """The ``verify`` report: K sweep, per prompt, flips, in-block rows, the cause, the near-tie guard.
 
-:func:`verify_document` turns a :class:`~logitlab.experiments.verify_results.VerifyResult`
+:func:`verify_document` turns a :class:`~logitlab.experiments.verify.results.VerifyResult`
 into a :class:`~logitlab.report.document.Document`; the renderers write it.
 The ``*_rows`` / ``*_lines`` functions return strings. A result read back from
 JSON holds None where the run held NaN (an undefined fraction): every number
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from logitlab.experiments.verify_results import SweepEntry, VerifyResult
+from logitlab.experiments.verify.results import SweepEntry, VerifyResult
 from logitlab.report.document import Block, Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.figure_blocks import verify_figures
 from logitlab.report.text import engine_rows, fmt_num, plural, variant_text

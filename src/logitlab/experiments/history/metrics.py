@@ -55,7 +55,7 @@ import math
 from typing import Any, Callable, Iterable, Mapping
 
 from logitlab.errors import InputError
-from logitlab.experiments.history import HistoryRecord, Metric, new_record
+from logitlab.experiments.history.store import HistoryRecord, Metric, new_record
 from logitlab.jsonio import to_jsonable
 
 __all__ = [
@@ -77,11 +77,11 @@ HIGHER, LOWER, FINGERPRINT = "higher-is-better", "lower-is-better", "fingerprint
 
 #: result kind -> ``"module:function"`` giving its metrics (imported when first used).
 EXTRACTORS: dict[str, str] = {
-    "ab": "logitlab.experiments.history_metrics:ab_metrics",
-    "verify": "logitlab.experiments.history_metrics:verify_metrics",
-    "bench-run": "logitlab.experiments.history_metrics:bench_run_metrics",
-    "bench-compare": "logitlab.experiments.history_metrics:bench_compare_metrics",
-    "golden-check": "logitlab.experiments.history_metrics:golden_check_metrics",
+    "ab": "logitlab.experiments.history.metrics:ab_metrics",
+    "verify": "logitlab.experiments.history.metrics:verify_metrics",
+    "bench-run": "logitlab.experiments.history.metrics:bench_run_metrics",
+    "bench-compare": "logitlab.experiments.history.metrics:bench_compare_metrics",
+    "golden-check": "logitlab.experiments.history.metrics:golden_check_metrics",
 }
 
 Metrics = dict[str, dict[str, Metric]]
@@ -204,7 +204,7 @@ def golden_check_metrics(result: Any) -> Metrics:
 
 
 def verify_metrics(result: Any) -> Metrics:
-    """Metrics of a :class:`~logitlab.experiments.verify_results.VerifyResult` (see the module docstring)."""
+    """Metrics of a :class:`~logitlab.experiments.verify.results.VerifyResult` (see the module docstring)."""
     out: Metrics = {}
     _crashed(out, "verify", result.crash)
     for total in result.totals:

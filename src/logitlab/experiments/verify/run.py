@@ -9,7 +9,7 @@ difference is the engine's numerics. Rows are compared with the comparison
 core, per K (the K sweep), per prompt and in total; flips are recorded with
 both argmaxes, logits, margins and top-k lists; the whole is classified with
 evidence (:func:`classify_verify`). With a guard, a speculative greedy loop
-runs under the near-tie guard (:mod:`logitlab.experiments.guard`) and is
+runs under the near-tie guard (:mod:`logitlab.experiments.verify.guard`) and is
 checked token by token against M=1 greedy.
 
 Positions: ``output_index`` i is the i-th decode row (input token ``g[i]``,
@@ -36,13 +36,13 @@ from logitlab.engines.supervised import call_engine
 from logitlab.engines.variant import Variant
 from logitlab.errors import EngineCrashed, InputError, LogitlabError
 from logitlab.events import Event, ignore_event
-from logitlab.experiments import guard as G
-from logitlab.experiments import guard_calibration as GC
+from logitlab.experiments.verify import guard as G
+from logitlab.experiments.verify import guard_calibration as GC
 from logitlab.experiments.isolation import load_supervised
 from logitlab.experiments.prompts import Prompt, builtin_prompts, check_unique
 from logitlab.manifest import build_manifest
-from logitlab.experiments.verify_classify import classify_verify, in_block_rows, pool_rows, sweep_entry
-from logitlab.experiments.verify_results import (
+from logitlab.experiments.verify.classify import classify_verify, in_block_rows, pool_rows, sweep_entry
+from logitlab.experiments.verify.results import (
     FlipRecord,
     GuardPromptResult,
     GuardReport,
@@ -492,7 +492,7 @@ def check_sessions(engine: Engine, guarded: bool) -> None:
 def speculative_run(engine: Engine, prompt_ids: Sequence[int], n: int, k: int, reference: Sequence[int],
                     tau: float | None, fallback: str) -> G.SpeculativeRun:
     """One speculative greedy run in a new session, its drafts the M=1 greedy tokens ``reference``
-    (:func:`~logitlab.experiments.guard.oracle_draft`); ``tau`` None: unguarded."""
+    (:func:`~logitlab.experiments.verify.guard.oracle_draft`); ``tau`` None: unguarded."""
     with engine.open_session() as session:
         return guarded_loop(session, prompt_ids, n, k, G.oracle_draft(reference), tau, fallback)
 

@@ -13,7 +13,7 @@ import math
 from typing import Callable, Sequence
 
 from logitlab.errors import InputError
-from logitlab.experiments.verify_results import FlipRecord, InBlockRow, SweepEntry, VerifyClassification
+from logitlab.experiments.verify.results import FlipRecord, InBlockRow, SweepEntry, VerifyClassification
 from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict, classify
 from logitlab.numerics.verdict import is_offset, offset_statistics
 

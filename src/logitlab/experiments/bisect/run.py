@@ -15,7 +15,7 @@ branch), a binary search as ``git bisect`` does it:
 4. Then the midpoint of the commits between the last good and the first bad
    one is checked out (``git checkout --detach``), built (``--build``, a shell
    command in the work tree; a failed build is a *skip*) and probed (good,
-   bad or skip, see :mod:`logitlab.experiments.bisect_probes`). A skipped
+   bad or skip, see :mod:`logitlab.experiments.bisect.probes`). A skipped
    commit is replaced by its nearest untested neighbour, alternating sides.
 5. The first bad commit is the one after the last good one when every commit
    between them was tested; when skips leave several, all are named.
@@ -45,7 +45,7 @@ from typing import Any, ClassVar, Protocol
 
 from logitlab.errors import InputError, Interrupted, LogitlabError
 from logitlab.events import Event, ignore_event
-from logitlab.experiments.bisect_probes import ProbeOutcome
+from logitlab.experiments.bisect.probes import ProbeOutcome
 from logitlab.experiments.gitrepo import (
     Commit,
     add_worktree,
@@ -69,7 +69,7 @@ _BUILD_TAIL = 400
 
 
 class Probe(Protocol):
-    """What :func:`run_bisect` needs of a probe (see :mod:`logitlab.experiments.bisect_probes`)."""
+    """What :func:`run_bisect` needs of a probe (see :mod:`logitlab.experiments.bisect.probes`)."""
 
     kind: str
 
@@ -247,8 +247,8 @@ def run_bisect(
         repo: the engine's git repository (any folder inside its work tree).
         good, bad: revisions (hash, tag, branch, ``HEAD~3``); ``good`` must be
             on ``bad``'s first-parent history.
-        probe: a :class:`~logitlab.experiments.bisect_probes.NumericsProbe` or
-            :class:`~logitlab.experiments.bisect_probes.SpeedProbe`.
+        probe: a :class:`~logitlab.experiments.bisect.probes.NumericsProbe` or
+            :class:`~logitlab.experiments.bisect.probes.SpeedProbe`.
         build: shell command that builds a checkout, run in its work tree
             (None: nothing to build).
         build_timeout: seconds one build may take (None: no limit).

@@ -1,4 +1,4 @@
-"""Reading a sweep matrix file (TOML or JSON) into a :class:`~logitlab.experiments.matrix.Matrix`.
+"""Reading a sweep matrix file (TOML or JSON) into a :class:`~logitlab.experiments.sweep.matrix.Matrix`.
 
 The format, in TOML::
 
@@ -65,7 +65,7 @@ from logitlab.engines import DEFAULT_ENGINE, engine_class
 from logitlab.engines.variant import Variant, parse_variant
 from logitlab.errors import InputError
 from logitlab.experiments.isolation import ISOLATION_LEVELS
-from logitlab.experiments.matrix import (AXIS_KINDS, EXPERIMENT_KINDS, PLACEMENT_STRATEGIES, Axis,
+from logitlab.experiments.sweep.matrix import (AXIS_KINDS, EXPERIMENT_KINDS, PLACEMENT_STRATEGIES, Axis,
                                          ExperimentSettings, Matrix, Resources, absolute_path)
 from logitlab.experiments.prompts import DEFAULT_PROMPT, Prompt, builtin_prompts, check_unique, load_prompts
 
@@ -385,7 +385,7 @@ def _prompts(value: Any, base: Path) -> list[Prompt]:
 def _validate(matrix: Matrix) -> None:
     """What the experiments would reject, found before any job runs (exit 2, nothing started)."""
     from logitlab.experiments.ab import AbConfig
-    from logitlab.experiments.verify import VerifyConfig
+    from logitlab.experiments.verify.run import VerifyConfig
 
     exp = matrix.experiment
     cells = matrix.cells()

@@ -2,7 +2,7 @@
 
 An executor starts **workers** (worker processes here, Ray actors on a
 cluster), hands each one job at a time, and yields every job's
-:class:`~logitlab.experiments.sweep_job.SweepJobResult` as it finishes. A
+:class:`~logitlab.experiments.sweep.job.SweepJobResult` as it finishes. A
 worker keeps engines loaded between its jobs
 (:class:`~logitlab.experiments.engine_cache.EngineCache`). A job is a whole
 experiment — both arms of an A/B and all its ABBA/BAAB blocks — so a
@@ -20,7 +20,7 @@ start method), so a dead worker costs exactly its own job. With GPUs visible
 ``ceil(num_gpus)`` of them (one worker per GPU by default) through
 ``CUDA_VISIBLE_DEVICES``; without, one worker (parallel CPU jobs would share
 the cores; ``workers`` runs more at once). ``ray``: see
-:mod:`logitlab.experiments.executor_ray`, imported only when asked for.
+:mod:`logitlab.experiments.sweep.executor_ray`, imported only when asked for.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from typing import Any, Iterator, Sequence
 from logitlab.errors import InputError
 from logitlab.events import Event, ignore_event
 from logitlab.experiments.engine_cache import EngineCache
-from logitlab.experiments.matrix import JobSpec, Resources
-from logitlab.experiments.sweep_job import SweepJobResult, execute, failed_job, worker_info
+from logitlab.experiments.sweep.matrix import JobSpec, Resources
+from logitlab.experiments.sweep.job import SweepJobResult, execute, failed_job, worker_info
 from logitlab.manifest import now_utc
 
 __all__ = ["EXECUTORS", "Executor", "LocalExecutor", "WorkerDied", "make_executor", "visible_gpus"]
@@ -282,7 +282,7 @@ def make_executor(name: str, *, workers: int | None = None, retries: int = 0, ad
         return LocalExecutor(workers=workers, retries=retries)
     if name == "ray":
         try:
-            from logitlab.experiments.executor_ray import RayExecutor
+            from logitlab.experiments.sweep.executor_ray import RayExecutor
         except ImportError as exc:
             raise InputError(f"--executor ray needs Ray ({exc.name} is not installed): pip install 'logitlab[ray]'") \
                 from None

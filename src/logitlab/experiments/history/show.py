@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Sequence
 
 from logitlab.errors import InputError
 from logitlab.experiments.gitrepo import commit_order, require_repository
-from logitlab.experiments.history import HistoryStore, series_change_points
+from logitlab.experiments.history.store import HistoryStore, series_change_points
 from logitlab.jsonio import ResultRecord
 from logitlab.perf.changepoint import (
     DEFAULT_MAX_PVALUE,

@@ -25,9 +25,9 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from logitlab.experiments.ab_results import PHASES, AbResult, speed_blocks
-from logitlab.experiments.matrix import JobSpec
-from logitlab.experiments.sweep_job import SweepJobResult
-from logitlab.experiments.verify_results import VerifyResult
+from logitlab.experiments.sweep.matrix import JobSpec
+from logitlab.experiments.sweep.job import SweepJobResult
+from logitlab.experiments.verify.results import VerifyResult
 from logitlab.jsonio import ResultRecord
 from logitlab.numerics import VERDICTS
 from logitlab.perf.design import Block
@@ -73,7 +73,7 @@ class CellSummary:
         status: one of :data:`CELL_STATUSES`; ``jobs``, ``ok``, ``failed`` count its jobs.
         verdict: worst over the finished jobs (None: none finished).
         aa: ``ok`` (every control run bit-exact with its reference), ``NO`` (one was not) or None.
-        cause: ``verify``: the cause of the worst K (:data:`~logitlab.experiments.verify_results.CAUSES`).
+        cause: ``verify``: the cause of the worst K (:data:`~logitlab.experiments.verify.results.CAUSES`).
         positions, rows_differing: compared positions and those not bit-exact, over the prompts.
         max_abs_diff: largest |Δ| (logits); ``kld_mean``, ``kld_p99``: nats (``ab`` only).
         flips: argmax flips.
@@ -111,9 +111,9 @@ class SweepResult(ResultRecord):
 
     Attributes:
         name: the sweep's name.
-        matrix: the parsed matrix (:meth:`~logitlab.experiments.matrix.Matrix.to_dict`).
+        matrix: the parsed matrix (:meth:`~logitlab.experiments.sweep.matrix.Matrix.to_dict`).
         manifest: logitlab version, the driver's host, start and end time, the
-            executor and its workers (:meth:`~logitlab.experiments.executors.Executor.describe`),
+            executor and its workers (:meth:`~logitlab.experiments.sweep.executors.Executor.describe`),
             the ``--out`` folder.
         axes: axis names in matrix order (the summary table's first columns).
         cells: one :class:`CellSummary` per cell, in matrix order.

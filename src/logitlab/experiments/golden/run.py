@@ -3,7 +3,7 @@
 ``record``
     Per prompt, greedy decode on the engine; store every position's token id
     and logits (or their top-k) and a manifest of the provenance
-    (:mod:`~logitlab.experiments.golden_provenance`) under
+    (:mod:`~logitlab.experiments.golden.provenance`) under
     ``<root>/<device-key>/`` (:mod:`logitlab.dumps.golden_format`).
 ``check``
     Pick the golden for this device (or by the fallback rule), refuse one
@@ -52,7 +52,7 @@ from logitlab.engines.variant import Variant
 from logitlab.engines.workload import environment, run_workload
 from logitlab.errors import EngineCrashed, EngineError, InputError
 from logitlab.events import Event, ignore_event
-from logitlab.experiments.golden_provenance import (
+from logitlab.experiments.golden.provenance import (
     GoldenMatch,
     ProvenanceChange,
     collect_provenance,

@@ -1,6 +1,6 @@
 """One sweep job: a matrix cell on one prompt, run by the experiment it names, recorded with where it ran.
 
-:func:`run_job` is a function of the :class:`~logitlab.experiments.matrix.JobSpec`
+:func:`run_job` is a function of the :class:`~logitlab.experiments.sweep.matrix.JobSpec`
 alone (an engine kept loaded from an earlier job is the same engine a fresh
 load gives). It never raises for a failed experiment: the
 :class:`SweepJobResult` records the error, and whatever the experiment had
@@ -28,7 +28,7 @@ import numpy as np
 from logitlab.engines.workload import RunOutput
 from logitlab.errors import LogitlabError
 from logitlab.experiments.engine_cache import EngineCache
-from logitlab.experiments.matrix import JobSpec
+from logitlab.experiments.sweep.matrix import JobSpec
 from logitlab.jsonio import ResultRecord, dumps_line
 from logitlab.manifest import now_utc
 
@@ -43,7 +43,7 @@ class SweepJobResult(ResultRecord):
     """The result file of one job (``jobs/<key>.json`` under the sweep's ``--out``).
 
     Attributes:
-        spec: what ran; ``spec_hash`` its :attr:`~logitlab.experiments.matrix.JobSpec.spec_hash`.
+        spec: what ran; ``spec_hash`` its :attr:`~logitlab.experiments.sweep.matrix.JobSpec.spec_hash`.
         status: ``ok`` or ``failed``; ``error`` says why it failed.
         where: the executor, host, node, process and device it ran on
             (:func:`worker_info`; for a worker that died, the worker's).
@@ -88,7 +88,7 @@ class SweepJobResult(ResultRecord):
         if self.result is None:
             return None
         from logitlab.experiments.ab_results import AbResult
-        from logitlab.experiments.verify_results import VerifyResult
+        from logitlab.experiments.verify.results import VerifyResult
 
         kind = self.result.get("kind")
         return {"ab": AbResult, "verify": VerifyResult}[kind].from_dict(self.result)
@@ -172,7 +172,7 @@ def _run_ab(spec: JobSpec, cache: EngineCache) -> tuple[Any, str | None]:
 
 
 def _run_verify(spec: JobSpec, cache: EngineCache) -> tuple[Any, str | None]:
-    from logitlab.experiments.verify import VerifyConfig, VerifyExperiment
+    from logitlab.experiments.verify.run import VerifyConfig, VerifyExperiment
 
     exp = spec.experiment
     config = VerifyConfig(variant=spec.candidate, prompts=(spec.prompt,), ks=exp.ks, n_decode=exp.tokens,

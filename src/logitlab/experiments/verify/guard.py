@@ -22,9 +22,9 @@ Pieces (usable from any Python engine loop):
 - :func:`rollback` — drop a session's positions from ``n_past`` on;
 - :func:`speculative_greedy` — a complete speculative greedy loop with the
   guard (``tau=None``: unguarded), counting forward work;
-- :func:`~logitlab.experiments.guard_calibration.calibrate` — the bound
+- :func:`~logitlab.experiments.verify.guard_calibration.calibrate` — the bound
   ``--guard auto`` sets τ from (:func:`~logitlab.numerics.floor.topk_spread`);
-- :func:`~logitlab.experiments.guard_calibration.evaluate_run` — a guarded run
+- :func:`~logitlab.experiments.verify.guard_calibration.evaluate_run` — a guarded run
   against the M=1 greedy run.
 
 What the guard guarantees
@@ -54,7 +54,7 @@ top-k sets, hence::
   nothing bounds it. On llama.cpp the re-decode mostly reproduces the M=K row
   bit for bit: the difference lives in the KV history, not in the verify
   forward.
-- Logits and KV entries are never claimed bit-exact. :func:`~logitlab.experiments.guard_calibration.evaluate_run`
+- Logits and KV entries are never claimed bit-exact. :func:`~logitlab.experiments.verify.guard_calibration.evaluate_run`
   measures all of it: token identity at every position, bit-exact rows,
   max |Δ|, spreads against τ, and rows the bound did not cover.
 """
@@ -287,7 +287,7 @@ def speculative_greedy(
             corrected and counted). Costs an M=1 decode of every position up to
             the last trigger.
         verify: the M=K call (default ``session.decode``).
-        keep_rows: keep the deciding row of every token (for :func:`~logitlab.experiments.guard_calibration.evaluate_run`).
+        keep_rows: keep the deciding row of every token (for :func:`~logitlab.experiments.verify.guard_calibration.evaluate_run`).
 
     Returns:
         SpeculativeRun.

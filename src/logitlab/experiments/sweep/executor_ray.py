@@ -33,9 +33,9 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from logitlab.errors import InputError
 from logitlab.experiments.engine_cache import EngineCache
-from logitlab.experiments.executors import Executor, WorkerDied
-from logitlab.experiments.matrix import JobSpec, Resources
-from logitlab.experiments.sweep_job import execute, worker_info
+from logitlab.experiments.sweep.executors import Executor, WorkerDied
+from logitlab.experiments.sweep.matrix import JobSpec, Resources
+from logitlab.experiments.sweep.job import execute, worker_info
 
 __all__ = ["RayExecutor"]
 

@@ -1,7 +1,7 @@
 """``logitlab sweep``: a matrix of variants × prompts (× models) run as one job set, locally or on Ray.
 
-The matrix (:mod:`logitlab.experiments.matrix`) gives the jobs; an executor
-(:mod:`logitlab.experiments.executors`) runs them; this module keeps the
+The matrix (:mod:`logitlab.experiments.sweep.matrix`) gives the jobs; an executor
+(:mod:`logitlab.experiments.sweep.executors`) runs them; this module keeps the
 record under ``--out``::
 
     OUT/sweep.json            the sweep manifest and summary (kind "sweep"), rewritten after every job
@@ -23,10 +23,10 @@ from typing import Any, Sequence
 
 from logitlab.errors import InputError, Interrupted
 from logitlab.events import Event, ignore_event
-from logitlab.experiments.executors import Executor
-from logitlab.experiments.matrix import JobSpec, Matrix
-from logitlab.experiments.sweep_job import SweepJobResult
-from logitlab.experiments.sweep_summary import SweepResult, summarize
+from logitlab.experiments.sweep.executors import Executor
+from logitlab.experiments.sweep.matrix import JobSpec, Matrix
+from logitlab.experiments.sweep.job import SweepJobResult
+from logitlab.experiments.sweep.summary import SweepResult, summarize
 from logitlab.jsonio import dumps_line, read_json, write_json
 from logitlab.manifest import host_info, now_utc
 

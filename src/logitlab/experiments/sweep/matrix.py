@@ -3,13 +3,13 @@
 A matrix file (TOML or JSON, same keys) describes a whole sweep; every matrix
 cell is one candidate (or, for ``verify``, one variant) and every cell runs on
 every prompt, one **job** per (cell, prompt). A job is plain data
-(:class:`JobSpec`): running it (:func:`logitlab.experiments.sweep_job.run_job`) is a
+(:class:`JobSpec`): running it (:func:`logitlab.experiments.sweep.job.run_job`) is a
 function of the spec alone, so any worker on any node can run it and
 ``--resume`` can tell a finished job by its key and spec hash.
 
-The file format and its reader are :mod:`logitlab.experiments.matrix_file`
-(:func:`~logitlab.experiments.matrix_file.load_matrix`,
-:func:`~logitlab.experiments.matrix_file.parse_matrix`); this module holds the
+The file format and its reader are :mod:`logitlab.experiments.sweep.matrix_file`
+(:func:`~logitlab.experiments.sweep.matrix_file.load_matrix`,
+:func:`~logitlab.experiments.sweep.matrix_file.parse_matrix`); this module holds the
 typed pieces a parsed matrix is made of, and its cells and jobs.
 """
 

@@ -1,7 +1,7 @@
 """Calibrating the near-tie guard's τ, and evaluating a guarded run against M=1 greedy decoding.
 
 The guard itself (the block decision, rollback, the speculative loop) is
-:mod:`logitlab.experiments.guard`; see its docstring for what the guard
+:mod:`logitlab.experiments.verify.guard`; see its docstring for what the guard
 guarantees and what only the calibration bounds.
 """
 
@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from logitlab.errors import InputError
-from logitlab.experiments.guard import REDECODE, VERIFY, SpeculativeRun, row_margins
+from logitlab.experiments.verify.guard import REDECODE, VERIFY, SpeculativeRun, row_margins
 from logitlab.numerics.compare import compare_logits, merge_comparisons
 from logitlab.numerics.floor import measure_floor, topk_spread
 
@@ -167,7 +167,7 @@ def evaluate_run(run: SpeculativeRun, reference_tokens: Sequence[int], reference
     """Compare a speculative run with M=1 greedy.
 
     Args:
-        run: from :func:`~logitlab.experiments.guard.speculative_greedy` with ``keep_rows=True``.
+        run: from :func:`~logitlab.experiments.verify.guard.speculative_greedy` with ``keep_rows=True``.
         reference_tokens: the M=1 greedy tokens (at least ``len(run.tokens)``).
         reference_rows: ``(n, n_vocab)``: the M=1 row that decided each greedy
             token (prefill row first).
