@@ -80,3 +80,37 @@ def test_bad_jsonl_line_is_named(tmp_path):
     proc = logitlab("verify", "--prompts", str(bad), "-q")
     assert proc.returncode == 2
     assert f"--prompts {bad} line 2 is not valid JSON" in proc.stderr
+
+
+def test_ctrl_c_writes_the_prompts_measured_and_exits_130(tmp_path):
+    """Ctrl-C is an outcome of the run, not a crash: the prompts finished before it are in the JSON and the run
+    log (whose end line says ``interrupted``), and the exit code is 130 (``docs/commands/verify.md``)."""
+    import signal
+    import time
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"name": f"p{i}", "text": f"Count to {i}: one, two,"}) + "\n"
+                               for i in range(40)))
+    out, log = tmp_path / "v.json", tmp_path / "v.runs.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "logitlab", "verify", "--prompts", str(prompts), "--k", "1", "2",
+                             "--tokens", "8", "--quiet", "--options", "n_threads_batch=1", "--json", str(out)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    def prompts_logged() -> int:  # complete lines only: the last one may be half written
+        text = log.read_text() if log.exists() else ""
+        return sum("prompt" in json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n"))
+
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and prompts_logged() < 2:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == ("error: interrupted; the runs measured so far are in the reports "
+                                               "and the log")
+    data = json.loads(out.read_text())
+    assert data["error"] == "interrupted" and 2 <= len(data["prompts"]) < 40
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert lines[-1]["log_end"] == "interrupted"
+    logged = sum("prompt" in line for line in lines)  # one line per finished prompt
+    assert logged >= 2 and len(data["prompts"]) in (logged, logged + 1)  # + the one Ctrl-C cut short

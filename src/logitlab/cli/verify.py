@@ -153,6 +153,7 @@ def verify(**opts: Any) -> None:
     )
     result, error = _run(config, opts["quiet"], log_path)
     finish(result, error, opts, target=target, log_path=log_path,
+           interrupted="the runs measured so far are in the reports and the log",
            exit_code=lambda r: _exit_code(r, opts["require"], opts["require_identical"]))
 
 

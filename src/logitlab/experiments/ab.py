@@ -24,9 +24,10 @@ from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.topk import TopKRows, key_kind, rekey_by_text
 from logitlab.engines.variant import Variant
 from logitlab.engines.workload import RunOutput
-from logitlab.errors import EngineCrashed, EngineError, InputError, Interrupted, LogitlabError
-from logitlab.events import Event, ignore_event
+from logitlab.errors import EngineCrashed, EngineError, InputError
+from logitlab.events import Event
 from logitlab.experiments import crossengine
+from logitlab.experiments.base import Experiment
 from logitlab.experiments.explain import ExplainConfig, ExplainExperiment
 from logitlab.experiments.isolation import (
     ISOLATION_LEVELS,
@@ -43,7 +44,6 @@ from logitlab.numerics.topk_offsets import RowOffsets, on_normaliser, row_offset
 from logitlab.perf.autostop import AutoStop, check_auto_budget
 from logitlab.perf.design import CANDIDATE, CONTROL, Slot, ab_schedule
 from logitlab.perf.equivalence import check_margin
-from logitlab.runlog import RunLog
 
 from logitlab.experiments.ab_results import (  # noqa: F401  (re-exported)
     LOG_HEADER_FIELDS,
@@ -141,8 +141,11 @@ class AbConfig:
         return data
 
 
-class AbExperiment:
+class AbExperiment(Experiment):
     """Runs an :class:`AbConfig`; :func:`run_ab` is the one-call form."""
+
+    KIND = AbResult.KIND
+    LOG_END_EXCLUDE = ("config", "manifest", "prompt_ids", "runs", "kind", "schema_version")
 
     def __init__(self, config: AbConfig, *, log_path: str | Path | None = None, on_event: Event | None = None,
                  loader: Callable[[Variant], Engine] | None = None):
@@ -152,15 +155,13 @@ class AbExperiment:
         ``process`` isolation the loaded engines only tokenize and describe, and each slot has its own
         subprocess)."""
         config.validate()
+        super().__init__(on_event=on_event, log_path=log_path)
         self.config = config
         self._load = loader or functools.partial(load_supervised, timeout=config.slot_timeout)
-        self.log_path = Path(log_path) if log_path else None
-        self.on_event = on_event or ignore_event
         self.reference: RunOutput | None = None
         self.first_candidate: RunOutput | None = None
         self.candidate_verdicts: list[tuple[int, Verdict]] = []
         self.autostop: AutoStop | None = None
-        self._runlog: RunLog | None = None
         self._texts: dict[int, str] = {}  # token id -> text (the control's detokenizer), for text-keyed top-k
         self._rekeyed_reference: TopKRows | None = None
         self._rekey_note: str | None = None  # set when an id-keyed side was matched by token text
@@ -188,29 +189,18 @@ class AbExperiment:
                     runner.adopt(CONTROL, probe)
                     runner.adopt(CANDIDATE, candidate)
                 result = self._start(probe, candidate)
-                try:
-                    self._open_log(result)
+
+                def body() -> None:
+                    self.open_log({k: v for k, v in result.to_dict().items() if k in LOG_HEADER_FIELDS})
                     self._run_blocks(runner, result)
                     self._finish(result)
-                except LogitlabError as exc:
-                    result.error = str(exc)
-                    exc.partial = result
-                    self._summarize_partial(result)
-                    self._end_log("error", result)
-                    raise
-                except KeyboardInterrupt:
-                    result.error = "interrupted"
-                    self._summarize_partial(result)
-                    self._end_log("interrupted", result)
-                    raise Interrupted("interrupted", partial=result) from None
-                self._end_log("complete", result)
+
+                return self.measure(result, body, on_stop=self._summarize_partial)
             finally:
                 if not runner.adopted(CONTROL):
                     for engine in engines:
                         engine.close()
-                if self._runlog is not None:
-                    self._runlog.close()
-        return result
+                self.close_log()
 
     # -- steps --------------------------------------------------------------
     def _start(self, probe: Engine, candidate: Engine) -> AbResult:
@@ -533,30 +523,14 @@ class AbExperiment:
             if escalation.reproducible:
                 return
 
-    # -- the run log (logitlab.runlog): header, one line per run, end ----------------------------
-    def _open_log(self, result: AbResult) -> None:
-        if self.log_path is not None:
-            self._runlog = RunLog(self.log_path, AbResult.KIND,
-                                  {k: v for k, v in result.to_dict().items() if k in LOG_HEADER_FIELDS})
-
+    # -- the run log (logitlab.runlog): one line per run -------------------------------------
     def _log(self, record: RunRecord) -> None:
-        if self._runlog is None:
+        if not self.has_log:
             return
-        self._runlog.run(record.to_dict())
+        self.log_run(record.to_dict())
         if record.is_reference:
-            self._runlog.update(generated_ids=list(self.reference.generated),
-                                generated_text=self._detokenize(self.reference.generated))
-
-    def _end_log(self, how: str, result: AbResult) -> None:
-        """The log's end line, with every field computed at the end; a failing write here hides no error."""
-        if self._runlog is None:
-            return
-        final = {k: v for k, v in result.to_dict().items()
-                 if k not in ("config", "manifest", "prompt_ids", "runs", "kind", "schema_version")}
-        try:
-            self._runlog.end(how, final, error=result.error)
-        except LogitlabError:
-            pass
+            self.log_update(generated_ids=list(self.reference.generated),
+                            generated_text=self._detokenize(self.reference.generated))
 
 
 def busy_machine_note(factor: float = 1.5) -> str | None:

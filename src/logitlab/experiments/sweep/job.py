@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from logitlab.engines.workload import RunOutput
-from logitlab.errors import LogitlabError
+from logitlab.errors import Interrupted, LogitlabError
 from logitlab.experiments.engine_cache import EngineCache
 from logitlab.experiments.sweep.matrix import JobSpec
 from logitlab.jsonio import ResultRecord, dumps_line
@@ -144,6 +144,8 @@ def run_job(spec: JobSpec, *, where: dict[str, Any] | None = None, cache: Engine
                 result, digest = _run_ab(spec, cache)
             else:
                 result, digest = _run_verify(spec, cache)
+        except Interrupted:  # the experiment kept its partial result; Ctrl-C stops the sweep, not this job alone
+            raise KeyboardInterrupt from None
         except LogitlabError as exc:
             error, result = str(exc), exc.partial
         except Exception as exc:  # a bug in logitlab or an engine: the job fails, the sweep goes on

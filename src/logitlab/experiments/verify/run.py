@@ -34,13 +34,13 @@ from logitlab.engines.base import Engine, Session
 from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.supervised import call_engine
 from logitlab.engines.variant import Variant
-from logitlab.errors import EngineCrashed, InputError, LogitlabError
-from logitlab.events import Event, ignore_event
-from logitlab.experiments.verify import guard as G
-from logitlab.experiments.verify import guard_calibration as GC
+from logitlab.errors import EngineCrashed, InputError
+from logitlab.events import Event
+from logitlab.experiments.base import Experiment
 from logitlab.experiments.isolation import load_supervised
 from logitlab.experiments.prompts import Prompt, builtin_prompts, check_unique
-from logitlab.manifest import build_manifest
+from logitlab.experiments.verify import guard as G
+from logitlab.experiments.verify import guard_calibration as GC
 from logitlab.experiments.verify.classify import classify_verify, in_block_rows, pool_rows, sweep_entry
 from logitlab.experiments.verify.results import (
     FlipRecord,
@@ -51,9 +51,9 @@ from logitlab.experiments.verify.results import (
     VerifyClassification,
     VerifyResult,
 )
+from logitlab.manifest import build_manifest
 from logitlab.numerics import LogitComparison, Thresholds, compare_logits
 from logitlab.numerics.compare import check_top_k, merge_comparisons
-from logitlab.runlog import RunLog
 
 FALLBACKS = G.FALLBACKS
 DEFAULT_KS = (1, 2, 4, 8)
@@ -202,19 +202,20 @@ def replay_mk(engine: Engine, prompt_ids: Sequence[int], tokens: Sequence[int], 
 
 
 # -- the experiment ----------------------------------------------------------------
-class VerifyExperiment:
+class VerifyExperiment(Experiment):
     """Runs a :class:`VerifyConfig`; :func:`run_verify` is the one-call form."""
+
+    KIND = VerifyResult.KIND
+    LOG_END_EXCLUDE = ("config", "manifest", "prompts", "sweep", "flips", "kind", "schema_version")
 
     def __init__(self, config: VerifyConfig, *, on_event: Event | None = None, engine: Engine | None = None,
                  log_path: str | Path | None = None):
         config.validate()
+        super().__init__(on_event=on_event, log_path=log_path)
         self.config = config
-        self.on_event = on_event or ignore_event
         self._engine = engine
         #: SHA-256 over the bits of every M=1 and M=K logit row, in run order (a sweep's logits hash)
         self.logits_digest = hashlib.sha256()
-        self.log_path = Path(log_path) if log_path else None
-        self._runlog: RunLog | None = None
         self._parts: dict[int, list[tuple[LogitComparison, str, int]]] = {k: [] for k in config.ks}
 
     def run(self) -> VerifyResult:
@@ -223,6 +224,7 @@ class VerifyExperiment:
         Raises:
             LogitlabError: bad input or an engine failure; the exception's
                 ``partial`` attribute holds the :class:`VerifyResult` so far.
+            Interrupted: Ctrl-C; its ``partial`` holds the :class:`VerifyResult` so far.
         """
         cfg = self.config
         engine = self._engine or load_supervised(cfg.variant)
@@ -234,55 +236,35 @@ class VerifyExperiment:
                 described, crash = {"engine": cfg.variant.engine, "supervised": True}, exc
             result = VerifyResult(config=cfg.to_dict(), manifest=build_manifest(described, cfg.variant))
             self._result = result
-            try:
-                if self.log_path is not None:
-                    self._runlog = RunLog(self.log_path, VerifyResult.KIND,
-                                          {"config": result.config, "manifest": result.manifest})
-                try:
-                    if crash is None:
+
+            def body() -> None:
+                self.open_log({"config": result.config, "manifest": result.manifest})
+                failure = crash
+                if failure is None:
+                    try:
                         self._run(engine, result)
-                except EngineCrashed as exc:
-                    crash = exc
-                if crash is not None:
-                    self._crashed(result, crash)
-            except LogitlabError as exc:
-                result.error = str(exc)
-                exc.partial = result
-                self._end_log("error", result)
-                raise
-            except KeyboardInterrupt:
-                result.error = "interrupted"
-                self._end_log("interrupted", result)
-                raise
-            self._end_log("complete", result)
+                    except EngineCrashed as exc:
+                        failure = exc
+                if failure is not None:
+                    self._crashed(result, failure)
+
+            return self.measure(result, body)
         finally:
             if self._engine is None:
                 engine.close()
-            if self._runlog is not None:
-                self._runlog.close()
-        return result
+            self.close_log()
 
     def _log_prompt(self, result: VerifyResult, name: str) -> None:
         """One run-log line per finished prompt: its M=1 run, sweep entries, flips and guarded runs."""
-        if self._runlog is None:
+        if not self.has_log:
             return
-        self._runlog.run({
+        self.log_run({
             "prompt": next(p for p in result.prompts if p.name == name).to_dict(),
             "sweep": [e.to_dict() for e in result.sweep if e.prompt == name],
             "flips": [f.to_dict() for f in result.flips if f.prompt == name],
             "guard_results": [r.to_dict() for r in result.guard.results if r.prompt == name] if result.guard else [],
             "batch_invariant": result.batch_invariant,
         })
-
-    def _end_log(self, how: str, result: VerifyResult) -> None:
-        if self._runlog is None:
-            return
-        final = {k: v for k, v in result.to_dict().items()
-                 if k not in ("config", "manifest", "prompts", "sweep", "flips", "kind", "schema_version")}
-        try:
-            self._runlog.end(how, final, error=result.error)
-        except LogitlabError:
-            pass
 
     def _run(self, engine: Engine, result: VerifyResult) -> None:
         cfg = self.config
@@ -304,8 +286,8 @@ class VerifyExperiment:
             else:
                 guard.tau = float(cfg.guard)
             result.guard = guard
-            if self._runlog is not None:
-                self._runlog.update(guard={k: v for k, v in guard.to_dict().items() if k not in ("results", "totals")})
+            if self.has_log:
+                self.log_update(guard={k: v for k, v in guard.to_dict().items() if k not in ("results", "totals")})
 
         parts = self._parts
         for prompt in cfg.prompts:

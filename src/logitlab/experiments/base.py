@@ -1,0 +1,131 @@
+"""The lifecycle every experiment shares: progress events, the run log, and partial results on errors and Ctrl-C.
+
+An experiment class derives from :class:`Experiment`, names its result kind
+(``KIND``) and the result fields its run log's end line leaves out
+(``LOG_END_EXCLUDE``: those the header or the run lines already hold), and
+runs its measuring part through :meth:`Experiment.measure`:
+
+- progress leaves through ``self.on_event(kind, data)`` (:mod:`logitlab.events`);
+- the run log (:mod:`logitlab.runlog`) is opened with :meth:`~Experiment.open_log`,
+  fed with :meth:`~Experiment.log_run` / :meth:`~Experiment.log_update`, and
+  ended by ``measure`` — ``complete``, ``error`` or ``interrupted`` — with the
+  fields computed at the end, then closed;
+- a :class:`~logitlab.errors.LogitlabError` raised while measuring leaves with
+  the result measured so far as its ``partial`` (and ``result.error`` set), and
+  Ctrl-C becomes an :class:`~logitlab.errors.Interrupted` carrying it, so that
+  the command line writes every report before it says what stopped the run
+  (:func:`logitlab.cli.common.finish`).
+
+A crash of the engine under test is not an error here: experiments run their
+engines supervised (:mod:`logitlab.engines.supervised`) and turn an
+:class:`~logitlab.errors.EngineCrashed` into their ``crashed`` outcome before
+it reaches :meth:`~Experiment.measure`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, ClassVar
+
+from logitlab.errors import Interrupted, LogitlabError
+from logitlab.events import Event, ignore_event
+from logitlab.runlog import RunLog
+
+__all__ = ["Experiment"]
+
+
+class Experiment:
+    """Base of the experiments: ``on_event``, the run log, and :meth:`measure`.
+
+    Attributes
+    ----------
+    KIND : str
+        The result kind, the run log's ``kind`` (the result class's ``KIND``).
+    LOG_END_EXCLUDE : tuple of str
+        Top-level result fields the end line leaves out.
+    on_event : Event
+        Progress callback (:func:`~logitlab.events.ignore_event` by default).
+    log_path : Path or None
+        The run log's file; None: no run log.
+    """
+
+    KIND: ClassVar[str]
+    LOG_END_EXCLUDE: ClassVar[tuple[str, ...]] = ("config", "manifest", "kind", "schema_version")
+
+    def __init__(self, *, on_event: Event | None = None, log_path: str | Path | None = None):
+        self.on_event = on_event or ignore_event
+        self.log_path = Path(log_path) if log_path else None
+        self._runlog: RunLog | None = None
+
+    # -- the run log ----------------------------------------------------------------
+    def open_log(self, header: dict[str, Any]) -> None:
+        """Start the run log with ``header`` (nothing without ``log_path``).
+
+        Raises:
+            InputError: the file cannot be written (:class:`~logitlab.runlog.RunLog`).
+        """
+        if self.log_path is not None:
+            self._runlog = RunLog(self.log_path, self.KIND, header)
+
+    @property
+    def has_log(self) -> bool:
+        """Whether a run log is open (so that lines costly to build are built only then)."""
+        return self._runlog is not None
+
+    def log_run(self, line: dict[str, Any]) -> None:
+        """Append one finished run's line (nothing without a run log)."""
+        if self._runlog is not None:
+            self._runlog.run(line)
+
+    def log_update(self, **fields: Any) -> None:
+        """Append header fields learned during the run (nothing without a run log)."""
+        if self._runlog is not None:
+            self._runlog.update(**fields)
+
+    def _end_log(self, how: str, result: Any) -> None:
+        """The end line, with every result field computed at the end; a failing write here hides no error."""
+        if self._runlog is None:
+            return
+        final = {k: v for k, v in result.to_dict().items() if k not in self.LOG_END_EXCLUDE}
+        try:
+            self._runlog.end(how, final, error=result.error)
+        except LogitlabError:
+            pass
+
+    def close_log(self) -> None:
+        """Close the run log (idempotent); call it in the experiment's ``finally``."""
+        if self._runlog is not None:
+            self._runlog.close()
+
+    # -- the measuring part ------------------------------------------------------------
+    def measure(self, result: Any, body: Callable[[], None], *,
+                on_stop: Callable[[Any], None] | None = None) -> Any:
+        """Run ``body()``, which fills ``result``; end the run log with how it went; return ``result``.
+
+        ``on_stop(result)`` (optional) completes what can be computed from a
+        partial result (a verdict over the slots measured) before the log's end
+        line is written.
+
+        Raises:
+            LogitlabError: what ``body`` raised, with ``partial`` = ``result``
+                and ``result.error`` its message.
+            Interrupted: on Ctrl-C, with ``partial`` = ``result`` and
+                ``result.error`` = ``"interrupted"``.
+        """
+        try:
+            body()
+        except LogitlabError as exc:
+            result.error = str(exc)
+            exc.partial = result
+            if on_stop is not None:
+                on_stop(result)
+            self._end_log("error", result)
+            raise
+        except KeyboardInterrupt:
+            result.error = "interrupted"
+            if on_stop is not None:
+                on_stop(result)
+            self._end_log("interrupted", result)
+            raise Interrupted("interrupted", partial=result) from None
+        self._end_log("complete", result)
+        return result
