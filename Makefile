@@ -23,7 +23,8 @@ demo: setup
 	$(VENV)/bin/logitlab ab --candidate flash_attn=1 --markdown out/demo.md --json out/demo.json --html out/demo.html
 
 # llama.cpp's own tools (llama-server, -perplexity, -bench, -quantize) from the installed llama-cpp-python's
-# sources, cached outside the repo (~/.cache/logitlab/llama-tools): ~20 min once, then a no-op.
+# sources, linked against the libraries it built, cached outside the repo (~/.cache/logitlab/llama-tools):
+# ~2 min once, then a no-op.
 tools: setup
 	@bash scripts/build-llama-tools.sh $(PY)
 

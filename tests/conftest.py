@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -88,12 +89,16 @@ ENGINE_COMMANDS = {"ab", "verify", "invariance", "dump", "golden", "explain", "s
 #: Other programs that run a model.
 MODEL_PROGRAMS = ("llama_cpp.server", "llama-server", "llama-perplexity", "llama-bench", "llama-quantize",
                   "onnxruntime_genai.models.builder")
+#: Programs that read a binary without running it (``ldd llama-server`` loads no model).
+INSPECTORS = {"ldd", "readelf", "nm"}
 
 
 def _runs_a_model(argv) -> bool:
     if isinstance(argv, (str, bytes)):
         argv = str(argv).split()
     words = [str(a) for a in argv]
+    if words and Path(words[0]).name in INSPECTORS:
+        return False
     if any(p in w for w in words for p in MODEL_PROGRAMS):
         return True
     if "logitlab" in words:

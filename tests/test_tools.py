@@ -116,3 +116,21 @@ def test_build_script_fails_loudly_when_cmake_fails(tmp_path):
     assert "build-llama-tools: cmake configure failed (last lines of" in proc.stderr
     assert "/nonexistent/cc" in proc.stderr  # the log's tail names the cause
     assert not list((tmp_path / "logitlab" / "llama-tools").glob("*/.stamp"))
+
+
+@pytest.mark.peers
+def test_tools_run_the_libraries_llama_cpp_python_loads():
+    """Each tool links libllama and libggml*, and those resolve to files byte-identical to the ones in
+    site-packages/llama_cpp/lib (the static build of old linked its own second copy of ggml: no such lines)."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    engine_lib = Path(llama_cpp.__file__).parent / "lib"
+    for name in TOOLS:
+        out = subprocess.run(["ldd", str(tool(name))], capture_output=True, text=True, check=True).stdout
+        linked = dict(line.split(" => ") for line in (ln.strip() for ln in out.splitlines()) if " => " in line)
+        assert "not found" not in out
+        for soname in ("libllama.so.0", "libggml.so.0", "libggml-base.so.0", "libggml-cpu.so.0"):
+            assert soname in linked, f"{name} does not link {soname}:\n{out}"
+            path = Path(linked[soname].split(" (")[0]).resolve()
+            ours = (engine_lib / soname).resolve()
+            assert path != ours  # a copy beside the tool, so a deleted venv leaves the cache working
+            assert path.read_bytes() == ours.read_bytes(), f"{name}: {path} is not {ours}"

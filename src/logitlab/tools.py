@@ -1,15 +1,16 @@
 """Where llama.cpp's own tools (llama-server, llama-perplexity, llama-bench, llama-quantize) live.
 
 They are built once from the llama.cpp sources that the installed
-llama-cpp-python release ships (its sdist's ``vendor/llama.cpp``), with the
-same ggml CPU options as that release's own build, by
-``scripts/build-llama-tools.sh`` (``make tools``), into a cache outside the
+llama-cpp-python release ships (its sdist's ``vendor/llama.cpp``), against the
+shared libraries that release built and installed (libllama, libggml*,
+libllama-common, libmtmd; byte-identical copies in ``lib/`` beside ``bin/``),
+by ``scripts/build-llama-tools.sh`` (``make tools``), into a cache outside the
 repository::
 
     ${XDG_CACHE_HOME:-~/.cache}/logitlab/llama-tools/<version>-<key>/bin/
 
-where ``<key>`` hashes the CMake flags, the compiler and the CPU (the build is
-``-march=native``, as llama-cpp-python's is). Tests use them as real peers:
+where ``<key>`` hashes the CMake flags, the compiler and the SHA-256 of each of
+those libraries: a tool found here runs the llamacpp engine's own kernels. Tests use them as real peers:
 another engine over the same kernels, llama.cpp's own perplexity/KLD, real
 llama-bench files, more quantisations of the embedded model.
 
