@@ -48,7 +48,8 @@ def test_check_passes_bit_exact_then_flash_attention_fails_and_passes_near_tie(g
     assert "what changed in the provenance: nothing" in ok.stdout
     assert "bar: same device key, build and options: bit-exact is required" in ok.stdout
 
-    fail = logitlab("golden", "check", golden, "--variant", "flash_attn=1")
+    fail = logitlab("golden", "check", golden, "--candidate", "flash_attn=1")  # as in ab, verify, sweep
+    # (and below its alias --variant, the spelling of golden record and update)
     assert fail.returncode == 1, fail.stderr
     assert "logitlab golden check: FAIL (near-tie)" in fail.stdout
     assert "• options.flash_attn: (unset) → True" in fail.stdout

@@ -333,3 +333,26 @@ def test_bench_compare_record_and_history_add_of_saved_results(engine, tmp_path)
                    "stopped early")
     one_line_error(in_process("history", "add", str(tmp_path / "none.json"), "--dir", str(history), "--commit",
                               "x", cwd=tmp_path), "does not exist")
+
+
+def test_history_show_gives_a_unitless_bench_metric_as_a_number_not_a_hash(engine, tmp_path):
+    """A ``bench run --metric`` without ``--unit`` (say ``decode_seconds``) is a number series: its unit cell is
+    ``—``, its latest value a number and its line bars, not the ``hash`` and letters of a fingerprint."""
+    repo, shas = engine
+    history = tmp_path / "h"
+    for commit, value in zip(shas[:3], ("0.50", "0.51", "0.90")):
+        r = in_process("bench", "run", "--control", f"echo decode_seconds={value}", "--aa", "--blocks", "2",
+                       "--warmup", "0", "-q", "--metric", "decode_seconds=([0-9.]+)", "--lower-is-better",
+                       "--record", str(history), "--repo", str(repo), "--commit", commit, "--machine", "m",
+                       cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+    out = tmp_path / "show.json"
+    shown = in_process("history", "show", "--dir", str(history), "--metric", "control/decode_seconds",
+                       "--json", str(out), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    (series,) = json.loads(out.read_text())["series"]
+    assert (series["kind"], series["unit"], series["values"][-1]) == ("lower-is-better", "", 0.9)
+    (row,) = [line for line in shown.stdout.splitlines() if line.startswith("│ control/decode_seconds ")]
+    cells = [c.strip() for c in row.split("│")]
+    assert "hash" not in cells and "—" in cells and "0.9" in cells, row
+    assert not any(ch in row for ch in "ABC"), row  # no fingerprint letters in the sparkline

@@ -18,8 +18,12 @@ from logitlab.errors import InputError
 ALLOW_CHOICES = REQUIRE_CHOICES
 
 
-def variant_options(*, recorded: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``--engine --model --variant --env``: one variant (``recorded``: changes to the golden's)."""
+def variant_options(*, recorded: bool, under_test: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--engine --model --variant --env``: one variant (``recorded``: changes to the golden's).
+
+    ``under_test``: the variant judged against the golden (``golden check``) is spelled ``--candidate``, as in
+    ``ab``, ``verify`` and ``sweep``; ``--variant`` stays an alias.
+    """
     from logitlab.engines import DEFAULT_ENGINE
 
     keep = " (default: the golden's)" if recorded else ""
@@ -30,9 +34,9 @@ def variant_options(*, recorded: bool) -> Callable[[Callable[..., Any]], Callabl
                          help=f"Engine: NAME, or NAME:TARGET for cmd/openai{keep}."),
             click.option("--model", default=None, help=MODEL_HELP if not recorded else
                          "Model file (default: the golden's; the embedded model when it recorded that)."),
-            click.option("--variant", "spec", default="",
-                         help=f"Variant spec: {SPEC_HELP}" + (" — set on top of the golden's options." if recorded
-                                                              else ".")),
+            click.option(*(("--candidate", "--variant") if under_test else ("--variant",)), "spec", default="",
+                         help=("Candidate spec (alias: --variant): " if under_test else "Variant spec: ") + SPEC_HELP
+                         + (" — set on top of the golden's options." if recorded else ".")),
             click.option("--env", multiple=True, metavar="NAME[=VALUE]",
                          help="Environment knob for the engine (repeatable)" + (", on top of the golden's." if recorded
                                                                                  else ".")),
@@ -146,7 +150,7 @@ def _topk_bytes(data: dict[str, Any]) -> int:
 @click.option("--llamacpp-kld", "kld_file", default=None, metavar="FILE",
               help="Check against a file llama-perplexity --kl-divergence-base wrote, instead of a golden: prints "
                    "llama.cpp's own statistics.")
-@variant_options(recorded=True)
+@variant_options(recorded=True, under_test=True)
 @click.option("--allow", type=click.Choice(ALLOW_CHOICES), default="bit-exact", show_default=True,
               help="Worst verdict allowed when the device key, build or options changed (same ones: bit-exact "
                    "always).")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from logitlab.experiments.history.metrics import is_numerics_metric
+from logitlab.experiments.history.metrics import FINGERPRINT, is_numerics_metric
 from logitlab.experiments.history.show import HistoryResult, SeriesChanges, is_alarm
 from logitlab.perf.changepoint import ChangePoint
 from logitlab.report.bench import fmt_value
@@ -88,7 +88,8 @@ def _series_row(s: SeriesChanges, machines: int) -> tuple:
     cps = s.change_points
     summary = "none" if not cps else ", ".join(
         f"{_WORDS[c.direction]} at {_short(c.label)}" for c in cps)
-    return (Span(_series_name(s, machines), "code"), s.unit or "hash", str(len(s.values)), latest_text,
+    unit = "hash" if s.kind == FINGERPRINT else (s.unit or "—")  # a bench --metric may have no --unit
+    return (Span(_series_name(s, machines), "code"), unit, str(len(s.values)), latest_text,
             sparkline(shown, cuts, start=start), noise, summary)
 
 
