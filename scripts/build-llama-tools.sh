@@ -149,9 +149,10 @@ for t in $TARGETS; do
 done
 # Every llama/ggml library must come from the copies in $DIR/lib, and nothing may be missing.
 for t in $TARGETS; do
-    ldd "$DIR/bin/$t" >>"$LOG" 2>&1 || fail "ldd $t failed"
-    if ldd "$DIR/bin/$t" 2>&1 | grep -E "not found" >>"$LOG" \
-       || ldd "$DIR/bin/$t" 2>&1 | grep -E "lib(llama|ggml|mtmd)" | grep -v "=> $DIR/bin/../lib/" >>"$LOG"; then
+    LINKED="$(ldd "$DIR/bin/$t" 2>&1)" || fail "ldd $t failed: $LINKED"
+    printf '%s\n' "$LINKED" >>"$LOG"
+    if grep -E "not found" <<<"$LINKED" >>"$LOG" \
+       || grep -E "lib(llama|ggml|mtmd)" <<<"$LINKED" | grep -v "=> $DIR/bin/../lib/" >>"$LOG"; then
         fail "$t needs a library that is missing or outside $DIR/lib (see ldd in the log)"
     fi
 done
