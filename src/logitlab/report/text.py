@@ -6,6 +6,7 @@ Every function returns strings or rows of strings; none prints.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Sequence
 
 from logitlab.numerics.comparison import Comparison
@@ -16,10 +17,19 @@ def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
     return f"{count} {noun if count == 1 else plural_noun or noun + 's'}"
 
 
+def model_text(model: str | None, sha256: str | None) -> str:
+    """A model as its file (or folder) name and the start of its SHA-256: ``x.gguf (sha256 b179c9523d0e…)``.
+
+    The name and the hash say which model it was on any machine; the full path, which says where this machine
+    installed it, stays in the manifest (``--json``).
+    """
+    name = Path(model).name if model else "embedded default"
+    return f"{name} (sha256 {str(sha256 or '?')[:12]}…)"
+
+
 def engine_rows(engine: dict[str, Any]) -> list[tuple[str, str]]:
     """``model`` and ``engine`` header rows from a manifest's ``engine`` entry."""
-    model = engine.get("model") or "default"
-    return [("model", f"{model} (sha256 {engine.get('model_sha256', '?')[:12]}…)"),
+    return [("model", model_text(engine.get("model"), engine.get("model_sha256"))),
             ("engine", engine.get("engine_version", engine["engine"]))]
 
 
