@@ -94,7 +94,7 @@ def test_unwritable_outputs_bad_prompt_files_and_long_prompts_are_one_line(tmp_p
 
 def test_hf_device_that_is_not_there_is_exit_2():
     torch = pytest.importorskip("torch")
-    if torch.cuda.is_available():
-        pytest.skip("CUDA is available here")
-    proc = logitlab("invariance", "determinism", "--engine", "hf", "--variant", "device=cuda", "--quiet")
-    assert proc.returncode == 2 and proc.stderr.startswith("error: device 'cuda' is not available with torch")
+    proc = logitlab("invariance", "determinism", "--engine", "hf", "--variant", "device=cuda:99", "--quiet")
+    message = ("error: device 'cuda:99' does not exist: " if torch.cuda.is_available() else
+               "error: device 'cuda:99' is not available with torch")  # cuda:99 exists nowhere
+    assert proc.returncode == 2 and proc.stderr.startswith(message) and proc.stderr.count("\n") == 1, proc.stderr

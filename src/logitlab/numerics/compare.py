@@ -250,7 +250,7 @@ def compare_logits(
     ``S = Σ p_i (expm1(δ_i) − δ_i)`` (a sum of non-negative terms; for
     |δ| <= 0.5 its terms use the series δ²/2 + δ³/6 + ... + δ⁹/9!).  p uses
     the log-sum-exp shift.  Relative error about 1e-6 or better (tested
-    against 80-bit long double), also for ULP-level differences where a
+    against an exact mpmath evaluation), also for ULP-level differences where a
     direct ``lse(Q) − lse(P) − Σ pΔ`` in float32 would return rounding
     noise and scipy's float64 ``rel_entr`` is off by ~1e-4.  Rows with NaN or infinities use
     float64 with the limits (softmax of +inf entries is uniform over them;
