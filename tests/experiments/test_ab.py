@@ -165,9 +165,18 @@ def test_localize_needs_an_engine_with_dump_capture():
         run_ab(config(engine="fake", localize=True))
 
 
-def test_localize_accepts_every_engine_with_dump_capture():
-    for control, candidate in (("hf", "hf"), ("llamacpp", "hf")):
-        config(f"{control}:", f"{candidate}:", localize=True).validate()
+def test_localize_accepts_a_pair_exactly_when_both_engines_capture_dumps():
+    from logitlab.engines import engine_class
+
+    assert {name for name in ("hf", "llamacpp", "fake", "cmd") if engine_class(name).supports("dump")} == \
+        {"hf", "llamacpp"}
+    for control, candidate in (("hf", "hf"), ("llamacpp", "hf"), ("hf", "fake"), ("fake", "llamacpp")):
+        cfg = config(f"{control}:", f"{candidate}:", localize=True)
+        if "fake" in (control, candidate):  # one side without dump capture: the pair is refused, naming both
+            with pytest.raises(InputError, match=f"these variants use {', '.join(sorted({control, candidate}))}$"):
+                cfg.validate()
+        else:
+            cfg.validate()  # accepted: raises no InputError
 
 
 def test_bad_config_values():

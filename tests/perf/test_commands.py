@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import pytest
 
 from logitlab.errors import InputError
@@ -113,11 +114,15 @@ def test_config_errors(kwargs, message):
 
 def test_real_commands_two_blocks():
     result = bench_run(BenchRunConfig(
-        control=f"{PY} -c \"print('rate=100')\"", candidate=f"{PY} -c \"import json; print('rate=100')\"",
+        control=f"{PY} -c \"print('rate=100')\"",
+        candidate=f"{PY} -c \"x = b'1' * 100_000_000; print('rate=100')\"",  # 100 MB more, every page touched
         blocks=2, warmup=0, metric_regex=r"rate=(\d+)", metric_name="rate", n_bootstrap=200))
     assert len(result.runs) == 8 and all(r.ok for r in result.runs)
     assert result.primary.n_blocks == 2 and result.primary.ratio == 1.0  # the parsed metric is identical
-    assert all(r.max_rss_bytes > 0 for r in result.runs)
+    # peak RSS is each command's own (not the largest so far of all children): the candidate's is 100 MB more
+    rss = {v: [r.max_rss_bytes for r in result.runs if r.variant == v] for v in ("control", "candidate")}
+    extra = np.array(rss["candidate"]) - np.median(rss["control"])
+    assert np.all((extra > 95e6) & (extra < 115e6)), rss
 
 
 def _render(result, **kwargs):
