@@ -87,9 +87,11 @@ def test_ab_flash_attention_on_gemma(gemma):
     result = run_ab(ab_config(gemma, ONE_THREAD, ONE_THREAD + ",flash_attn=1"))
     show("Gemma 3 llama.cpp flash_attn 0 vs 1", result)
     c = verdict_run(result)
-    assert result.control_reproducible and result.verdict.word in ("ulp-noise", "near-tie")
+    # another accumulation order, differences far beyond a few ULP and no flip: rounding noise, or a near tie
+    # where the top-5 set moves (measured: near-tie, 20/21 rows differ, max |Δ| 1.28-1.46, no flip)
+    assert result.control_reproducible and result.verdict.word in ("noise", "near-tie"), result.verdict.evidence
     assert c.n_vocab == N_VOCAB and c.n_positions == len(result.prompt_ids) + 8
-    assert c.differing_rows > 0 and not c.flips  # measured: 20/21 rows differ, max |Δ| 1.46, no flip
+    assert c.differing_rows > 0 and not c.flips and c.max_abs_diff > 0.1
     assert result.prompt_ids[0] == 2  # Gemma's BOS
 
 
@@ -122,7 +124,7 @@ def test_invariance_batch_on_gemma(gemma):
     # Measured (llama-cpp-python 0.3.36, CPU): unlike SmolLM2, Gemma 3 is not batch-invariant here — the last
     # prompt position of each copy, and positions 9-12 of copy 1, differ by up to 1.07 — but no argmax moves.
     # (AVX2 only: one copy differs by up to 0.81, verdict noise.)
-    assert b2.word in ("bit-exact", "ulp-noise", "noise", "near-tie") and not b2.comparison.flips
+    assert b2.word in ("noise", "near-tie") and not b2.comparison.flips and b2.comparison.max_abs_diff > 0.1
 
 
 # -- the hf engine and llama.cpp vs hf -------------------------------------------------------------------------
@@ -133,7 +135,8 @@ def test_hf_engine_float32_vs_bfloat16_on_gemma(gemma):
     c = verdict_run(result)
     assert result.control_reproducible and result.manifest["engine"]["engine"] == "hf"
     assert c.n_vocab == N_VOCAB and c.differing_rows == c.n_positions  # bfloat16 changes every row
-    assert result.verdict.word in ("ulp-noise", "near-tie") and c.argmax_agreement >= 0.9
+    # bfloat16 keeps 8 of float32's 24 significand bits: a lossy precision, never ULP-level, never a bug
+    assert result.verdict.word in ("noise", "near-tie", "lossy") and c.argmax_agreement >= 0.9
 
 
 @pytest.mark.engine
@@ -143,6 +146,8 @@ def test_llamacpp_vs_hf_on_gemma(gemma):
     c = verdict_run(result)
     assert result.manifest["candidate_engine"]["engine"] == "hf" and c.n_vocab == N_VOCAB
     assert c.differing_rows > 0 and c.argmax_agreement >= 0.9 and c.kld["mean"] < 0.05
+    # one model in two arithmetics, as on SmolLM2 (tests/experiments/test_crossengine.py); measured: near-tie
+    assert result.verdict.word in ("noise", "near-tie", "lossy"), result.verdict.evidence
     assert any("quantises on the fly" in n for n in result.notes)
 
 

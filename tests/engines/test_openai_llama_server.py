@@ -112,7 +112,11 @@ def test_llamacpp_in_process_vs_llama_server_is_ulp_level_with_the_same_batch_sh
     batched = run_ab(config(parse_variant("n_threads=1,n_threads_batch=1", "control", default_engine="llamacpp"),
                             variant(servers["off"], "candidate")))
     other = next(r for r in batched.runs if r.slot == batched.verdict_slot)
-    assert other.row_offsets.max_residual > 1e-3 and batched.verdict.word not in ("bit-exact", "ulp-noise")
+    print(f"\nllamacpp (one prompt batch) vs llama-server: {batched.verdict.word}; "
+          f"flips {len(other.comparison.flips)}, max |Δ| {other.comparison.max_abs_diff:.3g}")
+    # other batch shapes, other roundings: noise, or a flip at a near tie (measured: near-tie, 1 flip, max |Δ| 0.71)
+    assert other.row_offsets.max_residual > 1e-3 and batched.verdict.word in ("noise", "near-tie"), \
+        batched.verdict.evidence
 
 
 def test_echo_forced_on_llama_server_is_an_error_that_says_echo_was_ignored(servers):

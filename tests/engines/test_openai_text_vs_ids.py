@@ -48,6 +48,9 @@ def run_cli(control: str, candidate: str, tmp_path, *extra: str) -> tuple[dict, 
 def check_matched_by_text(data: dict, text: str, text_side: str, id_side: str) -> None:
     run = next(r for r in data["runs"] if r["slot"] == data["verdict_slot"])
     c = run["comparison"]
+    print(f"\n{text_side} by text vs {id_side} by id: {data['verdict']['word']}; top-1 {c['argmax_agreement']:.1%}, "
+          f"max |Δ| {c['max_abs_diff']:.3g}")
+    print("\n".join("  " + e for e in data["verdict"]["evidence"]))
     # the keys met: the same tokens are found on both sides, the argmax agrees almost everywhere
     assert data["verdict"]["word"] != "divergent", data["verdict"]["evidence"]
     assert c["argmax_agreement"] >= 0.8 and c["topk_agreement"] >= 0.5, (c["argmax_agreement"], c["topk_agreement"])

@@ -195,7 +195,8 @@ def test_fp32_vs_int4_is_a_real_quantisation_ab():
     print(f"\nORT GenAI fp32 vs int4: {result.verdict.word}; top-1 {c.argmax_agreement:.1%}, "
           f"KLD mean {c.kld['mean']:.3g}")
     assert result.control_reproducible
-    assert result.verdict.word not in ("bit-exact", "ulp-noise")
+    # int4 weights are a quantisation: the truth is lossy (measured: top-1 60 %, KLD mean 0.93 nats)
+    assert result.verdict.word == "lossy", result.verdict.evidence
     assert c.differing_rows == c.n_positions and c.kld["mean"] > 1e-3
     assert result.manifest["engine"]["effective"]["precision"] == "fp32"
 

@@ -72,6 +72,10 @@ def test_llamacpp_vs_hf_on_the_same_gguf():
     assert result.manifest["candidate_engine"]["engine"] == "hf"
     assert c.n_vocab == 49152 and c.n_positions == len(result.prompt_ids) + 16
     assert not run.bit_exact and c.kld["mean"] is not None and c.argmax_agreement >= 0.9
+    # the truth without logitlab: one model in two arithmetics (llama.cpp quantises the activations to Q8 on the
+    # fly, hf runs the dequantised weights in float32) -- differences beyond rounding, flips only where the
+    # margin is small; never a bug, an offset or bit-exactness (measured: near-tie, AMD EPYC AVX2, 2026-12-04)
+    assert result.verdict.word in ("noise", "near-tie", "lossy"), result.verdict.evidence
     assert any("quantises on the fly" in n and "not by itself evidence of a bug" in n for n in result.notes)
     md = report.markdown(result)
     assert "- candidate engine: transformers" in md and "**note:** cross-engine comparison" in md

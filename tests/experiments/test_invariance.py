@@ -176,8 +176,9 @@ def test_hf_prefill_vs_decode_and_recompute():
     result = probe("prefill-decode", engine="hf", spec="threads=1", n_decode=2)
     show(result)
     assert [c.name for c in result.checks] == ["decode vs prefill", "recompute vs prefill"]
-    for check in result.checks:
+    for check in result.checks:  # rounding of another evaluation order (measured: noise, max |Δ| 8e-5)
         assert not check.comparison.flips and check.comparison.max_abs_diff < 1e-3
+        assert check.word in ("ulp-noise", "noise"), check.verdict.evidence
 
 
 # -- determinism ---------------------------------------------------------------------------------
