@@ -1,6 +1,9 @@
 """Packaging metadata that pip reads: no deprecated forms."""
 
-import tomllib
+try:  # Python 3.11+; tomli (a dependency below 3.11) is the same parser
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 from pathlib import Path
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"

@@ -10,7 +10,10 @@ import textwrap
 from importlib.metadata import entry_points
 from pathlib import Path
 
-import tomllib
+try:  # Python 3.11+; tomli (a dependency below 3.11) is the same parser
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 import pytest
 
