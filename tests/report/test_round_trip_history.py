@@ -38,6 +38,7 @@ def test_history_show_round_trip(tmp_path):
     result = assert_round_trip(js, md, proc.stdout, tmp_path, HistoryResult)
     (series,) = result.series
     assert series.values[0] < 0.05 < series.values[-1] and series.ordered_by == "record"
+    assert len(series.change_points) == 1, [round(v, 6) for v in series.values]
     (change,) = series.change_points
     assert (change.previous_label, change.label, change.direction) == ("build3", "build4", "regression")
     assert change.change > 1.0 and "**1 regression**" in md.read_text()

@@ -18,7 +18,9 @@ seconds, KLD) go through three steps, the functions of
 2. **Segmentation.** One-build excursions (slow runs) are found with a Hampel
    filter: a value more than ``outlier_sigmas * sigma`` from the median of
    its neighbourhood (2 builds either side) is an outlier (Hampel 1974;
-   Pearson et al. 2016). Outliers are reported, replaced by that median for
+   Pearson et al. 2016); ``min_size`` or more flagged builds in a row are a
+   level, not outliers (the builds before a step, when they wobble more than
+   the builds after it). Outliers are reported, replaced by that median for
    the segmentation, and left out of the tests and levels below. The cleaned
    series is segmented by PELT with the least-squares (``l2``) cost and the
    BIC/SIC penalty ``penalty * sigma**2 * ln(n)`` (Killick, Fearnhead &
@@ -464,7 +466,7 @@ def detect_change_points(
     # any jump, so every jump of min_size builds is a change point.
     scale = max(sigma, _EXACT_FLOOR * float(np.max(np.abs(x))))
 
-    clean, bad = hampel(x, scale, outlier_sigmas)
+    clean, bad = hampel(x, scale, outlier_sigmas, max_run=min_size - 1)  # min_size builds in a row: a level
     cuts = pelt(clean, penalty * scale * scale * math.log(x.size), min_size)
     keep = ~bad
     cuts, ps = merge_segments(x, keep, cuts, max_pvalue)

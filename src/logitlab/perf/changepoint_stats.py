@@ -65,7 +65,7 @@ def noise_sd(x: Sequence[float] | np.ndarray) -> float:
     return float(np.std(d)) / math.sqrt(2.0)
 
 
-def hampel(x: np.ndarray, sigma: float, k: float) -> tuple[np.ndarray, np.ndarray]:
+def hampel(x: np.ndarray, sigma: float, k: float, max_run: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Cleaned series and outlier mask of the Hampel identifier (half-width 2 builds).
 
     Parameters
@@ -76,6 +76,11 @@ def hampel(x: np.ndarray, sigma: float, k: float) -> tuple[np.ndarray, np.ndarra
         Noise sd of ``x`` (e.g. :func:`noise_sd`), in the unit of ``x``.
     k : float
         Threshold in noise sds.
+    max_run : int, optional
+        Longest run of consecutive flagged builds that is still a one-off excursion; a longer run is a level
+        (the builds before or after a step), not outliers, and is kept. None: no limit. Without it a step
+        after a few builds that wobble more than the builds after it (whose tight differences set ``sigma``)
+        has every build before the step flagged, which leaves that segment empty and the step undetected.
 
     Returns
     -------
@@ -99,6 +104,11 @@ def hampel(x: np.ndarray, sigma: float, k: float) -> tuple[np.ndarray, np.ndarra
     for i in [*range(min(h, n)), *range(max(n - h, h), n)]:  # truncated windows at the ends
         med[i] = np.median(x[max(0, i - h) : i + h + 1])
     bad = np.abs(x - med) > k * sigma
+    if max_run is not None and bad.any():
+        edges = np.flatnonzero(np.diff(np.concatenate(([0], bad.astype(np.int8), [0]))))
+        for start, stop in zip(edges[::2], edges[1::2]):  # runs of flagged builds, [start, stop)
+            if stop - start > max_run:
+                bad[start:stop] = False
     return np.where(bad, med, x), bad
 
 
