@@ -9,7 +9,6 @@ group ``logitlab.engines`` (``name = "module:Class"``).
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from logitlab.errors import InputError
@@ -58,6 +57,8 @@ def register_engine(name: str, target: str, *aliases: str) -> None:
 
 
 def _load_entry_points() -> None:
+    from importlib.metadata import entry_points  # 26 ms: only when a name is not registered here
+
     for ep in entry_points(group="logitlab.engines"):
         if ep.name not in ENGINES:
             ENGINES[ep.name] = ep.value

@@ -6,8 +6,9 @@ evaluation), an out-of-memory kill. Run in logitlab's own process, such a crash
 ends logitlab and loses every result measured before it. :class:`SupervisedEngine`
 loads the engine in one long-lived worker (:mod:`logitlab.engines.supervised_worker`)
 and offers what a whole-run experiment needs of it (tokenize, describe, run the
-workload); a run's logits come back through one ``.npy`` file in ``/dev/shm``
-(written once by the worker, memory-mapped here: one copy across the boundary).
+workload); a run's logits come back through the worker's logits buffer, one file in
+``/dev/shm`` that both processes map for the worker's whole life (the worker gathers
+the rows into it, this process copies them out: one copy across the boundary).
 An experiment that drives the engine step by step (sessions, verify blocks,
 batches, dump capture) runs each step there: :func:`call_engine` with a
 module-level function of the engine, its result pickled back.
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import json
+import mmap
 import os
 import pickle
 import select
@@ -186,18 +188,26 @@ class SupervisedEngine:
 
         self._ensure()
         self._runs += 1
-        out = self._folder / f"logits-{self._runs}.npy"
         answer = self._ask({"op": "run", "prompt_ids": [int(t) for t in prompt_ids], "n_decode": int(n_decode),
                             "replay": None if replay is None else [int(t) for t in replay], "fresh": fresh,
-                            "options": self._raw_options, "out": str(out)}, timeout=self.timeout)
-        try:
-            logits = np.load(answer["logits"], mmap_mode="c").view(np.ndarray)  # copy-on-write, no copy now
-        finally:
-            Path(answer["logits"]).unlink(missing_ok=True)  # the mapping outlives the name
+                            "options": self._raw_options}, timeout=self.timeout)
+        logits = self._take_logits(tuple(answer["shape"]))
         topk = answer.get("topk")
         return RunOutput(logits=logits, input_ids=answer["input_ids"], generated=answer["generated"],
                          timings=[StepTiming(**t) for t in answer["timings"]],
                          topk=None if topk is None else TopKRows.from_dict(topk), scoring=answer.get("scoring"))
+
+    def _take_logits(self, shape: tuple[int, int]) -> np.ndarray:
+        """A run's logits, copied out of the worker's logits buffer (mapped here once, again when it grew).
+
+        Returns:
+            A new float32 array of ``shape`` (n_positions, n_vocab), owned by this process.
+        """
+        need = int(np.prod(shape)) * 4
+        if self._buffer is None or len(self._buffer) < need:
+            with open(self._folder / "logits.f32", "rb") as f:
+                self._buffer = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+        return np.frombuffer(self._buffer, dtype=np.float32, count=int(np.prod(shape))).reshape(shape).copy()
 
     def call_in_worker(self, fn: Callable[..., Any], *args: Any, phase: str,
                        on_event: Callable[[str, Any], None] | None = None) -> Any:
@@ -232,6 +242,9 @@ class SupervisedEngine:
         """Ask the worker to close the engine and exit, and return; a thread waits for it (killing it after
         :data:`CLOSE_TIMEOUT`) and removes its folder. ``wait``: wait here instead."""
         self._closed = True
+        buffer, self._buffer = getattr(self, "_buffer", None), None
+        if buffer is not None:
+            buffer.close()  # every run was copied out of it: no view of it is left
         proc, self._proc = self._proc, None
         folder, self._folder = self._folder, None
         if proc is not None and proc.poll() is None:
@@ -276,6 +289,7 @@ class SupervisedEngine:
         finally:
             os.close(write_fd)
         self._answers = os.fdopen(read_fd, "rb", buffering=0)
+        self._buffer = None  # the worker's logits buffer, mapped on its first run
         self._pending_bytes = b""
         self._send({"op": "load", "target": self.target, "name": self.name, "model": self.model,
                     "options": self._raw_options})
