@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from logitlab.errors import InputError
-from logitlab.tools import (ENV_VAR, TOOLS, llama_cpp_python_version, llama_tool, llama_tools_cache,
-                            llama_tools_dir)
+from logitlab.tools import (ENV_VAR, TOOLS, installed_library_sums, llama_cpp_python_version, llama_tool,
+                            llama_tools_cache, llama_tools_dir)
 
 from peers import tool
 
@@ -61,7 +61,18 @@ def test_non_executable_file_is_not_a_tool(tmp_path, monkeypatch):
         llama_tool("llama-bench")
 
 
-def test_cache_lookup_takes_the_newest_completed_build_of_this_version(empty_cache):
+INSTALLED = frozenset({("a" * 64, "libllama.so.0.0.1"), ("b" * 64, "libggml.so.0.25.3")})
+
+
+def built_against(folder: Path, sums) -> None:
+    """The build script's flags.txt: its settings, then sha256sum's lines of the libraries it built against."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "flags.txt").write_text("llama-cpp-python=0.3.36\nflags=-DCMAKE_BUILD_TYPE=Release\n"
+                                      + "".join(f"{sha}  {name}\n" for sha, name in sorted(sums)))
+
+
+def test_cache_lookup_takes_the_newest_completed_build_of_this_version(empty_cache, monkeypatch):
+    monkeypatch.setattr("logitlab.tools.installed_library_sums", lambda: INSTALLED)
     version = llama_cpp_python_version()
     with pytest.raises(InputError, match=rf"llama.cpp tools for llama-cpp-python {version} are not built "
                                          r"\(none in .*\): run scripts/build-llama-tools.sh"):
@@ -70,12 +81,42 @@ def test_cache_lookup_takes_the_newest_completed_build_of_this_version(empty_cac
                                    empty_cache / f"{version}-cccc", empty_cache / "0.0.1-dddd")
     for folder in (old, new, unfinished, other):
         executable(folder / "bin" / "llama-bench")
+        built_against(folder, INSTALLED | {("e" * 64, "libllama-common.so.0.5.0")})  # one the engine does not load
     for folder, mtime in ((old, 1_000_000), (new, 2_000_000), (other, 3_000_000)):
         (folder / ".stamp").touch()
         os.utime(folder / ".stamp", (mtime, mtime))
     assert llama_tools_cache() == empty_cache
     assert llama_tools_dir() == new / "bin"  # not the unstamped one, nor another version's
     assert llama_tool("llama-bench") == new / "bin" / "llama-bench"
+
+
+def test_cache_lookup_skips_a_newer_build_against_libraries_no_longer_installed(empty_cache, monkeypatch):
+    """llama-cpp-python rebuilt after the tools were: a newer stamped build of the old bytes is not taken, and
+    when no build has the installed bytes the error says to build them again (not the old tools silently)."""
+    version = llama_cpp_python_version()
+    matching, stale = empty_cache / f"{version}-aaaa", empty_cache / f"{version}-bbbb"
+    rebuilt = {("c" * 64, "libllama.so.0.0.1"), ("b" * 64, "libggml.so.0.25.3")}
+    for folder, sums, mtime in ((matching, INSTALLED, 1_000_000), (stale, rebuilt, 2_000_000)):
+        executable(folder / "bin" / "llama-bench")
+        built_against(folder, sums)
+        (folder / ".stamp").touch()
+        os.utime(folder / ".stamp", (mtime, mtime))
+    monkeypatch.setattr("logitlab.tools.installed_library_sums", lambda: INSTALLED)
+    assert llama_tools_dir() == matching / "bin"
+    monkeypatch.setattr("logitlab.tools.installed_library_sums", lambda: frozenset({("d" * 64, "libllama.so.0.0.1")}))
+    with pytest.raises(InputError, match=rf"the llama.cpp tools in .* were built against other libraries than the "
+                                         rf"llama-cpp-python {version} installed now \(it was rebuilt since\): run "
+                                         r"scripts/build-llama-tools.sh"):
+        llama_tools_dir()
+
+
+def test_the_installed_libraries_are_those_in_llama_cpp_lib():
+    llama_cpp = pytest.importorskip("llama_cpp")
+    import hashlib
+
+    lib = Path(llama_cpp.__file__).parent / "lib"
+    expected = {(hashlib.sha256(f.read_bytes()).hexdigest(), f.name) for f in lib.glob("lib*.so.*.*")}
+    assert expected and set(installed_library_sums()) == expected
 
 
 def test_build_script_without_llama_cpp_python_is_one_line_exit_2(tmp_path):

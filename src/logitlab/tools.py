@@ -18,7 +18,8 @@ Same kernels also need the same run-time options: the tools default to flash
 attention ``auto`` (on, for the CPU), llama-cpp-python to off; pass ``-fa off``
 to a tool whose logits must match llama-cpp-python's.
 
-Only the standard library and :mod:`logitlab.errors` are imported here.
+Only the standard library, :mod:`logitlab.errors` and (for the libraries' digests) :mod:`logitlab.models`
+are imported here.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 from logitlab.errors import InputError
 
 __all__ = ["TOOLS", "ENV_VAR", "BUILD_HINT", "llama_cpp_python_version", "llama_tools_cache", "llama_tools_dir",
-           "llama_tool"]
+           "llama_tool", "installed_library_sums", "built_library_sums"]
 
 #: The tools the build script makes.
 TOOLS = ("llama-server", "llama-perplexity", "llama-bench", "llama-quantize")
@@ -70,7 +71,10 @@ def llama_tools_dir() -> Path:
     ``$LOGITLAB_LLAMA_TOOLS`` when set (any folder of binaries, e.g. your own
     llama.cpp build's ``bin/``); else, under :func:`llama_tools_cache`, the
     ``bin/`` of the most recently completed build for the installed
-    llama-cpp-python version (a build is complete once its ``.stamp`` exists).
+    llama-cpp-python version (a build is complete once its ``.stamp`` exists)
+    whose library copies include, byte-identical, every library installed in
+    ``llama_cpp/lib`` (:func:`installed_library_sums`; a llama-cpp-python rebuilt
+    since the tools were built makes new bytes, and the tools must be built again).
 
     Returns
     -------
@@ -81,7 +85,8 @@ def llama_tools_dir() -> Path:
     ------
     InputError
         If ``$LOGITLAB_LLAMA_TOOLS`` is not a folder, or no completed build
-        exists for this llama-cpp-python version; the message says how to build.
+        exists for this llama-cpp-python version, or none of them was built
+        against the installed libraries; the message says how to build.
     """
     override = os.environ.get(ENV_VAR)
     if override:
@@ -96,7 +101,39 @@ def llama_tools_dir() -> Path:
     if not stamps:
         raise InputError(f"llama.cpp tools for llama-cpp-python {version} are not built (none in {root}): "
                          f"{BUILD_HINT}")
+    installed = installed_library_sums()
+    if installed:  # the build whose library copies are the bytes the engine loads, not merely the newest
+        stamps = [s for s in stamps if installed <= built_library_sums(s.parent)]  # (it has libllama-common too)
+        if not stamps:
+            raise InputError(f"the llama.cpp tools in {root} were built against other libraries than the "
+                             f"llama-cpp-python {version} installed now (it was rebuilt since): {BUILD_HINT}")
     return stamps[-1].parent / "bin"
+
+
+def installed_library_sums() -> frozenset[tuple[str, str]]:
+    """(SHA-256, file name) of each versioned shared library llama-cpp-python installed in ``llama_cpp/lib``
+    (``lib*.so.*.*``, as the build script records them); empty where that folder is not found."""
+    import importlib.util
+
+    from logitlab.models import file_sha256
+
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        return frozenset()
+    lib = Path(list(spec.submodule_search_locations)[0]) / "lib"
+    return frozenset((file_sha256(str(f)), f.name) for f in lib.glob("lib*.so.*.*") if f.is_file())
+
+
+def built_library_sums(folder: Path) -> frozenset[tuple[str, str]]:
+    """The (SHA-256, file name) lines the build script wrote into ``folder/flags.txt`` (``sha256sum``'s
+    format) for the libraries it built against; empty when there are none."""
+    try:
+        lines = (folder / "flags.txt").read_text().splitlines()
+    except OSError:
+        return frozenset()
+    sums = (line.split(None, 1) for line in lines)
+    return frozenset((parts[0], parts[1].strip()) for parts in sums
+                     if len(parts) == 2 and len(parts[0]) == 64 and all(c in "0123456789abcdef" for c in parts[0]))
 
 
 def llama_tool(name: str) -> Path:
