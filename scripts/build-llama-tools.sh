@@ -20,7 +20,7 @@
 #         scripts/llama-tools/CMakeLists.txt; lib/ holds those libraries.
 #         A `.stamp` file is written last; when it is there (and the four binaries are), a run is a
 #         no-op that prints nothing.  `logitlab.tools.llama_tools_dir()` finds the
-#         newest stamped folder for the installed version.
+#         newest stamped folder for the installed version whose lib/ copies are the installed libraries.
 # Output: one line when it builds and one when done; on failure the tail of the
 #         build log on stderr and a non-zero exit status.
 #
