@@ -107,7 +107,22 @@ class ResultRecord:
     and ``SCHEMA_VERSION``, and annotate every field precisely (nested
     results as their dataclass types, so they load back typed). ``DERIVED``
     lists extra keys ``to_dict`` adds for readers of the JSON (values computed
-    from the fields); ``from_dict`` ignores them.
+    from the fields); ``from_dict`` ignores them. Each class is one line of
+    :data:`logitlab.kinds.KINDS`.
+
+    What a kind supplies beyond its JSON is a method of its class, found by
+    name (a kind that cannot do a thing does not define it):
+
+    - :attr:`verdict_word`: the verdict ``--require`` checks (None here: no verdict);
+    - ``history_metrics(self)``: what ``--record`` / ``history add`` keeps,
+      variant -> metric name -> :class:`~logitlab.perf.metrics.Metric`
+      (kinds that can be recorded; :mod:`logitlab.experiments.history.metrics`);
+    - ``from_run_log(cls, log)``, a classmethod: the result a run log
+      (:class:`~logitlab.runlog.RunLogContents`) of this kind holds, partial
+      when the log was cut short (kinds that write a run log; ``logitlab report``);
+    - ``sweep_cell(cls, results, experiment)``, a classmethod: a matrix cell's
+      summary from its finished jobs' results (kinds a sweep runs;
+      :mod:`logitlab.experiments.sweep.summary`).
     """
 
     KIND: ClassVar[str] = ""
@@ -122,6 +137,12 @@ class ResultRecord:
     def derived(self) -> dict[str, Any]:
         """Extra keys for readers of the JSON, computed from the fields (none by default)."""
         return {}
+
+    @property
+    def verdict_word(self) -> str | None:
+        """The result's verdict word (one of :data:`~logitlab.numerics.verdict.VERDICTS`) that ``--require``
+        checks; None when there is none (this kind gives no verdict, or nothing was judged)."""
+        return None
 
     @classmethod
     def from_dict(cls: type[R], data: Mapping[str, Any]) -> R:

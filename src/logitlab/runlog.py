@@ -178,6 +178,33 @@ class RunLogContents:
         """No end line: the process stopped without saying how (killed)."""
         return self.ending is None
 
+    def require(self, kind: str, fields: tuple[str, ...]) -> None:
+        """Check that this is a ``kind`` log whose header holds ``fields`` (a result class's ``from_run_log``
+        calls it first).
+
+        Raises
+        ------
+        InputError
+            A log without a header (written before logitlab put one in its
+            logs), a log of another kind, or a header that lacks a field.
+        """
+        if self.kind is None:  # read_run_log has said so when the header line is there but damaged
+            raise InputError(f"{self.path} is a run log written before logitlab put a header line in its logs: it "
+                             f"holds {len(self.records)} run line(s) but not the experiment's config and manifest, so "
+                             "no report can be built from it (each line is a run's JSON record; rerun to get a full "
+                             "log)")
+        if self.kind != kind:
+            raise InputError(f"{self.path} is a {self.kind!r} run log, not a {kind!r} one")
+        missing = [f for f in fields if f not in self.header]
+        if missing:
+            raise InputError(f"{self.path}: the run log's header lacks {', '.join(missing)}: damaged log")
+
+    def interrupted_message(self, what: str) -> str:
+        """The ``error`` of a result rebuilt from a log that has no end line (``what``: its lines, e.g.
+        ``"run(s)"``)."""
+        return (f"interrupted: the run log {self.path} ends after {len(self.records)} {what} without an end line "
+                "(the process was killed or lost); this report shows the runs it logged")
+
 
 def _lines(path: Path) -> list[str]:
     try:

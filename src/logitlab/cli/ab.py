@@ -154,5 +154,5 @@ def _require_exit_code(result: Any, require: str | None) -> int:
     if require == "bit-exact" and result.control_reproducible is False:
         click.echo("require bit-exact: the control does not reproduce itself", err=True)
         return EXIT_CHECK_FAILED
-    return require_exit_code(result.verdict.word if result.verdict else "bit-exact", require)
+    return require_exit_code(result.verdict_word, require)
 

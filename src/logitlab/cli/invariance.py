@@ -165,4 +165,4 @@ def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
 
 
 def _require_exit_code(result: Any, require: str | None) -> int:
-    return require_exit_code(result.verdict.word if result.verdict else None, require)
+    return require_exit_code(result.verdict_word, require)

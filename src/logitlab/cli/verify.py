@@ -173,8 +173,7 @@ def _progress(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _exit_code(result: Any, require: str | None, require_identical: bool) -> int:
-    code = require_exit_code(result.classification.word if result.classification else None, require,
-                             "the verify verdict")
+    code = require_exit_code(result.verdict_word, require, "the verify verdict")
     if require_identical and result.guard_identical is False:
         bad = sorted({f"{r.prompt} ({r.fallback})" for r in result.guard.results if not r.identical})
         click.echo(f"require identical: guarded output differs from M=1 greedy on {', '.join(bad)}", err=True)

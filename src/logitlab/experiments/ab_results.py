@@ -3,7 +3,7 @@
 Plain dataclasses, typed until the JSON boundary (:meth:`AbResult.to_dict`, ``from_dict``); the A/B verdict
 over the candidate runs (:func:`worst_verdict`) and the paired speed calls over the complete ABBA/BAAB blocks
 (:func:`analyse_speed`) — what ``ab`` computes at its end and a run log rebuilds
-(:mod:`logitlab.experiments.runlogs`). :mod:`logitlab.experiments.ab` runs the experiment that fills them.
+(:meth:`AbResult.from_run_log`). :mod:`logitlab.experiments.ab` runs the experiment that fills them.
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ from logitlab.numerics import VERDICTS, LogitComparison, Verdict
 from logitlab.numerics.topk import TopKComparison
 from logitlab.numerics.topk_offsets import RowOffsets
 from logitlab.perf.design import CANDIDATE, CONTROL, Block
+from logitlab.perf.metrics import FINGERPRINT, HIGHER, Metric, Metrics, put_comparison, put_crash, put_metric, \
+    ratio_metric, speed_metric
 from logitlab.perf.paired import PairedComparison, paired_comparison
 from logitlab.perf.sequential import SequentialDecision
+from logitlab.runlog import RunLogContents
 
 __all__ = ["LOG_HEADER_FIELDS", "PHASES", "RunRecord", "Escalation", "AbResult", "worst_verdict", "speed_blocks",
            "driving_blocks", "analyse_speed"]
@@ -181,6 +184,183 @@ class AbResult(ResultRecord):
                    "escalations": [dataclasses.asdict(e) for e in self.escalations]},
             "candidate_reproducible": self.candidate_reproducible,
         }
+
+    # -- what the result supplies beyond its JSON (see ResultRecord) -----------------------------
+    @property
+    def verdict_word(self) -> str | None:
+        """The A/B verdict's word (the worst over the candidate runs); None when no candidate run was judged."""
+        return self.verdict.word if self.verdict else None
+
+    def history_metrics(self) -> Metrics:
+        """What the history keeps of an ``ab`` run: variant -> metric name -> :class:`~logitlab.perf.metrics.Metric`.
+
+        ``control`` and ``candidate``: ``decode``, ``prefill`` (tokens/s, higher
+        is better; value: the geometric mean over the measured slots, samples:
+        per block the geometric mean of the variant's two slots) and ``logits``
+        (fingerprint: SHA-256 of the logits' bits of its first measured run).
+        ``candidate`` also: ``kld_mean``, ``kld_p99`` (nats, lower is better) and
+        ``bit_exact_share`` (% of positions whose logits are bit-identical with
+        the reference, higher is better) of the verdict's run, or ``crashed``
+        (its phase and status) when that run's engine crashed; ``ratio``:
+        ``decode``, ``prefill`` (candidate/control geometric-mean ratio, samples:
+        each block's ratio) — the speed relative to a pinned control build.
+        An A/A (the same variant on both sides) is one build: only ``control``,
+        with every measured slot as a sample and ``bit_exact_share`` the % of
+        compared runs that reproduce the reference bit for bit.
+        """
+        aa = _same_variant(self.config["control"], self.config["candidate"])
+        out: Metrics = {}
+        measured = [r for r in self.runs if r.block is not None]
+        sides = ({CONTROL: measured} if aa else
+                 {v: [r for r in measured if r.variant == v] for v in (CONTROL, CANDIDATE)})
+        for variant, runs in sides.items():
+            for phase in ("decode", "prefill"):
+                per_block: dict[int, list[float]] = {}
+                for r in runs:
+                    per_block.setdefault(r.block, []).append(getattr(r, f"{phase}_tokens_per_second"))
+                put_metric(out, variant, phase, speed_metric(per_block, "tokens/s", HIGHER))
+            if variant in self.fingerprints:
+                put_metric(out, variant, "logits", Metric(FINGERPRINT, self.fingerprints[variant]))
+        compared = [r for r in measured if r.comparison is not None]
+        if aa:
+            if compared:
+                share = sum(bool(r.comparison.bit_exact) for r in compared) / len(compared)
+                put_metric(out, CONTROL, "bit_exact_share", Metric(HIGHER, 100.0 * share, "%"))
+            return out
+        worst = next((r for r in self.runs if r.slot == self.verdict_slot), None)
+        put_crash(out, CANDIDATE, worst.crash if worst is not None else None)
+        if worst is not None and worst.comparison is not None:
+            put_comparison(out, CANDIDATE, worst.comparison)
+        for phase, comparison in self.speed.items():
+            put_metric(out, "ratio", phase, ratio_metric(comparison))
+        return out
+
+    @classmethod
+    def from_run_log(cls, log: RunLogContents) -> AbResult:
+        """The result an ``ab`` run log holds (:mod:`logitlab.runlog`).
+
+        A log whose experiment finished holds everything the ``--json`` result
+        holds (the end line carries the fields computed at the end): the
+        result is that result. A log cut short by a kill holds the header and
+        every run that finished: the result is partial, says so in ``error``,
+        and carries the A/A, the A/B verdict over the candidate runs logged and
+        the paired speed calls over the complete blocks. Run lines that do not
+        load are left out, each with a note.
+
+        Raises:
+            InputError: not an ``ab`` log, a log without a header (written before
+                logitlab 0.1's run-log format), or a damaged header.
+        """
+        log.require(cls.KIND, ("config", "manifest", "prompt_ids"))
+        runs, notes = _logged_runs(log)
+        data = {**{k: log.header.get(k) for k in LOG_HEADER_FIELDS if k in log.header},
+                "generated_ids": log.header.get("generated_ids", []),
+                "generated_text": log.header.get("generated_text", ""),
+                **log.final, "runs": [], "kind": cls.KIND, "schema_version": cls.SCHEMA_VERSION}
+        result = cls.from_dict(data)
+        result.runs = runs
+        if log.interrupted:
+            result.error = log.interrupted_message("run(s)")
+            result._recompute()
+        result.notes = list(result.notes) + notes + log.notes
+        return result
+
+    def _recompute(self) -> None:
+        """The A/B verdict and the speed calls from the runs alone (what ``ab`` computes at its end)."""
+        import dacite
+
+        from logitlab.errors import InputError
+        from logitlab.numerics import Thresholds, classify
+
+        cfg = self.config
+        try:
+            thresholds = dacite.from_dict(Thresholds, cfg.get("thresholds") or {}, config=_dacite_config())
+        except (dacite.DaciteError, TypeError, ValueError) as exc:
+            raise InputError(f"damaged ab run log: its config's thresholds do not load ({exc})") from None
+        verdicts = [(r.slot, classify(r.comparison, thresholds)) for r in self.measured(CANDIDATE)
+                    if r.comparison is not None]
+        if verdicts:
+            self.verdict_slot, self.verdict = worst_verdict(verdicts)
+        margin, seed = cfg.get("margin"), cfg.get("seed", 0)
+        self.speed = analyse_speed(self.runs, margin=margin if isinstance(margin, float) else None,
+                                   seed=seed if isinstance(seed, int) else 0)
+
+    @classmethod
+    def sweep_cell(cls, results: Sequence[AbResult], experiment: Any) -> dict[str, Any]:
+        """A sweep's matrix cell from its finished jobs' ``ab`` results (one per prompt): the
+        :class:`~logitlab.experiments.sweep.summary.CellSummary` fields they give, by name.
+
+        ``verdict``: the worst A/B verdict; ``aa``: ``ok`` when every control
+        reproduced itself, ``NO`` when one did not (absent: none measured); from
+        each job's verdict run (its worst candidate run), pooled over the
+        prompts: ``positions``, ``rows_differing``, ``max_abs_diff``, ``flips``,
+        ``kld_mean`` and ``kld_p99`` (nats, over every compared position, as
+        :func:`~logitlab.numerics.compare.merge_comparisons` pools rows); with
+        ``experiment.speed`` (the matrix's ``[experiment]``: its ``speed``,
+        ``margin``, ``seed``), ``speed``: per phase the paired comparison over
+        every prompt's ABBA/BAAB blocks together.
+        """
+        import numpy as np
+
+        cell: dict[str, Any] = {"verdict": _worst_word([r.verdict_word for r in results])}
+        reproducible = [r.control_reproducible for r in results if r.control_reproducible is not None]
+        cell["aa"] = None if not reproducible else "ok" if all(reproducible) else "NO"
+        comparisons = []
+        for r in results:
+            run = next((run for run in r.runs if run.slot == r.verdict_slot), None)
+            if run is not None and run.comparison is not None:
+                comparisons.append(run.comparison)
+        if comparisons:
+            cell["positions"] = sum(c.n_positions for c in comparisons)
+            cell["rows_differing"] = sum(c.differing_rows for c in comparisons)
+            cell["max_abs_diff"] = max(c.max_abs_diff for c in comparisons)
+            cell["flips"] = sum(len(c.flips) for c in comparisons)
+            kld = np.array([x for c in comparisons for x in c.row_kld if x is not None], dtype=np.float64)
+            if kld.size:
+                cell["kld_mean"], cell["kld_p99"] = float(kld.mean()), float(np.percentile(kld, 99.0))
+        if experiment.speed:
+            speed = {}
+            for phase, metric in PHASES:
+                blocks: list[Block] = [b for r in results for b in speed_blocks(r.runs, metric)]
+                if blocks:
+                    speed[phase] = paired_comparison(blocks, higher_is_better=True, metric=f"{phase} tokens/s",
+                                                     unit="tokens/s", margin=experiment.margin, seed=experiment.seed)
+            cell["speed"] = speed
+        return cell
+
+
+def _dacite_config() -> Any:
+    import dacite
+
+    return dacite.Config(cast=[tuple], check_types=False)
+
+
+def _same_variant(a: Any, b: Any) -> bool:
+    return {k: v for k, v in a.items() if k != "label"} == {k: v for k, v in b.items() if k != "label"}
+
+
+def _worst_word(words: Sequence[str | None]) -> str | None:
+    """The worst of the verdict words that are not None (None when there is none)."""
+    present = [w for w in words if w is not None]
+    return max(present, key=VERDICTS.index) if present else None
+
+
+def _logged_runs(log: RunLogContents) -> tuple[list[RunRecord], list[str]]:
+    """The log's run lines as :class:`RunRecord` objects; lines that do not fit are left out with a note."""
+    import dacite
+
+    out, notes = [], []
+    for i, record in enumerate(log.records, start=1):
+        try:
+            run = dacite.from_dict(RunRecord, record, config=_dacite_config())
+        except (dacite.DaciteError, TypeError, ValueError, KeyError) as exc:
+            notes.append(f"run {i} of the log is damaged ({exc}); left out")
+            continue
+        if not (run.comparison is None or isinstance(run.comparison, (LogitComparison, TopKComparison))):
+            notes.append(f"run {i} of the log has a damaged comparison; left out")
+            continue
+        out.append(run)
+    return out, notes
 
 
 def worst_verdict(verdicts: Sequence[tuple[int, Verdict]]) -> tuple[int, Verdict]:

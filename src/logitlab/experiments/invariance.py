@@ -181,6 +181,12 @@ class InvarianceResult(ResultRecord):
         return None if worst is None else worst.verdict
 
     @property
+    def verdict_word(self) -> str | None:
+        """The worst check's verdict word (``crashed`` when the engine died); None without a check."""
+        verdict = self.verdict
+        return verdict.word if verdict else None
+
+    @property
     def invariant(self) -> bool:
         """True iff the engine did not crash and every check is bit-exact."""
         return not self.crash and all(c.word == "bit-exact" for c in self.checks)

@@ -84,6 +84,7 @@ from logitlab.perf.changepoint_defaults import (  # re-exported: the settings li
     DEFAULT_PENALTY,
 )
 from logitlab.perf.changepoint_stats import hampel, merge_segments, noise_sd, pelt
+from logitlab.perf.metrics import SERIES_KINDS  # re-exported: the kinds of a history metric
 
 __all__ = [
     "SERIES_KINDS",
@@ -99,8 +100,6 @@ __all__ = [
     "detect_change_points",
 ]
 
-#: Kinds of series: the metric's sense, or a hash per build.
-SERIES_KINDS = ("higher-is-better", "lower-is-better", "fingerprint")
 #: ``direction`` of a change point; ``'changed'`` for fingerprints.
 DIRECTIONS = ("regression", "improvement", "changed")
 #: Bound on false change points per 100 builds of stationary lognormal noise

@@ -35,10 +35,11 @@ from logitlab.jsonio import ResultRecord
 from logitlab.perf.autostop import AutoStop, check_auto_budget
 from logitlab.perf.design import CANDIDATE, CONTROL, Block, ab_schedule
 from logitlab.perf.equivalence import check_margin
+from logitlab.perf.metrics import HIGHER, LOWER, Metrics, put_metric, ratio_metric, speed_metric
 from logitlab.perf.paired import PairedComparison, paired_comparison
 from logitlab.perf.process import compile_metric, metric_regex_fault, run_command
 from logitlab.perf.sequential import SequentialDecision
-from logitlab.runlog import RunLog
+from logitlab.runlog import RunLog, RunLogContents
 
 __all__ = ["SCHEMA_VERSION", "CommandRun", "BenchRunConfig", "AaReport", "BenchRunResult", "bench_run"]
 
@@ -257,6 +258,75 @@ class BenchRunResult(ResultRecord):
     @property
     def primary(self) -> PairedComparison | None:
         return self.comparisons.get(self.config["metric_name"] if self.config["metric_regex"] else "wall")
+
+    def history_metrics(self) -> Metrics:
+        """What the history keeps of a ``bench run``: variant -> metric name -> :class:`~logitlab.perf.metrics.Metric`.
+
+        ``control`` and ``candidate``: every compared metric (``wall``,
+        ``user``, ``sys``, ``max_rss``, the ``--metric``) in its unit and sense
+        (value: the geometric mean, samples: per block the variant's geometric
+        mean) over the valid blocks; ``ratio``: each metric's candidate/control
+        ratio (samples per block). An A/A (``--aa``): only ``control``.
+        """
+        out: Metrics = {}
+        failed = set(self.failed_blocks)
+        valid = [r for r in self.runs if r.block is not None and r.ok and r.block not in failed]
+        aa = bool(self.config.get("aa"))
+        for name, comparison in self.comparisons.items():
+            kind = HIGHER if comparison.higher_is_better else LOWER
+            for variant in ((CONTROL,) if aa else (CONTROL, CANDIDATE)):
+                per_block: dict[int, list[float]] = {}
+                for r in valid:
+                    if aa or r.variant == variant:
+                        per_block.setdefault(r.block, []).append(_value(r, name))
+                put_metric(out, variant, name, speed_metric(per_block, comparison.unit, kind))
+            if not aa:
+                put_metric(out, "ratio", name, ratio_metric(comparison))
+        return out
+
+    @classmethod
+    def from_run_log(cls, log: RunLogContents) -> BenchRunResult:
+        """The result a ``bench run`` log holds (:mod:`logitlab.runlog`).
+
+        A finished log rebuilds the whole result; a log cut short by a kill is
+        analysed as ``bench run`` analyses its runs at the end (the paired calls
+        over the complete, successful blocks it logged), its ``error`` saying it
+        was interrupted. Run lines that do not load are left out, each named in
+        ``error``.
+
+        Raises
+        ------
+        InputError
+            Not a ``bench-run`` log, no header, or a damaged header.
+        """
+        import dacite
+
+        if log.kind != cls.KIND:
+            raise InputError(f"{log.path} is {'a ' + repr(log.kind) if log.kind else 'an old'} run log, not a "
+                             f"{cls.KIND!r} one")
+        if not isinstance(log.header.get("config"), dict) or not isinstance(log.header.get("host"), dict):
+            raise InputError(f"{log.path}: the run log's header lacks config or host: damaged log")
+        runs, notes = [], []
+        for i, record in enumerate(log.records, start=1):
+            try:
+                runs.append(dacite.from_dict(CommandRun, record, config=dacite.Config(cast=[tuple], check_types=False)))
+            except (dacite.DaciteError, TypeError, ValueError, KeyError) as exc:
+                notes.append(f"run {i} of the log is damaged ({exc}); left out")
+        if not log.interrupted:
+            data = {**log.header, **log.final, "runs": [], "kind": cls.KIND, "schema_version": cls.SCHEMA_VERSION}
+            result = cls.from_dict(data)
+            error = log.error or result.error
+        else:
+            try:
+                config = BenchRunConfig(**log.header["config"])
+            except (TypeError, InputError) as exc:
+                raise InputError(f"{log.path}: the run log's config does not load ({exc}): damaged log") from None
+            result = _analyse(config, runs, log.header["host"], None)
+            error = (f"interrupted: the run log {log.path} ends after {len(log.records)} run(s) without an end line "
+                     "(the process was killed or lost); the calls below use the complete blocks it logged")
+        extra = notes + log.notes
+        error = "; ".join(([error] if error else []) + extra) or None
+        return dataclasses.replace(result, runs=runs, error=error)
 
 
 _UNITS = {"wall": ("s", False), "user": ("s", False), "sys": ("s", False), "max_rss": ("bytes", False)}

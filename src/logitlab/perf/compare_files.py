@@ -40,6 +40,7 @@ from logitlab.perf.equivalence import (
     choose_margin,
     three_way_call,
 )
+from logitlab.perf.metrics import HIGHER, LOWER, Metric, Metrics, put_metric
 from logitlab.perf.readers.base import BenchmarkFile, Scenario
 
 __all__ = [
@@ -216,6 +217,24 @@ class FileComparison(ResultRecord):
     seed: int = 0
     host: dict[str, Any] = field(default_factory=dict)
     time: str = "real"
+
+    def history_metrics(self) -> Metrics:
+        """What the history keeps of a ``bench compare``: variant -> metric name ->
+        :class:`~logitlab.perf.metrics.Metric`.
+
+        ``candidate``: each scenario's summary in its unit and sense (the files
+        carry no samples a comparison keeps); ``ratio``: each scenario's
+        candidate/base ratio. The base file is another build, so its values are
+        not recorded under this commit.
+        """
+        out: Metrics = {}
+        for s in self.scenarios:
+            kind = HIGHER if s.higher_is_better else LOWER
+            if s.candidate > 0 and math.isfinite(s.candidate):
+                put_metric(out, "candidate", s.name, Metric(kind, float(s.candidate), s.unit))
+            if math.isfinite(s.ratio):
+                put_metric(out, "ratio", s.name, Metric(kind, float(s.ratio), "ratio"))
+        return out
 
     def worst_first(self) -> list[ScenarioComparison]:
         """Scenarios by status (regressed first), then by how much worse they got."""

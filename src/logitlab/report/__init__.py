@@ -7,55 +7,23 @@
 >>> report.load_result(json.load(f))   # a saved result, typed again # doctest: +SKIP
 
 A result kind registers its class and its document builder in
-:data:`KINDS` (``"module:name"`` strings, imported when first used). A new
-format is one renderer module taking a :class:`~logitlab.report.document.Document`.
+:data:`KINDS` (``"module:name"`` strings, imported when first used; the
+registry is :data:`logitlab.kinds.KINDS`, read here and by the layers below).
+A run log is read back by its kind's ``from_run_log``. A new format is one
+renderer module taking a :class:`~logitlab.report.document.Document`.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any, Mapping
 
 from logitlab.errors import InputError
 from logitlab.jsonio import ResultRecord, read_json
+from logitlab.kinds import KINDS, kinds_with, load, result_class
 from logitlab.report.document import Document
 
-__all__ = ["KINDS", "LOG_KINDS", "document", "markdown", "html", "display", "load_result", "read_result"]
-
-#: result kind -> (result class, document builder)
-KINDS: dict[str, tuple[str, str]] = {
-    "ab": ("logitlab.experiments.ab_results:AbResult", "logitlab.report.ab:ab_document"),
-    "verify": ("logitlab.experiments.verify.results:VerifyResult", "logitlab.report.verify:verify_document"),
-    "invariance": ("logitlab.experiments.invariance:InvarianceResult",
-                   "logitlab.report.invariance:invariance_document"),
-    "bench-run": ("logitlab.perf.commands:BenchRunResult", "logitlab.report.bench:run_document"),
-    "bench-compare": ("logitlab.perf.compare_files:FileComparison", "logitlab.report.bench:compare_document"),
-    "logitlab-bench-noise": ("logitlab.perf.calibration:NoiseProfile", "logitlab.report.bench:calibration_document"),
-    "dump-diff": ("logitlab.dumps.diff_results:DumpDiffResult", "logitlab.report.dumps:dump_diff_document"),
-    "sweep": ("logitlab.experiments.sweep.summary:SweepResult", "logitlab.report.sweep:sweep_document"),
-    "sweep-job": ("logitlab.experiments.sweep.job:SweepJobResult", "logitlab.report.sweep:sweep_job_document"),
-    "golden": ("logitlab.dumps.golden_format:GoldenManifest", "logitlab.report.golden:golden_document"),
-    "golden-check": ("logitlab.experiments.golden.run:GoldenCheckResult", "logitlab.report.golden:golden_check_document"),
-    "golden-kld": ("logitlab.experiments.golden.kld:KldCheckResult", "logitlab.report.golden:golden_kld_document"),
-    "history": ("logitlab.experiments.history.show:HistoryResult", "logitlab.report.history:history_document"),
-    "bisect": ("logitlab.experiments.bisect.run:BisectResult", "logitlab.report.bisect:bisect_document"),
-    "explain": ("logitlab.experiments.explain_results:ExplainResult", "logitlab.report.explain:explain_document"),
-    "doctor": ("logitlab.experiments.doctor:DoctorResult", "logitlab.report.doctor:doctor_document"),
-}
-
-
-#: result kind -> function rebuilding the result from its run log (logitlab.runlog)
-LOG_KINDS: dict[str, str] = {
-    "ab": "logitlab.experiments.runlogs:ab_from_log",
-    "verify": "logitlab.experiments.runlogs:verify_from_log",
-    "bench-run": "logitlab.perf.runlogs:bench_run_from_log",
-}
-
-
-def _load(target: str) -> Any:
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
+__all__ = ["KINDS", "document", "markdown", "html", "display", "load_result", "read_result"]
 
 
 def document(result: ResultRecord, **options: Any) -> Document:
@@ -67,7 +35,7 @@ def document(result: ResultRecord, **options: Any) -> Document:
     kind = getattr(result, "KIND", None)
     if kind not in KINDS:
         raise InputError(f"no report for {type(result).__name__}: not a logitlab result")
-    return _load(KINDS[kind][1])(result, **options)
+    return load(KINDS[kind][1])(result, **options)
 
 
 def markdown(result: ResultRecord, **options: Any) -> str:
@@ -105,7 +73,7 @@ def load_result(data: Mapping[str, Any]) -> ResultRecord:
         known = ", ".join(sorted(KINDS))
         what = f"kind {kind!r}" if kind else "no \"kind\""
         raise InputError(f"not a logitlab result ({what}); results of these kinds can be shown: {known}")
-    return _load(KINDS[kind][0]).from_dict(data)
+    return result_class(kind).from_dict(data)
 
 
 def read_result(path: str | Path) -> ResultRecord:
@@ -123,10 +91,11 @@ def read_result(path: str | Path) -> ResultRecord:
 
     if looks_like_run_log(path):
         log = read_run_log(path)
-        if log.kind not in LOG_KINDS and log.kind is not None:
+        kind = log.kind or "ab"  # a log without a header: ab's reload says what it lacks
+        if kind not in KINDS or not callable(getattr(result_class(kind), "from_run_log", None)):
             raise InputError(f"{path}: a run log of kind {log.kind!r}; logs of these kinds can be shown: "
-                             f"{', '.join(sorted(LOG_KINDS))}")
-        result = _load(LOG_KINDS[log.kind or "ab"])(log)
+                             f"{', '.join(kinds_with('from_run_log'))}")
+        result = result_class(kind).from_run_log(log)
     else:
         try:
             if str(path).lower().endswith((".html", ".htm")):

@@ -68,6 +68,7 @@ from logitlab.manifest import now_utc
 from logitlab.numerics import LogitComparison, Thresholds, Verdict, classify, compare_logits
 from logitlab.numerics.gate import Bar, GateResult, judge, worst_verdict
 from logitlab.numerics.topk import TopKComparison, compare_topk
+from logitlab.perf.metrics import Metrics, put_comparison, put_crash
 
 __all__ = ["RecordConfig", "VariantOverrides", "CheckConfig", "PromptCheck", "GoldenCheckResult",
            "record_golden", "check_golden", "update_golden", "open_check_engine"]
@@ -209,6 +210,18 @@ class GoldenCheckResult(ResultRecord):
 
     def derived(self) -> dict[str, Any]:
         return {"passed": self.passed}
+
+    def history_metrics(self) -> Metrics:
+        """What the history keeps of a golden check: per prompt (variant ``golden:NAME``) ``kld_mean``,
+        ``kld_p99`` (nats, lower is better) and ``bit_exact_share`` (% of positions bit-identical with the
+        golden, higher is better), or ``crashed`` (its phase and status): the numerics of each build against
+        one recorded reference. Returns variant -> metric name -> :class:`~logitlab.perf.metrics.Metric`."""
+        out: Metrics = {}
+        for prompt in self.prompts:
+            put_crash(out, f"golden:{prompt.name}", prompt.crash)
+            if prompt.comparison is not None:
+                put_comparison(out, f"golden:{prompt.name}", prompt.comparison)
+        return out
 
 
 # -- shared steps -------------------------------------------------------------------------------

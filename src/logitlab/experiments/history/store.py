@@ -41,7 +41,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -53,7 +52,8 @@ from logitlab.errors import InputError
 from logitlab.experiments.gitrepo import commit_info, commit_order
 from logitlab.jsonio import read_json, write_json
 from logitlab.manifest import host_info
-from logitlab.perf.changepoint import SERIES_KINDS, ChangePointSeries, detect_change_points
+from logitlab.perf.changepoint import ChangePointSeries, detect_change_points
+from logitlab.perf.metrics import Metric
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -117,51 +117,6 @@ def _iso(value: Any, what: str) -> str:
     except ValueError:
         raise InputError(f"{what} {value!r} is not an ISO 8601 date, e.g. 2026-11-30T12:00:00+00:00") from None
     return value
-
-
-@dataclass(frozen=True, slots=True)
-class Metric:
-    """One metric of one variant in one record.
-
-    Attributes
-    ----------
-    kind : {'higher-is-better', 'lower-is-better', 'fingerprint'}
-    value : float or str
-        The run's summary (e.g. geometric-mean tokens/s over blocks); a
-        non-empty string (hash) for a fingerprint.
-    unit : str
-        E.g. ``'tokens/s'``, ``'s'``, ``'nats'``; ``''`` for fingerprints.
-    samples : tuple of float
-        Raw per-block samples behind ``value`` (empty if none).
-    """
-
-    kind: str
-    value: float | str
-    unit: str = ""
-    samples: tuple[float, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.kind not in SERIES_KINDS:
-            raise InputError(f"metric kind {self.kind!r} is not valid: use one of {', '.join(SERIES_KINDS)}")
-        if self.kind == "fingerprint":
-            if not isinstance(self.value, str) or not self.value:
-                raise InputError(f"a fingerprint metric's value is a non-empty string, not {self.value!r}")
-        else:
-            object.__setattr__(self, "value", _finite(self.value, "metric value"))
-        if not isinstance(self.unit, str):
-            raise InputError(f"metric unit {self.unit!r} is not a string")
-        if isinstance(self.samples, (str, bytes)) or not isinstance(self.samples, (Sequence, tuple)):
-            raise InputError(f"metric samples {self.samples!r} is not a sequence of numbers")
-        object.__setattr__(self, "samples", tuple(_finite(s, "metric sample") for s in self.samples))
-
-
-def _finite(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(f"{what} {value!r} is not a number")
-    x = float(value)
-    if not math.isfinite(x):
-        raise InputError(f"{what} {value!r} is not finite")
-    return x
 
 
 @dataclass(frozen=True, slots=True)

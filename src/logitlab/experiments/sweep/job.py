@@ -87,11 +87,9 @@ class SweepJobResult(ResultRecord):
         """The saved ``result`` typed again (an ``AbResult`` or a ``VerifyResult``), or None."""
         if self.result is None:
             return None
-        from logitlab.experiments.ab_results import AbResult
-        from logitlab.experiments.verify.results import VerifyResult
+        from logitlab.kinds import result_class
 
-        kind = self.result.get("kind")
-        return {"ab": AbResult, "verify": VerifyResult}[kind].from_dict(self.result)
+        return result_class(self.result.get("kind")).from_dict(self.result)
 
 
 def worker_info(executor: str, **extra: Any) -> dict[str, Any]:

@@ -11,6 +11,10 @@ prompt's ABBA/BAAB blocks together (blocks are the independent units of
 :func:`~logitlab.perf.paired.paired_comparison`, whatever prompt they ran).
 The ``ab`` numbers come from each job's verdict run (its worst candidate
 run); ``verify`` numbers from its K totals (KLD is not kept by ``verify``).
+Each kind's result class pools its own cell (its ``sweep_cell`` classmethod:
+:meth:`~logitlab.experiments.ab_results.AbResult.sweep_cell`,
+:meth:`~logitlab.experiments.verify.results.VerifyResult.sweep_cell`), and a
+job's verdict is its result's ``verdict_word``.
 
 :class:`SweepResult` is also the sweep manifest (``sweep.json`` under
 ``--out``): the matrix, every job's spec, what ran where, and this summary.
@@ -22,16 +26,11 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
-import numpy as np
-
-from logitlab.experiments.ab_results import PHASES, AbResult, speed_blocks
 from logitlab.experiments.sweep.matrix import JobSpec
 from logitlab.experiments.sweep.job import SweepJobResult
-from logitlab.experiments.verify.results import VerifyResult
 from logitlab.jsonio import ResultRecord
 from logitlab.numerics import VERDICTS
-from logitlab.perf.design import Block
-from logitlab.perf.paired import PairedComparison, paired_comparison
+from logitlab.perf.paired import PairedComparison
 
 __all__ = ["CELL_STATUSES", "CellSummary", "JobSummary", "SweepResult", "summarize"]
 
@@ -165,8 +164,8 @@ def summarize(name: str, matrix: Mapping[str, Any], manifest: Mapping[str, Any],
               results: Mapping[str, SweepJobResult], *, notes: Sequence[str] = (),
               error: str | None = None) -> SweepResult:
     """The :class:`SweepResult` of ``specs`` (matrix order) given the results finished so far (by job key)."""
-    jobs = [_job_summary(spec, results.get(spec.key)) for spec in specs]
     typed = {key: r.experiment_result() for key, r in results.items() if r.ok and r.result is not None}
+    jobs = [_job_summary(spec, results.get(spec.key), typed.get(spec.key)) for spec in specs]
     cells: dict[str, list[JobSpec]] = {}
     for spec in specs:
         cells.setdefault(spec.cell, []).append(spec)
@@ -177,18 +176,14 @@ def summarize(name: str, matrix: Mapping[str, Any], manifest: Mapping[str, Any],
                        notes=all_notes, error=error)
 
 
-def _job_summary(spec: JobSpec, result: SweepJobResult | None) -> JobSummary:
+def _job_summary(spec: JobSpec, result: SweepJobResult | None, typed: ResultRecord | None) -> JobSummary:
     job = JobSummary(spec=spec, key=spec.key, file=f"jobs/{spec.key}.json")
     if result is None:
         return job
     job.status, job.error, job.where = result.status, result.error, dict(result.where)
     job.attempt, job.seconds, job.logits_hash = result.attempt, result.seconds, result.logits_hash
-    if result.ok and result.result is not None:
-        data = result.result
-        if data.get("kind") == "ab":
-            job.verdict = (data.get("verdict") or {}).get("word")
-        else:
-            job.verdict = (data.get("classification") or {}).get("word")
+    if typed is not None:
+        job.verdict = typed.verdict_word
     return job
 
 
@@ -211,55 +206,9 @@ def _cell(specs: Sequence[JobSpec], results: Mapping[str, SweepJobResult], typed
     finished = [typed[s.key] for s in specs if s.key in typed]
     if not finished:
         return cell
-    if first.experiment.kind == "ab":
-        _ab_cell(cell, finished, first)
-    else:
-        _verify_cell(cell, finished)
+    for name, value in type(finished[0]).sweep_cell(finished, first.experiment).items():
+        setattr(cell, name, value)
     return cell
-
-
-def _worst(words: Sequence[str | None]) -> str | None:
-    words = [w for w in words if w is not None]
-    return max(words, key=VERDICTS.index) if words else None
-
-
-def _ab_cell(cell: CellSummary, results: Sequence[AbResult], spec: JobSpec) -> None:
-    cell.verdict = _worst([r.verdict.word if r.verdict else None for r in results])
-    reproducible = [r.control_reproducible for r in results if r.control_reproducible is not None]
-    cell.aa = None if not reproducible else "ok" if all(reproducible) else "NO"
-    comparisons = []
-    for r in results:
-        run = next((run for run in r.runs if run.slot == r.verdict_slot), None)
-        if run is not None and run.comparison is not None:
-            comparisons.append(run.comparison)
-    if comparisons:
-        cell.positions = sum(c.n_positions for c in comparisons)
-        cell.rows_differing = sum(c.differing_rows for c in comparisons)
-        cell.max_abs_diff = max(c.max_abs_diff for c in comparisons)
-        cell.flips = sum(len(c.flips) for c in comparisons)
-        kld = np.array([x for c in comparisons for x in c.row_kld if x is not None], dtype=np.float64)
-        if kld.size:
-            cell.kld_mean, cell.kld_p99 = float(kld.mean()), float(np.percentile(kld, 99.0))
-    if spec.experiment.speed:
-        for phase, metric in PHASES:
-            blocks: list[Block] = [b for r in results for b in speed_blocks(r.runs, metric)]
-            if blocks:
-                cell.speed[phase] = paired_comparison(blocks, higher_is_better=True, metric=f"{phase} tokens/s",
-                                                      unit="tokens/s", margin=spec.experiment.margin,
-                                                      seed=spec.experiment.seed)
-
-
-def _verify_cell(cell: CellSummary, results: Sequence[VerifyResult]) -> None:
-    worst = [r.classification for r in results if r.classification is not None]
-    if worst:
-        top = max(worst, key=lambda c: VERDICTS.index(c.word))
-        cell.verdict, cell.cause = top.word, top.cause
-    totals = [t for r in results for t in r.totals]
-    if totals:
-        cell.positions = sum(t.rows for t in totals)
-        cell.rows_differing = sum(t.rows - t.bit_exact_rows for t in totals)
-        cell.max_abs_diff = max(t.max_abs_diff for t in totals)
-        cell.flips = sum(t.flips for t in totals)
 
 
 def _notes(matrix: Mapping[str, Any], results: Mapping[str, SweepJobResult], typed: Mapping[str, Any],

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 from logitlab.jsonio import ResultRecord
+from logitlab.perf.metrics import FINGERPRINT, HIGHER, LOWER, Metric, Metrics, digest, put_crash, put_metric
+from logitlab.runlog import RunLogContents
 
 #: Version of :meth:`VerifyResult.to_dict`.
 SCHEMA_VERSION = 3
@@ -239,3 +241,103 @@ class VerifyResult(ResultRecord):
         if self.guard is None or not self.guard.results:
             return None
         return all(r.identical for r in self.guard.results)
+
+    # -- what the result supplies beyond its JSON (see ResultRecord) -----------------------------
+    @property
+    def verdict_word(self) -> str | None:
+        """The classification's word (the worst over K); None when nothing was classified."""
+        return self.classification.word if self.classification else None
+
+    def history_metrics(self) -> Metrics:
+        """What the history keeps of a ``verify`` run: variant -> metric name ->
+        :class:`~logitlab.perf.metrics.Metric`, all under the variant ``verify``.
+
+        Per K: ``K=k bit_exact_share`` (% of M=K rows bit-exact with M=1, higher
+        is better) and ``K=k flips`` (argmax flips, lower is better); ``m1
+        decode`` (tokens/s, samples per prompt); ``greedy`` (fingerprint of every
+        prompt's M=1 greedy token ids); ``crashed`` (its phase and status) when
+        the engine crashed.
+        """
+        out: Metrics = {}
+        put_crash(out, "verify", self.crash)
+        for total in self.totals:
+            if total.rows:
+                put_metric(out, "verify", f"K={total.k} bit_exact_share",
+                           Metric(HIGHER, 100.0 * total.bit_exact_rows / total.rows, "%"))
+            put_metric(out, "verify", f"K={total.k} flips", Metric(LOWER, float(total.flips), "flips"))
+        tokens = sum(len(p.generated_ids) for p in self.prompts)
+        seconds = sum(p.m1_decode_seconds for p in self.prompts)
+        if tokens and seconds > 0:
+            per_prompt = tuple(len(p.generated_ids) / p.m1_decode_seconds for p in self.prompts
+                               if p.m1_decode_seconds > 0)
+            put_metric(out, "verify", "m1 decode", Metric(HIGHER, tokens / seconds, "tokens/s", per_prompt))
+        if self.prompts:
+            put_metric(out, "verify", "greedy",
+                       Metric(FINGERPRINT, digest([[p.name, p.generated_ids] for p in self.prompts])))
+        return out
+
+    @classmethod
+    def from_run_log(cls, log: RunLogContents) -> VerifyResult:
+        """The result a ``verify`` run log holds (:mod:`logitlab.runlog`).
+
+        A finished log gives the whole result. A log cut short by a kill gives
+        the per-prompt sweep and flips of the prompts it logged, its ``error``
+        saying so (the totals and the classification need every prompt's full
+        comparison, which the log does not hold); prompt lines that do not load
+        are left out, each named in ``error``.
+
+        Raises:
+            InputError: not a ``verify`` log, no header, or a damaged one.
+        """
+        log.require(cls.KIND, ("config", "manifest"))
+        data: dict[str, Any] = {"config": log.header["config"], "manifest": log.header["manifest"],
+                                "kind": cls.KIND, "schema_version": cls.SCHEMA_VERSION,
+                                "prompts": [], "sweep": [], "flips": []}
+        guard = log.header.get("guard")
+        results: list[Any] = []
+        notes = []
+        for i, record in enumerate(log.records, start=1):
+            if not (isinstance(record, dict) and isinstance(record.get("prompt"), dict)
+                    and all(isinstance(record.get(k, []), list) for k in ("sweep", "flips", "guard_results"))):
+                notes.append(f"prompt line {i} of the log is damaged; left out")
+                continue
+            data["prompts"].append(record["prompt"])
+            data["sweep"] += record.get("sweep", [])
+            data["flips"] += record.get("flips", [])
+            results += record.get("guard_results", [])
+            data["batch_invariant"] = record.get("batch_invariant")
+        if isinstance(guard, dict):
+            data["guard"] = {**guard, "results": results}
+        data.update(log.final)
+        result = cls.from_dict(data)
+        if log.interrupted:
+            result.error = log.interrupted_message("prompt(s)")
+        extra = notes + log.notes
+        if extra:
+            result.error = "; ".join(([result.error] if result.error else []) + extra)
+        return result
+
+    @classmethod
+    def sweep_cell(cls, results: Sequence[VerifyResult], experiment: Any) -> dict[str, Any]:
+        """A sweep's matrix cell from its finished jobs' ``verify`` results (one per prompt): the
+        :class:`~logitlab.experiments.sweep.summary.CellSummary` fields they give, by name.
+
+        ``verdict`` and ``cause``: the worst classification's; pooled over the
+        prompts' K totals: ``positions`` (M=K rows), ``rows_differing`` (not
+        bit-exact with M=1), ``max_abs_diff``, ``flips`` (``verify`` keeps no
+        KLD). ``experiment`` (the matrix's ``[experiment]``) adds nothing here.
+        """
+        from logitlab.numerics.verdict import VERDICTS
+
+        cell: dict[str, Any] = {}
+        worst = [r.classification for r in results if r.classification is not None]
+        if worst:
+            top = max(worst, key=lambda c: VERDICTS.index(c.word))
+            cell["verdict"], cell["cause"] = top.word, top.cause
+        totals = [t for r in results for t in r.totals]
+        if totals:
+            cell["positions"] = sum(t.rows for t in totals)
+            cell["rows_differing"] = sum(t.rows - t.bit_exact_rows for t in totals)
+            cell["max_abs_diff"] = max(t.max_abs_diff for t in totals)
+            cell["flips"] = sum(t.flips for t in totals)
+        return cell
