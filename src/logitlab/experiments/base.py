@@ -16,10 +16,14 @@ runs its measuring part through :meth:`Experiment.measure`:
   the command line writes every report before it says what stopped the run
   (:func:`logitlab.cli.common.finish`).
 
-A crash of the engine under test is not an error here: experiments run their
-engines supervised (:mod:`logitlab.engines.supervised`) and turn an
-:class:`~logitlab.errors.EngineCrashed` into their ``crashed`` outcome before
-it reaches :meth:`~Experiment.measure`.
+A crash of the engine under test is not an error: the engines an experiment
+loads with :meth:`~Experiment.load` run supervised
+(:mod:`logitlab.engines.supervised`: in a worker process that logitlab
+outlives) and are closed by :meth:`~Experiment.close_engines`; an
+:class:`~logitlab.errors.EngineCrashed` raised while measuring goes to
+``measure``'s ``on_crash``, which records the experiment's ``crashed`` outcome
+on the result (an experiment that goes on after a crash, as ``ab`` does slot by
+slot, catches it itself where it can go on).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
-from logitlab.errors import Interrupted, LogitlabError
+from logitlab.errors import EngineCrashed, Interrupted, LogitlabError
 from logitlab.events import Event, ignore_event
 from logitlab.runlog import RunLog
 
@@ -56,6 +60,35 @@ class Experiment:
         self.on_event = on_event or ignore_event
         self.log_path = Path(log_path) if log_path else None
         self._runlog: RunLog | None = None
+        self._engines: list[Any] = []
+
+    # -- the engines under test ------------------------------------------------------
+    def load(self, variant: Any, *, timeout: float | None = None,
+             loader: Callable[[Any], Any] | None = None) -> Any:
+        """The variant's engine, loaded supervised (or by ``loader``), to be closed by :meth:`close_engines`.
+
+        ``timeout``: seconds a run may take before the supervised worker is killed (a crash with status
+        ``hung``). An in-process engine loads in its worker while this process goes on: its first call waits
+        for the load (and raises what the load raised).
+
+        Raises:
+            InputError: bad options (before any process starts).
+            EngineCrashed: ``loader`` loaded it here and it died (a supervised load reports that on first use).
+        """
+        if loader is None:
+            from logitlab.engines.supervised import load_supervised
+
+            engine = load_supervised(variant, timeout=timeout)
+        else:
+            engine = loader(variant)
+        self._engines.append(engine)
+        return engine
+
+    def close_engines(self) -> None:
+        """Close every engine :meth:`load` returned (idempotent); call it in the experiment's ``finally``."""
+        engines, self._engines = self._engines, []
+        for engine in engines:
+            engine.close()
 
     # -- the run log ----------------------------------------------------------------
     def open_log(self, header: dict[str, Any]) -> None:
@@ -99,12 +132,17 @@ class Experiment:
 
     # -- the measuring part ------------------------------------------------------------
     def measure(self, result: Any, body: Callable[[], None], *,
-                on_stop: Callable[[Any], None] | None = None) -> Any:
+                on_stop: Callable[[Any], None] | None = None,
+                on_crash: Callable[[Any, EngineCrashed], None] | None = None) -> Any:
         """Run ``body()``, which fills ``result``; end the run log with how it went; return ``result``.
 
         ``on_stop(result)`` (optional) completes what can be computed from a
         partial result (a verdict over the slots measured) before the log's end
-        line is written.
+        line is written. ``on_crash(result, crash)`` (optional) records an
+        engine crash that stopped ``body`` as the experiment's outcome (its
+        ``crashed`` verdict and evidence); the run then ends ``complete``:
+        a crash of the engine under test is a result. Without it a crash is
+        an error like any other.
 
         Raises:
             LogitlabError: what ``body`` raised, with ``partial`` = ``result``
@@ -113,7 +151,12 @@ class Experiment:
                 ``result.error`` = ``"interrupted"``.
         """
         try:
-            body()
+            try:
+                body()
+            except EngineCrashed as crash:
+                if on_crash is None:
+                    raise
+                on_crash(result, crash)
         except LogitlabError as exc:
             result.error = str(exc)
             exc.partial = result

@@ -70,11 +70,11 @@ from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.supervised import call_engine, engine_supports
 from logitlab.engines.variant import Variant
 from logitlab.engines.workload import RunOutput, environment, run_workload
-from logitlab.errors import EngineCrashed, InputError, Interrupted, LogitlabError
-from logitlab.events import Event, ignore_event
+from logitlab.errors import EngineCrashed, InputError, Interrupted
+from logitlab.events import Event
 from logitlab.experiments import crossengine
+from logitlab.experiments.base import Experiment
 from logitlab.experiments.invariance import filler_sequences
-from logitlab.experiments.isolation import load_supervised
 from logitlab.experiments.verify.run import greedy_m1, replay_mk
 from logitlab.manifest import build_manifest
 from logitlab.numerics import Thresholds, Verdict, classify, compare_logits
@@ -107,13 +107,15 @@ class _Side:
     path: str  # "m1" (prefill + M=1 decode) or "mk" (prefill + M=K verify blocks)
 
 
-class ExplainExperiment:
+class ExplainExperiment(Experiment):
     """Runs an :class:`ExplainConfig`; :func:`run_explain` is the one-call form."""
+
+    KIND = "explain"
 
     def __init__(self, config: ExplainConfig, *, on_event: Event | None = None):
         config.validate()
+        super().__init__(on_event=on_event)
         self.config = config
-        self.on_event = on_event or ignore_event
 
     def run(self) -> ExplainResult:
         """Run the pair, classify it, and the controls at each position.
@@ -123,33 +125,15 @@ class ExplainExperiment:
             Interrupted: Ctrl-C; ``partial`` holds what was measured (None before the pair ran).
         """
         cfg = self.config
-        engines: list[Engine] = []
-        result: ExplainResult | None = None
         try:
-            control = load_supervised(cfg.control)
-            engines.append(control)
-            candidate = control
-            if cfg.mode == "ab":
-                candidate = load_supervised(cfg.candidate)
-                engines.append(candidate)
+            control = self.load(cfg.control)
+            candidate = self.load(cfg.candidate) if cfg.mode == "ab" else control
             result = self._start(control, candidate)
-            try:
-                try:
-                    self._run(result, control, candidate)
-                except EngineCrashed as crash:  # the engine under test died: a result
-                    self._crashed(result, crash)
-            except LogitlabError as exc:
-                result.error = str(exc)
-                exc.partial = result
-                raise
-        except KeyboardInterrupt:
-            if result is not None:
-                result.error = "interrupted"
-            raise Interrupted("interrupted", partial=result) from None
+            return self.measure(result, lambda: self._run(result, control, candidate), on_crash=self._crashed)
+        except KeyboardInterrupt:  # before the pair ran (measure turns a later one into Interrupted)
+            raise Interrupted("interrupted", partial=None) from None
         finally:
-            for engine in engines:
-                engine.close()
-        return result
+            self.close_engines()
 
     # -- steps ----------------------------------------------------------------------
     def _crashed(self, result: ExplainResult, crash: EngineCrashed) -> None:

@@ -37,7 +37,6 @@ from logitlab.engines.variant import Variant
 from logitlab.errors import EngineCrashed, InputError
 from logitlab.events import Event
 from logitlab.experiments.base import Experiment
-from logitlab.experiments.isolation import load_supervised
 from logitlab.experiments.prompts import Prompt, builtin_prompts, check_unique
 from logitlab.experiments.verify import guard as G
 from logitlab.experiments.verify import guard_calibration as GC
@@ -227,7 +226,7 @@ class VerifyExperiment(Experiment):
             Interrupted: Ctrl-C; its ``partial`` holds the :class:`VerifyResult` so far.
         """
         cfg = self.config
-        engine = self._engine or load_supervised(cfg.variant)
+        engine = self._engine or self.load(cfg.variant)  # a given engine is the caller's to close
         try:
             crash = None
             try:
@@ -239,19 +238,13 @@ class VerifyExperiment(Experiment):
 
             def body() -> None:
                 self.open_log({"config": result.config, "manifest": result.manifest})
-                failure = crash
-                if failure is None:
-                    try:
-                        self._run(engine, result)
-                    except EngineCrashed as exc:
-                        failure = exc
-                if failure is not None:
-                    self._crashed(result, failure)
+                if crash is not None:
+                    raise crash
+                self._run(engine, result)
 
-            return self.measure(result, body)
+            return self.measure(result, body, on_crash=self._crashed)
         finally:
-            if self._engine is None:
-                engine.close()
+            self.close_engines()
             self.close_log()
 
     def _log_prompt(self, result: VerifyResult, name: str) -> None:
