@@ -98,3 +98,28 @@ def test_hf_device_that_is_not_there_is_exit_2():
     message = ("error: device 'cuda:99' does not exist: " if torch.cuda.is_available() else
                "error: device 'cuda:99' is not available with torch")  # cuda:99 exists nowhere
     assert proc.returncode == 2 and proc.stderr.startswith(message) and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_ctrl_c_compares_the_runs_finished_and_exits_130(tmp_path):
+    """Ctrl-C during `invariance determinism` is an outcome, not a crash of logitlab: the runs finished before it
+    are compared and written (the JSON says `interrupted` and how many runs), the exit code is 130."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "d.json"
+    proc = subprocess.Popen([sys.executable, "-m", "logitlab", "invariance", "determinism", "--runs", "400",
+                             "--tokens", "8", "--quiet", "--json", str(out)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(20)  # loading takes a few seconds; a run of 8 decode tokens well under one
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == "error: interrupted; what was measured so far is in the reports"
+    data = json.loads(out.read_text())
+    assert data["error"] == "interrupted" and 2 <= data["details"]["runs"] < 400
+    assert data["checks"] and "stopped early: interrupted" not in stdout  # the error: line says it instead

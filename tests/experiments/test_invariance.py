@@ -218,7 +218,7 @@ def test_json_and_markdown_reports(tmp_path):
     result = probe("determinism", engine="drift", spec="", runs=3, n_decode=4)
     write_json(tmp_path / "r.json", result.to_dict())
     data = json.loads((tmp_path / "r.json").read_text())
-    assert data["schema_version"] == 3 and data["probe"] == "determinism"
+    assert data["schema_version"] == 4 and data["probe"] == "determinism"
     assert data["verdict"]["word"] == result.verdict.word and data["checks"][data["verdict_check"]]["name"] == "runs 3"
     assert data["manifest"]["host"]["cores"] and data["details"]["distinct_logits"] == 2
     md = report.markdown(result)

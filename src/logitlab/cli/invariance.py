@@ -7,12 +7,13 @@ from typing import Any, Callable
 
 import click
 
-from logitlab.cli.common import REQUIRE_CHOICES, handle_errors, make_progress, require_exit_code
+from logitlab.cli.common import (EXIT_INTERRUPTED, REQUIRE_CHOICES, finish, handle_errors, require_exit_code,
+                                 run_with_progress)
 from logitlab.cli.options import output_options, threshold_options, thresholds_from
-from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
+from logitlab.cli.outputs import check_output_paths, report_paths
 from logitlab.engines import DEFAULT_ENGINE
 from logitlab.engines.variant import parse_env, parse_variant
-from logitlab.errors import InputError
+from logitlab.errors import InputError, Interrupted
 from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
 
 
@@ -149,19 +150,22 @@ def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
         top_k=opts["top_k"], thresholds=thresholds_from(opts), **fields,
     )
     config.validate()
-    with make_progress(opts["quiet"]) as progress:
-        task = progress.add_task("loading", total=None)
 
-        def on_event(kind: str, data: dict[str, Any]) -> None:
-            if kind == "start":
-                progress.update(task, total=data["steps"], description=probe)
-            elif kind == "step":
-                progress.update(task, advance=1, description=f"{probe}: {data['what']}")
+    def describe(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:
+        if kind == "start":
+            return {"total": data["steps"], "description": probe}
+        if kind == "step":
+            return {"advance": 1, "description": f"{probe}: {data['what']}"}
+        return None
 
-        result = InvarianceProbe(config, on_event=on_event).run()
-    write_reports(result, opts)
-    show_report(result)
-    sys.exit(_require_exit_code(result, opts["require"]))
+    try:
+        result, error = run_with_progress(lambda on_event: InvarianceProbe(config, on_event=on_event).run(),
+                                          quiet=opts["quiet"], first="loading", describe=describe)
+    except Interrupted:  # while loading: nothing to write
+        click.echo("error: interrupted before the probe ran; nothing was measured", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    finish(result, error, opts, interrupted="what was measured so far is in the reports",
+           exit_code=lambda r: _require_exit_code(r, opts["require"]))
 
 
 def _require_exit_code(result: Any, require: str | None) -> int:

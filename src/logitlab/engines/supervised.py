@@ -297,6 +297,7 @@ class SupervisedEngine:
             os.close(write_fd)
         self._answers = os.fdopen(read_fd, "rb", buffering=0)
         self._buffer = None  # the worker's logits buffer, mapped on its first run
+        self._unread = 0  # answers of requests whose read Ctrl-C stopped
         self._pending_bytes = b""
         self._send({"op": "load", "target": self.target, "name": self.name, "model": self.model,
                     "options": self._raw_options})
@@ -322,9 +323,22 @@ class SupervisedEngine:
 
     def _ask(self, request: dict[str, Any], timeout: float | None = None,
              on_event: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
+        """Send ``request`` and read its answer. A read that Ctrl-C stopped leaves its answer to come: it is
+        read and dropped before the next request, so that answers stay paired with their requests (the work
+        that Ctrl-C stopped here, a run of the engine, finishes in the worker first)."""
         self._ensure()
+        while self._unread:
+            self._unread -= 1
+            try:
+                self._read(self._proc, self.timeout)
+            except (InputError, EngineError, InternalError):
+                pass  # the dropped request's own failure
         self._send(request)
-        return self._read(self._proc, timeout, on_event)
+        try:
+            return self._read(self._proc, timeout, on_event)
+        except KeyboardInterrupt:
+            self._unread += 1
+            raise
 
     def _read(self, proc: subprocess.Popen, timeout: float | None,
               on_event: Callable[[str, Any], None] | None = None) -> dict[str, Any]:

@@ -39,9 +39,10 @@ from logitlab.engines.base import Engine
 from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.supervised import call_engine, engine_supports
 from logitlab.engines.variant import Variant
-from logitlab.errors import EngineCrashed, InputError
-from logitlab.events import Event, ignore_event
-from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner, load_supervised
+from logitlab.errors import EngineCrashed, InputError, Interrupted
+from logitlab.events import Event
+from logitlab.experiments.base import Experiment
+from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner
 from logitlab.engines.workload import RunOutput, environment, run_workload
 from logitlab.jsonio import ResultRecord
 from logitlab.manifest import build_manifest
@@ -148,11 +149,12 @@ class InvarianceResult(ResultRecord):
 
     JSON format history (``schema_version``): 1 — first version; 2 — ``kind``, typed checks; 3 — ``crash``: the
     engine's crash evidence (:class:`~logitlab.engines.crash.CrashEvidence` as a dict) when it died, the verdict
-    then ``crashed``.
+    then ``crashed``; 4 — ``error``: what stopped the probe before it finished (``interrupted`` on Ctrl-C, else
+    the error's message), the checks then those of what was measured.
     """
 
     KIND: ClassVar[str] = "invariance"
-    SCHEMA_VERSION: ClassVar[int] = 3
+    SCHEMA_VERSION: ClassVar[int] = 4
 
     probe: str
     config: dict[str, Any]
@@ -162,6 +164,7 @@ class InvarianceResult(ResultRecord):
     details: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     crash: dict[str, Any] | None = None
+    error: str | None = None
 
     @property
     def worst(self) -> Check | None:
@@ -229,40 +232,51 @@ def filler_sequences(ids: Sequence[int], count: int) -> list[list[int]]:
 
 
 # -- probes ------------------------------------------------------------------------------
-class InvarianceProbe:
+class InvarianceProbe(Experiment):
     """Runs an :class:`InvarianceConfig`; :func:`run_invariance` is the one-call form."""
+
+    KIND = "invariance"
 
     def __init__(self, config: InvarianceConfig, *, on_event: Event | None = None):
         config.validate()
+        super().__init__(on_event=on_event)
         self.config = config
-        self.on_event = on_event or ignore_event
+        self._outputs: list[RunOutput] | None = None  # determinism's runs not yet compared
 
     def run(self) -> InvarianceResult:
         """Run the probe.
 
         Raises:
             LogitlabError: bad input (a batch size below 1, an engine the probe does
-                not support, a prompt too long for the context) or an engine failure.
+                not support, a prompt too long for the context) or an engine failure; once the probe has
+                started, its ``partial`` holds the result so far.
+            Interrupted: Ctrl-C while the probe ran; its ``partial`` holds the result so far (determinism: the
+                runs finished before it, compared).
         """
         cfg = self.config
-        engine = load_supervised(cfg.variant)  # a crash of the engine under test is the verdict crashed
-        result = None
+        engine = self.load(cfg.variant)  # a crash of the engine under test is the verdict crashed
         try:
-            result = self._start(engine)
-            if cfg.probe == "determinism" and cfg.isolation != "session":
-                if cfg.isolation == "process":
-                    engine.close()  # tokenizer and manifest only: each run has its own process
-                return self._determinism(result, None, adopt=engine if cfg.isolation == "engine" else None)
-            run = {"batch": self._batch, "prefill-decode": self._prefill_decode,
-                   "determinism": self._determinism}[cfg.probe]
-            return run(result, engine)
-        except EngineCrashed as crash:
-            if result is None:  # it died while loading
+            try:
+                result = self._start(engine)
+            except EngineCrashed as crash:  # it died while loading
                 result = InvarianceResult(probe=cfg.probe, config=cfg.to_dict(), manifest=build_manifest(
                     {"engine": cfg.variant.engine, "supervised": True}, cfg.variant), prompt_ids=[])
-            return self._crashed(result, crash)
+                return self._crashed(result, crash)
+
+            def body() -> None:
+                if cfg.probe == "determinism" and cfg.isolation != "session":
+                    if cfg.isolation == "process":
+                        engine.close()  # tokenizer and manifest only: each run has its own process
+                    self._determinism(result, None, adopt=engine if cfg.isolation == "engine" else None)
+                else:
+                    {"batch": self._batch, "prefill-decode": self._prefill_decode,
+                     "determinism": self._determinism}[cfg.probe](result, engine)
+
+            return self.measure(result, body, on_stop=self._compare_runs_so_far, on_crash=self._crashed)
+        except KeyboardInterrupt:  # before the probe ran (measure turns a later one into Interrupted)
+            raise Interrupted("interrupted", partial=None) from None
         finally:
-            engine.close()
+            self.close_engines()
 
     def _crashed(self, result: InvarianceResult, crash: EngineCrashed) -> InvarianceResult:
         """The engine died: its evidence on the result, whose verdict is then ``crashed``."""
@@ -362,6 +376,7 @@ class InvarianceProbe:
         cfg, ids = self.config, result.prompt_ids
         self.on_event("start", {"steps": cfg.runs})
         outputs: list[RunOutput] = []
+        self._outputs = outputs  # compared as they stand if the runs are stopped
         crash: EngineCrashed | None = None
         with SlotRunner({"control": cfg.variant}, cfg.isolation) as runner:
             if adopt is not None:
@@ -381,6 +396,18 @@ class InvarianceProbe:
             self._crashed(result, crash)
             if not outputs:
                 return result
+        self._compare_runs(result, outputs)
+        return result
+
+    def _compare_runs_so_far(self, result: InvarianceResult) -> None:
+        """After Ctrl-C or an error: determinism's runs finished before it are compared (nothing else to do)."""
+        if self._outputs:
+            self._compare_runs(result, self._outputs)
+
+    def _compare_runs(self, result: InvarianceResult, outputs: list[RunOutput]) -> None:
+        """Determinism's checks and details over ``outputs``, the runs in order (run 1 the reference)."""
+        self._outputs = None  # compared (a Ctrl-C from here on keeps what this got to)
+        cfg, ids = self.config, result.prompt_ids
         groups: dict[str, list[int]] = {}
         for index, out in enumerate(outputs):
             groups.setdefault(_digest(out.logits), []).append(index + 1)
@@ -413,7 +440,6 @@ class InvarianceProbe:
             result.checks.append(_check(f"runs 2..{len(outputs)}", "run 1", f"runs 2..{len(outputs)} (all identical)",
                                         first.logits, outputs[-1].logits, cfg, first.input_ids,
                                         {"runs": list(range(2, len(outputs) + 1))}))
-        return result
 
 
 # -- what runs on the engine (in its supervised worker: see call_engine) -------------------------------

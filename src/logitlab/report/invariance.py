@@ -127,8 +127,8 @@ def invariance_document(result: InvarianceResult, *, show_error: bool = True) ->
 
     Args:
         result: the probe's result.
-        show_error: accepted for the common builder signature; an invariance
-            result records no error (a failed probe keeps no partial result).
+        show_error: include the "stopped early" line of a probe that Ctrl-C or an error stopped (leave it out
+            when the command line prints the error itself).
     """
     word = result.verdict.word if result.verdict else "n/a"
     title = f"logitlab invariance {result.probe}"
@@ -140,6 +140,8 @@ def invariance_document(result: InvarianceResult, *, show_error: bool = True) ->
             check_heatmap_figure(result.checks))
     doc.add(*_verdict(result))
     doc.add(*[Paragraph(f"note: {note}", tone="note") for note in result.notes])
+    if result.error and show_error:
+        doc.add(Paragraph(f"stopped early: {result.error}", tone="error"))
     return doc
 
 
