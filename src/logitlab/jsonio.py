@@ -184,3 +184,30 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
+
+
+def from_fields(cls: type, data: Any, *, hint: str = ": pass the dict from to_dict()") -> Any:
+    """``cls(**data)`` for a dataclass whose fields are plain JSON values (or typed by ``cls`` itself).
+
+    The one check of a saved dict's keys against a dataclass: unknown keys and missing required ones (no
+    default, no default factory) are named, ``hint`` is appended to those messages.
+
+    Raises:
+        InputError: ``data`` is not a mapping, has unknown keys, lacks required ones, or ``cls`` rejects a
+            value (its TypeError).
+    """
+    if not isinstance(data, Mapping):
+        raise InputError(f"{cls.__name__} data {data!r} is not a mapping{hint}")
+    fields = dataclasses.fields(cls)
+    names = [f.name for f in fields]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise InputError(f"{cls.__name__} data has unknown keys {unknown}: valid keys are {', '.join(names)}")
+    required = [f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise InputError(f"{cls.__name__} data lacks keys {missing}{hint}")
+    try:
+        return cls(**dict(data))
+    except TypeError as exc:  # a field of the wrong type deep inside
+        raise InputError(f"{cls.__name__} data is not valid: {exc}") from None

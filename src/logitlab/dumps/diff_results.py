@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from logitlab.dumps.format import format_label
+from logitlab.dumps.format import format_label, span_label
 from logitlab.dumps.stats import TensorStats
 from logitlab.dumps.tensor_names import LAYER_AFTER, LAYER_BEFORE, layer_sort_key, tensor_kind
 from logitlab.errors import InputError
@@ -56,10 +56,7 @@ class TensorDiff:
 
     @property
     def label(self) -> str:
-        text = format_label(self.name, self.layer, self.instance, self.position)
-        if self.position is None and self.span is not None:
-            text += f"@pos{self.span[0]}-{self.span[1] - 1}"
-        return text
+        return span_label(self.name, self.layer, self.instance, self.position, self.span)
 
     @property
     def kind(self) -> str:

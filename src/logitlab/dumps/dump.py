@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from logitlab.dumps.format import format_label
+from logitlab.dumps.format import span_label
 from logitlab.dumps.manifest import DumpManifest
 
 
@@ -56,10 +56,7 @@ class TensorRef:
 
     @property
     def label(self) -> str:
-        text = format_label(self.name, self.layer, self.instance, self.position)
-        if self.position is None and self.span is not None:
-            text += f"@pos{self.span[0]}-{self.span[1] - 1}"
-        return text
+        return span_label(self.name, self.layer, self.instance, self.position, self.span)
 
     def load(self) -> np.ndarray:
         """The tensor's data (an array the caller may keep).

@@ -91,3 +91,12 @@ def format_label(name: str, layer: int | None, instance: int = 0, position: int 
     """``attn_norm-3``, ``norm-3#1``, ``result_output``; with a position, ``...@pos5``."""
     text = name + (f"-{layer}" if layer is not None else "") + (f"#{instance}" if instance else "")
     return text + (f"@pos{position}" if position is not None else "")
+
+
+def span_label(name: str, layer: int | None, instance: int, position: int | None,
+               span: tuple[int, int] | None) -> str:
+    """:func:`format_label`, and for a tensor of several positions (``span``, end exclusive) ``...@pos3-7``."""
+    text = format_label(name, layer, instance, position)
+    if position is None and span is not None:
+        text += f"@pos{span[0]}-{span[1] - 1}"
+    return text

@@ -77,6 +77,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from logitlab.errors import InputError
+from logitlab.jsonio import from_fields
 from logitlab.perf.changepoint_defaults import (  # re-exported: the settings live in a light module (the CLI's help)
     DEFAULT_MAX_PVALUE,
     DEFAULT_MIN_SIZE,
@@ -177,7 +178,7 @@ class ChangePoint:
         InputError
             On unknown or missing keys or an invalid ``direction``.
         """
-        return _from_fields(cls, data)
+        return from_fields(cls, data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,21 +258,7 @@ class ChangePointSeries:
             On unknown or missing keys, an unsupported ``schema_version``, an
             invalid ``kind`` or an invalid change point.
         """
-        return _from_fields(cls, data)
-
-
-def _from_fields(cls: type, data: Mapping[str, Any]) -> Any:
-    if not isinstance(data, Mapping):
-        raise InputError(f"{cls.__name__} data {data!r} is not a mapping: pass the dict from to_dict()")
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(data) - set(names))
-    if unknown:
-        raise InputError(f"{cls.__name__} data has unknown keys {unknown}: valid keys are {', '.join(names)}")
-    required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
-    missing = [k for k in required if k not in data]
-    if missing:
-        raise InputError(f"{cls.__name__} data lacks keys {missing}: pass the dict from to_dict()")
-    return cls(**dict(data))
+        return from_fields(cls, data)
 
 
 # ---------------------------------------------------------------------------

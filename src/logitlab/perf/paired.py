@@ -30,6 +30,7 @@ import numpy as np
 from scipy import stats
 
 from logitlab.errors import InputError
+from logitlab.jsonio import from_fields  # noqa: F401  (re-exported: the one route from a dict)
 from logitlab.perf.block_ratios import aa_log_ratios, block_log_ratios
 from logitlab.perf.design import Block, as_blocks, check_count, log_slots
 from logitlab.perf.equivalence import (
@@ -359,27 +360,6 @@ class PairedComparison:
             invalid ``call`` / ``margin_source``.
         """
         return from_fields(cls, data)
-
-
-def from_fields(cls: type, data: Mapping[str, Any]) -> Any:
-    """``cls(**data)`` for a dataclass, with InputError naming unknown or missing keys."""
-    if not isinstance(data, Mapping):
-        raise InputError(f"{cls.__name__} data {data!r} is not a mapping: pass the dict from to_dict()")
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(data) - set(names))
-    if unknown:
-        raise InputError(
-            f"{cls.__name__} data has unknown keys {unknown}: valid keys are {', '.join(names)}"
-        )
-    required = [
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    ]
-    missing = [k for k in required if k not in data]
-    if missing:
-        raise InputError(f"{cls.__name__} data lacks keys {missing}: pass the dict from to_dict()")
-    return cls(**dict(data))
 
 
 def better_orientation(lo: float | None, hi: float | None,

@@ -50,7 +50,7 @@ from typing import Any, Mapping, Sequence
 
 from logitlab.errors import InputError
 from logitlab.experiments.gitrepo import commit_info, commit_order
-from logitlab.jsonio import read_json, write_json
+from logitlab.jsonio import from_fields, read_json, write_json
 from logitlab.manifest import host_info
 from logitlab.perf.changepoint import ChangePointSeries, detect_change_points
 from logitlab.perf.metrics import Metric
@@ -199,24 +199,7 @@ class HistoryRecord:
 
 
 def _fields(cls: type, data: Any) -> Any:
-    if not isinstance(data, Mapping):
-        raise InputError(f"{cls.__name__} data {data!r} is not a mapping")
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(data) - set(names))
-    if unknown:
-        raise InputError(f"{cls.__name__} data has unknown keys {unknown}: valid keys are {', '.join(names)}")
-    required = [
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    ]
-    missing = [k for k in required if k not in data]
-    if missing:
-        raise InputError(f"{cls.__name__} data lacks keys {missing}")
-    try:
-        return cls(**dict(data))
-    except TypeError as exc:  # a field of the wrong type deep inside
-        raise InputError(f"{cls.__name__} data is not valid: {exc}") from None
+    return from_fields(cls, data, hint="")
 
 
 @dataclass(frozen=True, slots=True)
