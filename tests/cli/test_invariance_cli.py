@@ -61,6 +61,8 @@ def test_determinism_counts_runs(tmp_path):
     (["invariance", "batch", "--engine", "hf", "--model", "{tmp}"], "is not a Hugging Face model folder"),
     (["invariance", "batch", "--engine", "hf", "--variant", "dtype=float8"],
      "error: bad value 'float8' for hf option 'dtype': valid: float32, bfloat16, float16"),
+    (["invariance", "prefill-decode", "--engine", "hf", "--candidate", "dtype=float8"],  # the same option
+     "error: bad value 'float8' for hf option 'dtype': valid: float32, bfloat16, float16"),
     (["ab", "--engine", "hf", "--model", "{tmp}", "--tokens", "2"], "is not a Hugging Face model folder"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):

@@ -24,8 +24,9 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--engine", default=DEFAULT_ENGINE, show_default=True, help="Engine with sessions: llamacpp, hf, ortgenai (batch needs one that batches: llamacpp, hf)."),
         click.option("--model", default=None, help="Model file or folder (default: the embedded SmolLM2-135M "
                                                    "Q4_1 GGUF; hf de-quantises it)."),
-        click.option("--variant", "spec", default="", help="Engine options: KEY=VALUE[,KEY=VALUE] or "
-                                                           "[ENGINE:][MODEL][?KEY=VALUE&...] (as ab's --control)."),
+        click.option("--variant", "--candidate", "spec", default="",
+                     help="Engine options: KEY=VALUE[,KEY=VALUE] or [ENGINE:][MODEL][?KEY=VALUE&...] (as ab's "
+                          "--control); --candidate is the same option, spelled as in ab, verify and golden check."),
         click.option("--env", "env", multiple=True, metavar="NAME[=VALUE]", help="Environment knob while running."),
         click.option("--prompt", default=None, help="Prompt text (default: a built-in prose prompt)."),
         click.option("--prompt-file", default=None, help="Read the prompt from a file."),
