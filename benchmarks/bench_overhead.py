@@ -11,8 +11,12 @@ Each measurement runs in a fresh Python process, as a user's ``logitlab ab``
 does: logitlab's own modules (and its comparison kernel, compiled once) are
 imported before the clock starts; the clock then runs from the call to its
 return, so every variant pays the engine library's import and its engine loads
-(the supervised ``ab`` pays them in its two worker processes, the others in the
-measuring process). The three alternate in ABBA rounds (bare, ab, in-process ab
+(the supervised ``ab`` pays them in its two worker processes, which load side by
+side on the machine's two cores while the measuring process waits — that is how
+the supervisor loads, so it is part of what it costs; the others load in the
+measuring process, one after the other). The model's SHA-256 is on disk after the
+first measurement (``models.file_sha256``), as it is after a user's first
+command. The three alternate in ABBA rounds (bare, ab, in-process ab
 ×2, ab, bare), so a linear drift cancels within a round; the figures are the
 median of the per-round ratios and a 95 % t interval of their geometric mean.
 

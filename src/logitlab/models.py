@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -99,49 +100,94 @@ def check_gguf(path: str | Path) -> Path:
     return path
 
 
+#: A file modified within this many nanoseconds of now is hashed but not cached: a write in the same tick of
+#: the file system's clock would leave its identity as it was (git's "racy git" rule).
+SETTLED_NS = 2_000_000_000
+_DIGESTS: dict[tuple, str] = {}
+
+
 def file_sha256(path: str) -> str:
     """SHA-256 hex digest of a file, read in 1 MiB chunks.
 
     Cached per file identity — absolute path, device, inode, size, modification and status-change
-    times (ns) — in this process and on disk (:func:`sha256_cache_dir`, one small file per identity,
-    as git's index trusts its stat data): a file rewritten, replaced or touched is hashed again,
-    and a process that loads the same model as another (each supervised engine worker, each
-    ``logitlab`` command) does not read it again — 64 ms for the 98 MB embedded model on a 2-core
-    machine. A cache that cannot be read or written is skipped.
+    times (ns) — in this process and on disk (:func:`sha256_cache_dir`, one small file per identity),
+    as git's index trusts its stat data: a file rewritten, replaced or touched is hashed again, and
+    a process that loads the same model as another (each supervised engine worker, each
+    ``logitlab`` command) does not read it again (64 ms for the 98 MB embedded model on a 2-core
+    machine). As git does, a file changed less than :data:`SETTLED_NS` ago is not cached (a write in
+    the same clock tick would keep its identity), and one changed while it was read is read again. A
+    cache that cannot be read or written is skipped.
 
     Raises:
         OSError: the file cannot be read.
     """
-    st = os.stat(path)
-    return _file_sha256(os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    path = os.path.abspath(path)
+    digest = ""
+    for _ in range(3):
+        st = os.stat(path)
+        identity = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if identity in _DIGESTS:
+            return _DIGESTS[identity]
+        settled = time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > SETTLED_NS
+        entry = _cache_entry(identity) if settled else None
+        cached = _read_entry(entry)
+        if cached:
+            _DIGESTS[identity] = cached
+            return cached
+        digest = _hash_file(path)
+        after = os.stat(path)
+        if (path, after.st_dev, after.st_ino, after.st_size, after.st_mtime_ns, after.st_ctime_ns) != identity:
+            continue  # written while it was read: read it again
+        if settled:
+            _DIGESTS[identity] = digest
+            _write_entry(entry, digest)
+        return digest
+    return digest  # still being written: this read's digest, not cached
 
 
-def sha256_cache_dir() -> Path:
-    """Where :func:`file_sha256` keeps its digests: ``${XDG_CACHE_HOME:-~/.cache}/logitlab/sha256``."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+def sha256_cache_dir() -> Path | None:
+    """Where :func:`file_sha256` keeps its digests: ``${XDG_CACHE_HOME:-~/.cache}/logitlab/sha256`` (an
+    ``XDG_CACHE_HOME`` that is not an absolute path is ignored, as the XDG spec says); None without a home."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        try:
+            base = str(Path.home() / ".cache")
+        except (RuntimeError, KeyError):
+            return None
     return Path(base) / "logitlab" / "sha256"
 
 
-@lru_cache(maxsize=16)
-def _file_sha256(path: str, *identity: int) -> str:
-    key = hashlib.sha256("\0".join([path, *map(str, identity)]).encode()).hexdigest()
-    entry = sha256_cache_dir() / key
-    try:
-        cached = entry.read_text().strip()
-        if len(cached) == 64 and all(c in "0123456789abcdef" for c in cached):
-            return cached
-    except OSError:
-        pass
+def _hash_file(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
-    value = digest.hexdigest()
+    return digest.hexdigest()
+
+
+def _cache_entry(identity: tuple) -> Path | None:
+    folder = sha256_cache_dir()
+    key = hashlib.sha256("\0".join(map(str, identity)).encode()).hexdigest()
+    return None if folder is None else folder / key
+
+
+def _read_entry(entry: Path | None) -> str | None:
+    if entry is None:
+        return None
+    try:
+        cached = entry.read_text().strip()
+    except OSError:
+        return None
+    return cached if len(cached) == 64 and all(c in "0123456789abcdef" for c in cached) else None
+
+
+def _write_entry(entry: Path | None, digest: str) -> None:
+    if entry is None:
+        return
     try:  # one rename: a reader sees the whole digest or none
         entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = entry.with_name(f"{key}.{os.getpid()}.tmp")
-        tmp.write_text(value)
+        tmp = entry.with_name(f"{entry.name}.{os.getpid()}.tmp")
+        tmp.write_text(digest)
         os.replace(tmp, entry)
     except OSError:
         pass
-    return value

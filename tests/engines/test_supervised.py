@@ -61,3 +61,29 @@ def test_a_large_run_s_pages_are_given_back_once_copied(engines, monkeypatch):
     assert os.stat(worker._folder / "logits.f32").st_blocks == 0  # held once, here, not twice
     got = worker.run_workload(prompt, 3, expected.generated)  # the worker writes into fresh pages again
     assert got.same_bits(expected)
+
+
+def test_ctrl_c_while_a_run_is_awaited_ends_the_worker_and_the_next_call_gets_its_own_answer(engines):
+    """Ctrl-C leaves the stopped run's answer still to come: the worker is ended (not a crash), so that the next
+    call — a detokenize, as a stopped experiment's report needs — starts a new one and reads its own answer."""
+    import signal
+
+    plain, worker = engines
+    prompt = plain.tokenize(SHORT_PROMPT)
+    restarts = worker.restarts
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)  # while the worker runs 200 decode steps (about 2 s)
+        with pytest.raises(KeyboardInterrupt):
+            worker.run_workload(prompt, 200)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert worker.detokenize(prompt) == plain.detokenize(prompt)
+    assert worker.restarts == restarts + 1
+    expected = run_workload(plain, prompt, 2)
+    assert worker.run_workload(prompt, 2, expected.generated).same_bits(expected)

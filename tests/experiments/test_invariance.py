@@ -192,6 +192,18 @@ def test_real_engines_are_deterministic_run_to_run(engine, spec):
     assert result.verdict.word == "bit-exact" and result.invariant
 
 
+@pytest.mark.engine
+@pytest.mark.parametrize("isolation", ["engine", "process"])
+def test_determinism_across_fresh_engines_and_processes_reports_its_text(isolation):
+    """A run per fresh engine object, or per process: the loaded engine stays the tokenizer (at process
+    isolation it used to be closed before the texts were detokenized: an InternalError)."""
+    result = probe("determinism", runs=2, n_decode=4, isolation=isolation)
+    assert result.details["runs"] == 2 and result.details["isolation"] == isolation
+    (group,) = result.details["text_groups"]
+    assert group["runs"] == [1, 2] and group["text"].strip()
+    assert result.verdict.word == "bit-exact"
+
+
 def test_nondeterminism_is_counted_grouped_and_located():
     result = probe("determinism", engine="drift", spec="", runs=4, n_decode=6)
     d = result.details

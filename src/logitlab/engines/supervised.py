@@ -146,8 +146,13 @@ class SupervisedEngine:
     def _loaded(self) -> dict[str, Any]:
         """The worker's answer to the load (waited for on first use)."""
         if self._pending:
-            self._pending = False
-            self._loaded_answer = self._read(self._proc, None)
+            try:
+                self._loaded_answer = self._read(self._proc, None)
+            except KeyboardInterrupt:
+                self._abandon()
+                raise
+            finally:
+                self._pending = False
             if self.model is None:
                 self.model = self._loaded_answer.get("model")
         return self._loaded_answer
@@ -212,8 +217,11 @@ class SupervisedEngine:
             with open(self._folder / "logits.f32", "r+b") as f:
                 self._buffer = mmap.mmap(f.fileno(), 0)
         logits = np.frombuffer(self._buffer, dtype=np.float32, count=int(np.prod(shape))).reshape(shape).copy()
-        if need > KEEP_BUFFER_BYTES:  # a large run's pages are given back: memory, not time, is short then
-            self._buffer.madvise(mmap.MADV_REMOVE, 0, len(self._buffer))
+        if need > KEEP_BUFFER_BYTES and hasattr(mmap, "MADV_REMOVE"):  # (Linux) a large run's pages are given
+            try:                                                       # back: memory, not time, is short then
+                self._buffer.madvise(mmap.MADV_REMOVE, 0, len(self._buffer))
+            except OSError:  # a file system that cannot free a range: the pages stay until the worker ends
+                pass
         return logits
 
     def call_in_worker(self, fn: Callable[..., Any], *args: Any, phase: str,
@@ -297,7 +305,6 @@ class SupervisedEngine:
             os.close(write_fd)
         self._answers = os.fdopen(read_fd, "rb", buffering=0)
         self._buffer = None  # the worker's logits buffer, mapped on its first run
-        self._unread = 0  # answers of requests whose read Ctrl-C stopped
         self._pending_bytes = b""
         self._send({"op": "load", "target": self.target, "name": self.name, "model": self.model,
                     "options": self._raw_options})
@@ -323,22 +330,23 @@ class SupervisedEngine:
 
     def _ask(self, request: dict[str, Any], timeout: float | None = None,
              on_event: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
-        """Send ``request`` and read its answer. A read that Ctrl-C stopped leaves its answer to come: it is
-        read and dropped before the next request, so that answers stay paired with their requests (the work
-        that Ctrl-C stopped here, a run of the engine, finishes in the worker first)."""
+        """Send ``request`` and read its answer. Ctrl-C while waiting ends the worker (:meth:`_abandon`): the
+        answer still to come would be read as the next request's, and the work it stopped may take long."""
         self._ensure()
-        while self._unread:
-            self._unread -= 1
-            try:
-                self._read(self._proc, self.timeout)
-            except (InputError, EngineError, InternalError):
-                pass  # the dropped request's own failure
         self._send(request)
         try:
             return self._read(self._proc, timeout, on_event)
         except KeyboardInterrupt:
-            self._unread += 1
+            self._abandon()
             raise
+
+    def _abandon(self) -> None:
+        """Kill the worker whose answer Ctrl-C left unread (not a crash: no evidence); the next call starts a new
+        worker, which loads the engine again."""
+        proc, self._proc, self._pending = self._proc, None, False
+        if proc is not None:
+            self._kill(proc)
+            _reap(proc, None, (getattr(self, "_answers", None), getattr(self, "_stderr", None)))
 
     def _read(self, proc: subprocess.Popen, timeout: float | None,
               on_event: Callable[[str, Any], None] | None = None) -> dict[str, Any]:

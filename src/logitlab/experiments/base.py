@@ -160,15 +160,24 @@ class Experiment:
         except LogitlabError as exc:
             result.error = str(exc)
             exc.partial = result
-            if on_stop is not None:
-                on_stop(result)
+            self._stop(on_stop, result)
             self._end_log("error", result)
             raise
         except KeyboardInterrupt:
             result.error = "interrupted"
-            if on_stop is not None:
-                on_stop(result)
+            self._stop(on_stop, result)
             self._end_log("interrupted", result)
             raise Interrupted("interrupted", partial=result) from None
         self._end_log("complete", result)
         return result
+
+    @staticmethod
+    def _stop(on_stop: Callable[[Any], None] | None, result: Any) -> None:
+        """``on_stop(result)``; what stopped the run stays the error reported, even when this fails or a
+        second Ctrl-C stops it (the partial result is then as measured, without what ``on_stop`` adds)."""
+        if on_stop is None:
+            return
+        try:
+            on_stop(result)
+        except (Exception, KeyboardInterrupt):  # noqa: BLE001 - the first error is the one to report
+            pass

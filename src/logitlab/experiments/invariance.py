@@ -242,6 +242,7 @@ class InvarianceProbe(Experiment):
         super().__init__(on_event=on_event)
         self.config = config
         self._outputs: list[RunOutput] | None = None  # determinism's runs not yet compared
+        self._texts: dict[tuple[int, ...], str] = {}  # determinism: each distinct greedy text, detokenized
 
     def run(self) -> InvarianceResult:
         """Run the probe.
@@ -265,8 +266,7 @@ class InvarianceProbe(Experiment):
 
             def body() -> None:
                 if cfg.probe == "determinism" and cfg.isolation != "session":
-                    if cfg.isolation == "process":
-                        engine.close()  # tokenizer and manifest only: each run has its own process
+                    # process isolation: the loaded engine is the tokenizer (each run has its own process)
                     self._determinism(result, None, adopt=engine if cfg.isolation == "engine" else None)
                 else:
                     {"batch": self._batch, "prefill-decode": self._prefill_decode,
@@ -388,6 +388,9 @@ class InvarianceProbe(Experiment):
                             outputs.append(run_workload(engine, ids, cfg.n_decode, None))
                     else:
                         outputs.append(runner.run("control", ids, cfg.n_decode, None, slot=index))
+                    generated = tuple(outputs[-1].generated)
+                    if generated not in self._texts:  # now, so that a stopped probe needs no engine to report
+                        self._texts[generated] = self._detokenize(list(generated))
                 except EngineCrashed as exc:
                     crash = exc
                     break
@@ -432,7 +435,7 @@ class InvarianceProbe(Experiment):
             "distinct_logits": len(groups),
             "distinct_texts": len(texts),
             "logit_groups": list(groups.values()),
-            "text_groups": [{"runs": runs, "text": self._detokenize(list(gen))} for gen, runs in texts.items()],
+            "text_groups": [{"runs": runs, "text": self._texts[gen]} for gen, runs in texts.items()],
             "decode_tokens_per_second": [round(o.tokens_per_second("decode"), 2) for o in outputs],
         }
         if len(groups) == 1 and len(outputs) > 1:
