@@ -32,6 +32,7 @@ outside the engine's own timed steps, in process and supervised (8 alternating
 pairs on two warm engines).
 
     python benchmarks/bench_overhead.py [--rounds 4] [--repeats 3] [--tokens 64]
+    python benchmarks/bench_overhead.py --demo [--rounds 3]   # make demo's ab: supervised vs in process
 """
 
 from __future__ import annotations
@@ -48,12 +49,14 @@ from pathlib import Path
 
 
 def _config(args: argparse.Namespace):
+    """The A/A workload; with ``--demo``, ``make demo``'s ``logitlab ab --candidate flash_attn=1`` (5 blocks)."""
     from logitlab.engines.variant import Variant
     from logitlab.experiments.ab import AbConfig
     from logitlab.experiments.prompts import DEFAULT_PROMPT
 
-    return AbConfig(control=Variant("control", "llamacpp"), candidate=Variant("candidate", "llamacpp"),
-                    prompt=DEFAULT_PROMPT, n_decode=args.tokens, repeats=args.repeats, warmup=1)
+    candidate = Variant("candidate", "llamacpp", options={"flash_attn": "1"} if args.demo else {})
+    return AbConfig(control=Variant("control", "llamacpp"), candidate=candidate, prompt=DEFAULT_PROMPT,
+                    n_decode=args.tokens, repeats=5 if args.demo else args.repeats, warmup=1)
 
 
 def _warm_logitlab() -> None:
@@ -136,9 +139,29 @@ def per_run_cost(tokens: int, pairs: int = 8) -> tuple[float, float]:
         supervised.close(wait=True)
 
 
+def demo(args: argparse.Namespace) -> None:
+    """``make demo``'s ab, supervised vs in process, each in a fresh process, rounds of ab, in process ×2, ab."""
+    times: dict[str, list[float]] = {"ab": [], "plain": []}
+    with tempfile.TemporaryDirectory() as folder:
+        _child("ab", args, Path(folder) / "unused.json")  # warms the caches
+        for _ in range(args.rounds):
+            for mode in ("ab", "plain", "plain", "ab"):
+                times[mode].append(_child(mode, args, Path(folder) / "unused.json")["seconds"])
+    ratios = [(times["ab"][2 * i] + times["ab"][2 * i + 1]) / (times["plain"][2 * i] + times["plain"][2 * i + 1])
+              for i in range(args.rounds)]
+    print(f"make demo's ab (candidate flash_attn=1, 5 blocks, {args.tokens} decode tokens); each in a fresh process")
+    for mode, label in (("ab", "supervised"), ("plain", "in process")):
+        print(f"{label:<10}: median {statistics.median(times[mode]):.3f} s  "
+              f"({', '.join(f'{t:.3f}' for t in times[mode])})")
+    sup = statistics.median(ratios)
+    print(f"per-round ratios supervised / in process: {', '.join(f'{r:.4f}' for r in ratios)}")
+    print(f"ratio supervised / in process = {sup:.4f} (median of rounds; {_interval(ratios)})  "
+          f"({100 * (sup - 1):+.2f} %; target ≤ +2 %: {'met' if sup <= 1.02 else 'NOT met'})")
+
+
 def _child(mode: str, args: argparse.Namespace, ids: Path) -> dict:
     command = [sys.executable, __file__, "--one", mode, "--ids", str(ids), "--repeats", str(args.repeats),
-               "--tokens", str(args.tokens)]
+               "--tokens", str(args.tokens)] + (["--demo"] if args.demo else [])
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"error: the {mode} measurement failed (exit {done.returncode}): {done.stderr[-2000:]}")
@@ -162,11 +185,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--demo", action="store_true",
+                        help="time make demo's ab (candidate flash_attn=1, 5 blocks), supervised vs in process only")
     parser.add_argument("--one", choices=("bare", "ab", "plain", "ids"), help=argparse.SUPPRESS)
     parser.add_argument("--ids", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one(args.one, args)))
+        return
+    if args.demo:
+        demo(args)
         return
     n_runs = 2 + 4 * args.repeats
     with tempfile.TemporaryDirectory() as folder:
