@@ -45,6 +45,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("logitlab.cli.sweep:sweep",
               "Run a matrix of variants × prompts as one job set: verdicts, KLD, flips and speed per cell."),
     "report": ("logitlab.cli.report:report", "Render a saved result again: terminal, --markdown, --html, --json."),
+    "build": ("logitlab.cli.build:build",
+              "Build an engine's library from its sources, cached by sources and flags, for a lib=DIR variant."),
     "doctor": ("logitlab.cli.doctor:doctor",
                "What this installation has: versions, engines, the embedded model, tools, devices."),
 }

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from logitlab.engines import llamacpp_library as library
 from logitlab.engines import llamacpp_repack as repack
 from logitlab.engines.base import BatchRun, Engine, Session
 from logitlab.engines.options import positive_int, to_bool
@@ -69,7 +70,8 @@ class LlamaCppEngine(Engine):
     ``n_threads_batch``, ``n_batch``, ``n_ubatch``, ``n_ctx``, ``flash_attn``,
     ``type_k``, ``type_v``, ``n_gpu_layers``, ``offload_kqv``, ``use_mmap``,
     ``seed``, ``use_extra_bufts`` (llama.cpp's weight repacking:
-    :mod:`~logitlab.engines.llamacpp_repack`). Unset options take
+    :mod:`~logitlab.engines.llamacpp_repack`), ``lib`` (another build of the
+    library: :mod:`~logitlab.engines.llamacpp_library`). Unset options take
     llama-cpp-python's defaults, except ``n_ctx`` (512 here), ``logits_all``
     (always on: every row's logits) and ``use_extra_bufts`` (``auto``: off
     only where the CPU and library have AMX, whose repack path crashes).
@@ -93,13 +95,23 @@ class LlamaCppEngine(Engine):
         "seed": (int, "RNG seed (greedy replay does not sample)"),
         "use_extra_bufts": (repack.parse_setting, "weight repacking into the CPU's extra buffer types (the tools' "
                                                   "--no-repack): auto (default: off on AMX CPUs), 1 or 0"),
+        "lib": (library.library_folder, "folder of another llama.cpp build to load (logitlab build llamacpp makes "
+                                        "one; libllama.so in DIR or DIR/lib); one build per process"),
     }
     DEFAULT_N_CTX = 512
 
     @classmethod
     def crash_hint(cls, options: dict[str, Any]) -> str | None:
         """:data:`~logitlab.engines.llamacpp_repack.CRASH_HINT` where this CPU and library have AMX and the
-        options repack weights (``use_extra_bufts=1``) with batched evaluation (``n_ubatch`` not 1)."""
+        options repack weights (``use_extra_bufts=1``) with batched evaluation (``n_ubatch`` not 1); for ``lib=DIR``
+        loaded with the installed bindings, that a struct whose layout differs between the two crashes."""
+        if "lib" in options:
+            folder = library.resolve(options["lib"])
+            if folder.bindings is None:
+                return (f"the library in {folder.path} was loaded with the installed llama-cpp-python bindings: a "
+                        "llama.cpp of another version can match every function name and still lay a struct out "
+                        "otherwise; build it from the bindings' release (logitlab build llamacpp "
+                        "--llama-cpp-python VERSION) and run it again")
         import llama_cpp
 
         info = llama_cpp.llama_print_system_info().decode("utf-8", "replace")
@@ -108,12 +120,15 @@ class LlamaCppEngine(Engine):
         return repack.CRASH_HINT if amx and choice.use_extra_bufts and options.get("n_ubatch") != 1 else None
 
     def _load(self) -> None:
-        import llama_cpp
-
         path = check_gguf(self.model or default_model_path())
         self.model = str(path)
+        self.library = library.resolve(self.options["lib"]) if "lib" in self.options else None
+        with library.importing(self.library) as llama_cpp:
+            self._load_with(llama_cpp)
+
+    def _load_with(self, llama_cpp: Any) -> None:
         kwargs: dict[str, Any] = {k: v for k, v in self.options.items()
-                                  if k not in ("type_k", "type_v", "use_extra_bufts")}
+                                  if k not in ("type_k", "type_v", "use_extra_bufts", "lib")}
         for key in ("type_k", "type_v"):
             if key in self.options:
                 kwargs[key] = KV_TYPES[self.options[key]]
@@ -130,6 +145,7 @@ class LlamaCppEngine(Engine):
                               + (f" (llama.cpp: {said[-300:]})" if said else "")) from exc
         self.buffers = repack.buffer_types("".join(log))
         self._version = getattr(llama_cpp, "__version__", "unknown")
+        self.library_identity = library.library_identity(llama_cpp, self.library)
 
     @property
     def extra_buffer_types(self) -> list[str]:
@@ -181,6 +197,20 @@ class LlamaCppEngine(Engine):
                      f"{', '.join(self.extra_buffer_types) or 'no extra buffer type'}")
         return lines
 
+    def _build_identity(self, extra: list[str]) -> dict[str, str]:
+        """The build facts a golden's bar and a history series key on: the weights' extra buffer types where they
+        were repacked; for ``lib=DIR``, the library's digest (SHA-256 over its shared objects) and version."""
+        identity = {"extra_buffer_types": ",".join(extra)} if extra else {}
+        if self.library is not None:
+            lib = self.library_identity
+            identity["library_sha256"] = lib["digest"]
+            commit = lib.get("ggml_commit") if lib.get("ggml_commit") not in (None, "unknown") else None
+            release = (lib.get("built") or {}).get("llama-cpp-python")
+            identity["library_version"] = " ".join(
+                part for part in (f"ggml {lib.get('ggml_version') or 'unknown'}", commit,
+                                  f"(llama-cpp-python {release}'s llama.cpp)" if release else None) if part)
+        return identity
+
     def describe(self) -> dict[str, Any]:
         extra = self.extra_buffer_types
         return {
@@ -188,7 +218,8 @@ class LlamaCppEngine(Engine):
             "engine_version": f"llama-cpp-python {self._version}",
             "system_info": self.system_info,
             # what decides the weights' kernel path on this machine; in the build key only when repacked
-            "build_identity": {"extra_buffer_types": ",".join(extra)} if extra else {},
+            "build_identity": self._build_identity(extra),
+            "library": self.library_identity,
             "weight_repacking": {"use_extra_bufts": self.repack.use_extra_bufts, "setting": self.repack.setting,
                                  "reason": self.repack.reason, "extra_buffer_types": extra or ["none"],
                                  "model_buffers_mib": {k: round(v, 2) for k, v in self.buffers.items()}},

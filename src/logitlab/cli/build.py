@@ -1,0 +1,96 @@
+"""``logitlab build``: build an engine's library from its sources, cached, for a ``lib=DIR`` variant."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import click
+
+from logitlab.cli.common import handle_errors, make_progress
+from logitlab.errors import InputError
+
+
+@click.command()
+@click.argument("engine", type=click.Choice(["llamacpp"]))
+@click.argument("source", required=False, metavar="[SRC]")
+@click.option("--llama-cpp-python", "release", default=None, metavar="VERSION",
+              help="Build the llama.cpp that this llama-cpp-python release vendors (its sdist from the package "
+                   "index, downloaded once), with that release's bindings; instead of SRC.")
+@click.option("-D", "--define", "defines", multiple=True, metavar="NAME=VALUE",
+              help="A CMake flag, as for cmake -D (repeatable), e.g. -D GGML_NATIVE=OFF.")
+@click.option("-o", "--output", default=None, metavar="DIR",
+              help="Also copy the built library folder to DIR (replacing a library folder there); "
+                   "default: print the cached folder only.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: CPUs).")
+@click.option("--json", "json_path", default=None, metavar="PATH",
+              help="Write what was built (folder, cache key, seconds, flags, source digest) as JSON ('-': stdout).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@handle_errors
+def build(**opts: Any) -> None:
+    """Build an engine's library from its sources, cached by sources and flags, for a lib=DIR variant.
+
+    Builds llama.cpp's shared libraries only (libllama and its ggml
+    libraries; no tools: about 1.5 min on 2 cores) from SRC, a llama.cpp
+    tree or a llama-cpp-python tree (vendor/llama.cpp with its bindings),
+    or from a llama-cpp-python release (--llama-cpp-python). The folder is
+    cached under $LOGITLAB_CACHE/llama-builds by a hash of the source files,
+    the flags and the compiler: the same sources and flags build once. Load
+    it with the llamacpp engine's lib option; each build runs in a process
+    of its own. Prints the folder.
+
+    \b
+    Examples:
+      logitlab build llamacpp --llama-cpp-python 0.3.36 -D GGML_NATIVE=OFF -o generic
+      logitlab ab --candidate lib=generic
+      logitlab build llamacpp ../llama.cpp -o ../llama.cpp/build-lib
+      logitlab bisect v1..v2 --repo ../llama.cpp --build 'logitlab build llamacpp . -q -o .logitlab-lib' \\
+          --probe numerics -- 'llamacpp:?lib=.logitlab-lib'
+    """
+    from logitlab.engines.llamacpp_build import build_library, find_source, normalize_flags, release_source
+    from logitlab.jsonio import to_jsonable
+
+    if (opts["source"] is None) == (opts["release"] is None):
+        raise InputError("give the sources: SRC (a llama.cpp or llama-cpp-python tree) or --llama-cpp-python "
+                         "VERSION, not both")
+    flags = normalize_flags(opts["defines"])
+    output = Path(opts["output"]).expanduser() if opts["output"] else None
+    if output is not None and output.exists() and not _is_library_folder(output):
+        raise InputError(f"--output {opts['output']} exists and is not a library folder of logitlab build: "
+                         "give a new folder")
+    tree = release_source(opts["release"]) if opts["release"] else find_source(opts["source"])
+    with make_progress(opts["quiet"]) as progress:
+        task = progress.add_task(f"building llama.cpp ({tree.origin})", total=None)
+
+        def on_progress(done: int, total: int, line: str) -> None:
+            progress.update(task, completed=done, total=total)
+
+        result = build_library(tree, flags, jobs=opts["jobs"], on_progress=on_progress)
+    folder = result.folder
+    if output is not None:
+        if output.exists():
+            shutil.rmtree(output)
+        shutil.copytree(folder, output, symlinks=True)
+        folder = output.resolve()
+    if opts["json_path"]:
+        data = json.dumps(to_jsonable({"folder": str(folder), "cache": str(result.folder), "key": result.key,
+                                       "cached": result.cached, "seconds": round(result.seconds, 1),
+                                       "meta": result.meta}), indent=1)
+        if opts["json_path"] == "-":
+            click.echo(data)
+            return
+        Path(opts["json_path"]).write_text(data + "\n")
+    how = ("cached, built before" if result.cached
+           else f"built in {int(result.seconds // 60)} min {result.seconds % 60:.0f} s")
+    if not opts["quiet"]:
+        click.echo(f"llama.cpp library ({tree.origin}, {' '.join(flags) or 'default flags'}): {how}", err=True)
+    click.echo(str(folder))
+
+
+def _is_library_folder(path: Path) -> bool:
+    from logitlab.engines.build_cache import read_meta
+
+    meta = read_meta(path)
+    return bool(meta and meta.get("kind") == "llama.cpp library")
