@@ -1,9 +1,9 @@
 """Two builds of llama.cpp itself (issue #34): a library folder built from real llama.cpp sources (the ones a
 llama-cpp-python release vendors), loaded with ``lib=DIR``, compared with the installed build.
 
-The builds are real and cached (:mod:`logitlab.engines.llamacpp_build`: about 1.5 min each on 2 cores, once;
-later runs are cache hits): the installed release's llama.cpp with generic flags (``GGML_NATIVE=OFF``: AVX2, no
-AVX-512), and the previous release's, whose C API differs from the installed bindings.
+The builds are real and cached (:mod:`logitlab.engines.llamacpp_build`: about 1.5-2.5 min each on 2 cores,
+once; later runs are cache hits): the installed release's llama.cpp and the previous release's (whose C API
+differs from the installed bindings), both with generic flags (``GGML_NATIVE=OFF``: AVX2, no AVX-512).
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def generic():
 
 @pytest.fixture(scope="module")
 def previous():
-    """The previous release's llama.cpp, default flags, with its own bindings."""
-    return build_library(release_source(PREVIOUS)).folder
+    """The previous release's llama.cpp, generic flags, with its own bindings."""
+    return build_library(release_source(PREVIOUS), GENERIC).folder
 
 
 def _cpu_flags() -> set[str]:
@@ -188,3 +188,50 @@ def test_the_previous_release_with_its_own_bindings_runs(previous):
         assert np.isfinite(out.logits).all() and out.logits.shape[1] == engine.n_vocab
     finally:
         engine.close(wait=True)
+
+
+def test_bisect_over_real_release_history_builds_each_step_with_logitlab_build(previous, generic, tmp_path):
+    """A repository of two real releases' sources (scripts/llama_release_history.py); bisect's build step is
+    ``logitlab build`` (both builds are the fixtures' cache hits: same source files, same flags). The two
+    releases' llama.cpp give this workload the same bits (ab says so too, docs/commands/build.md), so BAD is not
+    bad and there is nothing to bisect: exit 2, with GOOD's and BAD's builds and the probe's verdict."""
+    repo = tmp_path / "history"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "llama_release_history.py"
+    made = subprocess.run([sys.executable, str(script), str(repo), PREVIOUS, llama_cpp_python_version()],
+                          capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    tags = subprocess.run(["git", "-C", str(repo), "tag"], capture_output=True, text=True).stdout.split()
+    assert tags == [f"v{PREVIOUS}", f"v{llama_cpp_python_version()}"]
+    build = f"{sys.executable} -m logitlab build llamacpp . -q -D GGML_NATIVE=OFF -o .logitlab-lib"
+    out = tmp_path / "bisect.json"
+    proc = logitlab("bisect", f"v{PREVIOUS}..v{llama_cpp_python_version()}", "--repo", str(repo), "--build", build,
+                    "--probe", "numerics", "--tokens", "4", "--quiet", "--json", str(out), "--", "lib=.logitlab-lib")
+    assert proc.returncode == 2, proc.stderr
+    assert "is not bad: bit-exact with GOOD" in proc.stderr, proc.stderr
+    assert subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True,
+                          text=True).stdout == ""  # the build folder is ignored; the checkout restored
+    meta = json.loads((repo / ".logitlab-lib" / "logitlab.json").read_text())
+    assert meta["key"] in (previous.name, generic.name)  # a cache hit of a fixture's build
+
+
+def test_history_series_per_build(previous, generic, tmp_path):
+    """Each build recorded under its own tag: one series point per build, each record naming its library."""
+    hist = tmp_path / "hist"
+    for tag, folder in ((f"v{PREVIOUS}-generic", previous), (f"v{llama_cpp_python_version()}-generic", generic)):
+        proc = logitlab("ab", "--prompt", SHORT_PROMPT, "--tokens", "2", "--repeats", "1", "--warmup", "0",
+                        "--quiet", "--candidate", f"lib={folder}", "--record", str(hist), "--commit", tag)
+        assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "show.json"
+    proc = logitlab("history", "show", "--dir", str(hist), "--json", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(out.read_text())
+    text = json.dumps(shown)
+    assert f"v{PREVIOUS}-generic" in text and f"v{llama_cpp_python_version()}-generic" in text
+    records = sorted(hist.rglob("*.json"))
+    libraries = set()
+    for path in records:
+        data = json.loads(path.read_text())
+        changes = data.get("manifest", {}).get("candidate_engine_changes") or {}
+        if "library" in changes:
+            libraries.add(changes["library"]["path"])
+    assert libraries == {str(previous / "lib"), str(generic / "lib")}

@@ -168,15 +168,17 @@ def _files(folder: Path) -> list[Path]:
     out = []
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("build"))
-        out.extend(Path(dirpath) / name for name in sorted(filenames) if not name.endswith(".pyc"))
+        out.extend(Path(dirpath) / name for name in sorted(filenames)
+                   if not name.endswith(".pyc") and name != ".git")  # a submodule's pointer file
     return out
 
 
 def source_digest(tree: SourceTree) -> str:
     """SHA-256 (hex) over every source file's relative path and bytes, the llama.cpp tree and the bindings.
 
-    Folders named ``build*``, ``.git``, ``__pycache__`` and ``node_modules`` are left out (a build inside the
-    tree does not change the key).
+    Folders named ``build*``, ``.git``, ``__pycache__`` and ``node_modules`` and a ``.git`` file (a submodule's
+    pointer) are left out: a build inside the tree does not change the key, and a checkout of the same files in
+    a repository has the key of the unpacked release.
     """
     digest = hashlib.sha256()
     for label, folder in (("llama.cpp", tree.llama_cpp), ("bindings", tree.bindings)):
