@@ -53,7 +53,8 @@ def test_aa_passes_require_bit_exact(tmp_path):
     (["--candidate", "flash=1"], "error: unknown llamacpp option 'flash'; valid options: "),
     (["--candidate", "flash_attn"], "error: model file flash_attn does not exist (a variant spec's bare word is read "
                                     "as a model file; an engine option is KEY=VALUE, e.g. flash_attn=1)"),
-    (["--control", "n_ctx=16", "--candidate", "n_ctx=16"], "exceeds the control's context of 16"),
+    (["--control", "n_ctx=16", "--candidate", "n_ctx=16"],
+     "exceeds the control's context of 16 tokens; shorten the prompt or --tokens, or pass a larger n_ctx=..."),
     (["--tokens", "0"], "error: --tokens must be at least 1"),
     (["--top-k", "100000"], "error: --top-k 100000 reaches the vocabulary of 49152 tokens: the top-k set would be"),
     (["--explain", "--explain-positions", "0"], "error: --explain-positions must be at least 1, got 0"),
@@ -90,7 +91,9 @@ def test_missing_prompt_file(tmp_path):
     (["--repeats", "auto", "--max-repeats", "2"], "error: --max-repeats must be an integer from 3 (the first look) "
                                                   "to 100, got 2"),
     (["--max-time", "10m"], "error: --max-time is the budget of --repeats auto; with --repeats 1 drop it"),
-    (["--candidate", "n_ctx=16"], "error: prompt (12 tokens) + --tokens 8 = 20 exceeds the candidate's context of 16"),
+    (["--candidate", "n_ctx=16"], "error: the prompt (12 tokens) + --tokens 8 = 20 exceeds the candidate's context "
+                                  "of 16 tokens; shorten the prompt or --tokens, or pass a larger n_ctx=... in the "
+                                  "variant"),
     (["--json", "."], "error: --json . is a folder; give a file path"),
     (["--markdown", "/proc/report.md"], "error: --markdown /proc/report.md cannot be written"),
 ])

@@ -83,10 +83,10 @@ def test_unwritable_outputs_bad_prompt_files_and_long_prompts_are_one_line(tmp_p
         (["determinism", "--json", "/proc/x.json"], "error: --json /proc/x.json cannot be written: "),
         (["determinism", "--prompt-file", str(tmp_path / "bin.txt")], "is not UTF-8 text"),
         (["batch", "--prompt-file", str(tmp_path / "long.txt")],
-         "error: the prompt (2001 tokens) exceeds the context of 512 tokens: shorten the prompt, or pass a larger "
-         "n_ctx=... in --variant"),
+         "error: the prompt (2001 tokens) exceeds the context of 512 tokens; shorten the prompt, or pass a larger "
+         "n_ctx=... in the variant"),
         (["prefill-decode", "--prompt-file", str(tmp_path / "long.txt"), "--tokens", "4"],
-         "error: the prompt (2001 tokens) + --tokens 4 = 2005 tokens exceeds the context of 512 tokens"),
+         "error: the prompt (2001 tokens) + --tokens 4 = 2005 exceeds the context of 512 tokens"),
     ]
     for args, message in cases:
         proc = logitlab("invariance", *args, "--quiet")

@@ -54,7 +54,8 @@ def test_prompts_file_jsonl(tmp_path):
     (["--k", "0", "2"], "error: --k values must be integers >= 1, got 0"),
     (["--k", "two"], "error: --k takes integers >= 1 (e.g. --k 1 2 4 8), got 'two'"),
     (["--tokens", "0"], "error: --tokens must be at least 1, got 0"),
-    (["--options", "n_ctx=16,n_threads_batch=1"], "exceeds the context of 16; shorten the prompt or --tokens"),
+    (["--options", "n_ctx=16,n_threads_batch=1"], "exceeds the context of 16 tokens; shorten the prompt or --tokens, "
+                                                  "or pass a larger n_ctx=... in the variant"),
     (["--guard", "sometimes"], "error: --guard takes a margin in logits (e.g. 0.5), 'auto' or 'off'"),
     (["--prompts", "/nonexistent/p.jsonl"], "error: cannot read --prompts /nonexistent/p.jsonl"),
     (["--model", "/nonexistent/m.gguf"], "error: model file /nonexistent/m.gguf does not exist"),

@@ -116,6 +116,11 @@ def test_filters_that_keep_nothing_and_a_too_small_max_bytes_are_errors(tmp_path
         with pytest.raises(InputError, match=message):
             dump_variant(control, SHORT_PROMPT, N_DECODE, tmp_path / str(i), **kwargs)
         assert not (tmp_path / str(i)).exists()  # nothing written, not even a manifest: the folder it made is gone
+    with pytest.raises(InputError, match=r"^the prompt \(12 tokens\) \+ --tokens 2 = 14 exceeds the context of 8 "
+                                         r"tokens; shorten the prompt or --tokens, or pass a larger n_ctx=\.\.\. in "
+                                         r"the variant$"):
+        dump_variant(variant("n_ctx=8", "control"), SHORT_PROMPT, N_DECODE, tmp_path / "small")
+    assert not (tmp_path / "small").exists()
     (tmp_path / "mine").mkdir()
     with pytest.raises(InputError, match="--layers 99 matches no layer"):
         dump_variant(control, SHORT_PROMPT, N_DECODE, tmp_path / "mine", select=TensorFilter.parse(layers="99"))

@@ -116,7 +116,8 @@ def test_context_is_max_length_and_overflow_is_input_error():
         assert engine.n_ctx == 16
         with engine.open_session() as session:
             session.prefill(list(range(10)))
-            with pytest.raises(InputError, match=r"17 tokens exceed the context of 16"):
+            with pytest.raises(InputError, match=r"^the session \(10 tokens\) \+ 7 more = 17 exceeds the context of 16 "
+                                                 r"tokens; shorten the prompt or --tokens$"):
                 session.decode(list(range(7)))
     finally:
         engine.close()

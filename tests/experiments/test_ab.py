@@ -83,7 +83,7 @@ def test_speed_decision_over_blocks():
 @pytest.mark.engine
 def test_prompt_longer_than_context():
     cfg = config("n_ctx=16", "n_ctx=16")
-    with pytest.raises(InputError, match="exceeds the control's context of 16"):
+    with pytest.raises(InputError, match="exceeds the control's context of 16 tokens; "):
         run_ab(cfg)
 
 

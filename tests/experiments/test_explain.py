@@ -89,7 +89,7 @@ class ToyEngine(Engine):
     name = "explain-toy"
     ABILITIES = frozenset({"logits", "sessions", "rollback"})
     OPTIONS = {key: (float, key) for key in ("eps", "far_size", "nondet", "batched", "verify")}
-    OPTIONS.update({key: (int, key) for key in ("far", "tie", "local")})
+    OPTIONS.update({key: (int, key) for key in ("far", "tie", "local", "n_ctx")})
 
     def _load(self):
         pass
@@ -106,6 +106,10 @@ class ToyEngine(Engine):
     @property
     def n_vocab(self):
         return VOCAB
+
+    @property
+    def n_ctx(self):
+        return self.options.get("n_ctx")
 
 
 register_engine("explain-toy", f"{__name__}:ToyEngine")
@@ -217,6 +221,16 @@ def test_report_json_round_trip_and_twenty_lines_per_position(tmp_path):
 def test_bad_config(kwargs, message):
     with pytest.raises(InputError, match=message):
         explain(**kwargs)
+
+
+def test_a_context_too_small_is_refused_before_any_run_naming_the_side():
+    with pytest.raises(InputError, match=r"^the prompt \(25 tokens\) \+ --tokens 24 \+ 1 more = 50 exceeds the "
+                                         r"candidate's context of 49 tokens; shorten the prompt or --tokens, or pass a "
+                                         r"larger n_ctx=\.\.\. in the variant$"):
+        explain("", "n_ctx=49")
+    with pytest.raises(InputError, match=r"^the prompt \(25 tokens\) \+ --tokens 24 \+ 1 more = 50 exceeds the "
+                                         r"context of 49 tokens; "):  # one engine (M=1 vs M=K): no side named
+        explain("n_ctx=49", k=2)
 
 
 def test_causes_are_the_issues_words():

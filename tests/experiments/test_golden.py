@@ -94,6 +94,22 @@ def test_flash_attention_fails_bit_exact_and_passes_near_tie(golden_root):
     assert same.bar.allow == "bit-exact" and "applies only when they change" in same.bar_reason
 
 
+def test_a_context_too_small_for_the_prompts_or_the_golden_is_refused(golden_root, tmp_path):
+    root, manifest = golden_root
+    first = manifest.prompts[0]
+    n_prompt, n_total = len(first.prompt_ids), len(first.input_ids)
+    with pytest.raises(InputError, match=rf"^the prompt 'capital' \({n_prompt} tokens\) \+ --tokens 8 = {n_total} "
+                                         r"exceeds the context of 8 tokens; shorten the prompt or --tokens, or pass a "
+                                         r"larger n_ctx=\.\.\. in the variant$"):
+        record_golden(RecordConfig(Variant("golden", "llamacpp", options={"n_ctx": 8}), PROMPTS, N_DECODE),
+                      tmp_path / "small")
+    # a golden's tokens are given: only a larger context helps
+    with pytest.raises(InputError, match=rf"^the golden's prompt 'capital' \({n_prompt} tokens\) \+ --tokens 8 = "
+                                         rf"{n_total} exceeds the context of 8 tokens; pass a larger n_ctx=\.\.\. in "
+                                         r"the variant$"):
+        check_golden(CheckConfig(str(root), overrides=VariantOverrides(options={"n_ctx": "8"})))
+
+
 def test_another_device_key_strict_refuses_fallback_judges(golden_root, tmp_path):
     root, manifest = golden_root
     other = tmp_path / "other-root"
@@ -200,6 +216,10 @@ def test_exported_kld_file_reads_back_against_the_same_engine(tmp_path):
         check_kld_base(tmp_path / "golden.kld", Variant("current", "llamacpp"), bar=Bar(allow="near-tie"))
     with pytest.raises(InputError, match="between 3 and the shortest"):
         export_kld_base(manifest, tmp_path / "y.kld", n_ctx=shortest + 1)
+    with pytest.raises(InputError, match=rf"^a chunk of .*golden\.kld \({shortest} tokens\) exceeds the context of 16 "
+                                         r"tokens; pass a larger n_ctx=\.\.\. in the variant$"):
+        check_kld_base(tmp_path / "golden.kld", Variant("small", "llamacpp", options={"n_ctx": "16"}),
+                       bar=Bar(max_kld_mean=1e-4))
 
 
 def test_exported_decode_positions_carry_the_prefill_decode_difference(golden_root, tmp_path):

@@ -115,12 +115,12 @@ def test_stacked_batch_rows_are_reported_as_copy_and_position():
 def test_prompt_longer_than_the_context_names_what_each_probe_needs():
     long_prompt = "x" * 5000  # the fake engine: one token per character, a context of 4096
     variant = parse_variant("", "probe", default_engine="fake")
-    with pytest.raises(InputError, match=r"^the prompt \(5000 tokens\) exceeds the context of 4096 tokens: "
+    with pytest.raises(InputError, match=r"^the prompt \(5000 tokens\) exceeds the context of 4096 tokens; "
                                          r"shorten the prompt$"):
         run_invariance(InvarianceConfig(probe="batch", variant=variant, prompt=long_prompt))
     for name in ("prefill-decode", "determinism"):
-        with pytest.raises(InputError, match=r"^the prompt \(5000 tokens\) \+ --tokens 3 = 5003 tokens exceeds "
-                                             r"the context of 4096 tokens: shorten the prompt or --tokens$"):
+        with pytest.raises(InputError, match=r"^the prompt \(5000 tokens\) \+ --tokens 3 = 5003 exceeds "
+                                             r"the context of 4096 tokens; shorten the prompt or --tokens$"):
             run_invariance(InvarianceConfig(probe=name, variant=variant, prompt=long_prompt, n_decode=3))
 
 

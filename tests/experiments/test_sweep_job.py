@@ -86,14 +86,14 @@ def test_a_failing_job_is_recorded_and_the_next_runs():
     cache = EngineCache(2)
     failed = run_job(small, cache=cache)
     assert failed.status == "failed" and failed.logits_hash is None
-    assert "exceeds the candidate's context of 8" in failed.error
+    assert "exceeds the candidate's context of 8 tokens" in failed.error
     ok = run_job(fits, cache=cache)
     assert ok.ok and ok.logits_hash
     summary = summarize("t", matrix.to_dict(), {}, matrix.jobs(), {failed.key: failed, ok.key: ok})
     assert [(c.status, c.verdict) for c in summary.cells] == [("failed", None), ("ok", "bit-exact")]
     assert summary.counts() == {"ok": 1, "failed": 1, "pending": 0}
     text = report.markdown(summary)
-    assert "failed jobs (1)" in text and "exceeds the candidate's context of 8" in text
+    assert "failed jobs (1)" in text and "exceeds the candidate's context of 8 tokens" in text
 
 
 def test_verify_job_and_its_cell():

@@ -249,7 +249,8 @@ def test_bad_config(change, message):
 def test_context_too_small_names_the_prompt_and_keeps_no_partial_work():
     engine = ToyEngine(model="toy", options={"n_ctx": 45})
     config = VerifyConfig(variant=Variant("verify", "toy"), prompts=PROMPTS, ks=(2,), n_decode=32)
-    with pytest.raises(InputError, match=r"prompt 'b' \(19 tokens\) \+ --tokens 32 = 51 exceeds the context of 45") \
+    with pytest.raises(InputError, match=r"^the prompt 'b' \(19 tokens\) \+ --tokens 32 = 51 exceeds the context "
+                                         r"of 45 tokens; shorten the prompt or --tokens, or pass a larger n_ctx=") \
             as info:
         VerifyExperiment(config, engine=engine).run()
     assert info.value.partial.sweep == []

@@ -34,6 +34,7 @@ from logitlab.dumps.format import format_label
 from logitlab.dumps.manifest import DumpManifest, StepInfo, TensorEntry
 from logitlab.dumps.sizes import format_bytes
 from logitlab.dumps.step_writer import DumpWriteError, StepWriter
+from logitlab.engines.base import check_fits
 from logitlab.errors import EngineError, InputError
 from logitlab.events import Event
 
@@ -270,22 +271,20 @@ class ManifestSaver:
 
 
 def check_capture_inputs(engine: Any, prompt_ids: Sequence[int], n_decode: int, replay: Sequence[int] | None,
-                         select: TensorFilter, *, context_hint: str = "") -> list[int]:
+                         select: TensorFilter) -> list[int]:
     """Check a capture's inputs before the engine runs; returns the positions the filter keeps.
 
     Raises:
         InputError: ``replay`` shorter than ``n_decode``, an empty prompt, more
-            tokens than the engine's context (``context_hint`` is appended to
-            the message), or ``--positions`` that keep none of the run's positions.
+            tokens than the engine's context (:func:`~logitlab.engines.base.check_fits`),
+            or ``--positions`` that keep none of the run's positions.
     """
     if replay is not None and len(replay) < n_decode:
         raise InputError(f"replay has {len(replay)} tokens, {n_decode} needed")
     if not prompt_ids:
         raise InputError("the prompt has no tokens")
     n_total = len(prompt_ids) + n_decode
-    if engine.n_ctx is not None and n_total > engine.n_ctx:
-        raise InputError(f"prompt + tokens = {n_total} tokens exceed the context of {engine.n_ctx}; "
-                         f"shorten the prompt or --tokens{context_hint}")
+    check_fits(engine, len(prompt_ids), n_decode)
     positions = [p for p in range(n_total) if select.keeps_position(p)]
     if not positions:
         raise InputError(f"--positions {format_ranges(select.positions or ())} matches no position: this run has "

@@ -35,6 +35,55 @@ ABILITIES: dict[str, str] = {
 }
 
 
+def check_fits(engine: Any, n_prompt: int, n_decode: int = 0, *, what: str = "the prompt", name: str | None = None,
+               side: str | None = None, extra: int = 0, fixed: bool = False) -> None:
+    """Check that a prompt and its decode tokens fit the engine's context, before anything runs.
+
+    The one context-length check: every experiment, capture and session asks it, so the
+    message reads the same everywhere, e.g. ``the prompt 'story' (57 tokens) + --tokens 64 = 121
+    exceeds the control's context of 64 tokens; shorten the prompt or --tokens, or pass a larger
+    n_ctx=... in the variant``.
+
+    Args:
+        engine (Engine | SupervisedEngine): any object with ``n_ctx`` (tokens; None: no limit
+            known, nothing is checked). The advice to pass a larger ``n_ctx=...`` is given only where
+            the engine has an ``n_ctx`` option (in ``OPTIONS``, or in a supervised engine's
+            ``engine_cls.OPTIONS``).
+        n_prompt (int): tokens of the prompt (for a session: the tokens it holds).
+        n_decode (int): tokens decoded after it (``--tokens``). Defaults to 0 (not named).
+        what (str): the tokens in words. Defaults to ``"the prompt"``.
+        name (str): the prompt's name, quoted after ``what``; None when it has none.
+        side (str): which engine of a pair (``"control"``, ``"candidate"``): ``the control's
+            context``; None when one engine runs.
+        extra (int): tokens appended beyond ``n_prompt + n_decode`` (``+ 1 more``). Defaults to 0.
+        fixed (bool): the tokens are given (a golden's recording, a base file's chunks) and cannot be
+            shortened: the advice is a larger context only. Defaults to False.
+
+    Raises:
+        InputError: ``n_prompt + n_decode + extra`` tokens exceed ``engine.n_ctx``.
+    """
+    n_ctx = engine.n_ctx
+    total = n_prompt + n_decode + extra
+    if n_ctx is None or total <= n_ctx:
+        return
+    parts = [f"{what}{f' {name!r}' if name is not None else ''} ({n_prompt} tokens)"]
+    if n_decode:
+        parts.append(f"--tokens {n_decode}")
+    if extra:
+        parts.append(f"{extra} more")
+    amount = " + ".join(parts) + (f" = {total}" if len(parts) > 1 else "")
+    options = getattr(engine, "OPTIONS", None)
+    if options is None:
+        options = getattr(getattr(engine, "engine_cls", None), "OPTIONS", {})
+    advice = [] if fixed else ["shorten the prompt" + (" or --tokens" if n_decode or extra else "")]
+    if "n_ctx" in options:
+        advice.append("pass a larger n_ctx=... in the variant")
+    elif fixed:
+        advice.append("use an engine with a larger context")
+    context = f"the {side}'s context" if side else "the context"
+    raise InputError(f"{amount} exceeds {context} of {n_ctx} tokens; {', or '.join(advice)}")
+
+
 @dataclass(frozen=True)
 class StepTiming:
     """Wall-clock time of one engine call.
@@ -116,12 +165,10 @@ class Session:
         tokens = [int(t) for t in tokens]
         if not tokens:
             raise InputError(f"{kind} needs at least one token")
-        n_ctx = self.engine.n_ctx
-        if n_ctx is not None and self.n_past + len(tokens) > n_ctx:
-            raise InputError(
-                f"{self.n_past + len(tokens)} tokens exceed the context of {n_ctx}; "
-                "shorten the prompt or --tokens, or raise n_ctx"
-            )
+        if self.n_past:
+            check_fits(self.engine, self.n_past, what="the session", extra=len(tokens))
+        else:
+            check_fits(self.engine, len(tokens))
         hook = self._prefill if kind == "prefill" else self._decode
         start = time.perf_counter()
         logits = hook(tokens)

@@ -18,7 +18,7 @@ from logitlab.engines import llamacpp_library as library
 from logitlab.engines import llamacpp_repack as repack
 from logitlab.engines.base import BatchRun, Engine, Session
 from logitlab.engines.options import positive_int, to_bool
-from logitlab.errors import EngineError, InputError
+from logitlab.errors import EngineError
 from logitlab.models import check_gguf, default_model_path, file_sha256
 
 #: ggml tensor types accepted for the KV cache (``type_k`` / ``type_v``): name -> ``enum ggml_type``
@@ -239,11 +239,3 @@ class LlamaCppEngine(Engine):
             "load_seconds": round(self.load_seconds, 4),
         }
 
-
-def check_context(engine: Engine, n_tokens: int) -> None:
-    """Raise InputError if ``n_tokens`` do not fit the engine's context."""
-    if engine.n_ctx is not None and n_tokens > engine.n_ctx:
-        raise InputError(
-            f"prompt + tokens = {n_tokens} tokens exceed the context of {engine.n_ctx}; "
-            "shorten the prompt or --tokens, or pass n_ctx=... in the variant"
-        )

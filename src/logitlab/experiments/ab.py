@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from logitlab.engines.base import Engine
+from logitlab.engines.base import Engine, check_fits
 from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.topk import TopKRows, key_kind, rekey_by_text
 from logitlab.engines.variant import Variant
@@ -206,7 +206,6 @@ class AbExperiment(Experiment):
     def _start(self, probe: Engine, candidate: Engine) -> AbResult:
         cfg = self.config
         prompt_ids = probe.tokenize(cfg.prompt)
-        total = len(prompt_ids) + cfg.n_decode
         loaded = [(CONTROL, probe)]
         try:
             candidate.n_vocab  # noqa: B018 - a supervised candidate's load is waited for here
@@ -215,11 +214,7 @@ class AbExperiment(Experiment):
             self._load_crash = crash
         for label, engine in loaded:
             check_top_k(cfg.top_k, engine.n_vocab)
-            if engine.n_ctx is not None and total > engine.n_ctx:
-                raise InputError(
-                    f"prompt ({len(prompt_ids)} tokens) + --tokens {cfg.n_decode} = {total} exceeds the {label}'s "
-                    f"context of {engine.n_ctx}; shorten the prompt or --tokens, or raise n_ctx"
-                )
+            check_fits(engine, len(prompt_ids), cfg.n_decode, side=label)
         self._probe_describe = probe.describe()
         self._detokenize = probe.detokenize
         manifest = build_manifest(self._probe_describe, cfg.control, cfg.candidate)

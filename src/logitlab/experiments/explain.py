@@ -65,7 +65,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from logitlab.engines.base import Engine
+from logitlab.engines.base import Engine, check_fits
 from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.supervised import call_engine, engine_supports
 from logitlab.engines.variant import Variant
@@ -152,11 +152,11 @@ class ExplainExperiment(Experiment):
             raise InputError("the prompt tokenizes to no tokens")
         if cfg.mode == "ab" and crossengine.needs_check(cfg.control, cfg.candidate):
             crossengine.check_tokenizers(control, candidate, cfg.prompt)
-        for engine in {id(control): control, id(candidate): candidate}.values():
+        sides = {id(control): ("control", control), id(candidate): ("candidate", candidate)}
+        for side, engine in sides.values():
             check_top_k(cfg.top_k, engine.n_vocab)
-            if engine.n_ctx is not None and len(ids) + cfg.n_decode + 1 > engine.n_ctx:
-                raise InputError(f"the prompt ({len(ids)} tokens) + --tokens {cfg.n_decode} exceeds the context of "
-                                 f"{engine.n_ctx}; shorten the prompt or --tokens")
+            # extra=1: the margin of one position this check has always kept
+            check_fits(engine, len(ids), cfg.n_decode, side=side if len(sides) > 1 else None, extra=1)
         if cfg.mode == "verify":
             control.require("sessions", "explain --k (M=1 vs M=K verify blocks)")
         manifest = build_manifest(control.describe(), cfg.control, cfg.candidate or cfg.control)

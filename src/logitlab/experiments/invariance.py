@@ -35,7 +35,7 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from logitlab.engines.base import Engine
+from logitlab.engines.base import Engine, check_fits
 from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.supervised import call_engine, engine_supports
 from logitlab.engines.variant import Variant
@@ -292,14 +292,7 @@ class InvarianceProbe(Experiment):
             raise InputError("the prompt has no tokens")
         check_top_k(cfg.top_k, engine.n_vocab)
         # batch runs the prompt alone (no --tokens); the other probes append --tokens greedy tokens.
-        bigger = ", or pass a larger n_ctx=... in --variant" if "n_ctx" in getattr(engine, "OPTIONS", {}) else ""
-        if engine.n_ctx is not None and cfg.probe == "batch" and len(ids) > engine.n_ctx:
-            raise InputError(f"the prompt ({len(ids)} tokens) exceeds the context of {engine.n_ctx} tokens: shorten "
-                             f"the prompt{bigger}")
-        total = len(ids) + cfg.n_decode
-        if engine.n_ctx is not None and cfg.probe != "batch" and total > engine.n_ctx:
-            raise InputError(f"the prompt ({len(ids)} tokens) + --tokens {cfg.n_decode} = {total} tokens exceeds "
-                             f"the context of {engine.n_ctx} tokens: shorten the prompt or --tokens{bigger}")
+        check_fits(engine, len(ids), 0 if cfg.probe == "batch" else cfg.n_decode)
         self._detokenize = engine.detokenize
         manifest = build_manifest(engine.describe(), cfg.variant)
         return InvarianceResult(probe=cfg.probe, config=cfg.to_dict(), manifest=manifest, prompt_ids=list(ids))

@@ -26,6 +26,7 @@ import numpy as np
 
 from logitlab.dumps.golden_format import GoldenLogits, GoldenManifest
 from logitlab.dumps.llamacpp_kld import kld_base_size, read_kld_base, write_kld_base
+from logitlab.engines.base import check_fits
 from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.supervised import call_engine, load_supervised
 from logitlab.engines.variant import Variant
@@ -139,9 +140,7 @@ def check_kld_base(path: str | Path, variant: Variant, *, bar: Bar | None = None
         if engine.n_vocab != base.n_vocab:
             raise InputError(f"{path} was written for a vocabulary of {base.n_vocab}, this engine has "
                              f"{engine.n_vocab}: it is for another model or tokenizer")
-        if engine.n_ctx is not None and base.n_ctx > engine.n_ctx:
-            raise InputError(f"{path} has chunks of {base.n_ctx} tokens, more than this engine's context of "
-                             f"{engine.n_ctx}: raise n_ctx")
+        check_fits(engine, base.n_ctx, what=f"a chunk of {path}", fixed=True)
         described = {k: v for k, v in engine.describe().items() if k != "load_seconds"}
         bos = _bos(engine)
         settings = call_engine(engine, _peer_settings, "llama-perplexity", phase="peer settings")

@@ -45,7 +45,7 @@ from logitlab.dumps.golden_format import (
     store_bytes,
     write_manifest,
 )
-from logitlab.engines.base import Engine
+from logitlab.engines.base import Engine, check_fits
 from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.topk import TopKRows
 from logitlab.engines.variant import Variant
@@ -231,9 +231,7 @@ def _tokenize(engine: Engine, prompts: Sequence[Prompt], n_decode: int) -> list[
         tokens = engine.tokenize(prompt.text)
         if not tokens:
             raise InputError(f"prompt {prompt.name!r} tokenizes to no tokens")
-        if engine.n_ctx is not None and len(tokens) + n_decode > engine.n_ctx:
-            raise InputError(f"prompt {prompt.name!r} ({len(tokens)} tokens) + --tokens {n_decode} exceeds the "
-                             f"context of {engine.n_ctx}; shorten it or --tokens, or raise n_ctx")
+        check_fits(engine, len(tokens), n_decode, name=prompt.name)
         ids.append(tokens)
     return ids
 
@@ -468,9 +466,8 @@ def check_golden(config: CheckConfig, *, on_event: Event | None = None) -> Golde
         checks = []
         with GoldenLogits(manifest) as reader:
             for i, prompt in enumerate(manifest.prompts):
-                if engine.n_ctx is not None and len(prompt.input_ids) > engine.n_ctx:
-                    raise InputError(f"prompt {prompt.name!r} of the golden needs {len(prompt.input_ids)} positions, "
-                                     f"more than this engine's context of {engine.n_ctx}: raise n_ctx")
+                check_fits(engine, len(prompt.prompt_ids), len(prompt.generated_ids), what="the golden's prompt",
+                           name=prompt.name, fixed=True)
                 try:
                     logits, _ = _run(engine, variant, prompt.prompt_ids, len(prompt.generated_ids),
                                      prompt.generated_ids)

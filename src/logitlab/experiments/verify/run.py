@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from logitlab.engines.base import Engine, Session
+from logitlab.engines.base import Engine, Session, check_fits
 from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.supervised import call_engine
 from logitlab.engines.variant import Variant
@@ -263,8 +263,8 @@ class VerifyExperiment(Experiment):
         cfg = self.config
         prompt_ids = {p.name: engine.tokenize(p.text) for p in cfg.prompts}
         cal_ids = {p.name: engine.tokenize(p.text) for p in cfg.calibration_prompts} if cfg.guard == "auto" else {}
-        self._check_context(engine, prompt_ids, "prompt")
-        self._check_context(engine, cal_ids, "calibration prompt")
+        self._check_context(engine, prompt_ids, "the prompt")
+        self._check_context(engine, cal_ids, "the calibration prompt")
         engine.require("sessions", "verify (decode of K tokens in a session)")
         call_engine(engine, check_sessions, cfg.guard is not None, phase="opening a session")
         n_guard = len(cfg.guard_fallbacks) + (cfg.guard_k not in cfg.ks) if cfg.guard is not None else 0
@@ -324,16 +324,10 @@ class VerifyExperiment(Experiment):
     # -- pieces ---------------------------------------------------------------
     def _check_context(self, engine: Engine, ids: dict[str, list[int]], what: str) -> None:
         check_top_k(self.config.top_k, engine.n_vocab)
-        n_ctx = engine.n_ctx
         for name, tokens in ids.items():
             if not tokens:
                 raise InputError(f"{what} {name!r} tokenizes to no tokens")
-            if n_ctx is not None and len(tokens) + self.config.n_decode > n_ctx:
-                raise InputError(
-                    f"{what} {name!r} ({len(tokens)} tokens) + --tokens {self.config.n_decode} = "
-                    f"{len(tokens) + self.config.n_decode} exceeds the context of {n_ctx}; "
-                    "shorten the prompt or --tokens, or pass n_ctx=... in --options"
-                )
+            check_fits(engine, len(tokens), self.config.n_decode, what=what, name=name)
 
     def _crashed(self, result: VerifyResult, crash: EngineCrashed) -> None:
         """The engine died: the verdict is ``crashed``, with the evidence; the totals cover the prompts that ran."""
