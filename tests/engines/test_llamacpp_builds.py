@@ -227,11 +227,11 @@ def test_history_series_per_build(previous, generic, tmp_path):
     shown = json.loads(out.read_text())
     text = json.dumps(shown)
     assert f"v{PREVIOUS}-generic" in text and f"v{llama_cpp_python_version()}-generic" in text
-    records = sorted(hist.rglob("*.json"))
+    records = sorted(p for p in hist.rglob("*.json") if not p.name.startswith("."))  # not the index
     libraries = set()
     for path in records:
         data = json.loads(path.read_text())
-        changes = data.get("manifest", {}).get("candidate_engine_changes") or {}
+        changes = data["manifest"]["manifest"].get("candidate_engine_changes") or {}  # the run's own manifest
         if "library" in changes:
             libraries.add(changes["library"]["path"])
     assert libraries == {str(previous / "lib"), str(generic / "lib")}
