@@ -80,7 +80,8 @@ def read_json(path: str | Path, *, what: str = "JSON file") -> Any:
     """Parse a JSON file.
 
     Raises:
-        InputError: missing, unreadable, not UTF-8, or not valid JSON (the message names the line).
+        InputError: missing, unreadable, not UTF-8, not valid JSON (the message names the line), or
+            nested too deeply for Python's parser (its RecursionError).
     """
     path = Path(path)
     try:
@@ -98,6 +99,8 @@ def read_json(path: str | Path, *, what: str = "JSON file") -> Any:
     except json.JSONDecodeError as exc:
         raise InputError(f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") \
             from None
+    except RecursionError:
+        raise InputError(f"{what} {path} nests JSON arrays or objects too deeply to be read") from None
 
 
 class ResultRecord:

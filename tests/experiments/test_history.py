@@ -25,6 +25,7 @@ from logitlab.experiments.history.store import (
     new_record,
     series_change_points,
 )
+from logitlab.experiments.history.store import _entry_digest
 
 MACHINE = "ci-runner-1"
 
@@ -106,7 +107,10 @@ def test_index_follows_added_changed_and_removed_files(tmp_path):
     (rel,) = idx["files"]
     idx["files"][rel]["metrics"]["control"]["decode"]["value"] = 12345.0
     (tmp_path / INDEX_NAME).write_text(json.dumps(idx))
-    assert store.series(MACHINE, "control", "decode").values == (12345.0,)
+    assert store.series(MACHINE, "control", "decode").values == (90.0,)  # an entry edited: its digest fails
+    idx["files"][rel]["digest"] = _entry_digest(idx["files"][rel])
+    (tmp_path / INDEX_NAME).write_text(json.dumps(idx))
+    assert store.series(MACHINE, "control", "decode").values == (12345.0,)  # digest made to match: cached
     os.utime(tmp_path / rel, ns=(1, 1))                          # touched: parsed again
     assert store.series(MACHINE, "control", "decode").values == (90.0,)
 

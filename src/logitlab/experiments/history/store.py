@@ -15,7 +15,8 @@ branches that record results only ever *add* different files: ``git merge``,
 conflict, and a reviewer reads a record in a diff. A SQLite file is one binary
 blob that git cannot merge. Queries stay fast through the derived index,
 which caches each record's summary (not its samples) keyed by file size and
-mtime, and is rebuilt for whatever changed.
+mtime, and is rebuilt for whatever changed (an entry whose own digest no
+longer matches, one damaged or edited, included).
 
 A record holds the machine key, the engine commit and its commit date, the
 run manifest, and per variant (``control``, ``candidate``, ...) per metric
@@ -75,7 +76,7 @@ __all__ = [
 SCHEMA_VERSION = 1
 #: File name of the derived index in the store's root.
 INDEX_NAME = ".index.json"
-_INDEX_VERSION = 1
+_INDEX_VERSION = 2  # 2: each entry carries the digest of its summary
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -275,6 +276,13 @@ def _summary(rec: HistoryRecord) -> dict[str, Any]:
     }
 
 
+def _entry_digest(entry: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of an index entry without its ``digest``: an entry edited or damaged since it was
+    written no longer matches and is rebuilt from its record."""
+    body = {k: v for k, v in entry.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
 @dataclass
 class HistoryStore:
     """A history folder: add records, list them, and read series.
@@ -348,7 +356,8 @@ class HistoryStore:
         changed = set(cached) != set(files)
         for rel, st in files.items():
             old = cached.get(rel)
-            if isinstance(old, dict) and old.get("size") == st.st_size and old.get("mtime_ns") == st.st_mtime_ns:
+            if (isinstance(old, dict) and old.get("size") == st.st_size and old.get("mtime_ns") == st.st_mtime_ns
+                    and old.get("digest") == _entry_digest(old)):
                 entries[rel] = old
                 continue
             rec = self.read(rel)
@@ -358,6 +367,7 @@ class HistoryStore:
                     f"record {self.root / rel} names machine {rec.machine!r} but lies in folder {folder!r}"
                 )
             entries[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, **_summary(rec)}
+            entries[rel]["digest"] = _entry_digest(entries[rel])
             changed = True
         if changed and self.root.is_dir():
             write_json(path, {"version": _INDEX_VERSION, "files": entries})
