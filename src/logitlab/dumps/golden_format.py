@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from logitlab.device import Device
+from logitlab.dumps.format import is_int
 from logitlab.dumps.safetensors_io import SafetensorsFiles, read_safetensors_header
 from logitlab.dumps.step_writer import StepWriter
 from logitlab.errors import InputError
@@ -357,8 +358,10 @@ def read_golden(folder: str | Path, *, verify: bool = True) -> GoldenManifest:
         verify: also check the logits file's SHA-256 (reads the whole file).
 
     Raises:
-        InputError: missing or damaged manifest, another kind of file, a missing logits file, or
-            one whose header or SHA-256 does not match the manifest (corrupt).
+        InputError: missing or damaged manifest (a store other than ``full`` / ``topk:K``, token ids
+            that are not integers), another kind of file, a missing logits file, or one whose header,
+            stored token ids (one row per position of each prompt, the ids its manifest lists) or
+            SHA-256 does not match the manifest (corrupt).
     """
     folder = Path(folder)
     data = read_json(folder / MANIFEST_FILE, what="golden manifest")
@@ -374,10 +377,40 @@ def read_golden(folder: str | Path, *, verify: bool = True) -> GoldenManifest:
     expected = {_key(i, "ids") for i in range(len(manifest.prompts))}
     if not expected <= set(header):
         raise InputError(f"golden {folder} is corrupt: {LOGITS_FILE} lacks tensors of {len(manifest.prompts)} prompts")
+    _check_prompts(folder, manifest, header)
     if verify and sha256_file(logits) != manifest.logits_sha256:
         raise InputError(f"golden {folder} is corrupt: {LOGITS_FILE} does not match the SHA-256 in its manifest "
                          f"({manifest.logits_sha256[:12]}…); re-record it, or restore the file")
     return manifest
+
+
+def _check_prompts(folder: Path, manifest: GoldenManifest, header: dict[str, Any]) -> None:
+    """Each prompt's stored tensors have one row per position and hold the token ids its manifest lists.
+
+    Raises:
+        InputError: see :func:`read_golden`.
+    """
+    try:
+        kind, _ = parse_store(manifest.store)
+    except InputError:
+        raise InputError(f"{folder / MANIFEST_FILE}: store {manifest.store!r} is not full or topk:K") from None
+    names = ("ids", "logits") if kind == "full" else ("ids", "topk_ids", "topk_logits", "logsumexp")
+    files = SafetensorsFiles()
+    try:
+        for i, prompt in enumerate(manifest.prompts):
+            ids = prompt.input_ids if isinstance(prompt, GoldenPrompt) else None
+            if ids is None or not all(is_int(t) for t in ids):
+                raise InputError(f"{folder / MANIFEST_FILE}: prompt {i} does not list its token ids as integers")
+            for name in names:
+                shape = header.get(_key(i, name), {}).get("shape")
+                if not shape or shape[0] != len(ids):
+                    raise InputError(f"golden {folder} is corrupt: {LOGITS_FILE} has no {_key(i, name)} with one "
+                                     f"row per position of prompt {i} ({len(ids)} in its manifest)")
+            if files.get(folder / LOGITS_FILE, _key(i, "ids")).tolist() != ids:
+                raise InputError(f"golden {folder} is corrupt: the token ids {LOGITS_FILE} holds for prompt {i} are "
+                                 f"not those its manifest lists")
+    finally:
+        files.close()
 
 
 def write_manifest(manifest: GoldenManifest, folder: str | Path) -> Path:
