@@ -12,11 +12,14 @@ into the same typed objects (nested dataclasses included, through the
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import json
 import math
 import os
 import tempfile
+import types
+import typing
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, TypeVar
 
@@ -76,12 +79,21 @@ def dumps_line(data: Any) -> str:
     return json.dumps(to_jsonable(data), allow_nan=False, separators=(",", ":"))
 
 
+class _NonFinite(ValueError):
+    """``NaN``, ``Infinity`` or ``-Infinity`` in a file read as strict JSON."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _NonFinite(name)
+
+
 def read_json(path: str | Path, *, what: str = "JSON file") -> Any:
-    """Parse a JSON file.
+    """Parse a JSON file logitlab wrote: strict JSON, as :func:`write_json` writes it.
 
     Raises:
-        InputError: missing, unreadable, not UTF-8, not valid JSON (the message names the line), or
-            nested too deeply for Python's parser (its RecursionError).
+        InputError: missing, unreadable, not UTF-8, not valid JSON (the message names the line),
+            ``NaN`` or ``Infinity`` in it (Python's json reads them, the writer never writes them:
+            they would read back as null), or nested too deeply for Python's parser (its RecursionError).
     """
     path = Path(path)
     try:
@@ -95,7 +107,10 @@ def read_json(path: str | Path, *, what: str = "JSON file") -> Any:
     except UnicodeDecodeError as exc:
         raise InputError(f"{what} {path} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_no_constant)
+    except _NonFinite as exc:
+        raise InputError(f"{what} {path} is not strict JSON: it holds {exc}, which logitlab never writes (was the "
+                         "file edited?)") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") \
             from None
@@ -170,9 +185,50 @@ class ResultRecord:
         fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         body = {k: v for k, v in data.items() if k in fields}
         try:
-            return dacite.from_dict(cls, body, config=dacite.Config(cast=[tuple], check_types=False))
+            result = dacite.from_dict(cls, body, config=dacite.Config(cast=[tuple], check_types=False))
         except (dacite.DaciteError, TypeError, ValueError, KeyError) as exc:
             raise InputError(f"damaged {cls.KIND} result: {exc}") from None
+        where = _unbuilt(result, cls, "")
+        if where is not None:
+            raise InputError(f"damaged {cls.KIND} result: {where} does not fit its type (a field missing or "
+                             "renamed?)")
+        return result
+
+
+def _unbuilt(value: Any, hint: Any, where: str) -> str | None:
+    """Where ``value`` holds a JSON object in place of a dataclass, else None.
+
+    With ``check_types=False`` dacite keeps the dict when no member of a union
+    of dataclasses (``TopKComparison | LogitComparison | None``) can be built
+    from it (a field missing): the result would then load, and break later.
+    """
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        try:
+            hints = typing.get_type_hints(type(value))
+        except Exception:  # noqa: BLE001 - an annotation that cannot be resolved is not checked
+            return None
+        for f in dataclasses.fields(value):
+            found = _unbuilt(getattr(value, f.name), hints.get(f.name, Any), f"{where}.{f.name}" if where else f.name)
+            if found is not None:
+                return found
+        return None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if isinstance(value, Mapping):
+        options = args if origin in (typing.Union, types.UnionType) else (hint,)
+        if all(o is type(None) or dataclasses.is_dataclass(o) for o in options):
+            return where or "the result"
+        if origin in (dict, collections.abc.Mapping) and len(args) == 2:
+            for key, item in value.items():
+                found = _unbuilt(item, args[1], f"{where}[{key!r}]")
+                if found is not None:
+                    return found
+        return None
+    if isinstance(value, (list, tuple)) and origin in (list, tuple) and args:
+        for i, item in enumerate(value):
+            found = _unbuilt(item, args[0], f"{where}[{i}]")
+            if found is not None:
+                return found
+    return None
 
 
 def _plain(value: Any) -> Any:

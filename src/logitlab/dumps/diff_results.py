@@ -363,7 +363,7 @@ class DumpDiffResult(ResultRecord):
                              f"logitlab reads {SCHEMA_VERSION}: run dump-diff again")
         try:
             return cls._from_dict(data)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise InputError(f"damaged dump-diff result: {exc!r}") from None
 
     @classmethod
@@ -382,10 +382,22 @@ class DumpDiffResult(ResultRecord):
         return result
 
 
+#: Most numbers a saved range list (``"0-3,7"``) may expand to: more than any dump holds.
+_MAX_EXPANDED = 10_000_000
+
+
 def _expand(text: str) -> list[int]:
+    """``"0-3,7"`` → ``[0, 1, 2, 3, 7]``.
+
+    Raises:
+        ValueError: not such a list, or one of more than ``_MAX_EXPANDED`` numbers.
+        AttributeError: not a string.
+    """
     out: list[int] = []
     for part in filter(None, (text or "").split(",")):
         lo, _, hi = part.partition("-")
+        if len(out) + int(hi or lo) - int(lo) >= _MAX_EXPANDED:
+            raise ValueError(f"the range list {text[:40]!r} expands to more than {_MAX_EXPANDED} numbers")
         out.extend(range(int(lo), int(hi or lo) + 1))
     return out
 

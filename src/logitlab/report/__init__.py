@@ -69,7 +69,7 @@ def load_result(data: Mapping[str, Any]) -> ResultRecord:
     if not isinstance(data, Mapping):
         raise InputError(f"a logitlab result is a JSON object, not a {type(data).__name__}")
     kind = data.get("kind")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         known = ", ".join(sorted(KINDS))
         what = f"kind {kind!r}" if kind else "no \"kind\""
         raise InputError(f"not a logitlab result ({what}); results of these kinds can be shown: {known}")
@@ -78,7 +78,8 @@ def load_result(data: Mapping[str, Any]) -> ResultRecord:
 
 def read_result(path: str | Path) -> ResultRecord:
     """Read a result: a ``--json`` file, the result embedded in a page written with ``--html``,
-    or the run log (``--log``, JSONL) of ab, verify or bench run.
+    the run log (``--log``, JSONL) of ab, verify or bench run, or a sweep's ``--out`` folder
+    (its summary, recomputed from the job results there: :func:`~logitlab.experiments.sweep.run.load_sweep`).
 
     A run log of an experiment that was killed gives the partial result it
     holds, its ``error`` saying so (see :mod:`logitlab.runlog`).
@@ -89,7 +90,11 @@ def read_result(path: str | Path) -> ResultRecord:
     """
     from logitlab.runlog import looks_like_run_log, read_run_log
 
-    if looks_like_run_log(path):
+    if Path(path).is_dir():
+        from logitlab.experiments.sweep.run import load_sweep
+
+        result = load_sweep(path)
+    elif looks_like_run_log(path):
         log = read_run_log(path)
         kind = log.kind or "ab"  # a log without a header: ab's reload says what it lacks
         if kind not in KINDS or not callable(getattr(result_class(kind), "from_run_log", None)):
@@ -111,7 +116,8 @@ def read_result(path: str | Path) -> ResultRecord:
 
 
 def check_renders(result: ResultRecord, path: str | Path) -> None:
-    """Build the result's report once, so that a damaged file is one clear error, not a crash mid-report.
+    """Build the result's report and its JSON once, so that a damaged file is one clear error, not a crash
+    mid-report or while ``--json`` writes it again.
 
     A result file is logitlab's own output: its typed fields are checked on
     loading, but free-form parts (config, manifest) are only read by the
@@ -122,6 +128,7 @@ def check_renders(result: ResultRecord, path: str | Path) -> None:
     """
     try:
         markdown(result)
+        result.to_dict()  # what --json writes and --html embeds
     except InputError:
         raise
     except StopIteration:

@@ -46,6 +46,10 @@ class Span:
     text: str
     style: str | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):  # a field of a damaged result file that is not text: shown as read
+            object.__setattr__(self, "text", str(self.text))
+
 
 @dataclass(frozen=True)
 class Rich:
