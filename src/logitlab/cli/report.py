@@ -35,18 +35,12 @@ def report(result_file: str, **opts: Any) -> None:
       logitlab report runs/
       logitlab report logitlab-runs/ab-20250101-120000.jsonl
     """
-    from pathlib import Path
 
     from logitlab.report import read_result
 
     check_output_paths(**report_paths(opts),
                        inputs=[result_file])
-    if Path(result_file).is_dir():  # a sweep's --out folder: the summary, recomputed from its job files
-        from logitlab.experiments.sweep.run import load_sweep
-
-        result = load_sweep(result_file)
-    else:
-        result = read_result(result_file)
+    result = read_result(result_file)  # a sweep's --out folder too: the summary, recomputed from its job files
     write_reports(result, opts)
     if not opts["quiet"]:
         show_report(result)

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from logitlab.engines.workload import RunOutput
-from logitlab.errors import Interrupted, LogitlabError
+from logitlab.errors import InputError, Interrupted, LogitlabError
 from logitlab.experiments.engine_cache import EngineCache
 from logitlab.experiments.sweep.matrix import JobSpec
 from logitlab.jsonio import ResultRecord, dumps_line
@@ -84,12 +84,19 @@ class SweepJobResult(ResultRecord):
         return self.spec.key
 
     def experiment_result(self) -> Any:
-        """The saved ``result`` typed again (an ``AbResult`` or a ``VerifyResult``), or None."""
+        """The saved ``result`` typed again (an ``AbResult`` or a ``VerifyResult``), or None.
+
+        Raises:
+            InputError: a saved result that is not a JSON object, of no known kind, or damaged.
+        """
         if self.result is None:
             return None
-        from logitlab.kinds import result_class
+        from logitlab.kinds import KINDS, result_class
 
-        return result_class(self.result.get("kind")).from_dict(self.result)
+        kind = self.result.get("kind") if isinstance(self.result, Mapping) else None
+        if not isinstance(kind, str) or kind not in KINDS:
+            raise InputError(f"job {self.key}: its saved result is not a logitlab result (kind {kind!r})")
+        return result_class(kind).from_dict(self.result)
 
 
 def worker_info(executor: str, **extra: Any) -> dict[str, Any]:

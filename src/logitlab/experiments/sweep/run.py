@@ -25,7 +25,7 @@ from logitlab.errors import InputError, Interrupted
 from logitlab.events import Event, ignore_event
 from logitlab.experiments.sweep.executors import Executor
 from logitlab.experiments.sweep.matrix import JobSpec, Matrix
-from logitlab.experiments.sweep.job import SweepJobResult
+from logitlab.experiments.sweep.job import JOB_STATUSES, SweepJobResult
 from logitlab.experiments.sweep.summary import SweepResult, summarize
 from logitlab.jsonio import dumps_line, read_json, write_json
 from logitlab.manifest import host_info, now_utc
@@ -71,9 +71,13 @@ def _read_job(path: Path) -> SweepJobResult | None:
     if not path.exists():
         return None
     try:
-        return SweepJobResult.from_dict(read_json(path, what="job result"))
+        result = SweepJobResult.from_dict(read_json(path, what="job result"))
+        result.experiment_result()  # the result it holds must read too
     except InputError:  # a damaged or foreign file counts as no result: the job runs again
         return None
+    if not isinstance(result.status, str) or result.status not in JOB_STATUSES or not isinstance(result.spec_hash, str):
+        return None  # damaged likewise
+    return result
 
 
 class _Record:
@@ -184,7 +188,12 @@ def load_sweep(folder: str | Path) -> SweepResult:
     if not path.exists():
         raise InputError(f"{folder} holds no sweep ({MANIFEST} is missing): give a sweep's --out folder or a "
                          "result file")
-    stored = SweepResult.from_dict(read_json(path, what="sweep manifest"))
+    try:
+        stored = SweepResult.from_dict(read_json(path, what="sweep manifest"))
+    except InputError as exc:
+        if str(path) in str(exc):
+            raise
+        raise InputError(f"sweep manifest {path}: {exc}") from None
     specs = [job.spec for job in stored.jobs]
     results = {}
     for spec in specs:
