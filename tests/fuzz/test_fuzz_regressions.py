@@ -2,8 +2,10 @@
 
 Each case is the smallest form of an input that made the code before the fix
 raise something other than a logitlab error (the exception and the line it
-came from are in the comment). Now each gives one clear error, or, for dump
-files, one problem line while the rest of the dump stays readable.
+came from are in the comment), or read as something other than the file
+holds, or gave an error that did not name the file. Now each gives one clear
+error naming it, or, for dump files, one problem line while the rest of the
+dump stays readable.
 """
 
 from __future__ import annotations
@@ -241,3 +243,129 @@ def test_every_damaged_case_leaves_the_seed_readable():
     assert not open_dump(DUMPS / "llamacpp").problems
     assert np.load(next((DUMPS / "npy").glob("*.npy"))).shape == (4, 4)
     assert gzip.decompress((BENCH / "pyperf.json.gz").read_bytes())
+
+
+# -- logitlab's own files: history, goldens, result files, sweep folders (#35 item 5) ---------------
+import test_fuzz_golden as golden_seed  # noqa: E402 - the seeds those fuzzers build, not their tests
+import test_fuzz_result_files as result_seed  # noqa: E402
+import test_fuzz_sweep as sweep_seed  # noqa: E402
+
+
+def test_history_index_entry_without_its_machine_is_rebuilt(tmp_path):
+    """KeyError at history/store.py:406 (``e["machine"]`` in series): an index entry damaged while its
+    record's size and mtime still matched was trusted."""
+    from logitlab.experiments.history.store import INDEX_NAME, HistoryStore
+    import test_fuzz_history as history_seed
+
+    store, _ = history_seed.store_with(tmp_path, history_seed.seed_record("ab"))
+    store.index()
+    index = json.loads((tmp_path / INDEX_NAME).read_text())
+    (entry,) = index["files"].values()
+    del entry["machine"]
+    (tmp_path / INDEX_NAME).write_text(json.dumps(index))
+    assert HistoryStore(tmp_path).series("fuzz-machine", "candidate", "decode").values
+
+
+def test_json_nested_too_deeply_in_a_history_record_is_one_input_error(tmp_path):
+    """RecursionError in read_json's json.loads (found while fixing the above)."""
+    from logitlab.experiments.history.store import HistoryStore
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "r.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(InputError, match=r"m/r.json nests JSON arrays or objects too deeply"):
+        HistoryStore(tmp_path).read("m/r.json")
+
+
+def test_golden_manifest_whose_ids_are_not_the_stored_ones_is_one_input_error(tmp_path):
+    """A manifest edited to ``"prompt_ids": [[1, 2]]`` read as a golden whose prompt was one token, a list."""
+    import shutil
+
+    folder = tmp_path / "golden"
+    prompts = [golden_seed.GoldenPrompt("two", "Hi there", [1, 2], [], "")]
+    golden_seed.write_golden(folder, "topk:8", prompts, [np.concatenate([golden_seed.REAL, golden_seed.REAL])])
+    good = tmp_path / "good"
+    shutil.copytree(folder, good)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["prompts"][0]["prompt_ids"] = [[1, 2]]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match=r"golden/manifest.json: prompt 0 does not list its token ids as integers"):
+        golden_seed.read_golden(folder)
+    manifest["prompts"][0]["prompt_ids"] = [1, 3]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match=r"golden .*golden is corrupt: the token ids logits.safetensors holds for "
+                                         r"prompt 0 are not those its manifest lists"):
+        golden_seed.read_golden(folder)
+    assert golden_seed.read_golden(good).prompts[0].prompt_ids == [1, 2]
+
+
+def _result_file(tmp_path: Path, kind: str, edit) -> Path:
+    data = json.loads(json.dumps(result_seed.to_jsonable(result_seed.RESULTS[kind].to_dict())))
+    edit(data)
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(data, allow_nan=True))
+    return path
+
+
+@pytest.mark.parametrize("kind, edit, message", [
+    # reads with NaN, is written back with null, then no longer renders (TypeError: NoneType * float)
+    ("bench-compare", lambda d: d["scenarios"][1].update(margin=float("nan")), "is not strict JSON: it holds NaN"),
+    # AttributeError at ab_results.py:89 (to_dict of the dict dacite kept: no member of the union fitted)
+    ("ab", lambda d: d["runs"][2]["comparison"].pop("flips"), r"runs\[2\]\.comparison does not fit its type"),
+    # TypeError at report/__init__.py:72: an unhashable kind looked up in KINDS
+    ("ab", lambda d: d.update(kind=["ab"]), "not a logitlab result"),
+    # TypeError at dumps/format.py:99 (to_dict, via --json or --html, of a tensor whose name is a list)
+    ("dump-diff", lambda d: d["tensors"][0].update(name=["attn_norm"]), "damaged dump-diff result"),
+    # AttributeError at dumps/diff_results.py:377 (_expand of a list)
+    ("dump-diff", lambda d: d["only_right"].append({"name": "x", "instance": 0, "layers": [0], "positions": "0",
+                                                    "count": 1}), "damaged dump-diff result"),
+    # a range list that would expand to 10**12 numbers (found while fixing the above)
+    ("dump-diff", lambda d: d["only_right"].append({"name": "x", "instance": 0, "layers": "0-999999999999",
+                                                    "positions": "0", "count": 1}), "expands to more than"),
+])
+def test_damaged_result_file_is_one_input_error_naming_it(tmp_path, kind, edit, message):
+    path = _result_file(tmp_path, kind, edit)
+    with pytest.raises(InputError, match=message) as info:
+        result_seed.report.read_result(path)
+    assert str(path) in str(info.value)
+
+
+def test_text_that_is_not_a_string_renders_on_the_terminal():
+    """TypeError in rich (``Only str or Text can be appended to Text``, report/render_terminal.py:40): a damaged
+    result's field reached a Span as a number (found by the fuzzer; the input itself was not kept)."""
+    import io
+
+    from rich.console import Console
+
+    from logitlab.report.document import Document, Paragraph, Rich, Span
+    from logitlab.report.render_terminal import render_terminal
+
+    out = io.StringIO()
+    render_terminal(Document("ab", "t", [Paragraph(Rich((Span(5), Span(" tokens"))))]), Console(file=out, width=80))
+    assert "5 tokens" in out.getvalue()
+
+
+def test_damaged_sweep_manifest_is_one_input_error_naming_it(tmp_path):
+    """``damaged sweep result: missing value for field "cells.candidate"`` did not say which file."""
+    out = tmp_path / "runs"
+    sweep_seed.write_sweep(out)
+    manifest = json.loads((out / "sweep.json").read_text())
+    del manifest["cells"][0]["candidate"]
+    (out / "sweep.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match=r"sweep manifest .*runs/sweep.json: damaged sweep result"):
+        result_seed.report.read_result(out)
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: d.update(status=None),                            # KeyError at sweep/summary.py:151 (counts)
+    lambda d: d["result"].update(kind="nonsense"),              # KeyError at kinds.py:54 (result_class)
+    lambda d: d["result"].pop("schema_version"),                # InputError naming no file (summarize)
+])
+def test_damaged_sweep_job_file_counts_as_no_result(tmp_path, edit):
+    out = tmp_path / "runs"
+    summary = sweep_seed.write_sweep(out)
+    job = out / "jobs" / f"{summary.jobs[0].key}.json"
+    data = json.loads(job.read_text())
+    edit(data)
+    job.write_text(json.dumps(data))
+    shown = result_seed.report.read_result(out)
+    assert [j.status for j in shown.jobs] == ["pending", "ok", "failed", "pending"]
