@@ -406,7 +406,11 @@ def _check_prompts(folder: Path, manifest: GoldenManifest, header: dict[str, Any
                 if not shape or shape[0] != len(ids):
                     raise InputError(f"golden {folder} is corrupt: {LOGITS_FILE} has no {_key(i, name)} with one "
                                      f"row per position of prompt {i} ({len(ids)} in its manifest)")
-            if files.get(folder / LOGITS_FILE, _key(i, "ids")).tolist() != ids:
+            try:
+                stored = files.get(folder / LOGITS_FILE, _key(i, "ids")).tolist()
+            except InputError as exc:  # a cut or damaged file: say so, as the SHA-256 check would
+                raise InputError(f"golden {folder} is corrupt: {exc}") from None
+            if stored != ids:
                 raise InputError(f"golden {folder} is corrupt: the token ids {LOGITS_FILE} holds for prompt {i} are "
                                  f"not those its manifest lists")
     finally:
