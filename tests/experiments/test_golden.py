@@ -47,6 +47,29 @@ def copy_of(golden_root, tmp_path):
     return dest
 
 
+def retokenize(folder, index, prompt_ids):
+    """Make prompt ``index`` of the golden in ``folder`` one that another tokenizer recorded: its manifest's prompt
+    ids and the stored ids and logits rows (the last ones kept), with the logits file's SHA-256 in the manifest."""
+    import hashlib
+
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    path = folder / "logits.safetensors"
+    tensors = load_file(path)
+    data = json.loads((folder / "manifest.json").read_text())
+    prompt = data["prompts"][index]
+    ids = list(prompt_ids) + list(prompt["generated_ids"])
+    key = f"p{index:04d}"
+    tensors[f"{key}.ids"] = np.asarray(ids, dtype=tensors[f"{key}.ids"].dtype)
+    tensors[f"{key}.logits"] = np.ascontiguousarray(tensors[f"{key}.logits"][-len(ids):])
+    save_file(tensors, str(path))
+    prompt["prompt_ids"] = list(prompt_ids)
+    data["logits_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    data["logits_bytes"] = path.stat().st_size
+    (folder / "manifest.json").write_text(json.dumps(data))
+
+
 def edit_manifest(folder, change):
     path = folder / "manifest.json"
     data = json.loads(path.read_text())
@@ -140,10 +163,13 @@ def test_goldens_for_another_model_or_tokenizer_are_refused(golden_root, tmp_pat
     with pytest.raises(InputError, match=r"is for another model: recorded with /elsewhere/q8.gguf \(sha256 000000000000…"):
         check_golden(CheckConfig(str(root)))
     edit_manifest(folder, lambda d: d["provenance"].update(model_sha256=golden_root[1].provenance.model_sha256))
-    edit_manifest(folder, lambda d: d["prompts"][1].update(prompt_ids=[1, 2, 3]))
+    retokenize(folder, 1, [1, 2, 3])  # a golden whose prompt 'code' another tokenizer made 3 ids of
     with pytest.raises(InputError, match="is for another tokenizer: prompt 'code' tokenizes to 7 ids here, 3 in the "
                                          "golden, first different at index 0"):
         check_golden(CheckConfig(str(root)))
+    edit_manifest(folder, lambda d: d["prompts"][1].update(prompt_ids=[1, 2, 4]))  # the manifest alone edited
+    with pytest.raises(InputError, match="is corrupt: the token ids logits.safetensors holds for prompt 1 are not"):
+        read_golden(folder)
 
 
 def test_missing_and_corrupt_goldens_are_refused(golden_root, tmp_path):
