@@ -8,6 +8,7 @@ differs from the installed bindings), both with generic flags (``GGML_NATIVE=OFF
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -97,8 +98,6 @@ def test_the_generic_build_runs_in_its_worker_with_its_identity(generic):
         assert library["path"] == str(generic / "lib")
         assert library["bindings"] == str(generic / "python" / "llama_cpp")
         for name, digest in library["sha256"].items():
-            import hashlib
-
             assert hashlib.sha256((generic / "lib" / name).read_bytes()).hexdigest() == digest
         assert set(library["sha256"]) >= {n for n in ("libllama.so.0.5.0",) if (generic / "lib" / n).exists()}
         assert described["build_identity"]["library_sha256"] == library["digest"]
@@ -112,14 +111,12 @@ def test_the_generic_build_runs_in_its_worker_with_its_identity(generic):
         a = installed.run_workload(prompt, 4, None)
         b = other.run_workload(prompt, 4, a.generated)
         assert a.logits.shape == b.logits.shape
-        same = np.array_equal(a.logits.view(np.uint32), b.logits.view(np.uint32))
+        assert np.isfinite(b.logits).all()
         if "avx512f" in _cpu_flags():  # AVX-512 kernels against AVX2 ones: not bit for bit
-            assert not same
-        return_same = same
+            assert not np.array_equal(a.logits.view(np.uint32), b.logits.view(np.uint32))
     finally:
         installed.close(wait=True)
         other.close(wait=True)
-    assert isinstance(return_same, bool)
 
 
 def test_ab_between_builds_names_both_libraries_and_agrees_with_numpy(generic, tmp_path):
