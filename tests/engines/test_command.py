@@ -288,3 +288,28 @@ def test_a_fault_at_one_position_is_caught_against_the_pairs_noise_floor():
     batch = [c for c in e.controls if c.control == "alone vs in a batch"]
     assert batch and not any(c.available for c in batch)  # cmd runs no batches of sequences
 
+
+
+@pytest.mark.engine
+def test_the_detection_limit_brackets_a_fault_planted_by_the_engine():
+    """Issue #32: ab's detection limit for a whole-row fault (s × N(0, 1) at one position, seeded by the position
+    as LLAMACPP_CMD_PERTURB seeds it) is checked on the real engine: planted at 1.1× the limit at the hardest
+    position it reads divergent there, at 0.8× it does not. Flash attention gives the pair its noise."""
+    control = cmd_variant(DECODE_TEMPLATE)
+
+    def ab(perturb=None):
+        env = {"LLAMACPP_CMD_FLASH_ATTN": "1", **({"LLAMACPP_CMD_PERTURB": perturb} if perturb else {})}
+        candidate = dataclasses.replace(cmd_variant(DECODE_TEMPLATE, "candidate"), env=env)
+        return run_ab(AbConfig(control=control, candidate=candidate, prompt=SHORT_PROMPT, n_decode=N_DECODE,
+                               repeats=1, warmup=0, detection=perturb is None))
+
+    clean = ab()
+    assert clean.verdict.word in ("noise", "near-tie"), clean.verdict.evidence
+    limit = clean.detection.shape("row-noise")
+    assert limit.limit is not None and limit.caught == limit.probed and limit.above == "divergent"
+    p = limit.position
+    above, below = ab(f"{p}:{1.1 * limit.limit:.6g}"), ab(f"{p}:{0.8 * limit.limit:.6g}")
+    print(f"\nrow-noise limit {limit.limit:.4g} at position {p}: 1.1× -> {above.verdict.word} "
+          f"{above.verdict.outside}, 0.8× -> {below.verdict.word}")
+    assert above.verdict.word == "divergent" and p in above.verdict.outside
+    assert below.verdict.word != "divergent" and p not in below.verdict.outside

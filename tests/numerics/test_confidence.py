@@ -7,6 +7,7 @@ from scipy.special import softmax
 from logitlab.errors import InputError
 from logitlab.numerics import LogitComparison, compare_logits
 from logitlab.numerics.confidence import CONFIDENCE_EDGES, kld_by_confidence
+from logitlab.numerics.comparison import SCHEMA_VERSION
 
 
 def test_top1_probability_of_differing_rows_matches_scipy_softmax():
@@ -30,7 +31,7 @@ def test_schema_2_results_still_load_without_top1_probabilities():
     old = {k: v for k, v in c.to_dict().items() if k != "row_top1_prob_ref"}
     old["schema_version"] = 2
     back = LogitComparison.from_dict(old)
-    assert back.row_top1_prob_ref is None and back.schema_version == 3 and back.row_kld == c.row_kld
+    assert back.row_top1_prob_ref is None and back.schema_version == SCHEMA_VERSION and back.row_kld == c.row_kld
 
 
 def test_buckets_split_kld_by_the_reference_confidence():

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
@@ -237,12 +238,16 @@ def tiny(a, row):
 def test_fixed_near_tie_margin_boundary_without_a_floor():
     a = with_top2(logits(), 2, 10.0, 9.5)  # margin exactly 0.5; the other rows are bit-exact: no floor
     b = swap_top2(tiny(a, 2), 2)
-    v = verdict(a, b)
+    # The swap is also a within-row outlier (two entries 0.5 away in a row of tiny noise): that rule is switched
+    # off here (outlier_z = inf) to test the margin boundary alone, and on at the end.
+    v = verdict(a, b, outlier_z=math.inf)
     assert v.word == "divergent"
     assert "reference margin 0.5 ≥ near_tie_margin = 0.5" in v.evidence[0]
-    assert verdict(a, b, near_tie_margin=0.5000001).word == "near-tie"
+    assert verdict(a, b, near_tie_margin=0.5000001, outlier_z=math.inf).word == "near-tie"
     a2 = with_top2(logits(), 2, 10.0, 9.5000005)  # margin just under 0.5
-    assert verdict(a2, swap_top2(tiny(a2, 2), 2)).word == "near-tie"
+    assert verdict(a2, swap_top2(tiny(a2, 2), 2), outlier_z=math.inf).word == "near-tie"
+    outlier = verdict(a2, swap_top2(tiny(a2, 2), 2))
+    assert outlier.word == "divergent" and "one logit far outside its own row's noise" in outlier.evidence[0]
     assert verdict(a, swap_top2(a, 2)).word == "divergent"  # two entries swapped, the rest bit-exact: localized
 
 

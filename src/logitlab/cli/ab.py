@@ -55,6 +55,9 @@ from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
                    "first divergent tensor).")
 @click.option("--explain-positions", type=int, default=8, show_default=True,
               help="--explain: at most this many positions.")
+@click.option("--detection-limit/--no-detection-limit", "detection", default=True, show_default=True,
+              help="Plant standard faults into a copy of the verdict's candidate run and report the smallest that "
+                   "would have read divergent (about a second on the embedded model).")
 @threshold_options
 @click.option("--margin", type=float, default=None,
               help="Equivalence margin δ for the speed call, as a fraction (0.02 = 2 %). Default: from the A/A.")
@@ -97,7 +100,7 @@ def ab(**opts: Any) -> None:
         isolation=opts["isolation"], slot_timeout=opts["slot_timeout"], randomize=opts["randomize"],
         seed=opts["seed"],
         escalate=not opts["no_escalate"], localize=opts["localize"], top_k=opts["top_k"], margin=opts["margin"],
-        explain=opts["explain_positions"] if opts["explain"] else 0,
+        explain=opts["explain_positions"] if opts["explain"] else 0, detection=opts["detection"],
         thresholds=thresholds_from(opts),
     )
     log_path = run_log_path(opts, "ab")

@@ -124,7 +124,7 @@ def prompt_options(default_help: str) -> Callable[[Callable[..., Any]], Callable
 
 def threshold_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Verdict thresholds (``--max-ulp``, ``--near-tie-margin``, ``--offset-ratio``, ``--floor-factor``,
-    ``--min-positions``, ``--fixed-thresholds``, ``--top-k``)."""
+    ``--outlier-z``, ``--min-positions``, ``--fixed-thresholds``, ``--top-k``)."""
     defaults = Thresholds()
     options = [
         click.option("--max-ulp", type=float, default=defaults.max_ulp, show_default=True,
@@ -137,7 +137,11 @@ def threshold_options(func: Callable[..., Any]) -> Callable[..., Any]:
                           "deviations across positions."),
         click.option("--floor-factor", type=float, default=defaults.floor_factor, show_default=True,
                      help="a position whose top-k Δ spread exceeds this many times the pair's noise floor (p99 "
-                          "over the positions that kept their argmax) is divergent."),
+                          "over the positions that kept their argmax), or whose whole row's Δ sd exceeds this many "
+                          "times the p99 of the rows' Δ sd, is divergent."),
+        click.option("--outlier-z", type=float, default=defaults.outlier_z, show_default=True,
+                     help="a position with one logit this many sd of its own row's Δ from the row's mean Δ (a "
+                          "within-row outlier) is divergent."),
         click.option("--min-positions", type=int, default=defaults.min_positions, show_default=True,
                      help="fewest positions for a noise floor and for a systematic offset."),
         click.option("--fixed-thresholds", is_flag=True, default=False,
@@ -155,4 +159,4 @@ def thresholds_from(opts: dict[str, Any]) -> Thresholds:
     """
     return Thresholds(max_ulp=opts["max_ulp"], near_tie_margin=opts["near_tie_margin"],
                       offset_ratio=opts["offset_ratio"], floor_factor=opts["floor_factor"],
-                      min_positions=opts["min_positions"], calibrate=not opts["fixed_thresholds"])
+                      outlier_z=opts["outlier_z"], min_positions=opts["min_positions"], calibrate=not opts["fixed_thresholds"])

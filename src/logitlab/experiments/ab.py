@@ -39,6 +39,7 @@ from logitlab.experiments.isolation import (
 from logitlab.manifest import build_manifest
 from logitlab.numerics import LogitComparison, Thresholds, Verdict, classify, compare_logits
 from logitlab.numerics.compare import check_top_k
+from logitlab.numerics.detection import DetectionLimits, detection_limits
 from logitlab.numerics.topk import TopKComparison, compare_topk
 from logitlab.numerics.topk_offsets import RowOffsets, on_normaliser, row_offsets
 from logitlab.perf.autostop import AutoStop, check_auto_budget
@@ -85,6 +86,9 @@ class AbConfig:
             pair up to the first differing position and attach the dump-diff summary (llamacpp, hf).
         explain: when the A/B has flips or positions outside its noise floor, run
             :mod:`~logitlab.experiments.explain` on the pair (at most this many positions; 0: off).
+        detection: measure the detection limits of the verdict's run (:mod:`logitlab.numerics.detection`:
+            faults planted into a copy of the candidate run; about a second on the embedded model);
+            full-vocabulary comparisons only.
     """
 
     control: Variant
@@ -109,6 +113,7 @@ class AbConfig:
     def auto(self) -> bool:
         return self.repeats == "auto"
     explain: int = 0
+    detection: bool = True
 
     def validate(self) -> None:
         if self.n_decode < 1:
@@ -161,6 +166,7 @@ class AbExperiment(Experiment):
         self.reference: RunOutput | None = None
         self.first_candidate: RunOutput | None = None
         self.candidate_verdicts: list[tuple[int, Verdict]] = []
+        self.detection: dict[int, DetectionLimits] = {}  # slot -> limits, for runs that were the worst so far
         self.autostop: AutoStop | None = None
         self._texts: dict[int, str] = {}  # token id -> text (the control's detokenizer), for text-keyed top-k
         self._rekeyed_reference: TopKRows | None = None
@@ -351,8 +357,15 @@ class AbExperiment(Experiment):
         verdict = classify(comparison, self.config.thresholds)
         record.verdict = verdict.word
         if slot.variant == CANDIDATE:
+            if self.config.detection and output.topk is None and self._worst_so_far(verdict):
+                self.detection[slot.index] = detection_limits(self.reference.logits, output.logits, comparison,
+                                                              thresholds=self.config.thresholds)
             self.candidate_verdicts.append((slot.index, verdict))
         return record
+
+    def _worst_so_far(self, verdict: Verdict) -> bool:
+        """Is ``verdict`` worse than every candidate verdict before it (the run the A/B verdict may name)?"""
+        return all(verdict.worse_than(v) for _, v in self.candidate_verdicts)
 
     def _compare(self, reference: np.ndarray, observed: np.ndarray, slot: Slot,
                  observed_topk: TopKRows | None = None) -> tuple[LogitComparison | TopKComparison, RowOffsets | None]:
@@ -435,6 +448,7 @@ class AbExperiment(Experiment):
         runs measured so far; runs nothing."""
         if self.candidate_verdicts:
             result.verdict_slot, result.verdict = worst_verdict(self.candidate_verdicts)
+            result.detection = self.detection.get(result.verdict_slot)
         result.speed = analyse_speed(result.runs, margin=self.config.margin, seed=self.config.seed)
         if self.config.auto:
             self._restate_speed(result)

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Sequence
 from logitlab.experiments.explain_results import ExplainResult
 from logitlab.jsonio import ResultRecord
 from logitlab.numerics import VERDICTS, LogitComparison, Verdict
+from logitlab.numerics.detection import DetectionLimits
 from logitlab.numerics.topk import TopKComparison
 from logitlab.numerics.topk_offsets import RowOffsets
 from logitlab.perf.design import CANDIDATE, CONTROL, Block
@@ -114,7 +115,8 @@ class AbResult(ResultRecord):
     typed comparisons (one field list), ``candidate_self_exact`` on the run,
     an unmeasured A/A is ``null``; later in 2 (additive): ``fingerprints``
     (absent: empty), ``explanation`` (``ab --explain``), verdicts with their
-    noise ``floor`` and ``outside``; a run's ``crash`` (its engine died: the verdict ``crashed``).
+    noise ``floor`` and ``outside``; a run's ``crash`` (its engine died: the verdict ``crashed``);
+    ``detection`` (the detection limits of the verdict's run, :mod:`logitlab.numerics.detection`; absent: None).
 
     ``fingerprints``: per variant, the SHA-256 of the logits' bits of its first
     measured run (:meth:`~logitlab.engines.workload.RunOutput.fingerprint`):
@@ -141,6 +143,7 @@ class AbResult(ResultRecord):
     error: str | None = None
     notes: list[str] = field(default_factory=list)  # cross-engine facts the report must state
     fingerprints: dict[str, str] = field(default_factory=dict)
+    detection: DetectionLimits | None = None  # of the verdict's run (full-vocabulary comparisons only)
 
     # -- derived views ------------------------------------------------------
     def measured(self, variant: str) -> list[RunRecord]:

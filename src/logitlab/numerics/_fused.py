@@ -58,8 +58,10 @@ BLOCK = 256  # entries per pass-1 block, per float32 partial sum and per top-k g
 I_DIFFERING, I_SAFE, I_MAX_ULP, I_LE0, I_LE1, I_LE4, I_LE16, I_LE256, I_MAG_REF, I_MASKED = range(10)
 N_I = 10
 # out_f columns
-F_SUM_DIFF, F_SUM_ABS, F_MAX_ABS, F_M2, F_KLD, F_Z = range(6)
-N_F = 6
+F_SUM_DIFF, F_SUM_ABS, F_MAX_ABS, F_M2, F_KLD, F_Z, F_DHI, F_DLO = range(8)
+N_F = 8
+# ordered keys of float32 bit patterns (see _key)
+_SIGN32, _MAG32 = np.uint32(0x80000000), np.uint32(0x7FFFFFFF)
 
 # expf of the Cephes Mathematical Library (S. L. Moshier, cephes/single/expf.c):
 # exp(x) = 2**n exp(r), r = x - n ln2 in [-ln2/2, ln2/2], ln2 split in two
@@ -98,6 +100,12 @@ def _key(x, sign, mag):
     """Ordered key of a float bit pattern: monotone in value, +0 and -0 equal, finite > 0."""
     m = x & mag
     return sign - m if x & sign else sign + m
+
+
+@nb.njit(**_INLINE)
+def _unkey(k):
+    """The float32 whose ordered key (:func:`_key`, float32 layout) is ``k``."""
+    return _from_bits(_U(k - _SIGN32) if k >= _SIGN32 else _U((_SIGN32 - k) | _SIGN32))
 
 
 @nb.njit(**_EXACT)
@@ -292,11 +300,13 @@ def _topk(bits, sign, mag, kk, kmax, idx):
 def _block_values(fa, fb, c, amax):
     """Sums over two blocks, with Δ = b - a, δ = Δ - c, e = exp(a - amax).
 
-    Returns float32 Σ δ, Σ |Δ|, Σ δ², Σ e, Σ e δ, Σ e·series(δ) and the bits
-    of max |Δ|.
+    Returns float32 Σ δ, Σ |Δ|, Σ δ², Σ e, Σ e δ, Σ e·series(δ), the bits
+    of max |Δ|, and the ordered keys (:func:`_key`) of max δ and min δ.
     """
     sd = sa = s2 = z = be = se = np.float32(0.0)
     dmax = np.uint32(0)
+    khi = np.uint32(0)
+    klo = np.uint32(0xFFFFFFFF)
     for t in range(fa.size):
         a = fa[t]
         d = _diff(a, fb[t])
@@ -309,7 +319,10 @@ def _block_values(fa, fb, c, amax):
         be += w * e
         se += w * _series(e)
         dmax = _U(max(dmax, _bits(abs(d))))
-    return sd, sa, s2, z, be, se, dmax
+        k = _U(_key(_bits(e), _SIGN32, _MAG32))
+        khi = _U(max(khi, k))
+        klo = _U(min(klo, k))
+    return sd, sa, s2, z, be, se, dmax, khi, klo
 
 
 @nb.njit(**_INLINE)
@@ -347,6 +360,8 @@ def _pass_values(fa, fb, top, kld_cap, out_f):
     c = fb[top] - amax
     sd = sa = s2 = z = be = se = 0.0
     dmax = np.uint32(0)
+    khi = np.uint32(0)
+    klo = np.uint32(0xFFFFFFFF)
     for lo in range(0, v, BLOCK):
         hi = min(lo + BLOCK, v)
         r = _block_values(fa[lo:hi], fb[lo:hi], c, amax)
@@ -357,6 +372,8 @@ def _pass_values(fa, fb, top, kld_cap, out_f):
         be += r[4]
         se += r[5]
         dmax = max(dmax, r[6])
+        khi = max(khi, r[7])
+        klo = min(klo, r[8])
     bound = (_from_bits(dmax) + abs(c)) * (1.0 + 1e-6)  # >= max |δ|
     if bound > kld_cap:
         return False  # exp(δ) could overflow: the caller takes the float64 path
@@ -379,6 +396,8 @@ def _pass_values(fa, fb, top, kld_cap, out_f):
     out_f[F_MAX_ABS] = _from_bits(dmax)
     out_f[F_M2] = max(m2, 0.0)
     out_f[F_Z] = z
+    out_f[F_DHI] = np.float64(_unkey(khi)) + np.float64(c)  # max Δ (δ = Δ - c rounded once)
+    out_f[F_DLO] = np.float64(_unkey(klo)) + np.float64(c)  # min Δ
     b = be / z
     out_f[F_KLD] = max(np.log1p(b + se / z) - b, 0.0)
     return True

@@ -77,6 +77,8 @@ class ChunkResult:
     sum_diff: np.ndarray  # float64, sum of delta
     sum_abs: np.ndarray  # float64, sum of |delta|
     m2: np.ndarray  # float64, sum of (delta - row mean)**2
+    max_diff: np.ndarray  # float64, max delta (signed; 0 for identical rows)
+    min_diff: np.ndarray  # float64, min delta
     n_used: np.ndarray  # int64, entries that enter the delta statistics
     max_ulp: np.ndarray  # int64
     scaled_ulp: np.ndarray  # float64, max|delta| / spacing(max|ref|)
@@ -98,7 +100,7 @@ def new_result(rows: int, kk: int) -> ChunkResult:
     zi = lambda: np.zeros(rows, np.int64)  # noqa: E731
     zf = lambda: np.zeros(rows, np.float64)  # noqa: E731
     return ChunkResult(
-        differing=zi(), max_abs=zf(), sum_diff=zf(), sum_abs=zf(), m2=zf(),
+        differing=zi(), max_abs=zf(), sum_diff=zf(), sum_abs=zf(), m2=zf(), max_diff=zf(), min_diff=zf(),
         n_used=zi(), max_ulp=zi(), scaled_ulp=zf(), kld=zf(), p_top_ref=np.full(rows, np.nan),
         top_ref=np.full((rows, kk), -1, np.int64), topv_ref=np.full((rows, kk), np.nan),
         top_obs=np.full((rows, kk), -1, np.int64), topv_obs=np.full((rows, kk), np.nan),
@@ -216,6 +218,8 @@ def exact_row(res: ChunkResult, r: int, a_row: np.ndarray, b_row: np.ndarray, kk
     res.sum_abs[r] = float(ad.sum())
     mean = res.sum_diff[r] / n_used if n_used else 0.0
     res.m2[r] = float(np.sum(np.where(usable, d - mean, 0.0) ** 2))
+    res.max_diff[r] = float(d.max()) if d.size else 0.0
+    res.min_diff[r] = float(d.min()) if d.size else 0.0
     res.max_ulp[r] = int(u.max()) if u.size else 0
     finite_ref = np.abs(a[np.isfinite(a)])
     scale = float(finite_ref.max()) if finite_ref.size else 0.0
@@ -270,6 +274,9 @@ def fast_chunk(a_nat: np.ndarray, b_nat: np.ndarray, kk: int) -> ChunkResult:
     res.sum_abs[ok] = out_f[ok, F.F_SUM_ABS]
     res.max_abs[ok] = out_f[ok, F.F_MAX_ABS]
     res.m2[ok] = out_f[ok, F.F_M2]
+    live = ok[differing[ok] > 0]  # pass 2 ran: identical rows keep 0
+    res.max_diff[live] = out_f[live, F.F_DHI]
+    res.min_diff[live] = out_f[live, F.F_DLO]
     res.kld[ok] = out_f[ok, F.F_KLD]
     z = out_f[ok, F.F_Z]  # Σ exp(a - max a) of rows that differ (pass 2), 0 for identical rows
     res.p_top_ref[ok] = np.where(differing[ok] > 0, 1.0 / np.where(z > 0, z, np.nan), np.nan)

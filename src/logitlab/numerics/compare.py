@@ -328,6 +328,7 @@ def _assemble(ref, obs, chunks, top_k, kk, ids) -> LogitComparison:
     sum_diff = _cat(chunks, "sum_diff")
     sum_abs = _cat(chunks, "sum_abs")
     m2 = _cat(chunks, "m2")
+    max_diff, min_diff = _cat(chunks, "max_diff"), _cat(chunks, "min_diff")
     max_abs = _cat(chunks, "max_abs")
     max_ulp = _cat(chunks, "max_ulp")
     scaled = _cat(chunks, "scaled_ulp")
@@ -340,6 +341,9 @@ def _assemble(ref, obs, chunks, top_k, kk, ids) -> LogitComparison:
     safe_n = np.maximum(n_used, 1)
     row_mean = np.where(n_used > 0, sum_diff / safe_n, 0.0)
     row_std = np.sqrt(np.maximum(m2, 0.0) / safe_n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        far = np.maximum(max_diff - row_mean, row_mean - min_diff)
+        delta_z = np.where((differing > 0) & (row_std > 0), far / row_std, np.nan)
     total = int(n_used.sum())
     mean = float(sum_diff.sum() / total) if total else 0.0
     m2_total = float(np.sum(m2 + n_used * (row_mean - mean) ** 2))
@@ -435,6 +439,7 @@ def _assemble(ref, obs, chunks, top_k, kk, ids) -> LogitComparison:
         row_scaled_ulp=[float(x) for x in scaled],
         row_top1_prob_ref=[_f(x) for x in p_top],
         row_topk_spread=[_f(x) for x in spread],
+        row_delta_z=[_f(x) for x in delta_z],
         token_ids=ids,
     )
 

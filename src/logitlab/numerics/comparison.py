@@ -12,6 +12,8 @@ JSON format history (``schema_version``):
 - 3: ``row_top1_prob_ref`` (optional; version-2 data reads with None there).
 - 3: ``row_topk_spread`` (the per-position statistic of the noise floor); version 2
   data still loads, with ``row_topk_spread`` None (verdicts then use the fixed thresholds).
+- 4: ``row_delta_z`` (the within-row outlier statistic); older data reads with None
+  there (the within-row outlier rule then does not apply).
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from logitlab.errors import InputError
 __all__ = ["SCHEMA_VERSION", "READABLE_VERSIONS", "SCOPES", "Comparison"]
 
 #: Version of the JSON form of every comparison.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Versions :meth:`Comparison.from_dict` reads (a version-2 result has no ``row_top1_prob_ref``).
-READABLE_VERSIONS = (2, 3)
+READABLE_VERSIONS = (2, 3, 4)
 #: ``full``: every entry of both arrays; ``top-k``: the entries both runs returned.
 SCOPES = ("full", "top-k")
 
@@ -101,6 +103,17 @@ class Comparison:
         margin (see :func:`logitlab.numerics.floor.topk_spread`). 0 for
         bit-exact rows; None where undefined (NaN), and None as a whole for
         data saved before schema version 3.
+    row_delta_z : list[float | None] or None
+        Per position, how far the entry that moved most stands from the row's
+        own Δ: ``max_i |Δ_i − mean Δ| / sd(Δ)`` over the row's vocabulary
+        (dimensionless; ``sd`` with ddof 0). A change that moves every logit
+        by rounding-scale noise keeps it near the maximum of V draws (measured
+        ≤ 7 at V = 49,152 on real pairs); one entry moved far beyond the row's
+        noise stands out. It can never exceed ``sqrt(V − 1)`` (one entry
+        carries all of the row's variance). None at bit-identical positions,
+        where every Δ is equal (sd 0), and as a whole for top-k data and data
+        saved before schema version 4. Read by the within-row outlier rule
+        (:func:`logitlab.numerics.verdict_rules.row_outlier`).
     token_ids : list[int] or None
         The token fed at each position, if the caller gave it.
     schema_version : int
@@ -146,6 +159,7 @@ class Comparison:
     row_scaled_ulp: list
     row_top1_prob_ref: list | None = None
     row_topk_spread: list | None = None
+    row_delta_z: list | None = None
     token_ids: list | None = None
     schema_version: int = SCHEMA_VERSION
 

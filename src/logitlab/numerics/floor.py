@@ -53,10 +53,12 @@ import numpy as np
 from logitlab.errors import InputError
 from logitlab.numerics.comparison import Comparison
 
-__all__ = ["FLOOR_QUANTILE", "NoiseFloor", "measure_floor", "topk_spread", "spread_ulps"]
+__all__ = ["FLOOR_QUANTILE", "FLOOR_STATISTICS", "NoiseFloor", "measure_floor", "topk_spread", "spread_ulps"]
 
 #: Percentile (0-100) of the top-k Δ spread that is the floor.
 FLOOR_QUANTILE = 99.0
+#: Per-position statistics a floor is measured on (:func:`measure_floor`'s ``of``).
+FLOOR_STATISTICS = ("spread", "sd")
 
 
 def topk_spread(reference: np.ndarray, observed: np.ndarray, k: int = 5) -> np.ndarray:
@@ -176,8 +178,9 @@ def _g(x: float) -> str:
     return f"{x:.4g}"
 
 
-def measure_floor(comparison: Comparison, *, min_positions: int = 8, floor_factor: float = 4.0) -> NoiseFloor:
-    """The p99 of the top-k Δ spread over the positions that differ and did not flip.
+def measure_floor(comparison: Comparison, *, min_positions: int = 8, floor_factor: float = 4.0,
+                  of: str = "spread") -> NoiseFloor:
+    """The p99 of a per-position statistic over the positions that differ and did not flip.
 
     Parameters
     ----------
@@ -194,22 +197,42 @@ def measure_floor(comparison: Comparison, *, min_positions: int = 8, floor_facto
         raises the bar it is judged against. Default 4 (a window of 16× the
         median; on real pairs the largest spread was at most 3.5× the median
         and 1.6× the p99).
+    of : str, optional
+        The statistic (:data:`FLOOR_STATISTICS`): ``"spread"`` (default), the
+        top-k Δ spread (``row_topk_spread``); ``"sd"``, the Δ standard
+        deviation over the whole row (``row_std_diff``; full-vocabulary data
+        only). The spread decides flips but rests on ~2k entries; the row's
+        sd rests on all V of them, so it sees a position whose every logit
+        moved more than the others' (a wrong kernel branch at one position)
+        long before the spread does: measured on flash attention's pair of
+        the embedded model, a planted N(0, 1) row is 5.8× the others' p99
+        of the sd but 3.8× by the spread.
 
     Returns
     -------
     NoiseFloor
         ``measured`` False (and ``value`` None when no position qualifies)
         when there are fewer than ``min_positions`` noise positions, or the
-        comparison has no spreads (data saved before they were recorded).
+        comparison has no such statistic (spreads: data saved before they were
+        recorded; sd: top-k data).
+
+    Raises
+    ------
+    InputError
+        ``of`` is not one of :data:`FLOOR_STATISTICS`.
     """
-    k = comparison.top_k
-    statistic = f"top-{k} Δ spread"
-    if comparison.row_topk_spread is None:
+    if of not in FLOOR_STATISTICS:
+        raise InputError(f"unknown floor statistic {of!r}; known: {', '.join(FLOOR_STATISTICS)}")
+    statistic = f"top-{comparison.top_k} Δ spread" if of == "spread" else "Δ sd of the row"
+    rows = comparison.row_topk_spread if of == "spread" else (comparison.row_std_diff if comparison.scope == "full"
+                                                              else None)
+    if rows is None:
+        why = ("the comparison has no top-k Δ spreads (saved by an older logitlab)" if of == "spread" else
+               "top-k data has no Δ over the whole row")
         return NoiseFloor(statistic, FLOOR_QUANTILE, None, 0, None, None, False, min_positions, 0,
-                          "noise floor not measured: the comparison has no top-k Δ spreads (saved by an older "
-                          "logitlab); the fixed thresholds decide")
+                          f"noise floor not measured: {why}; the fixed thresholds decide")
     values = np.array([
-        s for i, s in enumerate(comparison.row_topk_spread)
+        s for i, s in enumerate(rows)
         if comparison.row_differing[i] and s is not None and math.isfinite(s)
         and comparison.row_argmax_ref[i] == comparison.row_argmax_obs[i]
     ], dtype=np.float64)
@@ -220,7 +243,7 @@ def measure_floor(comparison: Comparison, *, min_positions: int = 8, floor_facto
                           f"(min_positions = {min_positions}); the fixed thresholds decide")
     median, largest = float(np.median(values)), float(values.max())
     bulk = np.sort(values[values <= floor_factor ** 2 * median] if median > 0 else values)
-    # A position cannot raise its own bar: the largest spread is left out while it exceeds
+    # A position cannot raise its own bar: the largest value is left out while it exceeds
     # floor_factor × the p99 of the others (top-down, one at a time; it is then outside the floor).
     while bulk.size > 1 and bulk[-1] > floor_factor * float(np.percentile(bulk[:-1], FLOOR_QUANTILE)):
         bulk = bulk[:-1]

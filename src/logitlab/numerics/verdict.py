@@ -119,6 +119,19 @@ class Thresholds:
         the largest spread was <= 1.6x the p99 and the spread at a flip
         <= 1.53x, so 4 leaves 2.5x headroom while a one-position bug
         (1e4x in the issue that motivated this) stands far outside.
+    outlier_z : float
+        A position whose ``row_delta_z`` (the entry that moved most, in sd of
+        its own row's Δ) exceeds this is a within-row outlier: one logit moved
+        far beyond the noise that moves every logit of its row. Default 20:
+        measured on real pairs of the embedded model (V = 49,152: flash
+        attention, q8_0 and q4_0 KV cache) the largest ``row_delta_z`` of any
+        position was 6.8, and the maximum of V Gaussian draws is about
+        ``sqrt(2 ln V)`` = 4.7 there (5.0 at Gemma's 262,144), so 20 leaves
+        about 3× headroom. It cannot fire when ``sqrt(V − 1) <= outlier_z``
+        (V <= 401 by default): a row that small cannot hold one entry that far
+        from its own sd. The Hampel identifier's rule (an entry far from the
+        bulk of the same sample, in units of its scale), with the sample
+        being one row.
     min_positions : int
         Fewest positions for a noise floor and for a systematic offset.
         Default 8: fewer is the largest of a handful of values, and two rows
@@ -132,11 +145,12 @@ class Thresholds:
     near_tie_margin: float = 0.5
     offset_ratio: float = 1.0
     floor_factor: float = 4.0
+    outlier_z: float = 20.0
     min_positions: int = 8
     calibrate: bool = True
 
     def __post_init__(self):
-        for name in ("max_ulp", "near_tie_margin", "offset_ratio"):
+        for name in ("max_ulp", "near_tie_margin", "offset_ratio", "outlier_z"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise InputError(f"threshold {name} must be a number >= 0, got {value!r}")

@@ -157,6 +157,14 @@ class Case:
                                                               f"{floor.positions} positions" if floor.value else "")))
 
     @cached_property
+    def row_floor(self) -> "NoiseFloor":
+        """The floor of the rows' Δ sd (:func:`~logitlab.numerics.floor.measure_floor` with ``of="sd"``)."""
+        from logitlab.numerics.floor import measure_floor
+
+        floor = measure_floor(self.c, min_positions=self.t.min_positions, floor_factor=self.t.floor_factor, of="sd")
+        return floor if self.t.calibrate else dataclasses.replace(floor, measured=False)
+
+    @cached_property
     def spreads(self) -> list:
         return self.c.row_topk_spread or [None] * self.n
 
@@ -290,6 +298,66 @@ def outside_floor(case: Case, outside: list[int]) -> tuple[list[str], list[int]]
             f"> floor_factor = {_g(t.floor_factor)}"], far
 
 
+def _ulps(c: Comparison, i: int, x: float) -> float:
+    """``x`` (logits) in ULPs at row ``i``'s scale (the spacing of its largest |reference logit|)."""
+    max_abs, scaled = c.row_max_abs_diff[i], c.row_scaled_ulp[i]
+    return x * scaled / max_abs if max_abs and scaled else 0.0
+
+
+def outside_row_floor(case: Case, outside: list[int]) -> tuple[list[str], list[int]]:
+    """With a measured floor of the rows' Δ sd: a position whose sd exceeds ``floor_factor ×`` that floor.
+
+    The whole row moved more than the pair moves any other (a wrong kernel
+    branch at one position). The sd rests on every entry of the row, the
+    spread on about 2k, so this sees such a row at a fraction of the size the
+    spread needs (:func:`~logitlab.numerics.floor.measure_floor`). As for the
+    spread, the row's sd must also exceed ``floor_factor × max_ulp`` ULPs at
+    its scale, so that rounding noise is never "outside". Measured on real pairs
+    of the embedded model (flash attention, q8_0 and q4_0 KV cache): the
+    largest sd of a pair is at most 1.44× its p99.
+    """
+    c, t, floor = case.c, case.t, case.row_floor
+    if not (case.full and floor.measured):
+        return [], []
+    limit = t.floor_factor * floor.value
+    far = [i for i in range(case.n) if c.row_differing[i] and c.row_std_diff[i] is not None
+           and c.row_std_diff[i] > limit and _ulps(c, i, c.row_std_diff[i]) > t.floor_factor * t.max_ulp
+           and i not in outside]
+    if not far:
+        return [], []
+    i = max(far, key=lambda j: c.row_std_diff[j])
+    ratio = c.row_std_diff[i] / floor.value
+    return [f"{len(far)} position(s) whose whole row moved outside the noise floor ({_positions(far)}); position "
+            f"{i}: Δ sd {_g(c.row_std_diff[i])}, {ratio:.3g}× the pair's p99 {_g(floor.value)} of the Δ sd of a row "
+            f"> floor_factor = {_g(t.floor_factor)}"], far
+
+
+def row_outlier(case: Case, outside: list[int]) -> tuple[list[str], list[int]]:
+    """A within-row outlier: ``row_delta_z`` above ``outlier_z`` in a row that is not a localized change.
+
+    Where every logit of a row moves by the change's noise, one entry far
+    beyond that row's own Δ sd is a fault at that position, whatever the
+    floor across positions says. The entry must also stand more than
+    ``floor_factor × max_ulp`` ULPs (at the row's scale) from the row's mean
+    Δ, so that rounding of a shifted row is never an outlier. Rows where fewer than
+    :data:`LOCALIZED_FRACTION` of the entries differ are
+    :func:`localized_change`'s.
+    """
+    c, t = case.c, case.t
+    zs = c.row_delta_z
+    if not case.full or zs is None:
+        return [], []
+    far = [i for i in range(case.n) if c.row_differing[i] >= LOCALIZED_FRACTION * c.n_vocab and zs[i] is not None
+           and zs[i] > t.outlier_z and _ulps(c, i, zs[i] * c.row_std_diff[i]) > t.floor_factor * t.max_ulp
+           and i not in outside]
+    if not far:
+        return [], []
+    i = max(far, key=lambda j: zs[j])
+    return [f"{len(far)} position(s) with one logit far outside its own row's noise ({_positions(far)}); position "
+            f"{i}: an entry {_g(zs[i])} sd of the row's Δ from its mean (sd {_g(c.row_std_diff[i])}, max |Δ| "
+            f"{_g(c.row_max_abs_diff[i])}) > outlier_z = {_g(t.outlier_z)}"], far
+
+
 def far_without_floor(case: Case, outside: list[int]) -> tuple[list[str], list[int]]:
     """Without a floor: a position whose spread exceeds ``floor_factor × near_tie_margin`` (2 logits by default)."""
     from logitlab.numerics.floor import spread_ulps
@@ -359,8 +427,9 @@ def unseen_topk_boundary(case: Case, outside: list[int]) -> tuple[list[str], lis
 
 
 #: The ways of being divergent, in the order their evidence is printed.
-DIVERGENCE_CHECKS: tuple[Check, ...] = (nonfinite_mismatch, localized_change, outside_floor, far_without_floor,
-                                        confident_flips, confident_topk_changes, unseen_topk_boundary)
+DIVERGENCE_CHECKS: tuple[Check, ...] = (nonfinite_mismatch, localized_change, outside_floor, outside_row_floor,
+                                        row_outlier, far_without_floor, confident_flips, confident_topk_changes,
+                                        unseen_topk_boundary)
 
 
 # -- the rules ----------------------------------------------------------------------

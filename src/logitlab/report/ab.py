@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from logitlab.experiments.ab_results import PHASES, AbResult, speed_blocks
 from logitlab.perf.design import CANDIDATE
+from logitlab.report.detection_text import DETECTION_TITLE, detection_lines
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.server_text import retries_text, run_scoring_text, scoring_rows
 from logitlab.report.figure_blocks import ab_slot_figure, comparison_figures, paired_figure
@@ -131,6 +132,9 @@ def _verdict(result: AbResult) -> list:
         KeyValues(comparison_lines(run.comparison) + _server_lines(result, run), tight=True,
                   header=("statistic", "value")),
     ]
+    if result.detection is not None and detection_lines(result.detection):
+        blocks += [Paragraph(DETECTION_TITLE, tone="dim", tight=True),
+                   Bullets(detection_lines(result.detection), tight=True)]
     flips = flip_rows(run.comparison)
     if flips:
         more = f" (first {MAX_FLIPS} of {len(flips)})" if len(flips) > MAX_FLIPS else ""
