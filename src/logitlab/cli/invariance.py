@@ -33,6 +33,9 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
         threshold_options,
         click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
                      help="Exit 1 when the verdict is worse than this."),
+        click.option("--self-check", is_flag=True,
+                     help="Run the probe's inverse controls: the same path with one planted input token, which the "
+                          "probe must see; one it misses makes the probe vacuous (exit 1 with --require)."),
         output_options(),
     ]
     for option in reversed(options):
@@ -148,7 +151,7 @@ def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
         probe=probe,
         variant=variant,
         prompt=load_prompt(opts["prompt"], opts["prompt_file"]),
-        top_k=opts["top_k"], thresholds=thresholds_from(opts), **fields,
+        top_k=opts["top_k"], thresholds=thresholds_from(opts), self_check=opts["self_check"], **fields,
     )
     config.validate()
 
@@ -170,4 +173,9 @@ def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
 
 
 def _require_exit_code(result: Any, require: str | None) -> int:
-    return require_exit_code(result.verdict_word, require)
+    """``--require``'s exit code; a vacuous probe (it could not have failed) does not meet any requirement."""
+    code = require_exit_code(result.verdict_word, require)
+    if require and code == 0 and result.vacuous:
+        click.echo(f"error: the probe is vacuous: {result.vacuous}", err=True)
+        return 1
+    return code

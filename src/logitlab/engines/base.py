@@ -297,6 +297,11 @@ class Engine:
         """
         raise NotImplementedError
 
+    def forward_rows(self, n_tokens: int) -> list[int] | None:
+        """Token rows in each forward pass a session runs for ``n_tokens`` tokens appended at once (None: not
+        known). See :meth:`BatchRun.forward_rows`."""
+        return None
+
     def open_batch(self, max_sequences: int, max_tokens: int) -> "BatchRun":
         """A runner for several sequences in one forward pass (the ``batch`` ability).
 
@@ -375,6 +380,14 @@ class BatchRun:
     def run(self, sequences: Sequence[Sequence[int]], padding: str = "right") -> list[np.ndarray]:
         """Logits of every position of every sequence: one ``(len(seq), n_vocab)`` float32 array each."""
         raise NotImplementedError
+
+    def forward_rows(self, sequences: Sequence[Sequence[int]]) -> list[int] | None:
+        """Token rows in each forward pass the engine runs for this batch, in order (None: not known).
+
+        What an invariance probe exercised: a kernel chosen by the number of rows (a matmul's tiling, an
+        attention path) can only differ between the prompt alone and the batch if these differ.
+        """
+        return None
 
     def close(self) -> None:
         """Release the batch's resources."""

@@ -328,6 +328,10 @@ class HfEngine(Engine):
             logits = out.logits.to(torch.float32).cpu().numpy()
         return [np.array(logits[row, a:b], dtype=np.float32, copy=True) for row, (a, b) in enumerate(spans)]
 
+    def forward_rows(self, n_tokens: int) -> list[int]:
+        """One forward of all the tokens appended (with the KV cache: their rows alone)."""
+        return [n_tokens]
+
     def open_batch(self, max_sequences: int, max_tokens: int) -> BatchRun:
         """One padded forward per run (:meth:`batch_logits`); left or right padding."""
         return _HfBatch(self)
@@ -407,6 +411,10 @@ class _HfBatch(BatchRun):
 
     def run(self, sequences: Sequence[Sequence[int]], padding: str = "right") -> list[np.ndarray]:
         return self.engine.batch_logits(sequences, padding)
+
+    def forward_rows(self, sequences: Sequence[Sequence[int]]) -> list[int]:
+        """One forward of B sequences padded to the longest: B × that length rows."""
+        return [len(sequences) * max(len(s) for s in sequences)]
 
 
 def _forward_parameters(model: Any) -> set[str]:

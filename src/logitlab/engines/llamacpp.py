@@ -176,6 +176,13 @@ class LlamaCppEngine(Engine):
             llama.close()
             self.llama = None
 
+    def forward_rows(self, n_tokens: int) -> list[int]:
+        """``eval`` cuts the tokens into ``llama_decode`` calls of ``n_batch``, llama.cpp each into ``n_ubatch``."""
+        from logitlab.engines.llamacpp_batch import split_rows
+
+        n_batch, n_ubatch = int(self.llama.n_batch), int(self.llama.context_params.n_ubatch)
+        return [rows for chunk in split_rows(n_tokens, n_batch) for rows in split_rows(chunk, n_ubatch)]
+
     def open_batch(self, max_sequences: int, max_tokens: int) -> BatchRun:
         """Parallel sequences (seq ids) in one ``llama_decode`` on a second context, no padding."""
         from logitlab.engines.llamacpp_batch import LlamaCppBatch

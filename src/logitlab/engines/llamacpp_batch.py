@@ -21,6 +21,11 @@ from logitlab.engines.llamacpp import LlamaCppEngine
 from logitlab.errors import EngineError, InputError
 
 
+def split_rows(n_tokens: int, size: int) -> list[int]:
+    """``n_tokens`` rows cut into forwards of at most ``size`` rows, in order."""
+    return [min(size, n_tokens - start) for start in range(0, n_tokens, size)]
+
+
 class LlamaCppBatch(BatchRun):
     """A llama.cpp context for up to ``n_seq_max`` parallel sequences on an engine's model.
 
@@ -78,6 +83,11 @@ class LlamaCppBatch(BatchRun):
             self._lib.llama_batch_free(self.batch)
             self._lib.llama_free(self.ctx)
             self.ctx = None
+
+    def forward_rows(self, sequences: Sequence[Sequence[int]]) -> list[int]:
+        """One ``llama_decode`` of all tokens, split into micro-batches of ``n_ubatch`` rows in order (llama.cpp's
+        simple split, used with a unified KV cache)."""
+        return split_rows(sum(len(s) for s in sequences), self.params["n_ubatch"])
 
     def run(self, sequences: Sequence[Sequence[int]], padding: str = "none") -> list[np.ndarray]:
         """Evaluate the sequences (seq ids 0..B-1, positions from 0) in one ``llama_decode``; no padding.

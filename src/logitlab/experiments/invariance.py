@@ -42,6 +42,7 @@ from logitlab.engines.variant import Variant
 from logitlab.errors import EngineCrashed, InputError, Interrupted
 from logitlab.events import Event
 from logitlab.experiments.base import Experiment
+from logitlab.experiments.invariance_sensitivity import Control, control, planted_token, rows_text, same_shapes
 from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner
 from logitlab.engines.workload import RunOutput, environment, run_workload
 from logitlab.jsonio import ResultRecord
@@ -72,6 +73,8 @@ class InvarianceConfig:
         isolation: ``determinism``: ``session``, ``engine`` or ``process`` per run.
         top_k: k of the top-k set agreement.
         thresholds: verdict thresholds.
+        self_check: run the probe's inverse controls (one more engine run each; see
+            :mod:`~logitlab.experiments.invariance_sensitivity`).
     """
 
     probe: str
@@ -85,6 +88,7 @@ class InvarianceConfig:
     isolation: str = "session"
     top_k: int = 5
     thresholds: Thresholds = field(default_factory=Thresholds)
+    self_check: bool = False
 
     def validate(self) -> None:
         """Raise InputError naming the bad value and the valid ones."""
@@ -150,7 +154,9 @@ class InvarianceResult(ResultRecord):
     JSON format history (``schema_version``): 1 — first version; 2 — ``kind``, typed checks; 3 — ``crash``: the
     engine's crash evidence (:class:`~logitlab.engines.crash.CrashEvidence` as a dict) when it died, the verdict
     then ``crashed``; 4 — ``error``: what stopped the probe before it finished (``interrupted`` on Ctrl-C, else
-    the error's message), the checks then those of what was measured.
+    the error's message), the checks then those of what was measured; later in 4 (additive): ``controls``, the
+    inverse controls of ``--self-check`` (:class:`~logitlab.experiments.invariance_sensitivity.Control`), a
+    check's ``details["exercised"]`` / ``details["vacuous"]``, and the derived ``vacuous`` and ``status``.
     """
 
     KIND: ClassVar[str] = "invariance"
@@ -165,6 +171,7 @@ class InvarianceResult(ResultRecord):
     notes: list[str] = field(default_factory=list)
     crash: dict[str, Any] | None = None
     error: str | None = None
+    controls: list[Control] = field(default_factory=list)
 
     @property
     def worst(self) -> Check | None:
@@ -190,16 +197,43 @@ class InvarianceResult(ResultRecord):
         return verdict.word if verdict else None
 
     @property
+    def vacuous(self) -> str | None:
+        """Why the probe could not have failed (None: it could, as far as it can tell).
+
+        A missed inverse control (``--self-check``) makes any probe vacuous: its rows do not follow its input.
+        A probe whose every check is bit-exact is vacuous when each check compared a computation with itself:
+        ``batch`` with B=1 only; ``prefill-decode`` where the prefill ran one row per forward, as the decode
+        steps do (:mod:`~logitlab.experiments.invariance_sensitivity`). A probe that found a difference could
+        fail, whatever it ran.
+        """
+        missed = [c for c in self.controls if not c.caught]
+        if missed:
+            return f"inverse control not caught ({missed[0].check}: {missed[0].evidence})"
+        if not self.checks or not all(c.word == "bit-exact" for c in self.checks):
+            return None
+        reasons = [c.details.get("vacuous") for c in self.checks]
+        return reasons[0] if all(reasons) else None
+
+    @property
+    def status(self) -> str:
+        """``crashed``, ``vacuous``, ``invariant`` (every check bit-exact) or ``not invariant``."""
+        if self.crash:
+            return "crashed"
+        if self.vacuous:
+            return "vacuous"
+        return "invariant" if self.checks and all(c.word == "bit-exact" for c in self.checks) else "not invariant"
+
+    @property
     def invariant(self) -> bool:
-        """True iff the engine did not crash and every check is bit-exact."""
-        return not self.crash and all(c.word == "bit-exact" for c in self.checks)
+        """True iff the engine did not crash, every check is bit-exact and the probe is not vacuous."""
+        return self.status == "invariant"
 
     def derived(self) -> dict[str, Any]:
         worst = self.worst
         verdict = self.verdict
         return {"verdict": None if verdict is None else verdict.to_dict(),
                 "verdict_check": None if worst is None or self.crash else self.checks.index(worst),
-                "invariant": self.invariant}
+                "invariant": self.invariant, "vacuous": self.vacuous, "status": self.status}
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -243,6 +277,7 @@ class InvarianceProbe(Experiment):
         self.config = config
         self._outputs: list[RunOutput] | None = None  # determinism's runs not yet compared
         self._texts: dict[tuple[int, ...], str] = {}  # determinism: each distinct greedy text, detokenized
+        self._control: Control | None = None  # determinism's inverse control (--self-check)
 
     def run(self) -> InvarianceResult:
         """Run the probe.
@@ -310,6 +345,7 @@ class InvarianceProbe(Experiment):
         batched = call_engine(engine, batch_rows, ids, batches, cfg.padding, phase=f"batches B={sizes}")
         paddings, pads = batched["paddings"], batched["pads"]
         alone = batched["alone"]
+        shapes = batched["forward_rows"]
         self.on_event("step", {"what": "batches"})
         for b, padding, rows in batched["runs"]:
             seqs = batches[b]
@@ -331,12 +367,37 @@ class InvarianceProbe(Experiment):
                 name = f"B={b}" + (f", {padding} padding" if padding != "none" else "")
                 text = (f"the prompt as sequence 0 of {b} ({fill}: lengths "
                         f"{', '.join(str(len(s)) for s in seqs)})")
+            alone_rows, batch_rows_ = shapes["alone"], shapes["batches"][b]
+            details["exercised"] = f"the prompt alone: {rows_text(alone_rows)}; B={b}: {rows_text(batch_rows_)}"
+            if b == 1:
+                details["vacuous"] = "B=1 is the prompt alone, run again: no batch was exercised"
+            elif same_shapes(alone_rows, batch_rows_):
+                details["limited"] = ("the same forward row counts as the prompt alone: a kernel chosen by the "
+                                      "number of rows ran the same; only the batch's attention (its KV cache, "
+                                      "masks, padding) differed")
             result.checks.append(_check(name, "the prompt alone (B=1)", text, reference, observed, cfg,
                                         token_ids, details))
         result.details = {"fill": fill, "batch_sizes": sizes, "paddings": paddings, "backend": batched["params"]}
+        if cfg.self_check:
+            self._batch_control(result, engine, batches, batched)
         if not pads and cfg.padding is not None:
             result.notes.append(f"{engine.name} batches sequences without padding: --padding does not apply")
         return result
+
+    def _batch_control(self, result: InvarianceResult, engine: Engine, batches: dict[int, list[list[int]]],
+                       batched: dict[str, Any]) -> None:
+        """The largest batch again with the prompt's last token planted in sequence 0 only."""
+        ids = result.prompt_ids
+        b, padding, rows = batched["runs"][-1]
+        planted = [list(seq) for seq in batches[b]]
+        last = len(ids) - 1
+        planted[0][last] = planted_token(ids[last], rows[0].shape[1])
+        self.on_event("step", {"what": f"self-check B={b}"})
+        again = call_engine(engine, batch_rows, ids, {b: planted}, [padding] if padding != "none" else None,
+                            phase=f"self-check B={b}")
+        name = f"B={b}" + (f", {padding} padding" if padding != "none" else "")
+        result.controls.append(control(name, f"token {ids[last]} → {planted[0][last]} at position {last} of "
+                                       f"sequence 0 in B={b}", rows[0], again["runs"][-1][2][0], last))
 
     # prefill vs decode ---------------------------------------------------------------------
     def _prefill_decode(self, result: InvarianceResult, engine: Engine) -> InvarianceResult:
@@ -350,15 +411,33 @@ class InvarianceProbe(Experiment):
                                 "the whole sequence")
         generated, sequence, full = measured["generated"], measured["sequence"], measured["full"]
         positions = list(range(1, len(sequence)))
+        prefill_rows = measured["forward_rows"]
         for name, text, rows in measured["paths"]:
+            path_rows = [1] if name.startswith("decode") else None
+            details = {"exercised": f"one prefill of all {len(sequence)} tokens: {rows_text(prefill_rows)}; "
+                                    + ("each position then from a one-row decode step" if path_rows else
+                                       "each position from a forward over tokens 0..p")}
+            if path_rows and same_shapes(prefill_rows, path_rows):
+                details["vacuous"] = (f"the prefill also ran one row per forward ({rows_text(prefill_rows)}), as "
+                                      "the decode steps do: both sides are the same computation")
             result.checks.append(_check(
                 name, f"one prefill of all {len(sequence)} tokens, row p",
                 f"position p from {text} (p = 0: a one-token prefill)",
                 full, rows, cfg, sequence,
                 {"positions": [0, positions[-1]], "n_prompt": len(result.prompt_ids),
-                 "n_generated": len(generated)}))
+                 "n_generated": len(generated), **details}))
         result.details = {"sequence_ids": sequence, "generated_text": self._detokenize(generated),
                           "positions": [0, positions[-1]]}
+        if cfg.self_check:
+            last = len(sequence) - 1
+            token = planted_token(sequence[last], full.shape[1])
+            self.on_event("step", {"what": "self-check decode"})
+            row = call_engine(engine, planted_decode_row, sequence, last, token, phase="self-check decode")
+            decode = measured["paths"][0][2]
+            planted = np.array(decode, copy=True)
+            planted[last] = row
+            result.controls.append(control("decode vs prefill", f"token {sequence[last]} → {token} in the decode "
+                                           f"step at position {last}", decode, planted, last))
         return result
 
     # determinism -----------------------------------------------------------------------------
@@ -388,11 +467,29 @@ class InvarianceProbe(Experiment):
                     crash = exc
                     break
                 self.on_event("step", {"what": f"run {index + 1}"})
+            if cfg.self_check and crash is None and outputs:
+                last = len(ids) - 1
+                planted = list(ids)
+                planted[last] = planted_token(ids[last], outputs[0].logits.shape[1])
+                self.on_event("step", {"what": "self-check run"})
+                try:
+                    if engine is not None:
+                        with environment(cfg.variant.env):
+                            extra = run_workload(engine, planted, 0, None)
+                    else:
+                        extra = runner.run("control", planted, 0, None, slot=cfg.runs)
+                except EngineCrashed as exc:
+                    crash = exc
+                else:
+                    self._control = control("runs", f"token {ids[last]} → {planted[last]} at position {last} of "
+                                            "one more run", outputs[0].logits[:last + 1], extra.logits, last)
         if crash is not None:
             self._crashed(result, crash)
             if not outputs:
                 return result
         self._compare_runs(result, outputs)
+        if self._control is not None:
+            result.controls.append(self._control)
         return result
 
     def _compare_runs_so_far(self, result: InvarianceResult) -> None:
@@ -431,6 +528,12 @@ class InvarianceProbe(Experiment):
             "text_groups": [{"runs": runs, "text": self._texts[gen]} for gen, runs in texts.items()],
             "decode_tokens_per_second": [round(o.tokens_per_second("decode"), 2) for o in outputs],
         }
+        prefill = [o.seconds("prefill") for o in outputs]
+        if len(prefill) > 2 and prefill[0] > 0 and float(np.median(prefill[1:])) < prefill[0] / 10:
+            result.notes.append(
+                f"runs 2..{len(outputs)} prefilled the prompt in a median {float(np.median(prefill[1:])):.3g} s, "
+                f"under a tenth of run 1's {prefill[0]:.3g} s: a cache may have answered them, so they may not "
+                "have recomputed what this probe compares")
         if len(groups) == 1 and len(outputs) > 1:
             # One distinct array: record an explicit bit-exact check so the verdict reads like ab's.
             result.checks.append(_check(f"runs 2..{len(outputs)}", "run 1", f"runs 2..{len(outputs)} (all identical)",
@@ -458,7 +561,10 @@ def batch_rows(engine: Engine, ids: Sequence[int], batches: dict[int, list[list[
         alone = backend.run([list(ids)], paddings[0])[0]
         runs = [(b, pad, backend.run(batches[b], pad))
                 for b in sizes for pad in (paddings[:1] if b == 1 else paddings)]
-        return {"alone": alone, "runs": runs, "paddings": paddings, "pads": backend.pads, "params": backend.params}
+        shapes = {"alone": backend.forward_rows([list(ids)]),
+                  "batches": {b: backend.forward_rows(batches[b]) for b in sizes}}
+        return {"alone": alone, "runs": runs, "paddings": paddings, "pads": backend.pads, "params": backend.params,
+                "forward_rows": shapes}
     finally:
         backend.close()
 
@@ -497,7 +603,15 @@ def prefill_decode_rows(engine: Engine, prompt_ids: Sequence[int], n_decode: int
                 rows.append(session.decode([sequence[p]])[0])
         paths.append((name, text, np.stack(rows)))
     return {"generated": list(generated), "sequence": sequence, "full": full, "paths": paths,
-            "no_kv_cache": no_kv_cache}
+            "no_kv_cache": no_kv_cache, "forward_rows": engine.forward_rows(len(sequence))}
+
+
+def planted_decode_row(engine: Engine, sequence: Sequence[int], position: int, token: int) -> np.ndarray:
+    """The decode path's row at ``position`` with ``token`` fed there instead (``--self-check``): a prefill of
+    ``sequence[:position]``, then one decode step. Returns a ``(n_vocab,)`` float32 row."""
+    with engine.open_session() as session:
+        session.prefill(list(sequence[:position]))
+        return np.array(session.decode([int(token)])[0], dtype=np.float32)
 
 
 def run_invariance(config: InvarianceConfig, **kwargs: Any) -> InvarianceResult:

@@ -133,16 +133,40 @@ def invariance_document(result: InvarianceResult, *, show_error: bool = True) ->
     word = result.verdict.word if result.verdict else "n/a"
     title = f"logitlab invariance {result.probe}"
     doc = Document("invariance", title)
-    doc.add(Heading(rich(f"{title}: ", Span(word, f"verdict:{word}" if result.verdict else "strong"))),
+    vacuous = " (vacuous: it could not have failed)" if result.vacuous else ""
+    doc.add(Heading(rich(f"{title}: ", Span(word, f"verdict:{word}" if result.verdict else "strong"), vacuous)),
             _header(result))
     doc.add(Table(CHECK_HEADER, check_rows(result),
                   title="checks (reference → observed, every position, full vocabulary)"),
             check_heatmap_figure(result.checks))
     doc.add(*_verdict(result))
+    doc.add(*_sensitivity(result))
     doc.add(*[Paragraph(f"note: {note}", tone="note") for note in result.notes])
     if result.error and show_error:
         doc.add(Paragraph(f"stopped early: {result.error}", tone="error"))
     return doc
+
+
+def _sensitivity(result: InvarianceResult) -> list[Block]:
+    """What each check exercised, the inverse controls (``--self-check``), and the probe's status."""
+    exercised = [f"{c.name}: {c.details['exercised']}" + "".join(
+                     f" — {key}: {c.details[key]}" for key in ("vacuous", "limited") if c.details.get(key))
+                 for c in result.checks if c.details.get("exercised")]
+    blocks: list[Block] = []
+    if exercised:
+        blocks += [Paragraph("exercised (forward passes, as the engine ran them)", tone="dim", tight=True),
+                   Bullets(exercised, tight=True)]
+    if result.controls:
+        blocks += [Paragraph("self-check: inverse controls (one planted input token the probe must see)", tone="dim",
+                             tight=True),
+                   Bullets([f"{'caught' if c.caught else 'NOT caught'}: {c.check}, {c.planted}: {c.evidence}"
+                            for c in result.controls], tight=True)]
+    if not result.crash and result.checks:
+        status = result.status
+        why = f": {result.vacuous}" if result.vacuous else ""
+        blocks.append(Paragraph(rich(Span("status: ", "strong"), status + why),
+                                tone="warning" if status == "vacuous" else None, tight=True))
+    return blocks
 
 
 def _header(result: InvarianceResult) -> KeyValues:
