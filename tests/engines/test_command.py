@@ -31,15 +31,17 @@ SCORER_TEMPLATE = f"{PY} {EXAMPLE} --tokens {{tokens}} --logits {{logits}}"
 N_DECODE = 4
 
 # A stand-in engine: deterministic pseudo-logits per (position, token), written in the format the
-# logits file's suffix asks for; FAKE_BAD=rows|bytes|exit|nothing breaks it on purpose.
+# logits file's suffix asks for; FAKE_BAD=rows|bytes|exit|nothing|nan|stale breaks it on purpose (stale: the
+# logits depend on the position only, not on the tokens fed).
 FAKE = textwrap.dedent("""
     import os, sys, json, struct
     import numpy as np
     tokens_path, logits_path, vocab = sys.argv[1], sys.argv[2], int(sys.argv[3])
     tokens = [int(t) for t in open(tokens_path).read().split()]
-    rows = np.stack([np.random.default_rng(i * 7919 + t).normal(0, 3, vocab) for i, t in enumerate(tokens)])
-    rows = rows.astype(np.float32)
     bad = os.environ.get("FAKE_BAD", "")
+    seed = (lambda i, t: i * 7919) if bad == "stale" else (lambda i, t: i * 7919 + t)  # stale: ignores the tokens
+    rows = np.stack([np.random.default_rng(seed(i, t)).normal(0, 3, vocab) for i, t in enumerate(tokens)])
+    rows = rows.astype(np.float32)
     if bad == "exit":
         print("loading weights", file=sys.stderr)
         print("fatal: out of device memory", file=sys.stderr)
@@ -313,3 +315,26 @@ def test_the_detection_limit_brackets_a_fault_planted_by_the_engine():
           f"{above.verdict.outside}, 0.8× -> {below.verdict.word}")
     assert above.verdict.word == "divergent" and p in above.verdict.outside
     assert below.verdict.word != "divergent" and p not in below.verdict.outside
+
+
+@pytest.mark.engine
+def test_ab_self_check_names_an_ab_that_could_not_have_failed(fake, tmp_path):
+    """Issue #32: logits that do not follow the tokens fed (a stale cache, a fixed file) make every A/B bit-exact;
+    --self-check plants the last prompt token, sees nothing move, calls the A/B vacuous and fails --require."""
+    def ab(env, out):
+        return subprocess.run(
+            [PY, "-m", "logitlab", "ab", "--engine", f"cmd:{fake}", "--control", "vocab=64", "--candidate",
+             "vocab=64", "--control-env", env, "--candidate-env", env, "--prompt", SHORT_PROMPT, "--tokens", "2",
+             "--repeats", "1", "--warmup", "0", "--quiet", "--self-check", "--require", "bit-exact",
+             "--json", str(out)], capture_output=True, text=True, cwd=tmp_path)
+
+    stale = ab("FAKE_BAD=stale", tmp_path / "stale.json")
+    assert stale.returncode == 1, stale.stderr
+    assert stale.stderr.strip().splitlines()[-1].startswith("error: the A/B is vacuous: inverse control not caught")
+    data = json.loads((tmp_path / "stale.json").read_text())
+    assert data["verdict"]["word"] == "bit-exact" and data["controls"][0]["caught"] is False
+    assert "NOT caught" in stale.stdout and "vacuous:" in stale.stdout
+    live = ab("FAKE_BAD=", tmp_path / "live.json")
+    assert live.returncode == 0, live.stderr
+    data = json.loads((tmp_path / "live.json").read_text())
+    assert data["controls"][0]["caught"] is True and data["vacuous"] is None

@@ -55,6 +55,9 @@ from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
                    "first divergent tensor).")
 @click.option("--explain-positions", type=int, default=8, show_default=True,
               help="--explain: at most this many positions.")
+@click.option("--self-check", is_flag=True,
+              help="After the blocks, run the candidate once more with the prompt's last token planted: its logits "
+                   "must change there and nowhere before; if not, the A/B is vacuous (exit 1 with --require).")
 @click.option("--detection-limit/--no-detection-limit", "detection", default=True, show_default=True,
               help="Plant standard faults into a copy of the verdict's candidate run and report the smallest that "
                    "would have read divergent (about a second on the embedded model).")
@@ -100,7 +103,7 @@ def ab(**opts: Any) -> None:
         isolation=opts["isolation"], slot_timeout=opts["slot_timeout"], randomize=opts["randomize"],
         seed=opts["seed"],
         escalate=not opts["no_escalate"], localize=opts["localize"], top_k=opts["top_k"], margin=opts["margin"],
-        explain=opts["explain_positions"] if opts["explain"] else 0, detection=opts["detection"],
+        explain=opts["explain_positions"] if opts["explain"] else 0, detection=opts["detection"], self_check=opts["self_check"],
         thresholds=thresholds_from(opts),
     )
     log_path = run_log_path(opts, "ab")
@@ -145,6 +148,8 @@ def _progress(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:
         return {"description": f"ab stop: {data['decision'].stop_reason}"}
     if kind == "explain":
         return {"description": f"explain: {data.get('what', 'controls per position')}"}
+    if kind == "self-check":
+        return {"description": "self-check: the candidate with a planted token"}
     if kind == "escalate":
         return {"description": f"A/A at {data['isolation']} isolation"}
     return None
@@ -157,5 +162,9 @@ def _require_exit_code(result: Any, require: str | None) -> int:
     if require == "bit-exact" and result.control_reproducible is False:
         click.echo("require bit-exact: the control does not reproduce itself", err=True)
         return EXIT_CHECK_FAILED
-    return require_exit_code(result.verdict_word, require)
+    code = require_exit_code(result.verdict_word, require)
+    if code == EXIT_OK and result.vacuous:
+        click.echo(f"error: the A/B is vacuous: {result.vacuous}", err=True)
+        return EXIT_CHECK_FAILED
+    return code
 

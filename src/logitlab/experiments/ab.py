@@ -29,6 +29,7 @@ from logitlab.events import Event
 from logitlab.experiments import crossengine
 from logitlab.experiments.base import Experiment
 from logitlab.experiments.explain import ExplainConfig, ExplainExperiment
+from logitlab.experiments.inverse_controls import control, planted_token
 from logitlab.experiments.isolation import (
     ISOLATION_LEVELS,
     SlotRunner,
@@ -86,6 +87,9 @@ class AbConfig:
             pair up to the first differing position and attach the dump-diff summary (llamacpp, hf).
         explain: when the A/B has flips or positions outside its noise floor, run
             :mod:`~logitlab.experiments.explain` on the pair (at most this many positions; 0: off).
+        self_check: run the inverse control after the blocks: the candidate once more with the prompt's last
+            token planted, which must change that position of its logits and none before it
+            (:mod:`~logitlab.experiments.inverse_controls`); a missed control makes the A/B vacuous.
         detection: measure the detection limits of the verdict's run (:mod:`logitlab.numerics.detection`:
             faults planted into a copy of the candidate run; about a second on the embedded model);
             full-vocabulary comparisons only.
@@ -114,6 +118,7 @@ class AbConfig:
         return self.repeats == "auto"
     explain: int = 0
     detection: bool = True
+    self_check: bool = False
 
     def validate(self) -> None:
         if self.n_decode < 1:
@@ -200,6 +205,8 @@ class AbExperiment(Experiment):
                     self.open_log({k: v for k, v in result.to_dict().items() if k in LOG_HEADER_FIELDS})
                     self._run_blocks(runner, result)
                     self._finish(result)
+                    if cfg.self_check:
+                        self._self_check(runner, result)
 
                 return self.measure(result, body, on_stop=self._summarize_partial)
             finally:
@@ -291,6 +298,31 @@ class AbExperiment(Experiment):
             self._check_reference(record, slot)
             if self.autostop is not None and slot.position == 3 and self._stop_now(result, slot.block + 1):
                 break
+
+    def _self_check(self, runner: SlotRunner, result: AbResult) -> None:
+        """The inverse control: the candidate once more with the prompt's last token planted (prefill only)."""
+        first = self.first_candidate
+        if first is None or first.topk is not None:
+            result.notes.append("self-check: not run (no candidate run with full logits to plant into)")
+            return
+        ids = result.prompt_ids
+        last = len(ids) - 1
+        planted = list(ids)
+        planted[last] = planted_token(ids[last], first.logits.shape[1])
+        self.on_event("self-check", {})
+        try:
+            output = runner.run(CANDIDATE, planted, 0, None)
+        except EngineCrashed as crash:
+            result.notes.append(f"self-check: the candidate crashed on the planted run ({crash})")
+            return
+        result.controls.append(control("candidate", f"token {ids[last]} → {planted[last]} at position {last}",
+                                       first.logits[:last + 1], output.logits, last))
+        if result.verdict is not None and result.verdict.word == "bit-exact" and not self.config.candidate.env \
+                and not result.manifest.get("candidate_engine_changes", {}) and \
+                not crossengine.needs_check(self.config.control, self.config.candidate):
+            result.notes.append("self-check: the candidate's engine describes itself exactly as the control's "
+                                "(no option, effective setting or buffer differs): the A/B may have compared the "
+                                "control with itself")
 
     def _crashed(self, slot: Slot, crash: EngineCrashed, result: AbResult) -> None:
         """A run whose engine died: a ``crashed`` run (a candidate's is the verdict ``crashed``); the next slot

@@ -17,6 +17,7 @@ from logitlab.experiments.explain_results import ExplainResult
 from logitlab.jsonio import ResultRecord
 from logitlab.numerics import VERDICTS, LogitComparison, Verdict
 from logitlab.numerics.detection import DetectionLimits
+from logitlab.experiments.inverse_controls import Control
 from logitlab.numerics.topk import TopKComparison
 from logitlab.numerics.topk_offsets import RowOffsets
 from logitlab.perf.design import CANDIDATE, CONTROL, Block
@@ -116,7 +117,9 @@ class AbResult(ResultRecord):
     an unmeasured A/A is ``null``; later in 2 (additive): ``fingerprints``
     (absent: empty), ``explanation`` (``ab --explain``), verdicts with their
     noise ``floor`` and ``outside``; a run's ``crash`` (its engine died: the verdict ``crashed``);
-    ``detection`` (the detection limits of the verdict's run, :mod:`logitlab.numerics.detection`; absent: None).
+    ``detection`` (the detection limits of the verdict's run, :mod:`logitlab.numerics.detection`; absent: None);
+    ``controls`` (``--self-check``'s inverse control, :mod:`logitlab.experiments.inverse_controls`; absent: empty)
+    and the derived ``vacuous``.
 
     ``fingerprints``: per variant, the SHA-256 of the logits' bits of its first
     measured run (:meth:`~logitlab.engines.workload.RunOutput.fingerprint`):
@@ -144,6 +147,7 @@ class AbResult(ResultRecord):
     notes: list[str] = field(default_factory=list)  # cross-engine facts the report must state
     fingerprints: dict[str, str] = field(default_factory=dict)
     detection: DetectionLimits | None = None  # of the verdict's run (full-vocabulary comparisons only)
+    controls: list[Control] = field(default_factory=list)  # --self-check's inverse control
 
     # -- derived views ------------------------------------------------------
     def measured(self, variant: str) -> list[RunRecord]:
@@ -186,7 +190,15 @@ class AbResult(ResultRecord):
             "aa": {"control_reproducible": self.control_reproducible, "diagnosis": self.aa_diagnosis,
                    "escalations": [dataclasses.asdict(e) for e in self.escalations]},
             "candidate_reproducible": self.candidate_reproducible,
+            "vacuous": self.vacuous,
         }
+
+    @property
+    def vacuous(self) -> str | None:
+        """Why the A/B could not have shown a difference: ``--self-check``'s planted token was not seen in the
+        candidate's logits (they do not follow its input); None otherwise (or not checked)."""
+        missed = [c for c in self.controls if not c.caught]
+        return f"inverse control not caught ({missed[0].evidence})" if missed else None
 
     # -- what the result supplies beyond its JSON (see ResultRecord) -----------------------------
     @property

@@ -42,7 +42,7 @@ from logitlab.engines.variant import Variant
 from logitlab.errors import EngineCrashed, InputError, Interrupted
 from logitlab.events import Event
 from logitlab.experiments.base import Experiment
-from logitlab.experiments.invariance_sensitivity import Control, control, planted_token, rows_text, same_shapes
+from logitlab.experiments.inverse_controls import Control, control, planted_token, rows_text, same_shapes
 from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner
 from logitlab.engines.workload import RunOutput, environment, run_workload
 from logitlab.jsonio import ResultRecord
@@ -74,7 +74,7 @@ class InvarianceConfig:
         top_k: k of the top-k set agreement.
         thresholds: verdict thresholds.
         self_check: run the probe's inverse controls (one more engine run each; see
-            :mod:`~logitlab.experiments.invariance_sensitivity`).
+            :mod:`~logitlab.experiments.inverse_controls`).
     """
 
     probe: str
@@ -155,7 +155,7 @@ class InvarianceResult(ResultRecord):
     engine's crash evidence (:class:`~logitlab.engines.crash.CrashEvidence` as a dict) when it died, the verdict
     then ``crashed``; 4 — ``error``: what stopped the probe before it finished (``interrupted`` on Ctrl-C, else
     the error's message), the checks then those of what was measured; later in 4 (additive): ``controls``, the
-    inverse controls of ``--self-check`` (:class:`~logitlab.experiments.invariance_sensitivity.Control`), a
+    inverse controls of ``--self-check`` (:class:`~logitlab.experiments.inverse_controls.Control`), a
     check's ``details["exercised"]`` / ``details["vacuous"]``, and the derived ``vacuous`` and ``status``.
     """
 
@@ -203,7 +203,7 @@ class InvarianceResult(ResultRecord):
         A missed inverse control (``--self-check``) makes any probe vacuous: its rows do not follow its input.
         A probe whose every check is bit-exact is vacuous when each check compared a computation with itself:
         ``batch`` with B=1 only; ``prefill-decode`` where the prefill ran one row per forward, as the decode
-        steps do (:mod:`~logitlab.experiments.invariance_sensitivity`). A probe that found a difference could
+        steps do (:mod:`~logitlab.experiments.inverse_controls`). A probe that found a difference could
         fail, whatever it ran.
         """
         missed = [c for c in self.controls if not c.caught]

@@ -132,6 +132,13 @@ def _verdict(result: AbResult) -> list:
         KeyValues(comparison_lines(run.comparison) + _server_lines(result, run), tight=True,
                   header=("statistic", "value")),
     ]
+    if result.controls:
+        blocks += [Paragraph("self-check: inverse control (one planted input token the candidate's logits must "
+                             "follow)", tone="dim", tight=True),
+                   Bullets([f"{'caught' if c.caught else 'NOT caught'}: {c.check}, {c.planted}: {c.evidence}"
+                            for c in result.controls], tight=True)]
+        if result.vacuous:
+            blocks.append(Paragraph(f"vacuous: {result.vacuous}", tone="warning", tight=True))
     if result.detection is not None and detection_lines(result.detection):
         blocks += [Paragraph(DETECTION_TITLE, tone="dim", tight=True),
                    Bullets(detection_lines(result.detection), tight=True)]
