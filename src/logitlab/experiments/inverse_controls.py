@@ -1,4 +1,6 @@
-"""Could an invariance probe have failed? What it exercised, and the inverse controls of ``--self-check``.
+"""Could a comparison have failed? What a probe exercised, and the inverse controls of ``--self-check``.
+
+Used by ``invariance`` (every probe) and ``ab`` (the candidate's inverse control).
 
 A probe that reads ``bit-exact`` says two ways of running a request gave the
 same bits. It says nothing if the two ways were one and the same computation:
@@ -27,7 +29,8 @@ vacuous. A probe that found a difference could fail, whatever it ran.
 **Inverse controls** (``--self-check``, one extra engine run each): the same
 path again with one planted input token on the observed side only (the last
 token of the prompt as sequence 0 of the batch; the token of the decode step
-at the last position; the last prompt token of one more determinism run). A
+at the last position; the last prompt token of one more determinism run; for
+``ab``, the last prompt token of one more candidate run). A
 probe that compares the rows it claims to must see the planted change at that
 position and nowhere before it (causality); one that does not is vacuous, so
 is its verdict. This is the inverse control of mutation testing: a planted
