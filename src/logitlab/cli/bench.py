@@ -111,7 +111,8 @@ def run_cmd(**opts: Any) -> None:
     result, error = run_with_progress(lambda on_event: bench_run(config, on_event=on_event, log_path=log_path),
                                       quiet=opts["quiet"], first="bench run", describe=_run_progress)
     finish(result, error, opts, target=target, log_path=log_path,
-           exit_code=lambda r: _fail_on_exit_code(r, opts["fail_on"]))
+           exit_code=lambda r: _fail_on_exit_code(r, opts["fail_on"]),
+           interrupted="the runs measured so far are in the reports and the log")
 
 
 def _run_progress(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:

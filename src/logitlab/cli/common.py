@@ -134,7 +134,7 @@ def finish(result: Any, error: LogitlabError | None, opts: dict[str, Any], *, ex
     unless ``--quiet``), then exits: :data:`EXIT_INTERRUPTED` with the line
     ``error: interrupted; <interrupted>`` when ``error`` is an
     :class:`~logitlab.errors.Interrupted` (an experiment that turns Ctrl-C into
-    one with its partial result: ab, verify, explain) and ``interrupted`` is given; 2 with
+    one with its partial result: ab, verify, explain, invariance, bench run) and ``interrupted`` is given; 2 with
     one ``error:`` line for any other error; else ``exit_code(result)``
     (0, or :data:`EXIT_CHECK_FAILED` for a failed ``--require``).
     """

@@ -29,7 +29,7 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from logitlab.errors import InputError
+from logitlab.errors import InputError, Interrupted
 from logitlab.events import ignore_event
 from logitlab.jsonio import ResultRecord
 from logitlab.perf.autostop import AutoStop, check_auto_budget
@@ -383,6 +383,10 @@ def bench_run(
         runs, or fewer than one block succeeded (nothing can be compared);
         the message names the command, its exit status and its stderr tail.
         The exception's ``partial`` attribute holds the result so far.
+    Interrupted
+        Ctrl-C: its ``partial`` is the result so far (every run measured; the
+        calls over the complete blocks), ``error`` ``"interrupted"``; the run
+        log ends ``interrupted``.
 
     Notes
     -----
@@ -408,34 +412,39 @@ def bench_run(
                             unit=_unit(config, config.primary), budget_flag="--max-blocks")
     log = RunLog(log_path, BenchRunResult.KIND, {"config": dataclasses.asdict(config), "host": host}) \
         if log_path is not None else None
-    for slot in schedule:
-        measured = runner(commands[slot.variant], metric=pattern, timeout=config.timeout)
-        run = CommandRun(variant=slot.variant, index=slot.index, block=slot.block, position=slot.position,
-                         pattern=slot.pattern, **measured)
-        runs.append(run)
-        error = _log_run(log, run)
-        if error:  # the run log could not be written (a full disk): stop, keep what ran
-            break
-        emit("run", {"run": run})
-        attempts[slot.variant].append(run.ok)
-        if not run.ok:
-            tail = run.stderr_tail.strip().splitlines()[-1:] or [""]
-            what = f"{slot.variant} command {commands[slot.variant]!r} failed ({run.error})" + (
-                f": {tail[0][:200]}" if tail[0] else "")
-            regex_fault = metric_regex_fault(run.error)  # the regex's, not the command's
-            if regex_fault:
-                what = f"{run.error} (in the output of the {slot.variant} command)"
-            if run.is_warmup:
-                error = what if regex_fault else f"{what} in a warmup run"
-            elif len(attempts[slot.variant]) >= 2 and not any(attempts[slot.variant]):
-                error = what if regex_fault else f"{what} on each of its first {len(attempts[slot.variant])} runs"
-            if error:
+    try:
+        for slot in schedule:
+            measured = runner(commands[slot.variant], metric=pattern, timeout=config.timeout)
+            run = CommandRun(variant=slot.variant, index=slot.index, block=slot.block, position=slot.position,
+                             pattern=slot.pattern, **measured)
+            runs.append(run)
+            error = _log_run(log, run)
+            if error:  # the run log could not be written (a full disk): stop, keep what ran
                 break
-        if autostop is not None and slot.position == 3:
-            decision = autostop.look(_metric_blocks(config, runs, config.primary), blocks_run=slot.block + 1)
-            emit("look", {"decision": decision})
-            if decision.stop:
-                break
+            emit("run", {"run": run})
+            attempts[slot.variant].append(run.ok)
+            if not run.ok:
+                tail = run.stderr_tail.strip().splitlines()[-1:] or [""]
+                what = f"{slot.variant} command {commands[slot.variant]!r} failed ({run.error})" + (
+                    f": {tail[0][:200]}" if tail[0] else "")
+                regex_fault = metric_regex_fault(run.error)  # the regex's, not the command's
+                if regex_fault:
+                    what = f"{run.error} (in the output of the {slot.variant} command)"
+                if run.is_warmup:
+                    error = what if regex_fault else f"{what} in a warmup run"
+                elif len(attempts[slot.variant]) >= 2 and not any(attempts[slot.variant]):
+                    error = what if regex_fault else f"{what} on each of its first {len(attempts[slot.variant])} runs"
+                if error:
+                    break
+            if autostop is not None and slot.position == 3:
+                decision = autostop.look(_metric_blocks(config, runs, config.primary), blocks_run=slot.block + 1)
+                emit("look", {"decision": decision})
+                if decision.stop:
+                    break
+    except KeyboardInterrupt:  # Ctrl-C: the complete blocks measured so far are analysed and kept
+        result = _analyse(config, runs, host, "interrupted", autostop)
+        _end_log(log, "interrupted", result, "interrupted")
+        raise Interrupted("interrupted", partial=result) from None
     result = _analyse(config, runs, host, error, autostop)
     if error is not None or not result.comparisons:
         message = error or _no_blocks_message(config, result)
