@@ -23,6 +23,7 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -274,10 +275,34 @@ def build_library(tree: SourceTree, flags: Sequence[str] = (), *, jobs: int | No
     return BuildResult(folder, key, False, time.monotonic() - start, read_meta(folder) or meta)
 
 
+def _end_step(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """End a build step started in a session of its own: SIGTERM to the session, SIGKILL after ``grace`` s.
+
+    SIGTERM first, not SIGKILL: ninja starts each compile job in a process group of its own, which a signal to
+    the step's group does not reach; on SIGTERM ninja ends them itself (make's jobs stay in its group).
+    Killed outright, it would leave them compiling into a folder already removed.
+    """
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    proc.wait()
+
+
 def _step(cmd: list[str], log, log_path: Path, what: str, on_progress: OnProgress | None) -> None:
-    """Run one build step, its output into ``log``; progress lines (``[n/N] ...``) to ``on_progress``."""
+    """Run one build step, its output into ``log``; progress lines (``[n/N] ...``) to ``on_progress``.
+
+    The step runs in a session of its own, ended with its compile jobs on Ctrl-C or any error here
+    (:func:`_end_step`), also when the SIGINT reached this process alone (``kill -INT``).
+    """
     try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as exc:
         raise EngineError(f"{what} could not start ({exc}): is cmake installed?") from exc
     try:
@@ -288,8 +313,7 @@ def _step(cmd: list[str], log, log_path: Path, what: str, on_progress: OnProgres
                 on_progress(int(found.group(1)), int(found.group(2)), line.decode(errors="replace").strip())
         code = proc.wait()
     except BaseException:
-        proc.kill()
-        proc.wait()
+        _end_step(proc)
         raise
     if code != 0:
         log.flush()
