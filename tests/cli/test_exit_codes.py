@@ -4,9 +4,10 @@ Exit codes (``cli/common.py``): 0 ok, 1 a ``--require`` / ``--fail-on`` / golden
 with exactly one ``error:`` line on stderr. Each gate below is run once where it passes and once where it
 fails, on real inputs as cheap as they come:
 
-- the ``cmd`` engine running ``examples/numpy_cmd_engine.py`` (pure numpy, deterministic) and two copies of
-  it changed in one line each: ``f64`` accumulates the RMS norm in float64 (different rounding: the logits'
-  bits change, ``ulp-noise``), ``noisy`` adds fresh random noise to every run's logits (not deterministic);
+- the ``cmd`` engine running ``examples/numpy_cmd_engine.py`` (pure numpy, deterministic) and copies of it
+  changed in one place each: ``f64`` accumulates the RMS norm in float64 (different rounding: the logits'
+  bits change, ``ulp-noise``), ``noisy`` adds fresh random noise to every run's logits (not deterministic),
+  ``swap`` swaps the top two logits of position 7 (a bug confined to one row: ``divergent``);
 - the embedded model on llama.cpp where only it has the ability (verify's near-tie guard, ``dump``);
 - the recorded benchmark files of ``tests/data/bench`` for ``bench compare``;
 - ``true`` and ``sleep 0.05`` for ``bench run``.
@@ -33,7 +34,13 @@ dump-diff --require bit-exact      control vs control again       control vs fla
 golden check                       numpy vs its golden            f64 vs numpy's golden             missing folder
 sweep --require                    --resume, ulp-noise            bit-exact (f64 cell)              --out is a file
 history show --regressions-only    same fingerprint twice         control fingerprint changed       empty folder
+explain (no gate: 0 whatever the   numpy vs swap (divergent,      (none: explain judges nothing)    --prompt-file
+  causes)                            cause bug)                                                     missing
 =================================  =============================  ================================  ================
+
+``bisect`` (0: one commit found; 1: skips leave several; 2: bad input) is tested on its throw-away engine
+repository in ``test_history_cli.py``; exit 130 (Ctrl-C) of every command in ``test_ctrl_c.py`` and next to
+each command's other tests.
 """
 
 from __future__ import annotations
@@ -99,7 +106,12 @@ def engines(work) -> dict[str, str]:
     (work / "f64.py").write_text(source.replace(flag, "NORM_FLOAT64 = True\n"))
     (work / "noisy.py").write_text(source.replace(write, "    logits = logits + np.random.default_rng().normal("
                                                          "0, 1e-3, logits.shape).astype(np.float32)\n" + write))
-    return {"numpy": spec(ENGINE), "f64": spec(work / "f64.py"), "noisy": spec(work / "noisy.py")}
+    swap = ("    if len(logits) > 7:  # one row broken: position 7's top two logits swapped\n"
+            "        top = np.argsort(logits[7])[-2:]\n"
+            "        logits[7, top] = logits[7, top[::-1]]\n")
+    (work / "swap.py").write_text(source.replace(write, swap + write))
+    return {"numpy": spec(ENGINE), "f64": spec(work / "f64.py"), "noisy": spec(work / "noisy.py"),
+            "swap": spec(work / "swap.py")}
 
 
 # -- the runs the cases share ------------------------------------------------------------------------------------
@@ -233,6 +245,17 @@ def history_runs(work, ab_runs) -> dict[str, subprocess.CompletedProcess]:
             "bad": in_process(*show, "--dir", "empty", cwd=work)}
 
 
+@pytest.fixture(scope="module")
+def explain_runs(work, engines) -> dict[str, subprocess.CompletedProcess]:
+    """explain has no gate (``docs/commands/explain.md``: 0 done, whatever the causes): a pair whose one flip is a
+    bug still exits 0."""
+    return {
+        "pass": cli("explain", "--engine", engines["numpy"], "--candidate", engines["swap"], "--tokens", "8",
+                    "--prompt", PROMPT, "--quiet", "--json", "why.json", cwd=work),
+        "bad": in_process("explain", "--prompt-file", "missing.txt", "--quiet", cwd=work),
+    }
+
+
 # -- the matrix ---------------------------------------------------------------------------------------------------
 E = pytest.mark.engine
 #: gate, case, exit status, fixture, key, stderr: "" (nothing), a list of exact lines, or "error: …" (the start of
@@ -292,6 +315,9 @@ MATRIX = [
                  ["regressions-only: 1 regression(s) or numerics change(s): control/logits at c2"], marks=E),
     pytest.param("history show --regressions-only", "bad", 2, "history_runs", "bad",
                  "error: the history folder empty holds no records", marks=E),
+    pytest.param("explain", "divergent, cause bug", 0, "explain_runs", "pass", "", marks=E),
+    pytest.param("explain", "bad", 2, "explain_runs", "bad", "error: cannot read --prompt-file missing.txt",
+                 marks=E),
 ]
 
 
@@ -350,6 +376,16 @@ def test_verify_require_at_every_bar_and_require_identical(work, verify_runs, ca
     assert _exit_code(broken, None, False) == 0 and _exit_code(broken, None, True) == 1
     assert capsys.readouterr().err == (f"require identical: guarded output differs from M=1 greedy on "
                                        f"{first.prompt} ({first.fallback})\n")
+
+
+@pytest.mark.engine
+def test_explain_exits_0_on_a_pair_whose_flip_is_a_bug(work, explain_runs):
+    """The exit-0 run of the matrix really explained something: the pair is divergent, its one flip (position 7)
+    is a bug, and the report says so."""
+    data = json.loads((work / "why.json").read_text())
+    assert data["kind"] == "explain" and data["error"] is None and data["verdict"]["word"] == "divergent"
+    assert [(p["position"], p["cause"]) for p in data["positions"]] == [(7, "bug")]
+    assert "cause: bug" in explain_runs["pass"].stdout
 
 
 @pytest.mark.engine

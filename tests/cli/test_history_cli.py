@@ -197,6 +197,28 @@ def test_bisect_numerics_names_the_commit_and_restores_the_checkout(engine, tmp_
 
 
 @pytest.mark.engine
+def test_bisect_exits_1_when_a_skip_leaves_two_suspects(engine, tmp_path):
+    """Exit 1 (``docs/commands/bisect.md``: skips leave several commits, all named): the build also fails at the
+    commit just before the numerics change, so the first bad commit is that one or the next, and bisect cannot
+    tell which."""
+    repo, shas = engine
+    before = shas[NUMERICS - 1]
+    build = f'test "$(git rev-parse HEAD)" != {before} && {BUILD}'  # commit 4 does not build either
+    out = tmp_path / "bisect.json"
+    r = logitlab("bisect", "v1.0..HEAD", "--repo", str(repo), "--build", build, "--probe", "numerics",
+                 "--json", str(out), "--", SPEC)
+    assert r.returncode == 1, r.stderr
+    data = json.loads(out.read_text())
+    assert data["first_bad"] is None and data["restored"]
+    assert sorted(data["suspects"]) == sorted([before, shas[NUMERICS]]), data["suspects"]
+    steps = {s["commit"]: s for s in data["steps"]}
+    assert steps[before]["outcome"] == "skip" and "build failed" in steps[before]["reason"]
+    assert steps[shas[NUMERICS]]["outcome"] == "bad" and steps[shas[NUMERICS - 2]]["outcome"] == "good"
+    assert before[:10] in r.stdout and shas[NUMERICS][:10] in r.stdout
+    assert git(repo, "symbolic-ref", "--short", "HEAD") == "main" and git(repo, "status", "--porcelain") == ""
+
+
+@pytest.mark.engine
 def test_bisect_speed_names_the_commit_and_removes_its_worktree(engine, tmp_path):
     repo, shas = engine
     out = tmp_path / "bisect.json"
