@@ -51,8 +51,10 @@ Methods, all on the same series:
 - a 5 % threshold: a build more than 5 % from the previous build.
 
 The peers' virtual environments are made on first use under ``--peers-dir``
-(default ``~/.cache/logitlab/peers``; PyPI needed once); a peer that cannot be
-installed is reported as missing, the rest still run.
+(default ``$LOGITLAB_CACHE/peers``, else ``~/.cache/logitlab/peers``; PyPI needed
+once); a peer that cannot be installed is reported as missing, the rest still run.
+``tests/perf/test_changepoint_otava.py`` uses the same Otava environment and
+series.
 
 Why PELT and not our own E-divisive: Otava's own E-divisive split with its
 t merge is the E-divisive option, measured here. At the same p 0.001 the
@@ -72,7 +74,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import subprocess
 import time
 import venv
@@ -81,6 +82,7 @@ from typing import Callable
 
 import numpy as np
 
+from logitlab.engines.build_cache import cache_root
 from logitlab.perf.changepoint import FALSE_ALARM_RATE, detect_change_points
 
 N_BUILDS = 100
@@ -224,7 +226,10 @@ def conbench_method(y: np.ndarray, z_threshold: float = 5.0, window: int = 100) 
     return flagged
 
 
-def _peer_python(name: str, peers_dir: Path) -> tuple[Path | None, str]:
+def peer_python(name: str, peers_dir: Path) -> tuple[Path | None, str]:
+    """The Python of peer ``name``'s virtual environment under ``peers_dir``, made (PyPI needed) unless it
+    already imports the peer, and the peer's version; ``(None, why)`` when it cannot be made
+    (``tests/perf/test_changepoint_otava.py`` uses it too)."""
     env_dir = peers_dir / name
     py = env_dir / "bin" / "python"
     probe = {"otava": "import otava.analysis", "asv": "import asv.step_detect"}[name]
@@ -356,8 +361,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--series", type=int, default=200, help="simulated series per scenario and noise level")
     parser.add_argument("--seed", type=int, default=0)
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    parser.add_argument("--peers-dir", type=Path, default=cache / "logitlab" / "peers",
+    parser.add_argument("--peers-dir", type=Path, default=cache_root() / "peers",
                         help="where the peers' virtual environments are made (default: %(default)s)")
     parser.add_argument("--no-peers", action="store_true", help="skip Otava and asv")
     parser.add_argument("--outlier-rate", type=float, default=P_OUTLIER,
@@ -377,7 +381,7 @@ def main() -> int:
     notes: list[str] = []
     if not args.no_peers:
         for name in PEERS:
-            py, info = _peer_python(name, args.peers_dir)
+            py, info = peer_python(name, args.peers_dir)
             if py is None:
                 notes.append(f"{name}: missing ({info})")
             else:
