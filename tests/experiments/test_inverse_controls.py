@@ -35,6 +35,11 @@ def test_llamacpp_batch_exercises_a_larger_forward_and_its_control_is_caught():
     assert control.caught and control.position == n - 1 and "0 earlier position(s) differ" in control.evidence
     assert result.vacuous is None and result.status in ("invariant", "not invariant")
     assert result.to_dict()["status"] == result.status
+    # the worst check's detection limits (issue #32 item 1: every comparison reports one)
+    limit = result.detection.shape("argmax-up")
+    assert result.detection.verdict == result.worst.word and limit.caught == limit.probed == 4 * n
+    assert limit.above == "divergent" and 0 < limit.limit < 10
+    assert "arrays" not in vars(result.worst)  # the arrays are not kept past the measurement
 
 
 @pytest.mark.engine

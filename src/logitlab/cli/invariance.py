@@ -33,6 +33,9 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
         threshold_options,
         click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
                      help="Exit 1 when the verdict is worse than this."),
+        click.option("--detection-limit/--no-detection-limit", "detection", default=True, show_default=True,
+                     help="Plant standard faults into a copy of the worst check's observed run and report the "
+                          "smallest that would have read divergent."),
         click.option("--self-check", is_flag=True,
                      help="Run the probe's inverse controls: the same path with one planted input token, which the "
                           "probe must see; one it misses makes the probe vacuous (exit 1 with --require)."),
@@ -151,7 +154,8 @@ def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
         probe=probe,
         variant=variant,
         prompt=load_prompt(opts["prompt"], opts["prompt_file"]),
-        top_k=opts["top_k"], thresholds=thresholds_from(opts), self_check=opts["self_check"], **fields,
+        top_k=opts["top_k"], thresholds=thresholds_from(opts), self_check=opts["self_check"],
+        detection=opts["detection"], **fields,
     )
     config.validate()
 

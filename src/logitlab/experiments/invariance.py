@@ -49,6 +49,7 @@ from logitlab.jsonio import ResultRecord
 from logitlab.manifest import build_manifest
 from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict, classify, compare_logits
 from logitlab.numerics.compare import check_top_k
+from logitlab.numerics.detection import DetectionLimits, detection_limits
 
 PROBES = ("batch", "prefill-decode", "determinism")
 PADDINGS = ("right", "left")
@@ -73,6 +74,7 @@ class InvarianceConfig:
         isolation: ``determinism``: ``session``, ``engine`` or ``process`` per run.
         top_k: k of the top-k set agreement.
         thresholds: verdict thresholds.
+        detection: measure the detection limits of the worst check (:mod:`logitlab.numerics.detection`).
         self_check: run the probe's inverse controls (one more engine run each; see
             :mod:`~logitlab.experiments.inverse_controls`).
     """
@@ -89,6 +91,7 @@ class InvarianceConfig:
     top_k: int = 5
     thresholds: Thresholds = field(default_factory=Thresholds)
     self_check: bool = False
+    detection: bool = True
 
     def validate(self) -> None:
         """Raise InputError naming the bad value and the valid ones."""
@@ -156,7 +159,8 @@ class InvarianceResult(ResultRecord):
     then ``crashed``; 4 — ``error``: what stopped the probe before it finished (``interrupted`` on Ctrl-C, else
     the error's message), the checks then those of what was measured; later in 4 (additive): ``controls``, the
     inverse controls of ``--self-check`` (:class:`~logitlab.experiments.inverse_controls.Control`), a
-    check's ``details["exercised"]`` / ``details["vacuous"]``, and the derived ``vacuous`` and ``status``.
+    check's ``details["exercised"]`` / ``details["vacuous"]``, the derived ``vacuous`` and ``status``, and
+    ``detection`` (the worst check's detection limits).
     """
 
     KIND: ClassVar[str] = "invariance"
@@ -172,6 +176,7 @@ class InvarianceResult(ResultRecord):
     crash: dict[str, Any] | None = None
     error: str | None = None
     controls: list[Control] = field(default_factory=list)
+    detection: DetectionLimits | None = None  # of the worst check
 
     @property
     def worst(self) -> Check | None:
@@ -241,7 +246,9 @@ def _check(name: str, reference_text: str, observed_text: str, reference: np.nda
            config: InvarianceConfig, token_ids: Sequence[int], details: dict[str, Any] | None = None) -> Check:
     comparison = compare_logits(reference, observed, top_k=config.top_k, token_ids=list(map(int, token_ids)))
     verdict = classify(comparison, config.thresholds)
-    return Check(name, reference_text, observed_text, comparison, verdict, details or {})
+    check = Check(name, reference_text, observed_text, comparison, verdict, details or {})
+    check.arrays = (reference, observed)  # not a field: kept until the worst check's detection limit is measured
+    return check
 
 
 def _digest(array: np.ndarray) -> str:
@@ -306,12 +313,24 @@ class InvarianceProbe(Experiment):
                 else:
                     {"batch": self._batch, "prefill-decode": self._prefill_decode,
                      "determinism": self._determinism}[cfg.probe](result, engine)
+                self._detect(result)
 
             return self.measure(result, body, on_stop=self._compare_runs_so_far, on_crash=self._crashed)
         except KeyboardInterrupt:  # before the probe ran (measure turns a later one into Interrupted)
             raise Interrupted("interrupted", partial=None) from None
         finally:
             self.close_engines()
+
+    def _detect(self, result: InvarianceResult) -> None:
+        """The detection limits of the worst check (:mod:`logitlab.numerics.detection`); the arrays go after."""
+        worst = result.worst
+        if self.config.detection and worst is not None and not result.crash:
+            arrays = getattr(worst, "arrays", None)
+            if arrays is not None:
+                self.on_event("step", {"what": "detection limits"})
+                result.detection = detection_limits(*arrays, worst.comparison, thresholds=self.config.thresholds)
+        for check in result.checks:
+            check.__dict__.pop("arrays", None)
 
     def _crashed(self, result: InvarianceResult, crash: EngineCrashed) -> InvarianceResult:
         """The engine died: its evidence on the result, whose verdict is then ``crashed``."""

@@ -12,6 +12,7 @@ import re
 from typing import Any, Sequence
 
 from logitlab.experiments.invariance import Check, InvarianceResult
+from logitlab.report.detection_text import DETECTION_TITLE, detection_lines
 from logitlab.report.document import Block, Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.figure_blocks import check_heatmap_figure, comparison_figures
 from logitlab.report.text import comparison_lines, engine_rows, flip_rows, fmt_num, variant_text
@@ -140,6 +141,9 @@ def invariance_document(result: InvarianceResult, *, show_error: bool = True) ->
                   title="checks (reference → observed, every position, full vocabulary)"),
             check_heatmap_figure(result.checks))
     doc.add(*_verdict(result))
+    if result.detection is not None and detection_lines(result.detection):
+        doc.add(Paragraph(DETECTION_TITLE.replace("this run", "the worst check's observed run"), tone="dim",
+                          tight=True), Bullets(detection_lines(result.detection), tight=True))
     doc.add(*_sensitivity(result))
     doc.add(*[Paragraph(f"note: {note}", tone="note") for note in result.notes])
     if result.error and show_error:
