@@ -11,9 +11,16 @@ prompt, the pair is compared over the full vocabulary, and the script prints:
   z (the fence is ``outlier_z`` = 20);
 - the detection limits of :mod:`logitlab.numerics.detection` per fault shape.
 
+With ``--bracket`` it checks the limits through a real engine instead: for three pairs of the ``cmd``
+reference engine (``examples/llamacpp_cmd_engine.py``: flash attention; a q4_0 KV cache; prompt forwards of 4
+rows vs 512), ``ab`` measures the limits of the clean pair, then the engine itself plants each single-logit and
+row shape (``LLAMACPP_CMD_PLANT``) at the hardest position, at 1.1× and at 0.8× the limit, and ``ab`` judges
+each: 1.1× must read ``divergent``, 0.8× must not.
+
 Usage::
 
     .venv/bin/python benchmarks/bench_detection.py [--tokens 64] [--pairs NAME,...] [--json OUT]
+    .venv/bin/python benchmarks/bench_detection.py --bracket [--tokens 16]
 
 Pairs whose engine is not installed are reported as skipped. Run it on a quiet machine only if you also read
 the printed seconds; the verdicts do not depend on load.
@@ -94,12 +101,57 @@ def census(name: str, control: str, candidate: str, n_decode: int, t: Thresholds
     }
 
 
+CMD = (f"{sys.executable} examples/llamacpp_cmd_engine.py --tokens {{tokens}} --logits {{logits}} "
+       "--n-prompt {n_prompt} --n-decode {n_decode}")  # noqa: E501 - the cmd engine's template
+#: name -> (control env, candidate env) of the cmd reference engine.
+BRACKET_PAIRS = {
+    "flash attention": ({}, {"LLAMACPP_CMD_FLASH_ATTN": "1"}),
+    "KV q4_0": ({"LLAMACPP_CMD_FLASH_ATTN": "1"}, {"LLAMACPP_CMD_FLASH_ATTN": "1", "LLAMACPP_CMD_KV": "q4_0"}),
+    "n_ubatch 4 vs 512": ({"LLAMACPP_CMD_UBATCH": "512"}, {"LLAMACPP_CMD_UBATCH": "4"}),
+}
+PLANTED = ("argmax-up", "argmax-down", "tail-up", "row-noise")
+
+
+def bracket(n_decode: int) -> int:
+    """Each shape planted by the engine at 1.1× and 0.8× its limit: 1.1× must read divergent, 0.8× must not."""
+    import dataclasses
+
+    from logitlab.experiments.ab import AbConfig, run_ab
+
+    base = parse_variant("", "control", default_engine=f"cmd:{CMD}")
+
+    def ab(control_env, candidate_env, detection=False):
+        return run_ab(AbConfig(control=dataclasses.replace(base, env=control_env),
+                               candidate=dataclasses.replace(base, label="candidate", env=candidate_env),
+                               prompt=PROMPT, n_decode=n_decode, repeats=1, warmup=0, detection=detection))
+
+    wrong = 0
+    print(f"{'pair':20} {'verdict':10} {'shape':12} {'limit':>9} {'pos':>4}  {'1.1× reads':12} {'0.8× reads':12}")
+    for name, (control_env, candidate_env) in BRACKET_PAIRS.items():
+        clean = ab(control_env, candidate_env, detection=True)
+        for shape in PLANTED:
+            s = clean.detection.shape(shape)
+            words = []
+            for factor in (1.1, 0.8):
+                plant = f"{shape}:{s.position}:{factor * s.limit:.6g}" + (f":{s.token}" if s.token is not None else "")
+                words.append(ab(control_env, {**candidate_env, "LLAMACPP_CMD_PLANT": plant}).verdict.word)
+            ok = words[0] == "divergent" and words[1] != "divergent"
+            wrong += not ok
+            print(f"{name:20} {clean.verdict.word:10} {shape:12} {s.limit:9.4g} {s.position:4d}  {words[0]:12} "
+                  f"{words[1]:12}{'' if ok else '  <- NOT bracketed'}", flush=True)
+    print(f"\n{3 * len(PLANTED) - wrong} of {3 * len(PLANTED)} limits bracketed by the engine's own plants")
+    return 1 if wrong else 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=64, help="decode tokens per run (default 64)")
     parser.add_argument("--pairs", default="", help="comma-separated pair names (default: all)")
     parser.add_argument("--json", default=None, help="write the rows as JSON here")
+    parser.add_argument("--bracket", action="store_true", help="check the limits through the cmd engine's plants")
     args = parser.parse_args(argv)
+    if args.bracket:
+        return bracket(args.tokens if args.tokens != 64 else 16)
     names = [n.strip() for n in args.pairs.split(",") if n.strip()] or list(PAIRS)
     t = Thresholds()
     rows = []

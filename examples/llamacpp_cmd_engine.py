@@ -33,6 +33,16 @@ Environment knobs, read at start-up (as an engine binary's would be):
                                 row P (after the run, so greedy choices are
                                 unchanged) gets SIZE × a seeded standard normal,
                                 like a kernel branch that is wrong at one position.
+``LLAMACPP_CMD_PLANT=SHAPE:P:SIZE[:TOKEN]``  a fault of one of the detection-limit
+                                shapes (``logitlab.numerics.detection``) at row P,
+                                after the run: ``argmax-up`` / ``argmax-down`` (the
+                                row's argmax logit ± SIZE), ``tail-up`` (its
+                                median-ranked logit + SIZE), ``row-noise`` (as
+                                PERTURB); TOKEN: move that token's logit instead.
+``LLAMACPP_CMD_KV=TYPE``         KV cache type for K and V (``q8_0``, ``q4_0``, …;
+                                with flash attention, as llama.cpp needs).
+``LLAMACPP_CMD_UBATCH=N``        ``n_batch`` = ``n_ubatch`` = N: the prompt in
+                                forwards of N rows.
 
 Exit status 2 with one ``error:`` line on bad input.
 """
@@ -108,6 +118,17 @@ def main(argv: list[str] | None = None) -> int:
     threads = _env_int("LLAMACPP_CMD_THREADS", None)
     if threads is not None:
         kwargs["n_threads"] = kwargs["n_threads_batch"] = threads
+    ubatch = _env_int("LLAMACPP_CMD_UBATCH", None)
+    if ubatch is not None:
+        kwargs["n_batch"] = kwargs["n_ubatch"] = ubatch
+    kv = os.environ.get("LLAMACPP_CMD_KV", "")
+    if kv:
+        from logitlab.engines.llamacpp import KV_TYPES
+
+        if kv not in KV_TYPES:
+            print(f"error: LLAMACPP_CMD_KV={kv!r} is not one of {', '.join(KV_TYPES)}", file=sys.stderr)
+            return 2
+        kwargs["type_k"] = kwargs["type_v"] = KV_TYPES[kv]
     n_ctx = max(512, n_prompt + n_decode)
     # the llamacpp engine's default weight repacking on this machine (off on AMX CPUs, where it crashes)
     from logitlab.engines import llamacpp_repack as repack
@@ -139,6 +160,26 @@ def main(argv: list[str] | None = None) -> int:
         if 0 <= row < len(logits):
             noise = np.random.default_rng(row).standard_normal(logits.shape[1]).astype(np.float32)
             logits[row] += np.float32(size) * noise
+    plant = os.environ.get("LLAMACPP_CMD_PLANT", "")
+    if plant:
+        try:
+            shape, row, size, *chosen = plant.split(":")
+            row, size = int(row), np.float32(size)
+            chosen = [int(t) for t in chosen]
+        except ValueError:
+            print(f"error: LLAMACPP_CMD_PLANT={plant!r} is not SHAPE:POSITION:SIZE[:TOKEN]", file=sys.stderr)
+            return 2
+        if shape not in ("argmax-up", "argmax-down", "tail-up", "row-noise") or not 0 <= row < len(logits):
+            print(f"error: LLAMACPP_CMD_PLANT={plant!r}: SHAPE is argmax-up, argmax-down, tail-up or row-noise, "
+                  f"POSITION 0..{len(logits) - 1}", file=sys.stderr)
+            return 2
+        if shape == "row-noise":
+            logits[row] += size * np.random.default_rng(row).standard_normal(logits.shape[1]).astype(np.float32)
+        else:  # the token logitlab.numerics.detection moves: planted on the reference, here the run's own row
+            mid = logits.shape[1] // 2
+            token = int(np.argpartition(logits[row], mid)[mid]) if shape == "tail-up" else int(np.argmax(logits[row]))
+            token = chosen[0] if chosen else token
+            logits[row, token] += -size if shape == "argmax-down" else size
     write_logits(Path(args.logits), logits)
     if args.generated:
         Path(args.generated).write_text("".join(f"{t}\n" for t in fed))

@@ -111,6 +111,9 @@ class ShapeLimit:
     missed_margin : float or None
         ``top2-swap``: the largest reference margin of a swap that was not
         caught (None: every swap caught).
+    token : int or None
+        The token moved at ``position`` (single-logit shapes): so that a
+        real engine can plant the same fault there.
     """
 
     shape: str
@@ -122,6 +125,7 @@ class ShapeLimit:
     above: str | None = None
     below: str | None = None
     missed_margin: float | None = None
+    token: int | None = None
 
 
 @dataclass(frozen=True)
@@ -364,6 +368,7 @@ def detection_limits(reference: np.ndarray, observed: np.ndarray, comparison: Lo
                            thresholds)
         below = _full_word(reference, observed, shape, worst, float(limits[worst]) / 2, comparison.top_k,
                            thresholds)
+        token = None if shape == "row-noise" else int(_targets(reference[worst:worst + 1], shape)[0])
         result.shapes.append(ShapeLimit(shape, limit, worst, float(np.median(found)), int(found.size), len(limits),
-                                        above=above, below=below))
+                                        above=above, below=below, token=token))
     return result
