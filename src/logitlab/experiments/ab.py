@@ -390,7 +390,10 @@ class AbExperiment(Experiment):
         record.verdict = verdict.word
         if slot.variant == CANDIDATE:
             if self.config.detection and output.topk is None and self._worst_so_far(verdict):
-                self.detection[slot.index] = detection_limits(self.reference.logits, output.logits, comparison,
+                reference, observed = self.reference.logits, output.logits
+                if reference.shape[1] != observed.shape[1]:  # compared on the common prefix: so are the faults
+                    reference, observed = crossengine.common_vocab(reference, observed)
+                self.detection[slot.index] = detection_limits(reference, observed, comparison,
                                                               thresholds=self.config.thresholds)
             self.candidate_verdicts.append((slot.index, verdict))
         return record
