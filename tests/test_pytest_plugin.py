@@ -155,6 +155,40 @@ def test_a_golden_from_another_device_key_gets_the_other_device_bar(pytester, mo
                                  "E       *golden * (device cpu-elsewhere-00000000, logitlab ?)"])
 
 
+def test_detection_is_opt_in_on_the_returned_comparison_and_in_the_failure_message(pytester):
+    """Issue #32: golden_logits.check(..., detection=True) (assert_verdict's argument) returns the detection
+    limits with the comparison, and a failure's message states them; by default nothing is measured."""
+    pytester.makepyfile(test_detect=textwrap.dedent("""
+        import numpy as np
+        from safetensors.numpy import save_file
+
+        def test_detect(golden_logits):
+            x = np.random.default_rng(0).normal(0, 3, (12, 512)).astype(np.float32)
+            golden = golden_logits.path()
+            if not golden.exists():
+                golden.parent.mkdir(parents=True, exist_ok=True)
+                save_file({"logits": x}, str(golden), metadata={"device_key": "cpu-elsewhere-00000000"})
+            y = (x + np.random.default_rng(1).normal(0, 0.01, x.shape)).astype(np.float32)
+            assert golden_logits.check(y, allowed="near-tie").detection is None  # off by default
+            c = golden_logits.check(y, allowed="near-tie", detection=True)
+            up = c.detection.shape("argmax-up")
+            assert c.verdict.word == c.detection.verdict and 0 < up.limit < 1 and up.caught == up.probed == 12
+            print("argmax-up limit", up.limit)
+            golden_logits.check(y, detection=True)  # the default bar: bit-exact
+    """))
+    result = pytester.runpytest(*plugin_args(), "-s")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*argmax-up limit *",
+        "*golden_logits.check(y, detection=True)  # the default bar: bit-exact",
+        "E       AssertionError: *: first divergence at position 0, token 0:*",
+        "E       Detection limit (logits; the smallest planted fault that reads divergent wherever it lands): "
+        "argmax-up *, argmax-down *, tail-up *, row-noise *, top2-swap caught */*, all-rows-shift * "
+        "(systematic-offset)",
+        "E       Smallest tolerance that would have passed: *",
+    ])
+
+
 def test_pytest11_entry_point_loads_the_plugin(tmp_path):
     """pyproject declares the entry point; a distribution declaring it makes pytest load the plugin by itself."""
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["pytest11"]

@@ -18,8 +18,9 @@ The ``golden_logits`` fixture works like pytest-regressions'
 - a mismatch: the obtained logits are kept beside the golden
   (``<test name>.obtained.safetensors``) and the test fails with the
   assertion's message (verdict, first divergence, numpy-style lines, the
-  smallest tolerance that would have passed), plus where both files are and
-  on which device keys they were made.
+  smallest tolerance that would have passed; with ``detection=True`` the
+  detection limits too), plus where both files are and on which device keys
+  they were made.
 
 The golden file records logitlab's version and the device key
 (:mod:`logitlab.device`) in its safetensors metadata.
@@ -79,7 +80,8 @@ class GoldenLogitsFixture:
         return self.folder / f"{basename or self.basename}.safetensors"
 
     def check(self, logits: Any, *, token_ids: Iterable[int] | None = None, basename: str | None = None,
-              allowed: Any = "bit-exact", other_device: Any = None, thresholds: Any = None) -> Any:
+              allowed: Any = "bit-exact", other_device: Any = None, thresholds: Any = None,
+              detection: bool = False) -> Any:
         """Compare ``logits`` with the golden (``(n_positions, n_vocab)``, float32/float16/bfloat16).
 
         Args:
@@ -90,9 +92,13 @@ class GoldenLogitsFixture:
             other_device: verdicts that pass when the golden was recorded under another device key
                 (default: ``allowed``), e.g. ``"near-tie"`` for a golden shared by CI runners of other CPUs.
             thresholds: verdict thresholds (:class:`~logitlab.numerics.verdict.Thresholds`).
+            detection: also measure the detection limits (opt-in: about 80 comparisons of the logits; see
+                :func:`~logitlab.numerics.assertions.assert_verdict`): on the returned object and in the
+                failure message.
 
         Returns:
-            The :class:`~logitlab.numerics.compare.LogitComparison`.
+            The :class:`~logitlab.numerics.assertions.VerdictComparison` (a
+            :class:`~logitlab.numerics.compare.LogitComparison` with ``verdict`` and ``detection``).
 
         Raises:
             AssertionError: the logits do not pass (the obtained file is kept), or a golden was written.
@@ -137,7 +143,7 @@ class GoldenLogitsFixture:
             allowed = other_device
         try:
             comparison = assert_verdict(expected, array, allowed, thresholds=thresholds or Thresholds(),
-                                        token_ids=ids)
+                                        token_ids=ids, detection=detection)
         except AssertionError as exc:
             _write(obtained, array, ids, device)
             raise AssertionError(str(exc) + where) from None

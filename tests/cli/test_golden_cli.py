@@ -54,12 +54,26 @@ def test_check_passes_bit_exact_then_flash_attention_fails_and_passes_near_tie(g
     assert "logitlab golden check: FAIL (near-tie)" in fail.stdout
     assert "• options.flash_attn: (unset) → True" in fail.stdout
     assert fail.stderr.strip() == "golden check failed: verdict near-tie > allowed bit-exact"
+    # issue #32: per prompt, the detection limit of its comparison: a column of the table, and the worst
+    # prompt's lines under the verdict
+    assert "argmax-up" in fail.stdout.split("replayed prompts")[1].split("prompt-1")[0]
+    assert ": detection limit: faults planted into a copy of this run, the smallest size (logits) that reads " \
+           "divergent wherever it lands" in fail.stdout
+    assert "• one logit (the argmax token) raised: ≥ " in fail.stdout
 
     near = logitlab("golden", "check", golden, "--variant", "flash_attn=1", "--allow", "near-tie", "--min-top1",
                     "0.5", "--quiet", "--json", tmp_path / "near.json", "--markdown", tmp_path / "near.md")
     assert near.returncode == 0 and near.stdout == "", near.stderr
     saved = json.loads((tmp_path / "near.json").read_text())
     assert saved["kind"] == "golden-check" and saved["passed"] and saved["verdict"]["word"] == "near-tie"
+    limits = [next(s for s in p["detection"]["shapes"] if s["shape"] == "argmax-up") for p in saved["prompts"]]
+    assert all(0 < up["limit"] < 10 and up["caught"] == up["probed"] for up in limits), limits
+    markdown = (tmp_path / "near.md").read_text().splitlines()
+    assert next(line for line in markdown if line.startswith("| prompt |")).endswith("| argmax-up limit |")
+    table = [line for line in markdown if line.startswith("| prompt-")]
+    assert [line.rstrip(" |").rsplit("| ", 1)[1] for line in table] == [f"{up['limit']:.4g}" for up in limits]
+    exact = json.loads((tmp_path / "ok.json").read_text())  # bit-exact: a single logit is caught at 16 ULP
+    assert all(p["detection"]["verdict"] == "bit-exact" for p in exact["prompts"])
     assert saved["bar_reason"].startswith("options changed: the allowed bar applies (verdict ≤ near-tie, same top-1")
 
     for name in ("ok", "near"):  # saved results render again, byte for byte
@@ -145,8 +159,10 @@ def test_export_and_check_against_a_kld_file(golden, tmp_path):
 def test_check_record_adds_the_golden_numerics_to_the_history(golden, tmp_path):
     history = tmp_path / "history"
     proc = logitlab("golden", "check", golden, "--variant", "flash_attn=1", "--allow", "near-tie", "--quiet",
-                    "--record", history, "--commit", "abc123", "--machine", "ci-box")
+                    "--record", history, "--commit", "abc123", "--machine", "ci-box", "--no-detection-limit",
+                    "--json", tmp_path / "c.json")
     assert proc.returncode == 0, proc.stderr
+    assert [p["detection"] for p in json.loads((tmp_path / "c.json").read_text())["prompts"]] == [None, None]
     files = sorted((history / "ci-box").glob("*.json"))
     assert len(files) == 1
     record = json.loads(files[0].read_text())

@@ -36,6 +36,15 @@ def test_k_sweep_writes_json_and_markdown(tmp_path):
     assert "K sweep" in proc.stdout and "classification:" in proc.stdout
     assert md.read_text().startswith("## logitlab verify: **")
     assert proc.stderr == ""
+    # issue #32: per K, the detection limit of the comparison its verdict is judged on (on by default)
+    assert [d["k"] for d in data["detection"]] == [1, 2]
+    for d in data["detection"]:
+        up = next(s for s in d["limits"]["shapes"] if s["shape"] == "argmax-up")
+        assert 0 < up["limit"] < 10 and up["caught"] == up["probed"] == 8 and up["above"] == "divergent"
+        assert d["hardest"]["argmax-up"]["prompt"] == "prompt-1"
+    assert ("K=2: detection limit: faults planted into a copy of the M=K rows, the smallest size (logits) that "
+            "reads divergent wherever it lands") in proc.stdout
+    assert "• one logit (the argmax token) raised: ≥ " in proc.stdout
 
 
 def test_prompts_file_jsonl(tmp_path):
@@ -43,9 +52,10 @@ def test_prompts_file_jsonl(tmp_path):
     jsonl.write_text('{"name": "sky", "text": "The sky is"}\n"One, two, three,"\n')
     out = tmp_path / "p.json"
     proc = logitlab("verify", "--prompts", str(jsonl), "--k", "1,2", "--tokens", "4", "-q", "--json", str(out),
-                    "--options", "n_threads_batch=1")
+                    "--options", "n_threads_batch=1", "--no-detection-limit")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
+    assert data["detection"] == [] and data["config"]["detection"] is False and "detection limit" not in proc.stdout
     assert [p["name"] for p in data["prompts"]] == ["sky", "p-2"]
     assert [(e["prompt"], e["k"]) for e in data["sweep"]] == [("sky", 1), ("sky", 2), ("p-2", 1), ("p-2", 2)]
 

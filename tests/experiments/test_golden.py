@@ -113,8 +113,14 @@ def test_flash_attention_fails_bit_exact_and_passes_near_tie(golden_root):
     assert loose.passed and loose.bar_reason == "options changed: the allowed bar applies (verdict ≤ near-tie, " \
                                                 "p99 KLD ≤ 0.1 nats)"
     # the same bar does not loosen a check whose provenance did not change
-    same = check_golden(CheckConfig(str(root), bar=Bar(allow="near-tie")))
+    same = check_golden(CheckConfig(str(root), bar=Bar(allow="near-tie"), detection=False))
     assert same.bar.allow == "bit-exact" and "applies only when they change" in same.bar_reason
+    # per prompt, the detection limit of its comparison (issue #32), judged against that prompt's own floor
+    for p in strict.prompts:
+        up = p.detection.shape("argmax-up")
+        assert p.detection.verdict == p.verdict.word and up.caught == up.probed == p.n_positions
+        assert 0 < up.limit < 10 and up.above == "divergent"
+    assert [p.detection for p in same.prompts] == [None, None]  # detection=False
 
 
 def test_a_context_too_small_for_the_prompts_or_the_golden_is_refused(golden_root, tmp_path):

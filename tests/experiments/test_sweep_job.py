@@ -8,6 +8,7 @@ both result kinds through JSON.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -109,6 +110,14 @@ def test_verify_job_and_its_cell():
     assert cell.positions == 16 and cell.rows_differing == sum(t.rows - t.bit_exact_rows for t in result.totals)
     assert cell.flips == sum(t.flips for t in result.totals) and cell.kld_mean is None
     assert "cause" in report.markdown(summary)
+    # issue #32: the cell's detection limit: the largest argmax-up limit over the job's K comparisons
+    ups = [d.limits.shape("argmax-up").limit for d in result.detection]
+    assert len(ups) == 2 and cell.detection_measured == 2 and cell.detection_limit == max(ups) > 0
+    header, _, row = [line for line in report.markdown(summary).splitlines() if line.startswith("|")][:3]
+    cells = dict(zip(re.split(r"(?<!\\)\|", header), re.split(r"(?<!\\)\|", row)))
+    assert cells[" argmax-up limit "].strip() == f"{max(ups):.4g}"
+    again = report.load_result(json.loads(json.dumps(to_jsonable(first.to_dict())))).experiment_result()
+    assert typed_problems(again) == [] and again.detection == result.detection
 
 
 def test_speed_is_pooled_over_the_cells_prompts():
@@ -131,6 +140,10 @@ def test_speed_is_pooled_over_the_cells_prompts():
     assert cell.positions == sum(len(r.prompt_ids) + 8 for r in abs_)
     text = report.markdown(summary)
     assert "decode (95% CI)" in text and f"**{expected.call}**" in text
+    # the detection limit: the larger of the two verdict runs' argmax-up limits (a column of the matrix table)
+    ups = [r.detection.shape("argmax-up").limit for r in abs_]
+    assert cell.detection_measured == 2 and cell.detection_limit == max(ups) > 0
+    assert "| argmax-up limit |" in text and f"| {max(ups):.4g} |" in text
 
     # both result kinds survive JSON: typed again, nothing lost, the same report
     data = json.loads(json.dumps(to_jsonable(summary.to_dict())))

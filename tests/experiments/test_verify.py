@@ -6,9 +6,12 @@ embedded model on llama.cpp gives the near-tie case.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
+from logitlab import report
 from logitlab.engines.base import Engine, Session
 from logitlab.engines.variant import Variant
 from logitlab.errors import InputError
@@ -18,10 +21,13 @@ from logitlab.experiments.verify.run import (
     VerifyExperiment,
     run_verify,
 )
+from logitlab.experiments.verify.results import VerifyResult
+from logitlab.jsonio import to_jsonable
 from logitlab.numerics import compare_logits
 from logitlab.numerics.compare import merge_comparisons
 
 from conftest import CPU_AVX512
+from report.roundtrip_tools import typed_problems
 
 VOCAB = 64
 #: One thread for batched (M=K) evaluation: on a busy 2-core runner two threads contend and make
@@ -197,6 +203,36 @@ def test_flip_records_name_position_block_row_and_both_logits():
     assert sum(e.flips for e in per_prompt) == result.total(4).flips == len(result.flips)
     first = result.total(4).first_divergence
     assert first["prompt"] in ("a", "b") and first["row"] >= 1
+
+
+def test_detection_limit_per_k_pools_every_prompts_rows_and_round_trips():
+    """Issue #32: per K, the detection limit of the comparison its verdict is judged on — every prompt's rows
+    pooled, one floor — with each shape's hardest position named by prompt; none for a divergent K; typed
+    through JSON; in the report as the same bullet lines as ab's; off with detection=False."""
+    result = toy_run("noise", ks=(1, 4), n=24, eps=0.1)
+    assert [d.k for d in result.detection] == [1, 4]
+    n_prompt = {"a": len("hello world"), "b": len("the quick brown fox")}
+    for d in result.detection:
+        assert d.limits.verdict == result.total(d.k).verdict  # judged as the K total is (verify_verdict)
+        up = d.limits.shape("argmax-up")
+        assert up.probed == up.caught == 2 * 24 and up.limit is not None and up.above == "divergent"
+        place = d.hardest["argmax-up"]
+        assert place.position == n_prompt[place.prompt] + place.output_index
+        assert up.position == (0 if place.prompt == "a" else 24) + place.output_index  # a row of the pooled rows
+    again = VerifyResult.from_dict(json.loads(json.dumps(to_jsonable(result.to_dict()))))
+    assert typed_problems(again) == [] and again.detection == result.detection
+    text = report.markdown(result)
+    assert ("K=4: detection limit: faults planted into a copy of the M=K rows of every prompt, the smallest size "
+            "(logits) that reads divergent wherever it lands") in text
+    place = result.detection_at(4).hardest["argmax-up"]
+    assert (f"one logit (the argmax token) raised: ≥ {result.detection_at(4).limits.shape('argmax-up').limit:.4g} "
+            f"reads divergent (hardest at {place.prompt} out {place.output_index} (P={place.position})") in text
+    swapped = toy_run("swap", ks=(2,), n=8)
+    assert swapped.detection[0].limits.shapes == []  # divergent: nothing worse to detect
+    assert "not probed: the K=2 verdict is divergent (nothing worse to detect)" in report.markdown(swapped)
+    engine = ToyEngine(model="toy", options={"mode": "noise"})
+    config = VerifyConfig(variant=Variant("verify", "toy"), prompts=PROMPTS, ks=(2,), n_decode=8, detection=False)
+    assert VerifyExperiment(config, engine=engine).run().detection == []
 
 
 def test_merge_comparisons_matches_one_comparison_of_the_concatenation():

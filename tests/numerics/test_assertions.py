@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from logitlab.errors import InputError
-from logitlab.numerics import assert_logits_close, assert_logits_equal, assert_probe_sensitive, assert_verdict
+from logitlab.numerics import (assert_logits_close, assert_logits_equal, assert_probe_sensitive, assert_verdict,
+                               classify, compare_logits)
 from logitlab.numerics.assertions import perturb_ulps
 
 
@@ -109,3 +110,45 @@ def test_perturb_ulps_moves_one_entry():
 def test_one_position_arrays_are_accepted():
     a = logits(1)[0]
     assert assert_logits_equal(a, a.copy()).n_positions == 1
+
+
+@pytest.mark.engine
+def test_assert_verdict_carries_the_detection_limit_of_real_logits():
+    """Issue #32: assert_verdict(..., detection=True) on llama.cpp's logits with and without flash attention:
+    the returned comparison carries its verdict and detection limits, a fault planted at 1.1× the argmax-up
+    limit at its hardest position fails the same assertion as divergent, and a failure's message states the
+    limits. Without detection=True nothing is measured."""
+    from logitlab.engines.variant import Variant
+    from logitlab.engines.workload import run_workload
+    from logitlab.experiments.isolation import load_engine
+
+    from conftest import SHORT_PROMPT
+
+    def run(options, replay=None):
+        engine = load_engine(Variant("v", "llamacpp", options={"n_threads_batch": "1", **options}))
+        try:
+            return run_workload(engine, engine.tokenize(SHORT_PROMPT), 8, replay)
+        finally:
+            engine.close()
+
+    reference = run({})
+    observed = run({"flash_attn": "1"}, reference.generated).logits
+    reference = reference.logits
+    word = classify(compare_logits(reference, observed)).word
+    assert word in ("noise", "near-tie")
+    assert assert_verdict(reference, observed, word).detection is None  # off by default: no cost
+    c = assert_verdict(reference, observed, word, detection=True)
+    up = c.detection.shape("argmax-up")
+    assert c.verdict.word == c.detection.verdict == word and up.caught == up.probed == c.n_positions
+    assert 0 < up.limit < 10 and up.above == "divergent"
+    planted = observed.copy()
+    planted[up.position, reference[up.position].argmax()] += np.float32(1.1 * up.limit)
+    with pytest.raises(AssertionError) as info:
+        assert_verdict(reference, planted, word)
+    assert info.value.args[0].startswith("divergent: ")
+    with pytest.raises(AssertionError) as info:
+        assert_verdict(reference, observed, "bit-exact", detection=True)
+    line = next(x for x in str(info.value).splitlines() if x.startswith("Detection limit"))
+    assert line == ("Detection limit (logits; the smallest planted fault that reads divergent wherever it lands): "
+                    + c.detection.summary())
+    assert f"argmax-up {up.limit:.4g}, " in line

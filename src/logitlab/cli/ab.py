@@ -9,8 +9,8 @@ import click
 from logitlab.cli.auto_options import CountOrAuto, Duration
 from logitlab.cli.common import (EXIT_CHECK_FAILED, EXIT_OK, REQUIRE_CHOICES, finish, handle_errors, require_exit_code,
                                  run_with_progress)
-from logitlab.cli.options import (output_options, prompt_options, run_log_option, run_log_path, threshold_options,
-                                  thresholds_from, variant_pair, variant_pair_options)
+from logitlab.cli.options import (detection_option, output_options, prompt_options, run_log_option, run_log_path,
+                                  threshold_options, thresholds_from, variant_pair, variant_pair_options)
 from logitlab.cli.outputs import check_output_paths, report_paths
 from logitlab.cli.recording import record_options, record_target
 from logitlab.errors import InputError
@@ -58,9 +58,7 @@ from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
 @click.option("--self-check", is_flag=True,
               help="After the blocks, run the candidate once more with the prompt's last token planted: its logits "
                    "must change there and nowhere before; if not, the A/B is vacuous (exit 1 with --require).")
-@click.option("--detection-limit/--no-detection-limit", "detection", default=True, show_default=True,
-              help="Plant standard faults into a copy of the verdict's candidate run and report the smallest that "
-                   "would have read divergent (about a second on the embedded model).")
+@detection_option("the verdict's candidate run", "about a second on the embedded model")
 @threshold_options
 @click.option("--margin", type=float, default=None,
               help="Equivalence margin δ for the speed call, as a fraction (0.02 = 2 %). Default: from the A/A.")

@@ -8,8 +8,8 @@ from typing import Any, Callable
 import click
 
 from logitlab.cli.common import EXIT_CHECK_FAILED, EXIT_OK, REQUIRE_CHOICES, handle_errors, make_progress
-from logitlab.cli.options import (MODEL_HELP, SPEC_HELP, apply_options, output_options, threshold_options,
-                                  thresholds_from)
+from logitlab.cli.options import (MODEL_HELP, SPEC_HELP, apply_options, detection_option, output_options,
+                                  threshold_options, thresholds_from)
 from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
 from logitlab.cli.recording import record_options, record_result, record_target
 from logitlab.errors import InputError
@@ -160,6 +160,8 @@ def _topk_bytes(data: dict[str, Any]) -> int:
               help="Required same-top-1 rate, judged by its Wilson 95 %% lower bound (e.g. 0.95).")
 @click.option("--strict-device", is_flag=True, help="Refuse a golden recorded under another device key (exit 2).")
 @click.option("--build-commit", default=None, help="Source commit of this engine build (compared with the golden's).")
+@detection_option("each prompt's run (a golden of --store full)", "about a second per 100 positions on the embedded "
+                  "model")
 @threshold_options
 @output_options()
 @record_options()
@@ -184,7 +186,8 @@ def check(golden_dir: str | None, **opts: Any) -> None:
     bar = Bar(allow=opts["allow"], max_kld_mean=opts["max_kld_mean"], max_kld_p99=opts["max_kld_p99"],
               min_top1=opts["min_top1"])
     config = CheckConfig(root=golden_dir, overrides=_overrides(opts), bar=bar, thresholds=thresholds_from(opts),
-                         top_k=opts["top_k"], strict_device=opts["strict_device"], build_commit=opts["build_commit"])
+                         top_k=opts["top_k"], strict_device=opts["strict_device"], build_commit=opts["build_commit"],
+                         detection=opts["detection"])
     check_output_paths(**report_paths(opts), inputs=[golden_dir])
     target = record_target(opts)
     with make_progress(opts["quiet"]) as progress:

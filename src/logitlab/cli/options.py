@@ -122,6 +122,14 @@ def prompt_options(default_help: str) -> Callable[[Callable[..., Any]], Callable
     return decorate
 
 
+def detection_option(what: str, cost: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--detection-limit/--no-detection-limit`` (default on) into ``opts["detection"]``; ``what``: the
+    comparison the faults are planted into; ``cost``: what it costs."""
+    return click.option("--detection-limit/--no-detection-limit", "detection", default=True, show_default=True,
+                        help=f"Plant standard faults into a copy of {what} and report the smallest that would "
+                             f"have read divergent ({cost}).")
+
+
 def threshold_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Verdict thresholds (``--max-ulp``, ``--near-tie-margin``, ``--offset-ratio``, ``--floor-factor``,
     ``--outlier-z``, ``--min-positions``, ``--fixed-thresholds``, ``--top-k``)."""

@@ -8,8 +8,8 @@ import click
 
 from logitlab.cli.common import (EXIT_CHECK_FAILED, REQUIRE_CHOICES, finish, handle_errors, require_exit_code,
                                  run_with_progress)
-from logitlab.cli.options import (MODEL_HELP, output_options, run_log_option, run_log_path, threshold_options,
-                                  thresholds_from)
+from logitlab.cli.options import (MODEL_HELP, detection_option, output_options, run_log_option, run_log_path,
+                                  threshold_options, thresholds_from)
 from logitlab.cli.outputs import check_output_paths, report_paths
 from logitlab.cli.recording import record_options, record_target
 from logitlab.engines import DEFAULT_ENGINE
@@ -91,6 +91,8 @@ def _guard(value: str | None) -> float | str | None:
                    "replay M=1 from the last M=1-written position (exact, costs M=1 work).")
 @click.option("--calibration-prompts", type=str, default=None,
               help="Prompts file for --guard auto (default: 3 built-in held-out prompts).")
+@detection_option("each K's M=K rows (every prompt's, pooled)", "about 80 comparisons of those rows per K; "
+                  "~2 s per K for 2 prompts × 32 tokens on the embedded model")
 @threshold_options
 @click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
               help="Exit 1 when the verdict over the K sweep is worse than this.")
@@ -149,7 +151,7 @@ def verify(**opts: Any) -> None:
         prompts=tuple(prompts), ks=_ks(opts["ks"]) or DEFAULT_KS, n_decode=opts["n_decode"], top_k=opts["top_k"],
         thresholds=thresholds_from(opts), guard=_guard(opts["guard"]), guard_k=opts["guard_k"],
         guard_safety=opts["guard_safety"], guard_fallbacks=FALLBACKS if fallback == "both" else (fallback,),
-        calibration_prompts=tuple(calibration),
+        calibration_prompts=tuple(calibration), detection=opts["detection"],
     )
     result, error = _run(config, opts["quiet"], log_path)
     finish(result, error, opts, target=target, log_path=log_path,

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Sequence
 from logitlab.experiments.explain_results import ExplainResult
 from logitlab.jsonio import ResultRecord
 from logitlab.numerics import VERDICTS, LogitComparison, Verdict
-from logitlab.numerics.detection import DetectionLimits
+from logitlab.numerics.detection import DetectionLimits, largest_limit
 from logitlab.experiments.inverse_controls import Control
 from logitlab.numerics.topk import TopKComparison
 from logitlab.numerics.topk_offsets import RowOffsets
@@ -310,8 +310,11 @@ class AbResult(ResultRecord):
         each job's verdict run (its worst candidate run), pooled over the
         prompts: ``positions``, ``rows_differing``, ``max_abs_diff``, ``flips``,
         ``kld_mean`` and ``kld_p99`` (nats, over every compared position, as
-        :func:`~logitlab.numerics.compare.merge_comparisons` pools rows); with
-        ``experiment.speed`` (the matrix's ``[experiment]``: its ``speed``,
+        :func:`~logitlab.numerics.compare.merge_comparisons` pools rows);
+        ``detection_limit`` and ``detection_measured``: the largest ``argmax-up``
+        detection limit of the verdict runs
+        (:func:`~logitlab.numerics.detection.largest_limit`) and how many were
+        measured; with ``experiment.speed`` (the matrix's ``[experiment]``: its ``speed``,
         ``margin``, ``seed``), ``speed``: per phase the paired comparison over
         every prompt's ABBA/BAAB blocks together.
         """
@@ -333,6 +336,7 @@ class AbResult(ResultRecord):
             kld = np.array([x for c in comparisons for x in c.row_kld if x is not None], dtype=np.float64)
             if kld.size:
                 cell["kld_mean"], cell["kld_p99"] = float(kld.mean()), float(np.percentile(kld, 99.0))
+        cell["detection_limit"], cell["detection_measured"] = largest_limit(r.detection for r in results)
         if experiment.speed:
             speed = {}
             for phase, metric in PHASES:

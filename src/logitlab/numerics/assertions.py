@@ -14,7 +14,9 @@ and ``logitlab.numerics`` re-export these):
   cannot fail.
 
 The first three return the :class:`~logitlab.numerics.compare.LogitComparison`
-and raise ``AssertionError`` whose text is (numpy/torch ``assert_close`` style)::
+(:func:`assert_verdict`: a :class:`VerdictComparison`, which also carries the
+verdict and, with ``detection=True``, the detection limits) and raise
+``AssertionError`` whose text is (numpy/torch ``assert_close`` style)::
 
     near-tie: first divergence at position 3, token 17: reference 0x1.8p+1 (0x40400000), observed ...
     Mismatched elements: 12 / 4096 (0.293 %) in 2 / 8 positions
@@ -22,6 +24,7 @@ and raise ``AssertionError`` whose text is (numpy/torch ``assert_close`` style):
     Greatest ULP difference: 1048576 at index (3, 17) element-wise; 8192 at the row's scale (position 3)
     Top-1 agreement: 7 / 8 positions; KLD (nats) mean 0.0001, p99 0.002, max 0.002
     Verdict evidence: ...
+    Detection limit (logits): argmax-up 1.85, ...    (assert_verdict(..., detection=True) only)
     Smallest tolerance that would have passed: ...
 
 ``__tracebackhide__`` keeps pytest's tracebacks on the caller's line.
@@ -29,13 +32,16 @@ and raise ``AssertionError`` whose text is (numpy/torch ``assert_close`` style):
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from logitlab.errors import InputError
 from logitlab.numerics.compare import LogitComparison, compare_logits
+from logitlab.numerics.detection import DetectionLimits, detection_limits
 from logitlab.numerics.ulp import check_pair, float_bits, float_hex, ulp_distance
 from logitlab.numerics.verdict import VERDICTS, Thresholds, Verdict, classify, severity
 
@@ -47,6 +53,7 @@ __all__ = [
     "assert_probe_sensitive",
     "perturb_ulps",
     "failure_message",
+    "VerdictComparison",
 ]
 
 
@@ -59,8 +66,28 @@ def _worst_index(values: list, fallback: int = 0) -> int:
     return int(np.argmax(finite)) if finite else fallback
 
 
+@dataclass(frozen=True, kw_only=True)
+class VerdictComparison(LogitComparison):
+    """What :func:`assert_verdict` returns: the comparison (every field of
+    :class:`~logitlab.numerics.compare.LogitComparison`), the verdict it was judged by, and its detection limits.
+
+    Attributes
+    ----------
+    verdict : Verdict
+        :func:`~logitlab.numerics.verdict.classify` of the comparison.
+    detection : DetectionLimits or None
+        With ``detection=True``: per fault shape, the smallest planted fault
+        that reads ``divergent`` wherever it lands
+        (:func:`~logitlab.numerics.detection.detection_limits`), e.g.
+        ``c.detection.shape("argmax-up").limit`` (logits). None otherwise.
+    """
+
+    verdict: Verdict
+    detection: DetectionLimits | None = None
+
+
 def failure_message(c: LogitComparison, verdict: Verdict, reference: Any, observed: Any,
-                    tolerance: str) -> str:
+                    tolerance: str, detection: DetectionLimits | None = None) -> str:
     """The text of an assertion failure (see the module docstring).
 
     Parameters
@@ -73,6 +100,9 @@ def failure_message(c: LogitComparison, verdict: Verdict, reference: Any, observ
         The compared arrays (to locate the greatest |Δ| and ULP entries).
     tolerance : str
         The last line's content: the smallest tolerance that would have passed.
+    detection : DetectionLimits, optional
+        Adds a line with each fault shape's detection limit (:meth:`DetectionLimits.summary
+        <logitlab.numerics.detection.DetectionLimits.summary>`).
     """
     ref, obs = np.asarray(reference), np.asarray(observed)
     first = c.first_mismatch
@@ -104,6 +134,9 @@ def failure_message(c: LogitComparison, verdict: Verdict, reference: Any, observ
         lines.append(f"NaN/Inf: {c.nonfinite_mismatch} entries finite on one side only "
                      f"(reference NaN {c.nan_ref}, Inf {c.inf_ref}; observed NaN {c.nan_obs}, Inf {c.inf_obs})")
     lines.append("Verdict evidence: " + "; ".join(verdict.evidence))
+    if detection is not None:
+        lines.append(f"Detection limit (logits; the smallest planted fault that reads divergent wherever it lands): "
+                     f"{detection.summary()}")
     lines.append(f"Smallest tolerance that would have passed: {tolerance}")
     return "\n".join(lines)
 
@@ -230,8 +263,8 @@ def _allowed_words(allowed: str | Iterable[str]) -> set[str]:
 
 
 def assert_verdict(reference: Any, observed: Any, allowed: str | Iterable[str] = "bit-exact", *,
-                   thresholds: Thresholds = Thresholds(), top_k: int = 5,
-                   token_ids: Any = None) -> LogitComparison:
+                   thresholds: Thresholds = Thresholds(), top_k: int = 5, token_ids: Any = None,
+                   detection: bool = False) -> VerdictComparison:
     """Assert that the verdict of two logit arrays is an allowed one.
 
     Parameters
@@ -246,10 +279,17 @@ def assert_verdict(reference: Any, observed: Any, allowed: str | Iterable[str] =
         Verdict thresholds (``max_ulp``, ``near_tie_margin``, ``offset_ratio``).
     top_k, token_ids
         As for :func:`assert_logits_equal`.
+    detection : bool
+        Also measure the detection limits (:mod:`logitlab.numerics.detection`:
+        standard faults planted into a copy of ``observed``): on the returned
+        object, and a line of the failure message. Off by default: it costs
+        about 80 comparisons of the arrays (about a second for 121 × 49,152
+        float32 logits on 2 cores).
 
     Returns
     -------
-    LogitComparison
+    VerdictComparison
+        The comparison, with ``verdict`` and (``detection=True``) ``detection``.
 
     Raises
     ------
@@ -262,12 +302,14 @@ def assert_verdict(reference: Any, observed: Any, allowed: str | Iterable[str] =
     words = _allowed_words(allowed)
     c = _compare(reference, observed, top_k, token_ids)
     verdict = classify(c, thresholds)
+    limits = detection_limits(*_rows(reference, observed), c, thresholds=thresholds) if detection else None
     if verdict.word not in words:
         ordered = ", ".join(repr(w) for w in VERDICTS if w in words)
         raise AssertionError(failure_message(
             c, verdict, *_rows(reference, observed),
-            f"allowed={{'{verdict.word}'}} (this run's verdict; allowed was {{{ordered}}})"))
-    return c
+            f"allowed={{'{verdict.word}'}} (this run's verdict; allowed was {{{ordered}}})", limits))
+    return VerdictComparison(**{f.name: getattr(c, f.name) for f in dataclasses.fields(c)}, verdict=verdict,
+                             detection=limits)
 
 
 def _rows(reference: Any, observed: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -41,6 +41,11 @@ A shift of *one* row by s is invisible to every rule: the softmax, the
 spreads, the row's sd and its outlier z do not move. Only ``row_mean_diff``
 shows it; :data:`ROW_SHIFT_NOTE` says so in every result.
 
+Judged as the caller judges: :class:`Judge` names the verdict function and
+any extra way of being divergent (``verify`` judges argmax flips only, and a
+flip to a token outside the other run's top-k is ``divergent`` there); the
+default is :func:`~logitlab.numerics.verdict.classify`'s rules.
+
 Cost: per shape, about 14 comparisons of the run (one chunk of rows at a
 time: the extra memory is one chunk, ~8 MB), plus two full comparisons of a
 copy of the run for the check at the worst position. On the embedded model
@@ -63,13 +68,16 @@ import numpy as np
 
 from logitlab.errors import InputError
 from logitlab.numerics.compare import LogitComparison, compare_logits
-from logitlab.numerics.verdict import Thresholds, classify, severity
-from logitlab.numerics.verdict_rules import DIVERGENCE_CHECKS, Case
+from logitlab.numerics.verdict import Thresholds, Verdict, classify, severity
+from logitlab.numerics.verdict_rules import DIVERGENCE_CHECKS, Case, Check
 
-__all__ = ["SHAPES", "S_MIN", "S_MAX", "ROW_SHIFT_NOTE", "ShapeLimit", "DetectionLimits", "detection_limits"]
+__all__ = ["SHAPES", "HEADLINE", "S_MIN", "S_MAX", "ROW_SHIFT_NOTE", "ShapeLimit", "DetectionLimits", "Judge",
+           "CLASSIFY", "detection_limits", "largest_limit"]
 
 #: Fault shapes, in report order.
 SHAPES: tuple[str, ...] = ("argmax-up", "argmax-down", "tail-up", "row-noise", "top2-swap", "all-rows-shift")
+#: The shape a table's one column shows: one logit, the reference's argmax (the greedy token), raised.
+HEADLINE = "argmax-up"
 #: Search range of a fault's size, in logits.
 S_MIN, S_MAX = 1e-7, 1e4
 #: Bisection steps in log space: (log S_MAX − log S_MIN) / 2**14 ≈ 0.15 % of s.
@@ -159,6 +167,28 @@ class DetectionLimits:
                 return s
         raise InputError(f"no detection limit for shape {name!r}; have {', '.join(s.shape for s in self.shapes)}")
 
+    def summary(self) -> str:
+        """One line: each shape's limit in logits (``top2-swap``: swaps caught), for an assertion's message.
+
+        Example: ``argmax-up 1.85, argmax-down 1.946, tail-up 3.502, row-noise 0.6134, top2-swap caught
+        37/60, all-rows-shift 0.1445 (systematic-offset)``; a ``divergent`` pair: nothing was probed.
+        """
+        if not self.shapes:
+            return f"not probed (the verdict is {self.verdict}: nothing worse to detect)"
+        parts = []
+        for s in self.shapes:
+            if s.shape == "top2-swap":
+                parts.append(f"top2-swap caught {s.caught}/{s.probed}")
+            elif s.limit is None and s.shape == "all-rows-shift" and \
+                    severity(self.verdict) >= severity("systematic-offset"):
+                parts.append(f"{s.shape} n/a (the verdict is already as severe)")
+            elif s.limit is None:
+                parts.append(f"{s.shape} > {S_MAX:g}" if s.probed else f"{s.shape} n/a")
+            else:
+                parts.append(f"{s.shape} {s.limit:.4g}" + (" (systematic-offset)" if s.shape == "all-rows-shift"
+                                                            else ""))
+        return ", ".join(parts)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -169,6 +199,59 @@ class DetectionLimits:
                        notes=list(data.get("notes", [])))
         except (KeyError, TypeError) as exc:
             raise InputError(f"DetectionLimits data: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Judge:
+    """How the caller judges a comparison, so that the planted faults are judged the same way.
+
+    Attributes
+    ----------
+    verdict : callable (LogitComparison, Thresholds) -> Verdict
+        The full verdict (default :func:`~logitlab.numerics.verdict.classify`).
+    judge_topk : bool
+        Whether the row checks count a top-k set change like a flip (as
+        ``classify``'s argument; ``verify`` judges flips only: False).
+    checks : tuple of Check
+        Ways of being divergent beyond
+        :data:`~logitlab.numerics.verdict_rules.DIVERGENCE_CHECKS`, each
+        ``(case, outside) -> (evidence lines, positions)`` as those are, that
+        ``verdict`` also applies.
+    """
+
+    verdict: Callable[[LogitComparison, Thresholds], Verdict] = classify
+    judge_topk: bool = True
+    checks: tuple[Check, ...] = ()
+
+
+#: ``classify``'s rules, as ``ab`` and ``golden check`` judge.
+CLASSIFY = Judge()
+
+
+def largest_limit(limits: Any, shape: str = HEADLINE) -> tuple[float | None, int]:
+    """The largest limit of ``shape`` over several comparisons, and how many of them measured it.
+
+    Parameters
+    ----------
+    limits : iterable of DetectionLimits or None
+        One per comparison (None: not measured, e.g. ``--no-detection-limit``).
+    shape : str
+        One of :data:`SHAPES` with a size (default :data:`HEADLINE`).
+
+    Returns
+    -------
+    (limit, measured) : (float or None, int)
+        ``limit`` in logits: a fault that size reads ``divergent`` wherever it
+        lands in any of them. None when none measured it (``measured`` 0:
+        none given, or all ``divergent``), or when one left a position
+        uncaught up to :data:`S_MAX` (``measured`` > 0).
+    """
+    found = [s for d in limits if d is not None for s in d.shapes if s.shape == shape]
+    if not found:
+        return None, 0
+    if any(s.limit is None for s in found):
+        return None, len(found)
+    return max(s.limit for s in found), len(found)
 
 
 # -- planting ---------------------------------------------------------------------
@@ -203,13 +286,13 @@ def _planter(ref: np.ndarray, shape: str, first_row: int) -> Plant:
 
 
 # -- the row-by-row search --------------------------------------------------------
-def _caught(sub: LogitComparison, base: Case, thresholds: Thresholds) -> np.ndarray:
+def _caught(sub: LogitComparison, base: Case, thresholds: Thresholds, judge: Judge) -> np.ndarray:
     """Per row of ``sub``: does a divergence check put it outside, judged against ``base``'s floors?"""
-    case = Case(sub, thresholds)
+    case = Case(sub, thresholds, judge.judge_topk)
     case.__dict__["floor"] = base.floor  # the unplanted pair's floors (cached_property slots)
     case.__dict__["row_floor"] = base.row_floor
     outside: list[int] = []
-    for check in DIVERGENCE_CHECKS:
+    for check in DIVERGENCE_CHECKS + judge.checks:
         _, positions = check(case, outside)
         outside += [p for p in positions if p not in outside]
     hit = np.zeros(sub.n_positions, bool)
@@ -223,7 +306,7 @@ def _chunks(n: int, v: int) -> list[tuple[int, int]]:
 
 
 def _search(reference: np.ndarray, observed: np.ndarray, shape: str, base: Case, thresholds: Thresholds,
-            top_k: int) -> np.ndarray:
+            top_k: int, judge: Judge) -> np.ndarray:
     """Per position, the smallest s in [S_MIN, S_MAX] that is caught (NaN: not caught at S_MAX)."""
     n, v = reference.shape
     limits = np.full(n, np.nan)
@@ -236,7 +319,7 @@ def _search(reference: np.ndarray, observed: np.ndarray, shape: str, base: Case,
 
         def caught(s: np.ndarray) -> np.ndarray:
             plant(obs, out, s)
-            return _caught(compare_logits(ref, out, top_k=top_k), base, thresholds)
+            return _caught(compare_logits(ref, out, top_k=top_k), base, thresholds, judge)
 
         ok = caught(np.full(b - a, S_MAX))
         lo = np.full(b - a, lo_log)
@@ -251,7 +334,7 @@ def _search(reference: np.ndarray, observed: np.ndarray, shape: str, base: Case,
 
 
 def _swaps(reference: np.ndarray, observed: np.ndarray, comparison: LogitComparison, base: Case,
-           thresholds: Thresholds) -> ShapeLimit:
+           thresholds: Thresholds, judge: Judge) -> ShapeLimit:
     """The top-2 of every confident position swapped (each chunk at once: the judgement is row by row)."""
     n, v = reference.shape
     margins = np.array([np.nan if m is None else m for m in comparison.row_margin_ref], dtype=np.float64)
@@ -267,7 +350,7 @@ def _swaps(reference: np.ndarray, observed: np.ndarray, comparison: LogitCompari
         top2 = np.argpartition(ref[rows], v - 2, axis=1)[:, v - 2:]
         first, second = top2[:, 0], top2[:, 1]
         out[rows, first], out[rows, second] = out[rows, second].copy(), out[rows, first].copy()
-        hit = _caught(compare_logits(ref, out, top_k=comparison.top_k), base, thresholds)
+        hit = _caught(compare_logits(ref, out, top_k=comparison.top_k), base, thresholds, judge)
         caught += int(hit[rows].sum())
         missed += [float(margins[a + r]) for r in rows[~hit[rows]]]
     return ShapeLimit("top2-swap", None, None, None, caught, int(confident.sum()),
@@ -275,23 +358,23 @@ def _swaps(reference: np.ndarray, observed: np.ndarray, comparison: LogitCompari
 
 
 def _full_word(reference: np.ndarray, observed: np.ndarray, shape: str, position: int, s: float, top_k: int,
-               thresholds: Thresholds) -> str:
+               thresholds: Thresholds, judge: Judge) -> str:
     """The full verdict with ``shape`` of size s planted at one position (a copy of the run)."""
     out = np.array(observed, copy=True)
     row = slice(position, position + 1)
     plant = _planter(np.ascontiguousarray(reference[row]), shape, position)
     plant(np.ascontiguousarray(observed[row]), out[row], np.array([s]))
-    return classify(compare_logits(reference, out, top_k=top_k), thresholds).word
+    return judge.verdict(compare_logits(reference, out, top_k=top_k), thresholds).word
 
 
 def _shift_limit(reference: np.ndarray, observed: np.ndarray, verdict: str, top_k: int,
-                 thresholds: Thresholds) -> ShapeLimit:
+                 thresholds: Thresholds, judge: Judge) -> ShapeLimit:
     """all-rows-shift: the smallest common shift that reads ``systematic-offset`` or worse (full classification)."""
     goal = severity("systematic-offset")
 
     def word(s: float) -> str:
-        return classify(compare_logits(reference, observed + np.asarray(s, dtype=observed.dtype), top_k=top_k),
-                        thresholds).word
+        return judge.verdict(compare_logits(reference, observed + np.asarray(s, dtype=observed.dtype), top_k=top_k),
+                             thresholds).word
 
     if severity(verdict) >= goal:
         return ShapeLimit("all-rows-shift", None, None, None, 0, reference.shape[0])
@@ -310,7 +393,8 @@ def _shift_limit(reference: np.ndarray, observed: np.ndarray, verdict: str, top_
 
 
 def detection_limits(reference: np.ndarray, observed: np.ndarray, comparison: LogitComparison | None = None, *,
-                     thresholds: Thresholds = Thresholds(), shapes: tuple[str, ...] = SHAPES) -> DetectionLimits:
+                     thresholds: Thresholds = Thresholds(), shapes: tuple[str, ...] = SHAPES,
+                     judge: Judge = CLASSIFY) -> DetectionLimits:
     """The detection limit of each fault shape for one pair of runs (see the module notes).
 
     Parameters
@@ -325,6 +409,8 @@ def detection_limits(reference: np.ndarray, observed: np.ndarray, comparison: Lo
         The rules' thresholds (default ``Thresholds()``).
     shapes : tuple of str, optional
         A subset of :data:`SHAPES` (default all).
+    judge : Judge, optional
+        How the caller judges the comparison (default :data:`CLASSIFY`).
 
     Returns
     -------
@@ -344,19 +430,19 @@ def detection_limits(reference: np.ndarray, observed: np.ndarray, comparison: Lo
         comparison = compare_logits(reference, observed)
     if reference.shape != observed.shape or comparison.n_positions != reference.shape[0]:
         raise InputError(f"detection limits need the compared arrays, got {reference.shape} and {observed.shape}")
-    verdict = classify(comparison, thresholds).word
+    verdict = judge.verdict(comparison, thresholds).word
     result = DetectionLimits(verdict, [], [ROW_SHIFT_NOTE])
     if severity(verdict) >= severity("divergent"):
         return result
-    base = Case(comparison, thresholds)
+    base = Case(comparison, thresholds, judge.judge_topk)
     for shape in shapes:
         if shape == "top2-swap":
-            result.shapes.append(_swaps(reference, observed, comparison, base, thresholds))
+            result.shapes.append(_swaps(reference, observed, comparison, base, thresholds, judge))
             continue
         if shape == "all-rows-shift":
-            result.shapes.append(_shift_limit(reference, observed, verdict, comparison.top_k, thresholds))
+            result.shapes.append(_shift_limit(reference, observed, verdict, comparison.top_k, thresholds, judge))
             continue
-        limits = _search(reference, observed, shape, base, thresholds, comparison.top_k)
+        limits = _search(reference, observed, shape, base, thresholds, comparison.top_k, judge)
         found = limits[np.isfinite(limits)]
         if found.size == 0:
             result.shapes.append(ShapeLimit(shape, None, None, None, 0, len(limits)))
@@ -365,9 +451,9 @@ def detection_limits(reference: np.ndarray, observed: np.ndarray, comparison: Lo
         complete = found.size == limits.size
         limit = float(limits[worst]) if complete else None
         above = _full_word(reference, observed, shape, worst, float(limits[worst]) * 1.02, comparison.top_k,
-                           thresholds)
+                           thresholds, judge)
         below = _full_word(reference, observed, shape, worst, float(limits[worst]) / 2, comparison.top_k,
-                           thresholds)
+                           thresholds, judge)
         token = None if shape == "row-noise" else int(_targets(reference[worst:worst + 1], shape)[0])
         result.shapes.append(ShapeLimit(shape, limit, worst, float(np.median(found)), int(found.size), len(limits),
                                         above=above, below=below, token=token))

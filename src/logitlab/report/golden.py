@@ -19,13 +19,14 @@ from logitlab.dumps.golden_format import GoldenManifest, Provenance
 from logitlab.engines.crash import CrashEvidence
 from logitlab.experiments.golden.run import GoldenCheckResult
 from logitlab.experiments.golden.kld import KldCheckResult
+from logitlab.report.detection_text import DETECTION_TITLE, HEADLINE_HEADER, detection_lines, headline_cell
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.text import FLIP_HEADER, comparison_lines, flip_rows, fmt_num, model_text, plural, variant_text
 
 __all__ = ["golden_document", "golden_check_document", "golden_kld_document", "PROMPT_HEADER"]
 
 PROMPT_HEADER = ("prompt", "positions", "verdict", "rows differing", "max |Δ|", "max ULP (row scale)",
-                 "top-1 agreement", "KLD mean / max (nats)")
+                 "top-1 agreement", "KLD mean / max (nats)", HEADLINE_HEADER)
 MAX_FLIPS = 10
 
 
@@ -98,7 +99,7 @@ def _prompt_rows(result: GoldenCheckResult) -> list[tuple[str, ...]]:
         agree = "n/a" if c.argmax_agreement is None else f"{100 * c.argmax_agreement:.2f} %"
         rows.append((p.name, str(p.n_positions), p.verdict.word, f"{c.differing_rows}/{c.n_positions}",
                      fmt_num(c.max_abs_diff), fmt_num(c.max_scaled_ulp), agree,
-                     f"{fmt_num(c.kld.get('mean'))} / {fmt_num(c.kld.get('max'))}"))
+                     f"{fmt_num(c.kld.get('mean'))} / {fmt_num(c.kld.get('max'))}", headline_cell(p.detection)))
     return rows
 
 
@@ -136,6 +137,10 @@ def golden_check_document(result: GoldenCheckResult, **_: Any) -> Document:
                           tone="error"))
     elif not worst.comparison.bit_exact:
         doc.add(KeyValues(comparison_lines(worst.comparison), tight=True, header=("statistic", "value")))
+    if worst.detection is not None and detection_lines(worst.detection):
+        doc.add(Paragraph(f"{worst.name}: {DETECTION_TITLE}", tone="dim", tight=True),
+                Bullets(detection_lines(worst.detection), tight=True))
+    if worst.comparison is not None and not worst.comparison.bit_exact:
         flips = flip_rows(worst.comparison)
         if flips:
             more = f" (first {MAX_FLIPS} of {len(flips)})" if len(flips) > MAX_FLIPS else ""

@@ -15,6 +15,7 @@ from typing import Any
 from logitlab.experiments.sweep.job import SweepJobResult
 from logitlab.experiments.sweep.summary import CellSummary, SweepResult
 from logitlab.numerics import VERDICTS
+from logitlab.report.detection_text import HEADLINE_HEADER, limit_cell
 from logitlab.report.document import Bullets, Document, Figure, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.text import fmt_num, plural, variant_text
 
@@ -128,7 +129,7 @@ def _matrix_table(result: SweepResult) -> Table:
     header += ["cause"] if verify else ["A/A"]
     header += ["diff rows", "max |Δ|"]
     header += [] if verify else ["KLD mean", "KLD p99"]
-    header += ["flips", "jobs", "logits hash"]
+    header += ["flips", HEADLINE_HEADER, "jobs", "logits hash"]
     rows = [_row(result, cell, verify) for cell in result.cells]
     align = ["left"] * (len(result.axes) + 2) + ["right"] * (len(header) - len(result.axes) - 2)
     if verify:
@@ -148,6 +149,7 @@ def _row(result: SweepResult, cell: CellSummary, verify: bool) -> list[Any]:
         row += [fmt_num(cell.kld_mean) if cell.kld_mean is not None else "—",
                 fmt_num(cell.kld_p99) if cell.kld_p99 is not None else "—"]
     row.append(str(cell.flips) if cell.flips is not None else "—")
+    row.append(limit_cell(cell.detection_limit, cell.detection_measured))
     jobs = f"{cell.ok}/{cell.jobs}" + (f" ({cell.failed} failed)" if cell.failed else "")
     row += [jobs, cell.logits_hash[:HASH_CHARS] if cell.logits_hash else "—"]
     return row

@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from logitlab.experiments.verify.results import SweepEntry, VerifyResult
+from logitlab.experiments.verify.results import SweepEntry, VerifyDetection, VerifyResult
+from logitlab.report.detection_text import detection_lines, detection_title
 from logitlab.report.document import Block, Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.figure_blocks import verify_figures
 from logitlab.report.text import engine_rows, fmt_num, plural, variant_text
@@ -20,7 +21,7 @@ from logitlab.report.text import engine_rows, fmt_num, plural, variant_text
 __all__ = ["verify_document", "SWEEP_HEADER", "FLIP_HEADER", "INBLOCK_HEADER", "GUARD_HEADER",
            "GUARD_PROMPT_HEADER", "MAX_FLIPS", "sweep_rows", "per_prompt_rows", "flip_rows", "inblock_rows",
            "guard_tau_lines", "guard_total_rows", "guard_prompt_rows", "guard_guarantee_lines",
-           "guard_target_lines"]
+           "guard_target_lines", "detection_places"]
 
 SWEEP_HEADER = ("K", "rows", "bit-exact", "flips", "first divergence", "max |Δ|", "mean |Δ|", "mean Δ",
                 "min flip margin", "max flip margin", "verdict")
@@ -266,6 +267,7 @@ def verify_document(result: VerifyResult, *, show_error: bool = True) -> Documen
     figures = verify_figures(result)
     doc.add(*[f for f in figures if f.kind != "guard-cost"])
     doc.add(*_classification(result))
+    doc.add(*_detection(result))
     doc.add(*_guard(result), *[f for f in figures if f.kind == "guard-cost"])
     if result.error and show_error:
         doc.add(Paragraph(f"stopped early: {result.error}", tone="error"))
@@ -301,6 +303,26 @@ def _classification(result: VerifyResult) -> list[Block]:
         Paragraph(c.summary, tight=True),
         Bullets([*c.evidence, f"scaling: {c.scaling}"], tight=True),
     ]
+
+
+def detection_places(d: VerifyDetection, with_prompt: bool = True) -> dict[str, str]:
+    """Shape -> its hardest position as the report names it: ``prompt out i (P=p)``."""
+    return {shape: (f"{p.prompt} " if with_prompt else "") + f"out {p.output_index} (P={p.position})"
+            for shape, p in d.hardest.items()}
+
+
+def _detection(result: VerifyResult) -> list[Block]:
+    """Per K: the detection limit of the pooled comparison its verdict is judged on."""
+    blocks: list[Block] = []
+    several = len(result.prompts) > 1
+    what = "the M=K rows of every prompt" if several else "the M=K rows"
+    for d in result.detection:
+        lines = detection_lines(d.limits, detection_places(d, several))
+        if not lines:
+            lines = [f"not probed: the K={d.k} verdict is {d.limits.verdict} (nothing worse to detect)"]
+        blocks += [Paragraph(f"K={d.k}: " + detection_title(what), tone="dim", tight=True),
+                   Bullets(lines, tight=True)]
+    return blocks
 
 
 def _guard(result: VerifyResult) -> list[Block]:

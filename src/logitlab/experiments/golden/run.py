@@ -66,6 +66,7 @@ from logitlab.experiments.prompts import Prompt
 from logitlab.jsonio import ResultRecord
 from logitlab.manifest import now_utc
 from logitlab.numerics import LogitComparison, Thresholds, Verdict, classify, compare_logits
+from logitlab.numerics.detection import DetectionLimits, detection_limits
 from logitlab.numerics.gate import Bar, GateResult, judge, worst_verdict
 from logitlab.numerics.topk import TopKComparison, compare_topk
 from logitlab.perf.metrics import Metrics, put_comparison, put_crash
@@ -146,6 +147,8 @@ class CheckConfig:
         top_k: k of the top-k statistics.
         strict_device: refuse a golden of another device key.
         build_commit: this build's source commit, compared with the recorded one.
+        detection: per prompt, measure the detection limits of its comparison
+            (:mod:`logitlab.numerics.detection`; a golden of ``--store full`` only: top-k data has none).
     """
 
     root: str
@@ -155,6 +158,7 @@ class CheckConfig:
     top_k: int = 5
     strict_device: bool = False
     build_commit: str | None = None
+    detection: bool = True
 
 
 # -- results -------------------------------------------------------------------------------------
@@ -168,6 +172,8 @@ class PromptCheck:
         verdict: the prompt's verdict (``crashed``: the engine died on this prompt).
         comparison: golden (reference) against this run (observed); None when the engine crashed.
         crash: the crash's evidence (:meth:`logitlab.engines.supervised.CrashEvidence.to_dict`), else None.
+        detection: the detection limits of ``comparison`` (faults planted into a copy of this run); None when
+            not measured (``--no-detection-limit``, a top-k golden, a crash).
     """
 
     name: str
@@ -175,6 +181,7 @@ class PromptCheck:
     verdict: Verdict
     comparison: TopKComparison | LogitComparison | None
     crash: dict | None = None
+    detection: DetectionLimits | None = None
 
 
 @dataclass
@@ -182,7 +189,8 @@ class GoldenCheckResult(ResultRecord):
     """A golden check: which golden, what changed, which bar, the verdict and whether it passed.
 
     JSON format history (``schema_version``): 1 — first version; later in 1 (additive): a prompt's ``crash``
-    (its verdict ``crashed``, no comparison; the prompts after it are not run).
+    (its verdict ``crashed``, no comparison; the prompts after it are not run); a prompt's ``detection`` (the
+    detection limits of its comparison, :mod:`logitlab.numerics.detection`; absent: None).
     """
 
     KIND: ClassVar[str] = "golden-check"
@@ -253,23 +261,28 @@ def _topk_rows(ids: np.ndarray, values: np.ndarray, lse: np.ndarray, k: int) -> 
 
 
 def _compare(reader: GoldenLogits, manifest: GoldenManifest, index: int, observed: np.ndarray,
-             top_k: int, thresholds: Thresholds) -> tuple[TopKComparison | LogitComparison, Verdict]:
-    """The golden's prompt ``index`` (reference) against ``observed`` logits."""
+             top_k: int, thresholds: Thresholds, *, detection: bool = False
+             ) -> tuple[TopKComparison | LogitComparison, Verdict, DetectionLimits | None]:
+    """The golden's prompt ``index`` (reference) against ``observed`` logits; with ``detection`` (a full
+    golden only) the comparison's detection limits too."""
     from logitlab.dumps.golden_format import logits_topk
 
     input_ids = manifest.prompts[index].input_ids
+    limits = None
     if manifest.top_k is None:
         reference = reader.logits(index)
         if reference.shape != observed.shape or reference.dtype != observed.dtype:
             raise EngineError(f"prompt {manifest.prompts[index].name!r}: the golden holds {reference.dtype} "
                               f"{reference.shape} logits, this run returned {observed.dtype} {observed.shape}")
         c = compare_logits(reference, observed, top_k=top_k, token_ids=input_ids)
+        if detection:
+            limits = detection_limits(reference, observed, c, thresholds=thresholds)
     else:
         k = manifest.top_k
         ref = _topk_rows(*reader.topk(index), k)
         obs = _topk_rows(*logits_topk(observed, k), k)
         c = compare_topk(ref, obs, top_k=min(top_k, k), token_ids=input_ids)
-    return c, classify(c, thresholds)
+    return c, classify(c, thresholds), limits
 
 
 def _write(folder: Path, store: str, engine: Engine, variant: Variant, prompts: Sequence[Prompt],
@@ -475,8 +488,9 @@ def check_golden(config: CheckConfig, *, on_event: Event | None = None) -> Golde
                     checks.append(_crashed_check(prompt.name, len(prompt.input_ids), crash))
                     on_event("prompt", {"name": prompt.name, "index": i, "verdict": "crashed"})
                     break
-                comparison, verdict = _compare(reader, manifest, i, logits, config.top_k, config.thresholds)
-                checks.append(PromptCheck(prompt.name, len(prompt.input_ids), verdict, comparison))
+                comparison, verdict, limits = _compare(reader, manifest, i, logits, config.top_k, config.thresholds,
+                                                       detection=config.detection)
+                checks.append(PromptCheck(prompt.name, len(prompt.input_ids), verdict, comparison, detection=limits))
                 on_event("prompt", {"name": prompt.name, "index": i, "verdict": verdict.word})
     finally:
         engine.close()
@@ -536,7 +550,7 @@ def update_golden(root: str | Path, reason: str, *, overrides: VariantOverrides 
                 if generated != list(prompt.generated_ids):
                     greedy_changed.append(prompt.name)
                     logits, _ = _run(engine, variant, prompt.prompt_ids, old.n_decode, prompt.generated_ids)
-                comparison, verdict = _compare(reader, old, i, logits, top_k, thresholds)
+                comparison, verdict, _ = _compare(reader, old, i, logits, top_k, thresholds)
                 parts.append(comparison)
                 verdicts.append(verdict)
         tmp = _fresh_folder(folder.parent, folder.name)

@@ -6,7 +6,7 @@ Per cell (from its finished jobs): the verdict — the worst over its prompts
 control reproduced itself (A/A), rows differing, max |Δ|, KLD mean and p99
 over every compared position (pooled as
 :func:`~logitlab.numerics.compare.merge_comparisons` pools rows), argmax
-flips, and for ``ab`` with speed the paired speed comparison over every
+flips, the largest ``argmax-up`` detection limit of the jobs' comparisons, and for ``ab`` with speed the paired speed comparison over every
 prompt's ABBA/BAAB blocks together (blocks are the independent units of
 :func:`~logitlab.perf.paired.paired_comparison`, whatever prompt they ran).
 The ``ab`` numbers come from each job's verdict run (its worst candidate
@@ -76,6 +76,12 @@ class CellSummary:
         positions, rows_differing: compared positions and those not bit-exact, over the prompts.
         max_abs_diff: largest |Δ| (logits); ``kld_mean``, ``kld_p99``: nats (``ab`` only).
         flips: argmax flips.
+        detection_limit: the largest ``argmax-up`` detection limit (logits) over the jobs' verdict-deciding
+            comparisons (``ab``: each job's verdict run; ``verify``: each job's K): one logit, the greedy
+            token's, raised that much reads ``divergent`` wherever it lands
+            (:func:`~logitlab.numerics.detection.largest_limit`); None when none was measured or, with
+            ``detection_measured`` > 0, when one left a position uncaught up to 10⁴.
+        detection_measured: how many comparisons measured it (a ``divergent`` one has nothing to measure).
         speed: ``ab`` with speed: per phase (``decode``, ``prefill``), the paired comparison over
             every prompt's blocks.
         logits_hash: SHA-256 over the jobs' logits hashes in prompt order (None unless every job finished).
@@ -99,6 +105,8 @@ class CellSummary:
     kld_mean: float | None = None
     kld_p99: float | None = None
     flips: int | None = None
+    detection_limit: float | None = None
+    detection_measured: int = 0
     speed: dict[str, PairedComparison] = field(default_factory=dict)
     logits_hash: str | None = None
     where: list[str] = field(default_factory=list)
@@ -120,7 +128,8 @@ class SweepResult(ResultRecord):
         notes: facts the report must state (reruns, shared CPUs under a speed sweep, ...).
         error: why the sweep stopped early (interrupted), else None.
 
-    JSON format history (``schema_version``): 1 — first version.
+    JSON format history (``schema_version``): 1 — first version; later in 1 (additive): a cell's
+    ``detection_limit`` and ``detection_measured`` (absent: None and 0).
     """
 
     KIND: ClassVar[str] = "sweep"

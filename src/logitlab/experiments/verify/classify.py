@@ -15,7 +15,9 @@ from typing import Callable, Sequence
 from logitlab.errors import InputError
 from logitlab.experiments.verify.results import FlipRecord, InBlockRow, SweepEntry, VerifyClassification
 from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict, classify
+from logitlab.numerics.detection import Judge
 from logitlab.numerics.verdict import is_offset, offset_statistics
+from logitlab.numerics.verdict_rules import Case
 
 
 def in_block_rows(c: LogitComparison, k: int, thresholds: Thresholds) -> list[InBlockRow]:
@@ -66,7 +68,7 @@ def verify_verdict(c: LogitComparison, thresholds: Thresholds) -> Verdict:
     if verdict.word in ("bit-exact", "divergent"):
         return verdict
     k = c.top_k
-    outside = [f for f in c.flips if f["token_obs"] not in f["topk_ref"] or f["token_ref"] not in f["topk_obs"]]
+    outside = _outside_topk(c)
     if outside:
         f = outside[0]
         return dataclasses.replace(verdict, word="divergent", evidence=[
@@ -74,6 +76,25 @@ def verify_verdict(c: LogitComparison, thresholds: Thresholds) -> Verdict:
             f"M=1 top-{k} {f['topk_ref']} vs M=K top-{k} {f['topk_obs']}", *verdict.evidence],
             outside=[f["position"] for f in outside])
     return verdict
+
+
+def _outside_topk(c: LogitComparison) -> list[dict]:
+    """The flips to a token outside the other run's top-k (not a swap of near-tied tokens)."""
+    return [f for f in c.flips if f["token_obs"] not in f["topk_ref"] or f["token_ref"] not in f["topk_obs"]]
+
+
+def outside_topk_flips(case: Case, outside: list[int]) -> tuple[list[str], list[int]]:
+    """:func:`verify_verdict`'s own way of being divergent, as a row check
+    (:data:`~logitlab.numerics.verdict_rules.DIVERGENCE_CHECKS` form): the flips to a token outside the
+    other run's top-k, and their positions."""
+    flips = [f for f in _outside_topk(case.c) if f["position"] not in outside]
+    if not flips:
+        return [], []
+    return [f"{len(flips)} flip(s) to a token outside the other run's top-{case.k}"], [f["position"] for f in flips]
+
+
+#: How ``verify`` judges a comparison, for its detection limits (:mod:`logitlab.numerics.detection`).
+VERIFY_JUDGE = Judge(verify_verdict, judge_topk=False, checks=(outside_topk_flips,))
 
 
 def sweep_entry(prompt: str, k: int, c: LogitComparison, n_prompt: int | None, thresholds: Thresholds,

@@ -9,6 +9,8 @@ JSON format history (``schema_version`` of :class:`VerifyResult`):
 - 2: ``kind``; comparisons share one field list (``numerics.comparison``).
 - 3: ``crash``: the engine's crash evidence (:class:`~logitlab.engines.supervised.CrashEvidence` as a dict)
   when it died; the classification's word and cause are then ``crashed``.
+  Later in 3 (additive): ``detection``, per K the detection limits of the pooled comparison its verdict is
+  judged on (:class:`VerifyDetection`; absent: empty, not measured).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
 
 from logitlab.jsonio import ResultRecord
+from logitlab.numerics.detection import DetectionLimits, largest_limit
 from logitlab.perf.metrics import FINGERPRINT, HIGHER, LOWER, Metric, Metrics, digest, put_crash, put_metric
 from logitlab.runlog import RunLogContents
 
@@ -131,6 +134,35 @@ class PromptRecord:
 
 
 @dataclass
+class RowPlace:
+    """Where a row of a K's pooled comparison comes from: its prompt, output index and absolute position."""
+
+    prompt: str
+    output_index: int
+    position: int
+
+
+@dataclass
+class VerifyDetection:
+    """The detection limits of one K: faults planted into a copy of every prompt's M=K rows, judged as
+    ``verify`` judges (:mod:`logitlab.experiments.verify.detection`).
+
+    Attributes:
+        k: the block size.
+        limits: per fault shape (:class:`~logitlab.numerics.detection.DetectionLimits`); a shape's
+            ``position`` is a row of the pooled comparison (prompts in order).
+        hardest: shape -> where its hardest position lies (:class:`RowPlace`).
+    """
+
+    k: int
+    limits: DetectionLimits
+    hardest: dict[str, RowPlace] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
 class VerifyClassification:
     """The cause of the M=K vs M=1 differences, with evidence.
 
@@ -231,9 +263,14 @@ class VerifyResult(ResultRecord):
     batch_invariant: bool | None = None
     crash: dict[str, Any] | None = None
     error: str | None = None
+    detection: list[VerifyDetection] = field(default_factory=list)
 
     def total(self, k: int) -> SweepEntry | None:
         return next((t for t in self.totals if t.k == k), None)
+
+    def detection_at(self, k: int) -> VerifyDetection | None:
+        """The detection limits of K (None: not measured)."""
+        return next((d for d in self.detection if d.k == k), None)
 
     @property
     def guard_identical(self) -> bool | None:
@@ -325,7 +362,10 @@ class VerifyResult(ResultRecord):
         ``verdict`` and ``cause``: the worst classification's; pooled over the
         prompts' K totals: ``positions`` (M=K rows), ``rows_differing`` (not
         bit-exact with M=1), ``max_abs_diff``, ``flips`` (``verify`` keeps no
-        KLD). ``experiment`` (the matrix's ``[experiment]``) adds nothing here.
+        KLD); ``detection_limit`` and ``detection_measured``: the largest
+        ``argmax-up`` detection limit over every prompt and K
+        (:func:`~logitlab.numerics.detection.largest_limit`) and how many were
+        measured. ``experiment`` (the matrix's ``[experiment]``) adds nothing here.
         """
         from logitlab.numerics.verdict import VERDICTS
 
@@ -340,4 +380,6 @@ class VerifyResult(ResultRecord):
             cell["rows_differing"] = sum(t.rows - t.bit_exact_rows for t in totals)
             cell["max_abs_diff"] = max(t.max_abs_diff for t in totals)
             cell["flips"] = sum(t.flips for t in totals)
+        cell["detection_limit"], cell["detection_measured"] = largest_limit(
+            d.limits for r in results for d in r.detection)
         return cell

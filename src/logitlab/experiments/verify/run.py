@@ -41,6 +41,7 @@ from logitlab.experiments.prompts import Prompt, builtin_prompts, check_unique
 from logitlab.experiments.verify import guard as G
 from logitlab.experiments.verify import guard_calibration as GC
 from logitlab.experiments.verify.classify import classify_verify, in_block_rows, pool_rows, sweep_entry
+from logitlab.experiments.verify.detection import VerifyRows, k_detection
 from logitlab.experiments.verify.results import (
     FlipRecord,
     GuardPromptResult,
@@ -48,6 +49,7 @@ from logitlab.experiments.verify.results import (
     PromptRecord,
     SweepEntry,
     VerifyClassification,
+    VerifyDetection,
     VerifyResult,
 )
 from logitlab.manifest import build_manifest
@@ -81,6 +83,9 @@ class VerifyConfig:
             decode it M=1 on the current KV) and/or ``resync`` (roll back to
             the last M=1-written position and replay M=1 up to it).
         calibration_prompts: held-out prompts for ``auto``.
+        detection: per K, measure the detection limits of the pooled comparison its verdict is judged on
+            (:mod:`logitlab.experiments.verify.detection`: every prompt's rows are kept in a temporary
+            folder until the end; about 80 comparisons of one K's rows per K).
     """
 
     variant: Variant
@@ -94,6 +99,7 @@ class VerifyConfig:
     guard_safety: float | None = None
     guard_fallbacks: tuple[str, ...] = FALLBACKS
     calibration_prompts: tuple[Prompt, ...] = field(default_factory=lambda: tuple(builtin_prompts("calibration")))
+    detection: bool = True
 
     def validate(self) -> None:
         """Raise InputError naming the bad value."""
@@ -145,6 +151,7 @@ class VerifyConfig:
             "guard_safety": self.guard_safety,
             "guard_fallbacks": list(self.guard_fallbacks),
             "calibration_prompts": [p.to_dict() for p in self.calibration_prompts] if self.guard == "auto" else [],
+            "detection": self.detection,
         }
 
 
@@ -216,6 +223,8 @@ class VerifyExperiment(Experiment):
         #: SHA-256 over the bits of every M=1 and M=K logit row, in run order (a sweep's logits hash)
         self.logits_digest = hashlib.sha256()
         self._parts: dict[int, list[tuple[LogitComparison, str, int]]] = {k: [] for k in config.ks}
+        #: every prompt's rows, for the detection limits at the end (None: not measured)
+        self._rows = VerifyRows(config.ks, len(config.prompts) * config.n_decode) if config.detection else None
 
     def run(self) -> VerifyResult:
         """Run the probe (and the guard).
@@ -244,6 +253,8 @@ class VerifyExperiment(Experiment):
 
             return self.measure(result, body, on_crash=self._crashed)
         finally:
+            if self._rows is not None:
+                self._rows.close()
             self.close_engines()
             self.close_log()
 
@@ -268,7 +279,9 @@ class VerifyExperiment(Experiment):
         engine.require("sessions", "verify (decode of K tokens in a session)")
         call_engine(engine, check_sessions, cfg.guard is not None, phase="opening a session")
         n_guard = len(cfg.guard_fallbacks) + (cfg.guard_k not in cfg.ks) if cfg.guard is not None else 0
-        self.on_event("start", {"steps": len(cfg.prompts) * (1 + len(cfg.ks) + n_guard) + 2 * len(cal_ids)})
+        n_detection = len(cfg.ks) if self._rows is not None else 0
+        self.on_event("start", {"steps": len(cfg.prompts) * (1 + len(cfg.ks) + n_guard) + 2 * len(cal_ids)
+                                + n_detection})
 
         guard = None
         if cfg.guard is not None:
@@ -292,6 +305,8 @@ class VerifyExperiment(Experiment):
             self.logits_digest.update(np.ascontiguousarray(ref.rows, dtype=np.float32).tobytes())
             result.prompts.append(PromptRecord(prompt.name, prompt.kind, len(ids), ref.tokens,
                                                engine.detokenize(ref.tokens), ref.decode_seconds))
+            if self._rows is not None:
+                self._rows.add(None, ref.decode_rows)
             for k in cfg.ks:
                 self.on_event("step", {"description": f"{prompt.name}: M={k} verify"})
                 obs, seconds = call_engine(engine, replay_mk, ids, ref.tokens, k,
@@ -301,6 +316,8 @@ class VerifyExperiment(Experiment):
                 result.sweep.append(sweep_entry(prompt.name, k, c, len(ids), cfg.thresholds, seconds))
                 result.flips += self._flips(engine, prompt.name, k, len(ids), c, ref.decode_rows, obs)
                 parts[k].append((c, prompt.name, len(ids)))
+                if self._rows is not None:
+                    self._rows.add(k, obs)
                 replays[k] = (seconds, [f["position"] for f in c.flips])
                 if k >= 2:
                     if first_batched is None:
@@ -320,6 +337,16 @@ class VerifyExperiment(Experiment):
                                                 batch_invariant=result.batch_invariant, sweep=result.sweep)
         if guard is not None:
             guard.totals = guard_totals(guard.results, cfg.guard_fallbacks)
+        if self._rows is not None:
+            for k in cfg.ks:
+                self.on_event("step", {"description": f"K={k}: detection limit"})
+                result.detection.append(self._detection(k, parts[k]))
+
+    def _detection(self, k: int, parts: list[tuple[LogitComparison, str, int]]) -> VerifyDetection:
+        """The detection limits of K's pooled comparison (the one its total's verdict is judged on)."""
+        merged = merge_comparisons([c for c, _, _ in parts])
+        owners = [(name, i, n_prompt + i) for c, name, n_prompt in parts for i in range(c.n_positions)]
+        return k_detection(k, self._rows, merged, owners, self.config.thresholds)
 
     # -- pieces ---------------------------------------------------------------
     def _check_context(self, engine: Engine, ids: dict[str, list[int]], what: str) -> None:

@@ -1,0 +1,102 @@
+"""``verify``'s detection limits: per K, of the comparison its verdict is judged on (every prompt's rows pooled).
+
+The verdict of each K is judged on one comparison: every prompt's M=K rows
+against their M=1 rows, pooled (:func:`~logitlab.numerics.compare.merge_comparisons`,
+one noise floor over all prompts). Its detection limits
+(:func:`~logitlab.numerics.detection.detection_limits`, judged as ``verify``
+judges: :data:`~logitlab.experiments.verify.classify.VERIFY_JUDGE`) need the
+rows themselves, and only after the last prompt, when that floor is known.
+:class:`VerifyRows` keeps them meanwhile in a temporary folder, one ``.npy``
+file per array written as the rows come, so the run's memory stays at one
+prompt's rows; :func:`k_detection` measures one K from them.
+
+Disk: ``(1 + number of K) × prompts × tokens × n_vocab × 4`` bytes while the
+run lasts (the defaults on the embedded model: 9 × 64 rows × 49,152 × 4 B ×
+5 = 566 MB); memory during a measurement: about twice one K's rows. Time:
+about 80 comparisons of one K's rows (:mod:`logitlab.numerics.detection`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from logitlab.experiments.verify.classify import VERIFY_JUDGE
+from logitlab.experiments.verify.results import RowPlace, VerifyDetection
+from logitlab.numerics import LogitComparison, Thresholds
+from logitlab.numerics.detection import detection_limits
+
+__all__ = ["VerifyRows", "k_detection"]
+
+REFERENCE = "m1"
+
+
+class VerifyRows:
+    """Every prompt's M=1 decode rows and M=K rows, on disk until :meth:`close`.
+
+    Args:
+        ks: the K sweep.
+        n_rows: rows per array: prompts × decode tokens (every prompt decodes the same number).
+    """
+
+    def __init__(self, ks: Sequence[int], n_rows: int):
+        self.ks = tuple(ks)
+        self.n_rows = n_rows
+        self._folder: Path | None = None
+        self._arrays: dict[str, np.ndarray] = {}
+        self._filled: dict[str, int] = {}
+
+    def _array(self, name: str, rows: np.ndarray) -> np.ndarray:
+        if name not in self._arrays:
+            if self._folder is None:
+                self._folder = Path(tempfile.mkdtemp(prefix="logitlab-verify-rows-"))
+            self._arrays[name] = np.lib.format.open_memmap(self._folder / f"{name}.npy", mode="w+",
+                                                           dtype=np.float32, shape=(self.n_rows, rows.shape[1]))
+            self._filled[name] = 0
+        return self._arrays[name]
+
+    def add(self, k: int | None, rows: np.ndarray) -> None:
+        """Append one prompt's rows: ``k`` None for the M=1 decode rows, else M=K rows; ``(n, n_vocab)`` float32."""
+        name = REFERENCE if k is None else f"k{k}"
+        array = self._array(name, rows)
+        start = self._filled[name]
+        array[start:start + len(rows)] = rows
+        self._filled[name] = start + len(rows)
+
+    def pair(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The M=1 rows and the M=K rows added so far, as read-only views ``(rows, n_vocab)``."""
+        name = f"k{k}"
+        n = min(self._filled.get(REFERENCE, 0), self._filled.get(name, 0))
+        return self._arrays[REFERENCE][:n], self._arrays[name][:n]
+
+    def close(self) -> None:
+        """Delete the files (idempotent)."""
+        self._arrays.clear()
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+
+
+def k_detection(k: int, rows: VerifyRows, merged: LogitComparison, owners: Sequence[tuple[str, int, int]],
+                thresholds: Thresholds) -> VerifyDetection:
+    """The detection limits of K's pooled comparison ``merged`` (every prompt's rows, in prompt order).
+
+    Args:
+        k: the block size.
+        rows: the kept rows (their first ``merged.n_positions`` rows are ``merged``'s).
+        merged: the pooled M=K vs M=1 comparison the K verdict is judged on.
+        owners: per pooled row, ``(prompt, output_index, position)``.
+        thresholds: the verdict thresholds.
+
+    Returns:
+        The :class:`~logitlab.experiments.verify.results.VerifyDetection`; each shape's hardest
+        position is named by prompt in ``hardest``.
+    """
+    reference, observed = rows.pair(k)
+    limits = detection_limits(reference, observed, merged, thresholds=thresholds, judge=VERIFY_JUDGE)
+    hardest = {s.shape: RowPlace(*owners[s.position]) for s in limits.shapes if s.position is not None}
+    return VerifyDetection(k=k, limits=limits, hardest=hardest)
