@@ -24,6 +24,7 @@ from logitlab.experiments.prompts import Prompt
 from logitlab.numerics.gate import Bar
 
 pytestmark = pytest.mark.engine
+# detection=False where the detection limit is not the subject: it costs about 80 comparisons of each prompt's run
 
 PROMPTS = [Prompt("capital", "The capital of France is"), Prompt("code", "def add(a, b):")]
 N_DECODE = 8
@@ -95,7 +96,7 @@ def test_record_writes_the_golden_with_its_provenance(golden_root):
 
 def test_check_is_bit_exact_on_the_same_build(golden_root):
     root, _ = golden_root
-    result = check_golden(CheckConfig(str(root)))
+    result = check_golden(CheckConfig(str(root), detection=False))
     assert result.passed and result.verdict.word == "bit-exact"
     assert result.match.exact and result.match.reason.startswith("recorded under this device key")
     assert result.changes == []
@@ -109,7 +110,8 @@ def test_flash_attention_fails_bit_exact_and_passes_near_tie(golden_root):
     assert not strict.passed and strict.verdict.word == "near-tie"
     assert [c.line for c in strict.changes] == ["options.flash_attn: (unset) → True"]
     assert strict.bar.allow == "bit-exact" and "no looser bar was allowed" in strict.bar_reason
-    loose = check_golden(CheckConfig(str(root), overrides=FLASH, bar=Bar(allow="near-tie", max_kld_p99=0.1)))
+    loose = check_golden(CheckConfig(str(root), overrides=FLASH, bar=Bar(allow="near-tie", max_kld_p99=0.1),
+                                     detection=False))
     assert loose.passed and loose.bar_reason == "options changed: the allowed bar applies (verdict ≤ near-tie, " \
                                                 "p99 KLD ≤ 0.1 nats)"
     # the same bar does not loosen a check whose provenance did not change
@@ -147,18 +149,18 @@ def test_another_device_key_strict_refuses_fallback_judges(golden_root, tmp_path
     edit_manifest(other / key, lambda d: d["provenance"]["device"].update(key=key, flags=["avx2", "fma"]))
     with pytest.raises(InputError, match=f"no golden for this device key .* among {key}; --strict-device refuses"):
         check_golden(CheckConfig(str(other), strict_device=True))
-    fallback = check_golden(CheckConfig(str(other), bar=Bar(allow="ulp-noise")))
+    fallback = check_golden(CheckConfig(str(other), bar=Bar(allow="ulp-noise"), detection=False))
     assert not fallback.match.exact and fallback.match.device_key == key
     assert fallback.match.reason.startswith("fallback: no golden for this device key")
     assert "same device kind and architecture" in fallback.match.reason
     assert fallback.changes[0].field == "device.key" and fallback.changes[0].gate
     assert fallback.bar.allow == "ulp-noise" and fallback.bar_reason.startswith("device key changed: the allowed bar")
     assert fallback.passed  # same logits here: bit-exact ≤ ulp-noise
-    flash = check_golden(CheckConfig(str(other), overrides=FLASH, bar=Bar(allow="ulp-noise")))
+    flash = check_golden(CheckConfig(str(other), overrides=FLASH, bar=Bar(allow="ulp-noise"), detection=False))
     assert not flash.passed and flash.verdict.word == "near-tie"  # judged by the fallback bar, which it misses
     # with both goldens side by side, this device's is picked
     shutil.copytree(root / manifest.provenance.device.key, other / manifest.provenance.device.key)
-    both = check_golden(CheckConfig(str(other)))
+    both = check_golden(CheckConfig(str(other), detection=False))
     assert both.match.exact and sorted(both.match.available) == sorted([key, manifest.provenance.device.key])
 
 
@@ -210,7 +212,7 @@ def test_update_appends_history_with_the_verdict(golden_root, tmp_path):
     assert read_golden(new.folder).history[-1].reason == "try flash attention"  # on disk, file hash verified
     assert not [p for p in root.iterdir() if p.name.startswith(".")]  # no leftovers
     # the golden now records flash attention: checking that build is bit-exact, and a second update says so
-    assert check_golden(CheckConfig(str(root))).verdict.word == "bit-exact"
+    assert check_golden(CheckConfig(str(root), detection=False)).verdict.word == "bit-exact"
     again = update_golden(root, "rebuild, no change")
     assert again.history[-1].verdict.word == "bit-exact" and len(again.history) == 2
     assert again.logits_sha256 == new.logits_sha256
@@ -220,9 +222,9 @@ def test_topk_store_checks_on_the_stored_tokens(tmp_path):
     manifest = record_golden(RecordConfig(Variant("golden", "llamacpp"), PROMPTS[:1], N_DECODE, store="topk:16"),
                              tmp_path)
     assert manifest.top_k == 16 and manifest.logits_bytes < 20_000
-    same = check_golden(CheckConfig(str(tmp_path)))
+    same = check_golden(CheckConfig(str(tmp_path), detection=False))
     assert same.passed and same.verdict.word == "bit-exact" and same.prompts[0].comparison.scope == "top-k"
-    flash = check_golden(CheckConfig(str(tmp_path), overrides=FLASH))
+    flash = check_golden(CheckConfig(str(tmp_path), overrides=FLASH, detection=False))
     assert not flash.passed and flash.prompts[0].comparison.differing_rows > 0
     with pytest.raises(InputError, match="needs the whole vocabulary"):
         export_kld_base(read_golden(manifest.folder), tmp_path / "x.kld")
@@ -283,10 +285,11 @@ def test_a_rebuilt_cmd_engine_is_a_build_change_and_its_command_is_recorded(tmp_
     build, options = manifest.provenance.build, manifest.provenance.options
     assert options["command"].startswith(sys.executable) and str(script) in options["command"]
     assert len(build[f"sha256 {script}"]) == 64 and len(build[f"sha256 {sys.executable}"]) == 64
-    same = check_golden(CheckConfig(str(root)))  # re-created from the golden alone: the command is recorded
+    # re-created from the golden alone: the command is recorded
+    same = check_golden(CheckConfig(str(root), detection=False))
     assert same.passed and same.changes == [] and same.bar.allow == "bit-exact"
     script.write_text(script.read_text() + "\n# rebuilt\n")  # same logits, another build
-    rebuilt = check_golden(CheckConfig(str(root), bar=Bar(allow="ulp-noise")))
+    rebuilt = check_golden(CheckConfig(str(root), bar=Bar(allow="ulp-noise"), detection=False))
     assert [(c.field, c.gate) for c in rebuilt.changes] == [(f"build.sha256 {script}", True)]
     assert rebuilt.passed and rebuilt.verdict.word == "bit-exact" and rebuilt.bar.allow == "ulp-noise"
     assert rebuilt.bar_reason.startswith("build changed")
