@@ -21,6 +21,7 @@ from logitlab.experiments.golden.run import (
 )
 from logitlab.experiments.golden.kld import check_kld_base, export_kld_base
 from logitlab.experiments.prompts import Prompt
+from logitlab.numerics.detection import SHAPES
 from logitlab.numerics.gate import Bar
 
 pytestmark = pytest.mark.engine
@@ -117,11 +118,14 @@ def test_flash_attention_fails_bit_exact_and_passes_near_tie(golden_root):
     # the same bar does not loosen a check whose provenance did not change
     same = check_golden(CheckConfig(str(root), bar=Bar(allow="near-tie"), detection=False))
     assert same.bar.allow == "bit-exact" and "applies only when they change" in same.bar_reason
-    # per prompt, the detection limit of its comparison (issue #32), judged against that prompt's own floor
+    # per prompt, the detection limit of its comparison (issue #32), judged against that prompt's own floor:
+    # the argmax-up shape (the report's column), and every shape for the prompt the verdict names
     for p in strict.prompts:
         up = p.detection.shape("argmax-up")
         assert p.detection.verdict == p.verdict.word and up.caught == up.probed == p.n_positions
         assert 0 < up.limit < 10 and up.above == "divergent"
+        every = p.name == strict.verdict_prompt
+        assert [s.shape for s in p.detection.shapes] == (list(SHAPES) if every else ["argmax-up"])
     assert [p.detection for p in same.prompts] == [None, None]  # detection=False
 
 

@@ -25,6 +25,7 @@ from logitlab.experiments.verify.results import VerifyResult
 from logitlab.jsonio import to_jsonable
 from logitlab.numerics import compare_logits
 from logitlab.numerics.compare import merge_comparisons
+from logitlab.numerics.detection import SHAPES
 
 from conftest import CPU_AVX512
 from report.roundtrip_tools import typed_problems
@@ -211,6 +212,8 @@ def test_detection_limit_per_k_pools_every_prompts_rows_and_round_trips():
     through JSON; in the report as the same bullet lines as ab's; off with detection=False."""
     result = toy_run("noise", ks=(1, 4), n=24, eps=0.1)
     assert [d.k for d in result.detection] == [1, 4]
+    # every shape for the K the classification is judged on (K=4: near-tie), the argmax-up shape for the others
+    assert [len(d.limits.shapes) for d in result.detection] == [1, len(SHAPES)]
     n_prompt = {"a": len("hello world"), "b": len("the quick brown fox")}
     for d in result.detection:
         assert d.limits.verdict == result.total(d.k).verdict  # judged as the K total is (verify_verdict)

@@ -160,8 +160,8 @@ def _topk_bytes(data: dict[str, Any]) -> int:
               help="Required same-top-1 rate, judged by its Wilson 95 %% lower bound (e.g. 0.95).")
 @click.option("--strict-device", is_flag=True, help="Refuse a golden recorded under another device key (exit 2).")
 @click.option("--build-commit", default=None, help="Source commit of this engine build (compared with the golden's).")
-@detection_option("each prompt's run (a golden of --store full)", "about a second per 100 positions on the embedded "
-                  "model")
+@detection_option("each prompt's run (a golden of --store full)", "the argmax-up shape per prompt, every shape "
+                  "for the verdict's prompt; ~30 s for the 9 built-in prompts × 64 tokens on the embedded model")
 @threshold_options
 @output_options()
 @record_options()

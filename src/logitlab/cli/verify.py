@@ -91,8 +91,9 @@ def _guard(value: str | None) -> float | str | None:
                    "replay M=1 from the last M=1-written position (exact, costs M=1 work).")
 @click.option("--calibration-prompts", type=str, default=None,
               help="Prompts file for --guard auto (default: 3 built-in held-out prompts).")
-@detection_option("each K's M=K rows (every prompt's, pooled)", "about 80 comparisons of those rows per K; "
-                  "~2 s per K for 2 prompts × 32 tokens on the embedded model")
+@detection_option("each K's M=K rows (every prompt's, pooled)", "every fault shape for the K the verdict is "
+                  "judged on, the argmax-up shape for the others; 3-7 s for 2 prompts × 32 tokens, K 1 4, on the "
+                  "embedded model")
 @threshold_options
 @click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
               help="Exit 1 when the verdict over the K sweep is worse than this.")

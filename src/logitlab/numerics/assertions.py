@@ -283,8 +283,8 @@ def assert_verdict(reference: Any, observed: Any, allowed: str | Iterable[str] =
         Also measure the detection limits (:mod:`logitlab.numerics.detection`:
         standard faults planted into a copy of ``observed``): on the returned
         object, and a line of the failure message. Off by default: it costs
-        about 80 comparisons of the arrays (about a second for 121 × 49,152
-        float32 logits on 2 cores).
+        about 80 comparisons of the arrays (5-8 s for 121 × 49,152 float32
+        logits on a busy 2-core machine).
 
     Returns
     -------

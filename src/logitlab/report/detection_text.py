@@ -53,8 +53,9 @@ def _line(s: ShapeLimit, place: str | None) -> str:
     return f"{what}: ≥ {_g(s.limit)} reads {word}{where}{below}"
 
 
-def detection_lines(limits: DetectionLimits, places: Mapping[str, str] | None = None) -> list[str]:
-    """One line per shape, then the notes (what no shape can show); empty for a ``divergent`` pair.
+def detection_lines(limits: DetectionLimits, places: Mapping[str, str] | None = None, *,
+                    notes: bool = True) -> list[str]:
+    """One line per shape, then (``notes``) the notes (what no shape can show); empty for a ``divergent`` pair.
 
     ``places``: shape -> how its hardest position is named (default ``position N``), e.g. a prompt and an
     output index where the comparison pools several prompts.
@@ -62,7 +63,7 @@ def detection_lines(limits: DetectionLimits, places: Mapping[str, str] | None = 
     if not limits.shapes:
         return []
     places = places or {}
-    return [_line(s, places.get(s.shape)) for s in limits.shapes] + list(limits.notes)
+    return [_line(s, places.get(s.shape)) for s in limits.shapes] + (list(limits.notes) if notes else [])
 
 
 def limit_cell(limit: float | None, measured: int) -> str:

@@ -312,12 +312,13 @@ def detection_places(d: VerifyDetection, with_prompt: bool = True) -> dict[str, 
 
 
 def _detection(result: VerifyResult) -> list[Block]:
-    """Per K: the detection limit of the pooled comparison its verdict is judged on."""
+    """Per K: the detection limit of the pooled comparison its verdict is judged on (every shape for the K
+    the classification is judged on, the argmax-up shape for the others)."""
     blocks: list[Block] = []
     several = len(result.prompts) > 1
     what = "the M=K rows of every prompt" if several else "the M=K rows"
     for d in result.detection:
-        lines = detection_lines(d.limits, detection_places(d, several))
+        lines = detection_lines(d.limits, detection_places(d, several), notes=len(d.limits.shapes) > 1)
         if not lines:
             lines = [f"not probed: the K={d.k} verdict is {d.limits.verdict} (nothing worse to detect)"]
         blocks += [Paragraph(f"K={d.k}: " + detection_title(what), tone="dim", tight=True),

@@ -66,7 +66,7 @@ from logitlab.experiments.prompts import Prompt
 from logitlab.jsonio import ResultRecord
 from logitlab.manifest import now_utc
 from logitlab.numerics import LogitComparison, Thresholds, Verdict, classify, compare_logits
-from logitlab.numerics.detection import DetectionLimits, detection_limits
+from logitlab.numerics.detection import HEADLINE, SHAPES, DetectionLimits, detection_limits
 from logitlab.numerics.gate import Bar, GateResult, judge, worst_verdict
 from logitlab.numerics.topk import TopKComparison, compare_topk
 from logitlab.perf.metrics import Metrics, put_comparison, put_crash
@@ -147,8 +147,10 @@ class CheckConfig:
         top_k: k of the top-k statistics.
         strict_device: refuse a golden of another device key.
         build_commit: this build's source commit, compared with the recorded one.
-        detection: per prompt, measure the detection limits of its comparison
-            (:mod:`logitlab.numerics.detection`; a golden of ``--store full`` only: top-k data has none).
+        detection: measure detection limits (:mod:`logitlab.numerics.detection`; a golden of
+            ``--store full`` only: top-k data has none): per prompt the ``argmax-up`` shape
+            (:data:`~logitlab.numerics.detection.HEADLINE`, the report's column), and for the prompt the
+            verdict names every shape (about 17 and 80 comparisons of the prompt's run).
     """
 
     root: str
@@ -172,8 +174,9 @@ class PromptCheck:
         verdict: the prompt's verdict (``crashed``: the engine died on this prompt).
         comparison: golden (reference) against this run (observed); None when the engine crashed.
         crash: the crash's evidence (:meth:`logitlab.engines.supervised.CrashEvidence.to_dict`), else None.
-        detection: the detection limits of ``comparison`` (faults planted into a copy of this run); None when
-            not measured (``--no-detection-limit``, a top-k golden, a crash).
+        detection: the detection limits of ``comparison`` (faults planted into a copy of this run): the
+            ``argmax-up`` shape, and every shape for the prompt the check's verdict names; None when not
+            measured (``--no-detection-limit``, a top-k golden, a crash).
     """
 
     name: str
@@ -190,7 +193,8 @@ class GoldenCheckResult(ResultRecord):
 
     JSON format history (``schema_version``): 1 — first version; later in 1 (additive): a prompt's ``crash``
     (its verdict ``crashed``, no comparison; the prompts after it are not run); a prompt's ``detection`` (the
-    detection limits of its comparison, :mod:`logitlab.numerics.detection`; absent: None).
+    detection limits of its comparison, :mod:`logitlab.numerics.detection`: the ``argmax-up`` shape, every
+    shape for the verdict's prompt; absent: None).
     """
 
     KIND: ClassVar[str] = "golden-check"
@@ -260,29 +264,26 @@ def _topk_rows(ids: np.ndarray, values: np.ndarray, lse: np.ndarray, k: int) -> 
                     tuple(tuple(float(x) for x in row) for row in logp), int(k))
 
 
-def _compare(reader: GoldenLogits, manifest: GoldenManifest, index: int, observed: np.ndarray,
-             top_k: int, thresholds: Thresholds, *, detection: bool = False
-             ) -> tuple[TopKComparison | LogitComparison, Verdict, DetectionLimits | None]:
-    """The golden's prompt ``index`` (reference) against ``observed`` logits; with ``detection`` (a full
-    golden only) the comparison's detection limits too."""
+def _compare(reader: GoldenLogits, manifest: GoldenManifest, index: int, observed: np.ndarray, top_k: int,
+             thresholds: Thresholds) -> tuple[TopKComparison | LogitComparison, Verdict, np.ndarray | None]:
+    """The golden's prompt ``index`` (reference) against ``observed`` logits; also the golden's logits
+    ``(n_positions, n_vocab)`` (None for a top-k golden)."""
     from logitlab.dumps.golden_format import logits_topk
 
     input_ids = manifest.prompts[index].input_ids
-    limits = None
     if manifest.top_k is None:
         reference = reader.logits(index)
         if reference.shape != observed.shape or reference.dtype != observed.dtype:
             raise EngineError(f"prompt {manifest.prompts[index].name!r}: the golden holds {reference.dtype} "
                               f"{reference.shape} logits, this run returned {observed.dtype} {observed.shape}")
         c = compare_logits(reference, observed, top_k=top_k, token_ids=input_ids)
-        if detection:
-            limits = detection_limits(reference, observed, c, thresholds=thresholds)
     else:
+        reference = None
         k = manifest.top_k
         ref = _topk_rows(*reader.topk(index), k)
         obs = _topk_rows(*logits_topk(observed, k), k)
         c = compare_topk(ref, obs, top_k=min(top_k, k), token_ids=input_ids)
-    return c, classify(c, thresholds), limits
+    return c, classify(c, thresholds), reference
 
 
 def _write(folder: Path, store: str, engine: Engine, variant: Variant, prompts: Sequence[Prompt],
@@ -311,15 +312,26 @@ def _fresh_folder(root: Path, key: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{key}.", suffix=".part", dir=root))
 
 
+def _worst_key(verdict: Verdict, comparison: TopKComparison | LogitComparison | None) -> tuple:
+    """How bad a prompt's check is: the verdict's severity, then argmax flips, then max |Δ|."""
+    if comparison is None:  # the engine crashed on this prompt
+        return (verdict.severity, 0, 0.0)
+    return (verdict.severity, len(comparison.flips), comparison.max_abs_diff)
+
+
 def _worst(pairs: Sequence[tuple[Verdict, TopKComparison | LogitComparison]]) -> int:
     """Index of the worst prompt: the most severe verdict, then the most argmax flips, then the largest max |Δ|."""
-    def key(i: int) -> tuple:
-        verdict, comparison = pairs[i]
-        if comparison is None:  # the engine crashed on this prompt
-            return (verdict.severity, 0, 0.0)
-        return (verdict.severity, len(comparison.flips), comparison.max_abs_diff)
+    return max(range(len(pairs)), key=lambda i: _worst_key(*pairs[i]))
 
-    return max(range(len(pairs)), key=key)
+
+def _every_shape(kept: tuple[np.ndarray, np.ndarray, LogitComparison, DetectionLimits], thresholds: Thresholds
+                 ) -> DetectionLimits:
+    """The headline shape measured already, every other shape measured now, in :data:`SHAPES` order."""
+    reference, observed, comparison, headline = kept
+    rest = detection_limits(reference, observed, comparison, thresholds=thresholds,
+                            shapes=tuple(s for s in SHAPES if s != HEADLINE))
+    shapes = sorted(headline.shapes + rest.shapes, key=lambda s: SHAPES.index(s.shape))
+    return DetectionLimits(headline.verdict, shapes, rest.notes)
 
 
 def _crashed_check(name: str, n_positions: int, crash: EngineCrashed) -> PromptCheck:
@@ -477,6 +489,7 @@ def check_golden(config: CheckConfig, *, on_event: Event | None = None) -> Golde
         bar, reason = choose_bar(changes, config.bar)
         on_event("start", {"prompts": len(manifest.prompts), "golden": manifest.folder})
         checks = []
+        kept = None  # the worst prompt so far: its golden and run logits, comparison and headline limit
         with GoldenLogits(manifest) as reader:
             for i, prompt in enumerate(manifest.prompts):
                 check_fits(engine, len(prompt.prompt_ids), len(prompt.generated_ids), what="the golden's prompt",
@@ -488,13 +501,23 @@ def check_golden(config: CheckConfig, *, on_event: Event | None = None) -> Golde
                     checks.append(_crashed_check(prompt.name, len(prompt.input_ids), crash))
                     on_event("prompt", {"name": prompt.name, "index": i, "verdict": "crashed"})
                     break
-                comparison, verdict, limits = _compare(reader, manifest, i, logits, config.top_k, config.thresholds,
-                                                       detection=config.detection)
+                comparison, verdict, reference = _compare(reader, manifest, i, logits, config.top_k,
+                                                          config.thresholds)
+                limits = None
+                if config.detection and reference is not None:
+                    limits = detection_limits(reference, logits, comparison, thresholds=config.thresholds,
+                                              shapes=(HEADLINE,))
+                    if not checks or _worst_key(verdict, comparison) > max(_worst_key(c.verdict, c.comparison)
+                                                                           for c in checks):
+                        kept = (len(checks), (reference, logits, comparison, limits))
                 checks.append(PromptCheck(prompt.name, len(prompt.input_ids), verdict, comparison, detection=limits))
                 on_event("prompt", {"name": prompt.name, "index": i, "verdict": verdict.word})
+            index = _worst([(c.verdict, c.comparison) for c in checks])
+            if kept is not None and kept[0] == index and kept[1][3].shapes:  # the verdict's prompt: every shape
+                checks[index].detection = _every_shape(kept[1], config.thresholds)
     finally:
         engine.close()
-    worst = checks[_worst([(c.verdict, c.comparison) for c in checks])]
+    worst = checks[index]
     gate = judge([c.comparison for c in checks if c.comparison is not None], worst.verdict.word, bar)
     return GoldenCheckResult(
         root=str(config.root), match=match, device=device, variant=variant.to_dict(), store=manifest.store,

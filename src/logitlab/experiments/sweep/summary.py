@@ -6,8 +6,9 @@ Per cell (from its finished jobs): the verdict — the worst over its prompts
 control reproduced itself (A/A), rows differing, max |Δ|, KLD mean and p99
 over every compared position (pooled as
 :func:`~logitlab.numerics.compare.merge_comparisons` pools rows), argmax
-flips, the largest ``argmax-up`` detection limit of the jobs' comparisons, and for ``ab`` with speed the paired speed comparison over every
-prompt's ABBA/BAAB blocks together (blocks are the independent units of
+flips, the largest ``argmax-up`` detection limit of the jobs' comparisons,
+and for ``ab`` with speed the paired speed comparison over every prompt's
+ABBA/BAAB blocks together (blocks are the independent units of
 :func:`~logitlab.perf.paired.paired_comparison`, whatever prompt they ran).
 The ``ab`` numbers come from each job's verdict run (its worst candidate
 run); ``verify`` numbers from its K totals (KLD is not kept by ``verify``).

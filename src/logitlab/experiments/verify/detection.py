@@ -8,12 +8,16 @@ judges: :data:`~logitlab.experiments.verify.classify.VERIFY_JUDGE`) need the
 rows themselves, and only after the last prompt, when that floor is known.
 :class:`VerifyRows` keeps them meanwhile in a temporary folder, one ``.npy``
 file per array written as the rows come, so the run's memory stays at one
-prompt's rows; :func:`k_detection` measures one K from them.
+prompt's rows; :func:`k_detection` measures one K from them: every fault
+shape for the K the classification is judged on (:func:`verdict_k`, the
+first K with the most severe verdict), the ``argmax-up`` shape
+(:data:`~logitlab.numerics.detection.HEADLINE`) for the others.
 
 Disk: ``(1 + number of K) × prompts × tokens × n_vocab × 4`` bytes while the
 run lasts (the defaults on the embedded model: 9 × 64 rows × 49,152 × 4 B ×
 5 = 566 MB); memory during a measurement: about twice one K's rows. Time:
-about 80 comparisons of one K's rows (:mod:`logitlab.numerics.detection`).
+about 80 comparisons of one K's rows for every shape, 17 for one
+(:mod:`logitlab.numerics.detection`).
 """
 
 from __future__ import annotations
@@ -26,11 +30,11 @@ from typing import Sequence
 import numpy as np
 
 from logitlab.experiments.verify.classify import VERIFY_JUDGE
-from logitlab.experiments.verify.results import RowPlace, VerifyDetection
-from logitlab.numerics import LogitComparison, Thresholds
-from logitlab.numerics.detection import detection_limits
+from logitlab.experiments.verify.results import RowPlace, SweepEntry, VerifyDetection
+from logitlab.numerics import VERDICTS, LogitComparison, Thresholds
+from logitlab.numerics.detection import SHAPES, detection_limits
 
-__all__ = ["VerifyRows", "k_detection"]
+__all__ = ["VerifyRows", "k_detection", "verdict_k"]
 
 REFERENCE = "m1"
 
@@ -81,8 +85,14 @@ class VerifyRows:
             self._folder = None
 
 
+def verdict_k(totals: Sequence[SweepEntry]) -> int:
+    """The K whose pooled comparison the classification is judged on: the first with the most severe verdict
+    (as :func:`~logitlab.experiments.verify.classify.classify_verify` picks it)."""
+    return max(totals, key=lambda t: VERDICTS.index(t.verdict)).k
+
+
 def k_detection(k: int, rows: VerifyRows, merged: LogitComparison, owners: Sequence[tuple[str, int, int]],
-                thresholds: Thresholds) -> VerifyDetection:
+                thresholds: Thresholds, shapes: tuple[str, ...] = SHAPES) -> VerifyDetection:
     """The detection limits of K's pooled comparison ``merged`` (every prompt's rows, in prompt order).
 
     Args:
@@ -91,12 +101,14 @@ def k_detection(k: int, rows: VerifyRows, merged: LogitComparison, owners: Seque
         merged: the pooled M=K vs M=1 comparison the K verdict is judged on.
         owners: per pooled row, ``(prompt, output_index, position)``.
         thresholds: the verdict thresholds.
+        shapes: the fault shapes to measure (default all).
 
     Returns:
         The :class:`~logitlab.experiments.verify.results.VerifyDetection`; each shape's hardest
         position is named by prompt in ``hardest``.
     """
     reference, observed = rows.pair(k)
-    limits = detection_limits(reference, observed, merged, thresholds=thresholds, judge=VERIFY_JUDGE)
+    limits = detection_limits(reference, observed, merged, thresholds=thresholds, shapes=shapes,
+                              judge=VERIFY_JUDGE)
     hardest = {s.shape: RowPlace(*owners[s.position]) for s in limits.shapes if s.position is not None}
     return VerifyDetection(k=k, limits=limits, hardest=hardest)

@@ -10,7 +10,8 @@ JSON format history (``schema_version`` of :class:`VerifyResult`):
 - 3: ``crash``: the engine's crash evidence (:class:`~logitlab.engines.supervised.CrashEvidence` as a dict)
   when it died; the classification's word and cause are then ``crashed``.
   Later in 3 (additive): ``detection``, per K the detection limits of the pooled comparison its verdict is
-  judged on (:class:`VerifyDetection`; absent: empty, not measured).
+  judged on (:class:`VerifyDetection`: every shape for the K the classification is judged on, ``argmax-up``
+  for the others; absent: empty, not measured).
 """
 
 from __future__ import annotations
@@ -149,7 +150,8 @@ class VerifyDetection:
 
     Attributes:
         k: the block size.
-        limits: per fault shape (:class:`~logitlab.numerics.detection.DetectionLimits`); a shape's
+        limits: per fault shape (:class:`~logitlab.numerics.detection.DetectionLimits`): every shape for
+            the K the classification is judged on, ``argmax-up`` for the others; a shape's
             ``position`` is a row of the pooled comparison (prompts in order).
         hardest: shape -> where its hardest position lies (:class:`RowPlace`).
     """

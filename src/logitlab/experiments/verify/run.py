@@ -41,7 +41,7 @@ from logitlab.experiments.prompts import Prompt, builtin_prompts, check_unique
 from logitlab.experiments.verify import guard as G
 from logitlab.experiments.verify import guard_calibration as GC
 from logitlab.experiments.verify.classify import classify_verify, in_block_rows, pool_rows, sweep_entry
-from logitlab.experiments.verify.detection import VerifyRows, k_detection
+from logitlab.experiments.verify.detection import VerifyRows, k_detection, verdict_k
 from logitlab.experiments.verify.results import (
     FlipRecord,
     GuardPromptResult,
@@ -55,6 +55,7 @@ from logitlab.experiments.verify.results import (
 from logitlab.manifest import build_manifest
 from logitlab.numerics import LogitComparison, Thresholds, compare_logits
 from logitlab.numerics.compare import check_top_k, merge_comparisons
+from logitlab.numerics.detection import HEADLINE, SHAPES
 
 FALLBACKS = G.FALLBACKS
 DEFAULT_KS = (1, 2, 4, 8)
@@ -85,7 +86,8 @@ class VerifyConfig:
         calibration_prompts: held-out prompts for ``auto``.
         detection: per K, measure the detection limits of the pooled comparison its verdict is judged on
             (:mod:`logitlab.experiments.verify.detection`: every prompt's rows are kept in a temporary
-            folder until the end; about 80 comparisons of one K's rows per K).
+            folder until the end): every fault shape for the K the classification is judged on (about 80
+            comparisons of its rows), the ``argmax-up`` shape for the others (about 17).
     """
 
     variant: Variant
@@ -338,15 +340,17 @@ class VerifyExperiment(Experiment):
         if guard is not None:
             guard.totals = guard_totals(guard.results, cfg.guard_fallbacks)
         if self._rows is not None:
+            every = verdict_k(result.totals)
             for k in cfg.ks:
                 self.on_event("step", {"description": f"K={k}: detection limit"})
-                result.detection.append(self._detection(k, parts[k]))
+                result.detection.append(self._detection(k, parts[k], SHAPES if k == every else (HEADLINE,)))
 
-    def _detection(self, k: int, parts: list[tuple[LogitComparison, str, int]]) -> VerifyDetection:
+    def _detection(self, k: int, parts: list[tuple[LogitComparison, str, int]],
+                   shapes: tuple[str, ...]) -> VerifyDetection:
         """The detection limits of K's pooled comparison (the one its total's verdict is judged on)."""
         merged = merge_comparisons([c for c, _, _ in parts])
         owners = [(name, i, n_prompt + i) for c, name, n_prompt in parts for i in range(c.n_positions)]
-        return k_detection(k, self._rows, merged, owners, self.config.thresholds)
+        return k_detection(k, self._rows, merged, owners, self.config.thresholds, shapes)
 
     # -- pieces ---------------------------------------------------------------
     def _check_context(self, engine: Engine, ids: dict[str, list[int]], what: str) -> None:
