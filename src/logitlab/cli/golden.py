@@ -161,7 +161,7 @@ def _topk_bytes(data: dict[str, Any]) -> int:
 @click.option("--strict-device", is_flag=True, help="Refuse a golden recorded under another device key (exit 2).")
 @click.option("--build-commit", default=None, help="Source commit of this engine build (compared with the golden's).")
 @detection_option("each prompt's run (a golden of --store full)", "the argmax-up shape per prompt, every shape "
-                  "for the verdict's prompt; ~30 s for the 9 built-in prompts × 64 tokens on the embedded model")
+                  "for the verdict's prompt; 7-26 s for the 9 built-in prompts × 64 tokens on the embedded model")
 @threshold_options
 @output_options()
 @record_options()

@@ -92,7 +92,7 @@ def _guard(value: str | None) -> float | str | None:
 @click.option("--calibration-prompts", type=str, default=None,
               help="Prompts file for --guard auto (default: 3 built-in held-out prompts).")
 @detection_option("each K's M=K rows (every prompt's, pooled)", "every fault shape for the K the verdict is "
-                  "judged on, the argmax-up shape for the others; 3-7 s for 2 prompts × 32 tokens, K 1 4, on the "
+                  "judged on, the argmax-up shape for the others; 2-7 s for 2 prompts × 32 tokens, K 1 4, on the "
                   "embedded model")
 @threshold_options
 @click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,

@@ -283,8 +283,8 @@ def assert_verdict(reference: Any, observed: Any, allowed: str | Iterable[str] =
         Also measure the detection limits (:mod:`logitlab.numerics.detection`:
         standard faults planted into a copy of ``observed``): on the returned
         object, and a line of the failure message. Off by default: it costs
-        about 80 comparisons of the arrays (5-8 s for 121 × 49,152 float32
-        logits on a busy 2-core machine).
+        about 80 comparisons of the arrays (for 121 × 49,152 float32 logits on
+        2 cores: 3 s, 5-8 s when the machine is busy).
 
     Returns
     -------

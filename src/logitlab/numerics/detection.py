@@ -49,9 +49,9 @@ default is :func:`~logitlab.numerics.verdict.classify`'s rules.
 Cost: per shape, about 14 comparisons of the run (one chunk of rows at a
 time: the extra memory is one chunk, ~8 MB), plus two full comparisons of a
 copy of the run for the check at the worst position. On the embedded model
-(121 × 49,152) the whole is about a second (measured again for issue #32 on a
-busy 2-core machine, load 4.7: 5–8 s for every shape, 0.8 s for ``argmax-up``
-alone, against 0.03 s for one comparison of the run).
+(121 × 49,152) the whole is about a second (measured again for issue #32 on 2
+cores: 3.1 s for every shape, 0.53 s for ``argmax-up`` alone, against 0.01 s
+for one comparison of the run; at load 4.7, 5–8 s and 0.8 s).
 
 Source: the issue of measuring what a test could have caught is the
 "inverse control" of mutation testing (a planted fault the check must see);
