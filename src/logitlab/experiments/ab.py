@@ -389,7 +389,7 @@ class AbExperiment(Experiment):
         verdict = classify(comparison, self.config.thresholds)
         record.verdict = verdict.word
         if slot.variant == CANDIDATE:
-            if self.config.detection and output.topk is None and self._worst_so_far(verdict):
+            if self.config.detection and comparison.scope == "full" and self._worst_so_far(verdict):
                 reference, observed = self.reference.logits, output.logits
                 if reference.shape[1] != observed.shape[1]:  # compared on the common prefix: so are the faults
                     reference, observed = crossengine.common_vocab(reference, observed)
