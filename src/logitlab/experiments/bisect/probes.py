@@ -41,7 +41,7 @@ from typing import Any, Iterator
 from logitlab.engines.variant import Variant
 from logitlab.engines.workload import RunOutput, environment, run_workload
 from logitlab.engines.crash import CrashEvidence
-from logitlab.errors import EngineCrashed, InputError, LogitlabError
+from logitlab.errors import EngineCrashed, InputError, LogitlabError, Interrupted
 from logitlab.events import Event, ignore_event
 from logitlab.experiments.isolation import load_supervised
 from logitlab.numerics import VERDICTS, Thresholds, Verdict, classify, compare_logits
@@ -171,6 +171,8 @@ class NumericsProbe:
                                 time.perf_counter() - start,
                                 verdict=Verdict("crashed", evidence=evidence.lines()),
                                 numerics={"crash": evidence.to_dict()})
+        except Interrupted:  # Ctrl-C stops the bisection (restoring the checkout); it does not skip a commit
+            raise KeyboardInterrupt from None
         except LogitlabError as exc:
             return ProbeOutcome("skip", f"the engine failed on this build: {exc}", time.perf_counter() - start)
         if out.logits.shape != self.reference.logits.shape:
@@ -262,6 +264,8 @@ class SpeedProbe:
         config = self._config(str(self.good_tree), str(checkout))
         try:
             result = bench_run(config, on_event=lambda kind, data: on_event(f"bench-{kind}", data))
+        except Interrupted:  # Ctrl-C stops the bisection (restoring the checkout); it does not skip a commit
+            raise KeyboardInterrupt from None
         except LogitlabError as exc:
             return ProbeOutcome("skip", f"the benchmark failed: {exc}", time.perf_counter() - start)
         seconds = time.perf_counter() - start
