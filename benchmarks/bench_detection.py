@@ -11,16 +11,17 @@ prompt, the pair is compared over the full vocabulary, and the script prints:
   z (the fence is ``outlier_z`` = 20);
 - the detection limits of :mod:`logitlab.numerics.detection` per fault shape.
 
-With ``--bracket`` it checks the limits through a real engine instead: for three pairs of the ``cmd``
-reference engine (``examples/llamacpp_cmd_engine.py``: flash attention; a q4_0 KV cache; prompt forwards of 4
-rows vs 512), ``ab`` measures the limits of the clean pair, then the engine itself plants each single-logit and
-row shape (``LLAMACPP_CMD_PLANT``) at the hardest position, at 1.1× and at 0.8× the limit, and ``ab`` judges
-each: 1.1× must read ``divergent``, 0.8× must not.
+With ``--bracket`` it checks the limits through a real engine instead: for four pairs of the ``cmd``
+reference engines (``examples/llamacpp_cmd_engine.py``: flash attention; a q4_0 KV cache; prompt forwards of 4
+rows vs 512; ``examples/hf_cmd_engine.py``: transformers in float32 vs bfloat16), ``ab`` measures the limits of
+the clean pair, then the engine itself plants each single-logit and row shape (``LLAMACPP_CMD_PLANT`` /
+``HF_CMD_PLANT``) at the hardest position, at 1.1× and at 0.8× the limit, and ``ab`` judges each: 1.1× must
+read ``divergent``, 0.8× must not.
 
 Usage::
 
     .venv/bin/python benchmarks/bench_detection.py [--tokens 64] [--pairs NAME,...] [--json OUT]
-    .venv/bin/python benchmarks/bench_detection.py --bracket [--tokens 16]
+    .venv/bin/python benchmarks/bench_detection.py --bracket [--tokens 16] [--pairs NAME,...]
 
 Pairs whose engine is not installed are reported as skipped. Run it on a quiet machine only if you also read
 the printed seconds; the verdicts do not depend on load.
@@ -101,45 +102,54 @@ def census(name: str, control: str, candidate: str, n_decode: int, t: Thresholds
     }
 
 
-CMD = (f"{sys.executable} examples/llamacpp_cmd_engine.py --tokens {{tokens}} --logits {{logits}} "
-       "--n-prompt {n_prompt} --n-decode {n_decode}")  # noqa: E501 - the cmd engine's template
-#: name -> (control env, candidate env) of the cmd reference engine.
+def _cmd(script: str) -> str:
+    return (f"{sys.executable} examples/{script} --tokens {{tokens}} --logits {{logits}} "
+            "--n-prompt {n_prompt} --n-decode {n_decode}")
+
+
+#: name -> (engine script, fault-variable prefix, control env, candidate env) of the cmd reference engines.
 BRACKET_PAIRS = {
-    "flash attention": ({}, {"LLAMACPP_CMD_FLASH_ATTN": "1"}),
-    "KV q4_0": ({"LLAMACPP_CMD_FLASH_ATTN": "1"}, {"LLAMACPP_CMD_FLASH_ATTN": "1", "LLAMACPP_CMD_KV": "q4_0"}),
-    "n_ubatch 4 vs 512": ({"LLAMACPP_CMD_UBATCH": "512"}, {"LLAMACPP_CMD_UBATCH": "4"}),
+    "flash attention": ("llamacpp_cmd_engine.py", "LLAMACPP_CMD_", {}, {"LLAMACPP_CMD_FLASH_ATTN": "1"}),
+    "KV q4_0": ("llamacpp_cmd_engine.py", "LLAMACPP_CMD_", {"LLAMACPP_CMD_FLASH_ATTN": "1"},
+                {"LLAMACPP_CMD_FLASH_ATTN": "1", "LLAMACPP_CMD_KV": "q4_0"}),
+    "n_ubatch 4 vs 512": ("llamacpp_cmd_engine.py", "LLAMACPP_CMD_", {"LLAMACPP_CMD_UBATCH": "512"},
+                          {"LLAMACPP_CMD_UBATCH": "4"}),
+    "hf float32 vs bfloat16": ("hf_cmd_engine.py", "HF_CMD_", {"HF_CMD_DTYPE": "float32"},
+                               {"HF_CMD_DTYPE": "bfloat16"}),
 }
 PLANTED = ("argmax-up", "argmax-down", "tail-up", "row-noise")
 
 
-def bracket(n_decode: int) -> int:
+def bracket(n_decode: int, names: list[str]) -> int:
     """Each shape planted by the engine at 1.1× and 0.8× its limit: 1.1× must read divergent, 0.8× must not."""
     import dataclasses
 
     from logitlab.experiments.ab import AbConfig, run_ab
 
-    base = parse_variant("", "control", default_engine=f"cmd:{CMD}")
-
-    def ab(control_env, candidate_env, detection=False):
-        return run_ab(AbConfig(control=dataclasses.replace(base, env=control_env),
-                               candidate=dataclasses.replace(base, label="candidate", env=candidate_env),
-                               prompt=PROMPT, n_decode=n_decode, repeats=1, warmup=0, detection=detection))
-
     wrong = 0
-    print(f"{'pair':20} {'verdict':10} {'shape':12} {'limit':>9} {'pos':>4}  {'1.1× reads':12} {'0.8× reads':12}")
-    for name, (control_env, candidate_env) in BRACKET_PAIRS.items():
-        clean = ab(control_env, candidate_env, detection=True)
+    print(f"{'pair':24} {'verdict':10} {'shape':12} {'limit':>9} {'pos':>4}  {'1.1× reads':12} {'0.8× reads':12}")
+    for name in names:
+        script, prefix, control_env, candidate_env = BRACKET_PAIRS[name]
+        base = parse_variant("", "control", default_engine=f"cmd:{_cmd(script)}")
+
+        def ab(candidate, detection=False):
+            return run_ab(AbConfig(control=dataclasses.replace(base, env=control_env),
+                                   candidate=dataclasses.replace(base, label="candidate", env=candidate),
+                                   prompt=PROMPT, n_decode=n_decode, repeats=1, warmup=0, detection=detection))
+
+        clean = ab(candidate_env, detection=True)
         for shape in PLANTED:
             s = clean.detection.shape(shape)
             words = []
             for factor in (1.1, 0.8):
                 plant = f"{shape}:{s.position}:{factor * s.limit:.6g}" + (f":{s.token}" if s.token is not None else "")
-                words.append(ab(control_env, {**candidate_env, "LLAMACPP_CMD_PLANT": plant}).verdict.word)
+                words.append(ab({**candidate_env, f"{prefix}PLANT": plant}).verdict.word)
             ok = words[0] == "divergent" and words[1] != "divergent"
             wrong += not ok
-            print(f"{name:20} {clean.verdict.word:10} {shape:12} {s.limit:9.4g} {s.position:4d}  {words[0]:12} "
+            print(f"{name:24} {clean.verdict.word:10} {shape:12} {s.limit:9.4g} {s.position:4d}  {words[0]:12} "
                   f"{words[1]:12}{'' if ok else '  <- NOT bracketed'}", flush=True)
-    print(f"\n{3 * len(PLANTED) - wrong} of {3 * len(PLANTED)} limits bracketed by the engine's own plants")
+    print(f"\n{len(names) * len(PLANTED) - wrong} of {len(names) * len(PLANTED)} limits bracketed by the engine's "
+          "own plants")
     return 1 if wrong else 0
 
 
@@ -150,9 +160,15 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None, help="write the rows as JSON here")
     parser.add_argument("--bracket", action="store_true", help="check the limits through the cmd engine's plants")
     args = parser.parse_args(argv)
+    names = [n.strip() for n in args.pairs.split(",") if n.strip()]
+    known = BRACKET_PAIRS if args.bracket else PAIRS
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        print(f"error: unknown pair(s) {', '.join(map(repr, unknown))}; known: {', '.join(known)}", file=sys.stderr)
+        return 2
     if args.bracket:
-        return bracket(args.tokens if args.tokens != 64 else 16)
-    names = [n.strip() for n in args.pairs.split(",") if n.strip()] or list(PAIRS)
+        return bracket(args.tokens if args.tokens != 64 else 16, names or list(BRACKET_PAIRS))
+    names = names or list(PAIRS)
     t = Thresholds()
     rows = []
     print(f"{'pair':28} {'verdict':18} {'spread/p99':>10} {'sd/p99':>7} {'z max':>6}  "

@@ -34,11 +34,7 @@ Environment knobs, read at start-up (as an engine binary's would be):
                                 unchanged) gets SIZE × a seeded standard normal,
                                 like a kernel branch that is wrong at one position.
 ``LLAMACPP_CMD_PLANT=SHAPE:P:SIZE[:TOKEN]``  a fault of one of the detection-limit
-                                shapes (``logitlab.numerics.detection``) at row P,
-                                after the run: ``argmax-up`` / ``argmax-down`` (the
-                                row's argmax logit ± SIZE), ``tail-up`` (its
-                                median-ranked logit + SIZE), ``row-noise`` (as
-                                PERTURB); TOKEN: move that token's logit instead.
+                                shapes at row P, after the run (``cmd_faults.py``).
 ``LLAMACPP_CMD_KV=TYPE``         KV cache type for K and V (``q8_0``, ``q4_0``, …;
                                 with flash attention, as llama.cpp needs).
 ``LLAMACPP_CMD_UBATCH=N``        ``n_batch`` = ``n_ubatch`` = N: the prompt in
@@ -58,6 +54,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from cmd_faults import FaultError, plant_faults  # this folder (a script's own folder is on sys.path)
 
 
 def _env_int(name: str, default: int | None) -> int | None:
@@ -149,37 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     decode_seconds = time.perf_counter() - start
 
     logits = np.array(llama.scores[: n_prompt + n_decode], dtype=np.float32)
-    perturb = os.environ.get("LLAMACPP_CMD_PERTURB", "")
-    if perturb:
-        try:
-            row, size = perturb.split(":")
-            row, size = int(row), float(size)
-        except ValueError:
-            print(f"error: LLAMACPP_CMD_PERTURB={perturb!r} is not POSITION:SIZE", file=sys.stderr)
-            return 2
-        if 0 <= row < len(logits):
-            noise = np.random.default_rng(row).standard_normal(logits.shape[1]).astype(np.float32)
-            logits[row] += np.float32(size) * noise
-    plant = os.environ.get("LLAMACPP_CMD_PLANT", "")
-    if plant:
-        try:
-            shape, row, size, *chosen = plant.split(":")
-            row, size = int(row), np.float32(size)
-            chosen = [int(t) for t in chosen]
-        except ValueError:
-            print(f"error: LLAMACPP_CMD_PLANT={plant!r} is not SHAPE:POSITION:SIZE[:TOKEN]", file=sys.stderr)
-            return 2
-        if shape not in ("argmax-up", "argmax-down", "tail-up", "row-noise") or not 0 <= row < len(logits):
-            print(f"error: LLAMACPP_CMD_PLANT={plant!r}: SHAPE is argmax-up, argmax-down, tail-up or row-noise, "
-                  f"POSITION 0..{len(logits) - 1}", file=sys.stderr)
-            return 2
-        if shape == "row-noise":
-            logits[row] += size * np.random.default_rng(row).standard_normal(logits.shape[1]).astype(np.float32)
-        else:  # the token logitlab.numerics.detection moves: planted on the reference, here the run's own row
-            mid = logits.shape[1] // 2
-            token = int(np.argpartition(logits[row], mid)[mid]) if shape == "tail-up" else int(np.argmax(logits[row]))
-            token = chosen[0] if chosen else token
-            logits[row, token] += -size if shape == "argmax-down" else size
+    try:
+        plant_faults(logits, dict(os.environ), "LLAMACPP_CMD_")
+    except FaultError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     write_logits(Path(args.logits), logits)
     if args.generated:
         Path(args.generated).write_text("".join(f"{t}\n" for t in fed))
