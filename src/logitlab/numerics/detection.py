@@ -290,9 +290,8 @@ def _planter(ref: np.ndarray, shape: str, first_row: int) -> Plant:
 # -- the row-by-row search --------------------------------------------------------
 def _caught(sub: LogitComparison, base: Case, thresholds: Thresholds, judge: Judge) -> np.ndarray:
     """Per row of ``sub``: does a divergence check put it outside, judged against ``base``'s floors?"""
-    case = Case(sub, thresholds, judge.judge_topk)
-    case.__dict__["floor"] = base.floor  # the unplanted pair's floors (cached_property slots)
-    case.__dict__["row_floor"] = base.row_floor
+    # judged against the unplanted pair's floors, not floors measured with the fault in
+    case = Case(sub, thresholds, judge.judge_topk, floors=(base.floor, base.row_floor))
     outside: list[int] = []
     for check in DIVERGENCE_CHECKS + judge.checks:
         _, positions = check(case, outside)

@@ -53,7 +53,7 @@ import numpy as np
 from logitlab.errors import InputError
 from logitlab.numerics.comparison import Comparison
 
-__all__ = ["FLOOR_QUANTILE", "FLOOR_STATISTICS", "NoiseFloor", "measure_floor", "topk_spread", "spread_ulps"]
+__all__ = ["FLOOR_QUANTILE", "FLOOR_STATISTICS", "NoiseFloor", "measure_floor", "topk_spread", "spread_ulps", "row_ulps"]
 
 #: Percentile (0-100) of the top-k Δ spread that is the floor.
 FLOOR_QUANTILE = 99.0
@@ -109,17 +109,20 @@ def topk_spread(reference: np.ndarray, observed: np.ndarray, k: int = 5) -> np.n
     return delta.max(axis=1) - delta.min(axis=1)
 
 
-def spread_ulps(comparison: Comparison, position: int) -> float:
-    """The top-k Δ spread of one position in ULPs at that row's scale (0 when the row is bit-exact).
+def row_ulps(comparison: Comparison, position: int, x: float) -> float:
+    """``x`` (logits) in ULPs at row ``position``'s scale; 0.0 when the row is bit-exact.
 
     The row's scale is the spacing of its largest |reference logit| (as in
     ``row_scaled_ulp``), recovered as ``row_max_abs_diff / row_scaled_ulp``.
     """
-    spread = (comparison.row_topk_spread or [None] * comparison.n_positions)[position]
     max_abs, scaled = comparison.row_max_abs_diff[position], comparison.row_scaled_ulp[position]
-    if spread is None or not max_abs or not scaled:
-        return 0.0 if spread is not None else math.nan
-    return spread * scaled / max_abs
+    return x * scaled / max_abs if max_abs and scaled else 0.0
+
+
+def spread_ulps(comparison: Comparison, position: int) -> float:
+    """The top-k Δ spread of one position in ULPs at that row's scale (:func:`row_ulps`); NaN without a spread."""
+    spread = (comparison.row_topk_spread or [None] * comparison.n_positions)[position]
+    return math.nan if spread is None else row_ulps(comparison, position, spread)
 
 
 @dataclass(frozen=True)

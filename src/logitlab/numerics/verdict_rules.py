@@ -126,11 +126,16 @@ class Case:
     t : Thresholds
     judge_topk : bool
         Judge top-k set changes like argmax flips (``verify`` judges flips only).
+    floors : tuple of NoiseFloor, optional
+        The (spread, row sd) floors to judge against instead of measuring them on
+        ``c``: :mod:`~logitlab.numerics.detection` judges a planted copy of a run
+        against the unplanted pair's floors.
     """
 
     c: Comparison
     t: "Thresholds"
     judge_topk: bool = True
+    floors: "tuple[NoiseFloor, NoiseFloor] | None" = None
 
     @property
     def full(self) -> bool:
@@ -147,6 +152,8 @@ class Case:
     @cached_property
     def floor(self) -> "NoiseFloor":
         """The pair's noise floor (:func:`~logitlab.numerics.floor.measure_floor`); unmeasured if not ``calibrate``."""
+        if self.floors is not None:
+            return self.floors[0]
         from logitlab.numerics.floor import measure_floor  # numpy: loads when a floor is first needed
 
         floor = measure_floor(self.c, min_positions=self.t.min_positions, floor_factor=self.t.floor_factor)
@@ -159,6 +166,8 @@ class Case:
     @cached_property
     def row_floor(self) -> "NoiseFloor":
         """The floor of the rows' Δ sd (:func:`~logitlab.numerics.floor.measure_floor` with ``of="sd"``)."""
+        if self.floors is not None:
+            return self.floors[1]
         from logitlab.numerics.floor import measure_floor
 
         floor = measure_floor(self.c, min_positions=self.t.min_positions, floor_factor=self.t.floor_factor, of="sd")
@@ -298,12 +307,6 @@ def outside_floor(case: Case, outside: list[int]) -> tuple[list[str], list[int]]
             f"> floor_factor = {_g(t.floor_factor)}"], far
 
 
-def _ulps(c: Comparison, i: int, x: float) -> float:
-    """``x`` (logits) in ULPs at row ``i``'s scale (the spacing of its largest |reference logit|)."""
-    max_abs, scaled = c.row_max_abs_diff[i], c.row_scaled_ulp[i]
-    return x * scaled / max_abs if max_abs and scaled else 0.0
-
-
 def outside_row_floor(case: Case, outside: list[int]) -> tuple[list[str], list[int]]:
     """With a measured floor of the rows' Δ sd: a position whose sd exceeds ``floor_factor ×`` that floor.
 
@@ -316,12 +319,14 @@ def outside_row_floor(case: Case, outside: list[int]) -> tuple[list[str], list[i
     of the embedded model (flash attention, q8_0 and q4_0 KV cache): the
     largest sd of a pair is at most 1.44× its p99.
     """
+    from logitlab.numerics.floor import row_ulps
+
     c, t, floor = case.c, case.t, case.row_floor
     if not (case.full and floor.measured):
         return [], []
     limit = t.floor_factor * floor.value
     far = [i for i in range(case.n) if c.row_differing[i] and c.row_std_diff[i] is not None
-           and c.row_std_diff[i] > limit and _ulps(c, i, c.row_std_diff[i]) > t.floor_factor * t.max_ulp
+           and c.row_std_diff[i] > limit and row_ulps(c, i, c.row_std_diff[i]) > t.floor_factor * t.max_ulp
            and i not in outside]
     if not far:
         return [], []
@@ -343,12 +348,14 @@ def row_outlier(case: Case, outside: list[int]) -> tuple[list[str], list[int]]:
     :data:`LOCALIZED_FRACTION` of the entries differ are
     :func:`localized_change`'s.
     """
+    from logitlab.numerics.floor import row_ulps
+
     c, t = case.c, case.t
     zs = c.row_delta_z
     if not case.full or zs is None:
         return [], []
     far = [i for i in range(case.n) if c.row_differing[i] >= LOCALIZED_FRACTION * c.n_vocab and zs[i] is not None
-           and zs[i] > t.outlier_z and _ulps(c, i, zs[i] * c.row_std_diff[i]) > t.floor_factor * t.max_ulp
+           and zs[i] > t.outlier_z and row_ulps(c, i, zs[i] * c.row_std_diff[i]) > t.floor_factor * t.max_ulp
            and i not in outside]
     if not far:
         return [], []
