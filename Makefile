@@ -6,7 +6,7 @@ STAMP := $(VENV)/.logitlab-installed
 GEMMA_STAMP := $(VENV)/.logitlab-gemma-installed
 RAY_STAMP := $(VENV)/.logitlab-ray-installed
 
-.PHONY: setup demo test tools bench fuzz docs docs-examples clean
+.PHONY: setup demo test test-py310 tools bench fuzz docs docs-examples clean
 
 setup: $(STAMP)
 
@@ -43,6 +43,22 @@ test: setup tools $(GEMMA_STAMP) $(RAY_STAMP)
 	@bash scripts/install-bench-tools.sh
 	@bash scripts/install-browser.sh
 	LOGITLAB_NO_SKIPS=1 $(PY) -m pytest -q --durations=25
+	@$(MAKE) --no-print-directory test-py310
+
+# The floor of pyproject's requires-python: the engine-free tests (maths, statistics, files, reports, packaging,
+# the pytest plugin, the layers) on CPython 3.10 in a venv of their own, without the engine extras.
+# PY310: the interpreter (default: a python3.10 on PATH that runs, else pyenv's newest 3.10).
+PY310 ?= $(or $(shell python3.10 -c 'import sys; print(sys.executable)' 2>/dev/null),$(shell ls -d $(HOME)/.pyenv/versions/3.10*/bin/python 2>/dev/null | tail -1))
+VENV310 ?= .venv310
+# (tests/dumps/test_hf_names.py needs torch, the hf extra: not installed there.)
+PY310_TESTS := tests/numerics tests/perf tests/dumps tests/report tests/test_packaging.py tests/test_pytest_plugin.py \
+	tests/test_architecture.py tests/test_runlog.py --ignore tests/dumps/test_hf_names.py
+test-py310:
+	@test -n "$(PY310)" || { echo "error: no Python 3.10 found (python3.10 on PATH or pyenv's 3.10): give PY310=/path/to/python3.10" >&2; exit 2; }
+	@test -x $(VENV310)/bin/python || $(PY310) -m venv $(VENV310)
+	@$(VENV310)/bin/python -c 'import sys; assert sys.version_info[:2] == (3, 10), sys.version' || { echo "error: $(PY310) is not Python 3.10" >&2; exit 2; }
+	@test $(VENV310)/.logitlab-installed -nt pyproject.toml || { $(VENV310)/bin/python -m pip install --quiet -e '.[dev]' && touch $(VENV310)/.logitlab-installed; }
+	LOGITLAB_NO_SKIPS=1 $(VENV310)/bin/python -m pytest -q -p no:cacheprovider -m "not engine and not peers and not ray and not browser" $(PY310_TESTS)
 
 # The long fuzz run (make test runs a short, fixed one): 2000 random inputs per reader and seed; failures are
 # kept in .hypothesis/ and replayed first next time. Then SIGKILL at 50 points per command.
@@ -67,4 +83,4 @@ bench: setup
 	$(PY) benchmarks/bench_startup.py
 
 clean:
-	rm -rf $(VENV) out logitlab-runs site
+	rm -rf $(VENV) $(VENV310) out logitlab-runs site
