@@ -27,6 +27,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "verify": ("logitlab.experiments.verify.results:VerifyResult", "logitlab.report.verify:verify_document"),
     "invariance": ("logitlab.experiments.invariance:InvarianceResult",
                    "logitlab.report.invariance:invariance_document"),
+    "invariance-matrix": ("logitlab.experiments.invariance_matrix:InvarianceMatrixResult",
+                          "logitlab.report.invariance_matrix:matrix_document"),
     "bench-run": ("logitlab.perf.commands:BenchRunResult", "logitlab.report.bench:run_document"),
     "bench-compare": ("logitlab.perf.compare_files:FileComparison", "logitlab.report.bench:compare_document"),
     "logitlab-bench-noise": ("logitlab.perf.calibration:NoiseProfile", "logitlab.report.bench:calibration_document"),

@@ -126,3 +126,41 @@ def test_ctrl_c_compares_the_runs_finished_and_exits_130(tmp_path):
     assert data["error"] == "interrupted" and 2 <= data["details"]["runs"] < 400
     assert data["details"]["distinct_texts"] == len(data["details"]["text_groups"]) >= 1
     assert data["checks"] and "stopped early: interrupted" not in stdout  # the error: line says it instead
+
+
+# -- invariance matrix ---------------------------------------------------------------------------------------
+def test_matrix_writes_json_markdown_and_report_renders_it_again(tmp_path):
+    out, md = tmp_path / "m.json", tmp_path / "m.md"
+    proc = logitlab("invariance", "matrix", "--axes", "threads,determinism", "--runs", "2", "--tokens", "2",
+                    "--prompt", SHORT_PROMPT, "--variant", LLAMA, "--quiet", "--require", "bit-exact",
+                    "--json", str(out), "--markdown", str(md))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("logitlab invariance matrix: bit-exact")
+    assert "1 unique logit array of 2 runs, 1 unique greedy text" in proc.stdout
+    data = json.loads(out.read_text())
+    assert data["kind"] == "invariance-matrix" and data["config"]["axes"] == ["threads", "determinism"]
+    assert [s["axis"] for s in data["axes_summary"]] == ["determinism", "threads"]  # in the matrix's order
+    assert all(s["verdict"] == "bit-exact" and s["rows_identical"] == s["rows"] == 14 for s in data["axes_summary"])
+    text = md.read_text()
+    assert text.startswith("## logitlab invariance matrix: **bit-exact**")
+    assert "| threads | **bit-exact** | 100.0 % (14/14) | 0 | 0 / 0 | none |" in text
+    again = tmp_path / "again.md"
+    proc = logitlab("report", str(out), "--markdown", str(again))
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert again.read_text() == text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--axes", "batch,speed"], "error: unknown invariance axis 'speed'; valid: determinism, batch, prefill-decode, "
+                                "chunked-prefill, threads"),
+    (["--axes", ","], "error: --axes needs at least one axis"),
+    (["--max-batch", "1"], "error: --max-batch must be at least 2 (B=1 is the prompt alone), got 1"),
+    (["--prompts", "{tmp}/p.txt", "--prompt", "x"], "error: give --prompts, or --prompt / --prompt-file, not both"),
+    (["--prompts", "{tmp}/missing.txt"], "error: cannot read --prompts "),
+    (["--engine", "nope"], "error: unknown engine 'nope'; valid engines: "),
+])
+def test_matrix_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
+    (tmp_path / "p.txt").write_text("hello\n")
+    proc = logitlab("invariance", "matrix", *[a.replace("{tmp}", str(tmp_path)) for a in args], "--quiet")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(message), proc.stderr

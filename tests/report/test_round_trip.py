@@ -135,3 +135,19 @@ def test_invariance_prefill_decode_round_trip(tmp_path):
     _typed_checks(result, data)
     n = len(result.prompt_ids) + 4
     assert result.checks[0].comparison.n_positions == n and len(result.checks[0].comparison.row_differing) == n
+
+
+@pytest.mark.engine
+def test_invariance_matrix_round_trip(tmp_path):
+    from logitlab.experiments.invariance import InvarianceResult
+    from logitlab.experiments.invariance_matrix import AxisResult
+
+    result, data = run_and_render_again(
+        tmp_path, "invariance", "matrix", "--axes", "batch,threads", "--max-batch", "2", "--tokens", "2",
+        "--prompt", SHORT_PROMPT, "--prompt", "One, two, three,", "--variant", LLAMA_THREADS)
+    assert data["kind"] == "invariance-matrix" and [a["axis"] for a in data["axes_summary"]] == ["batch", "threads"]
+    assert all(isinstance(a, AxisResult) and a.prompts == ["prompt-1", "prompt-2"] for a in result.axes)
+    for axis in result.axes:
+        assert all(isinstance(p, InvarianceResult) for p in axis.probes)
+        _typed_checks(axis.probes[0], data["axes"][result.axes.index(axis)]["probes"][0])
+    assert result.verdict_word == data["verdict"] and result.status == data["status"]

@@ -54,6 +54,8 @@ def invariance() -> None:
     batch           the prompt alone vs inside a batch of B sequences (padded on hf)
     prefill-decode  position p from one prefill vs prefill of p tokens + one decode step
     determinism     the same greedy run R times: distinct logit arrays and texts
+    matrix          every axis the engine supports (the three above, chunked
+                    prefill, threads) for one variant and its prompts, in one report
 
     Each probe ends in the verdicts of `ab` (bit-exact, ulp-noise, noise, near-tie,
     lossy, systematic-offset, divergent), with the same --json and --markdown reports.
@@ -183,3 +185,12 @@ def _require_exit_code(result: Any, require: str | None) -> int:
         click.echo(f"error: the probe is vacuous: {result.vacuous}", err=True)
         return 1
     return code
+
+
+def _add_matrix() -> None:
+    from logitlab.cli.invariance_matrix import matrix_command
+
+    invariance.add_command(matrix_command)
+
+
+_add_matrix()

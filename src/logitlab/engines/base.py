@@ -32,7 +32,14 @@ ABILITIES: dict[str, str] = {
     "recompute": "open_recompute_session(): a session that recomputes the whole sequence on every call",
     "dump": "intermediate tensors can be captured: CAPTURE names the capture function",
     "workload": "run_workload(): runs a whole workload in one go (a process, a request)",
+    "threads": "its thread count is an option: AXIS_SETTINGS['threads'] names the settings an invariance matrix "
+               "compares",
+    "chunked-prefill": "its prefill can be cut into chunks (micro-batches) by an option: "
+                       "AXIS_SETTINGS['chunked-prefill'] names the settings an invariance matrix compares",
 }
+
+#: The abilities that an invariance matrix runs as an option sweep: each needs ``Engine.AXIS_SETTINGS[ability]``.
+SETTING_ABILITIES = ("threads", "chunked-prefill")
 
 
 def check_fits(engine: Any, n_prompt: int, n_decode: int = 0, *, what: str = "the prompt", name: str | None = None,
@@ -226,6 +233,9 @@ class Engine:
     #: ``"module:function"`` of the dump capture for this engine (with the ``dump`` ability);
     #: the function lives in ``logitlab.dumps`` and is imported only when a dump is taken.
     CAPTURE: ClassVar[str | None] = None
+    #: For each ability of :data:`SETTING_ABILITIES` the engine declares: the option settings an invariance
+    #: matrix compares along that axis, the first one the reference (``{"n_ubatch": "512"}``, ...).
+    AXIS_SETTINGS: ClassVar[dict[str, tuple[dict[str, str], ...]]] = {}
 
     @classmethod
     def supports(cls, ability: str) -> bool:

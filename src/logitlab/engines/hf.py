@@ -175,8 +175,11 @@ class HfEngine(Engine):
     """
 
     name = "hf"
-    ABILITIES = frozenset({"logits", "sessions", "rollback", "batch", "padded-batch", "recompute", "dump"})
+    ABILITIES = frozenset({"logits", "sessions", "rollback", "batch", "padded-batch", "recompute", "dump",
+                           "threads"})
     CAPTURE = "logitlab.dumps.capture_hf:capture_hf"
+    #: The invariance matrix's thread sweep: torch intra-op threads 1 vs 2.
+    AXIS_SETTINGS = {"threads": ({"threads": "1"}, {"threads": "2"})}
     OPTIONS = {
         "dtype": (_choice(DTYPES), "weights/activations dtype: float32 (default), bfloat16, float16"),
         "attn": (_choice(ATTN_IMPLEMENTATIONS), "attention implementation: sdpa (default) or eager"),

@@ -78,8 +78,15 @@ class LlamaCppEngine(Engine):
     """
 
     name = "llamacpp"
-    ABILITIES = frozenset({"logits", "sessions", "rollback", "batch", "dump"})
+    ABILITIES = frozenset({"logits", "sessions", "rollback", "batch", "dump", "threads", "chunked-prefill"})
     CAPTURE = "logitlab.dumps.capture_llamacpp:capture_llamacpp"
+    #: The invariance matrix's option sweeps: the prompt cut into micro-batches of 512 (one chunk for a prompt
+    #: that fits), 32 and 4 tokens (``n_ubatch``, the physical batch of one ``llama_decode`` graph; a last chunk
+    #: of one row runs the matrix-vector kernels); 1 vs 2 threads for decode and batched evaluation.
+    AXIS_SETTINGS = {
+        "chunked-prefill": ({"n_ubatch": "512"}, {"n_ubatch": "32"}, {"n_ubatch": "4"}),
+        "threads": ({"n_threads": "1", "n_threads_batch": "1"}, {"n_threads": "2", "n_threads_batch": "2"}),
+    }
     OPTIONS = {
         "n_threads": (positive_int, "threads for single-token decode"),
         "n_threads_batch": (positive_int, "threads for batched (prefill) evaluation"),

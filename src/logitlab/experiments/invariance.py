@@ -24,6 +24,12 @@ its verdict) ending in the worst verdict, as ``ab`` does:
     run); distinct logit arrays and distinct greedy texts are counted, and each
     distinct array is compared with run 1 up to the first position whose input
     token differs.
+``settings``
+    The same greedy workload on the variant as given (the reference) and on the
+    variant with each of ``settings`` merged into its options (a fresh engine
+    each, replaying the reference's tokens): llama.cpp's ``n_ubatch`` (chunked
+    prefill) or thread count. The option sweeps of the invariance matrix
+    (:mod:`~logitlab.experiments.invariance_matrix`).
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict, cl
 from logitlab.numerics.compare import check_top_k
 from logitlab.numerics.detection import DetectionLimits, detection_limits
 
-PROBES = ("batch", "prefill-decode", "determinism")
+PROBES = ("batch", "prefill-decode", "determinism", "settings")
 PADDINGS = ("right", "left")
 FILLS = ("same", "mixed")
 
@@ -72,6 +78,8 @@ class InvarianceConfig:
         n_decode: ``prefill-decode`` and ``determinism``: greedy tokens after the prompt.
         runs: ``determinism``: runs R (>= 2).
         isolation: ``determinism``: ``session``, ``engine`` or ``process`` per run.
+        settings: ``settings``: engine options merged into the variant's, one engine each, every one compared
+            with the variant as given (``({"n_ubatch": "4"},)``).
         top_k: k of the top-k set agreement.
         thresholds: verdict thresholds.
         detection: measure the detection limits of the worst check (:mod:`logitlab.numerics.detection`).
@@ -88,6 +96,7 @@ class InvarianceConfig:
     n_decode: int = 16
     runs: int = 10
     isolation: str = "session"
+    settings: tuple[dict[str, str], ...] = ()
     top_k: int = 5
     thresholds: Thresholds = field(default_factory=Thresholds)
     self_check: bool = False
@@ -113,6 +122,8 @@ class InvarianceConfig:
             raise InputError(f"--tokens must be at least 0, got {self.n_decode}")
         if self.probe == "determinism" and self.runs < 2:
             raise InputError(f"--runs must be at least 2, got {self.runs}")
+        if self.probe == "settings" and not self.settings:
+            raise InputError("the settings probe needs at least one setting (engine options) to compare")
         if self.isolation not in ISOLATION_LEVELS:
             raise InputError(f"unknown --isolation {self.isolation!r}; valid: {', '.join(ISOLATION_LEVELS)}")
         if self.top_k < 1:
@@ -123,6 +134,7 @@ class InvarianceConfig:
         data["variant"] = self.variant.to_dict()
         data["batch_sizes"] = list(self.batch_sizes)
         data["padding"] = None if self.padding is None else list(self.padding)
+        data["settings"] = [dict(setting) for setting in self.settings]
         return data
 
 
@@ -160,7 +172,8 @@ class InvarianceResult(ResultRecord):
     the error's message), the checks then those of what was measured; later in 4 (additive): ``controls``, the
     inverse controls of ``--self-check`` (:class:`~logitlab.experiments.inverse_controls.Control`), a
     check's ``details["exercised"]`` / ``details["vacuous"]``, the derived ``vacuous`` and ``status``, and
-    ``detection`` (the worst check's detection limits).
+    ``detection`` (the worst check's detection limits); the ``settings`` probe (``config["settings"]``, a check's
+    ``details["setting"]``).
     """
 
     KIND: ClassVar[str] = "invariance"
@@ -312,7 +325,7 @@ class InvarianceProbe(Experiment):
                     self._determinism(result, None, adopt=engine if cfg.isolation == "engine" else None)
                 else:
                     {"batch": self._batch, "prefill-decode": self._prefill_decode,
-                     "determinism": self._determinism}[cfg.probe](result, engine)
+                     "determinism": self._determinism, "settings": self._settings}[cfg.probe](result, engine)
                 self._detect(result)
 
             return self.measure(result, body, on_stop=self._compare_runs_so_far, on_crash=self._crashed)
@@ -511,6 +524,38 @@ class InvarianceProbe(Experiment):
             result.controls.append(self._control)
         return result
 
+    # option settings ---------------------------------------------------------------------------
+    def _settings(self, result: InvarianceResult, engine: Engine) -> InvarianceResult:
+        """The variant as loaded (greedy) vs a fresh engine per setting (the variant's options with the setting
+        merged in), replaying the reference's tokens; each engine is closed once its run is compared."""
+        cfg, ids = self.config, result.prompt_ids
+        self.on_event("start", {"steps": 1 + len(cfg.settings)})
+        with environment(cfg.variant.env):
+            reference = run_workload(engine, ids, cfg.n_decode, None)
+        reference_rows = call_engine(engine, engine_forward_rows, len(ids), phase="forward rows")
+        given = setting_text(cfg.variant.options) or "defaults"
+        self.on_event("step", {"what": f"reference ({given})"})
+        for setting in cfg.settings:
+            name = setting_text(setting)
+            variant = dataclasses.replace(cfg.variant, options={**cfg.variant.options, **setting})
+            other = self.load(variant)
+            try:
+                with environment(cfg.variant.env):
+                    observed = run_workload(other, ids, cfg.n_decode, reference.generated)
+                rows = call_engine(other, engine_forward_rows, len(ids), phase=f"forward rows, {name}")
+            finally:
+                self._engines.remove(other)
+                other.close()
+            details = {"setting": dict(setting),
+                       "exercised": f"the prompt's prefill, reference: {rows_text(reference_rows)}; "
+                                    f"with {name}: {rows_text(rows)}"}
+            result.checks.append(_check(name, f"the variant as given ({given})", f"the variant with {name}",
+                                        reference.logits, observed.logits, cfg, reference.input_ids, details))
+            self.on_event("step", {"what": name})
+        result.details = {"settings": [dict(s) for s in cfg.settings], "reference": given,
+                          "generated_text": self._detokenize(reference.generated)}
+        return result
+
     def _compare_runs_so_far(self, result: InvarianceResult) -> None:
         """After Ctrl-C or an error: determinism's runs finished before it are compared (nothing else to do)."""
         if self._outputs:
@@ -623,6 +668,16 @@ def prefill_decode_rows(engine: Engine, prompt_ids: Sequence[int], n_decode: int
         paths.append((name, text, np.stack(rows)))
     return {"generated": list(generated), "sequence": sequence, "full": full, "paths": paths,
             "no_kv_cache": no_kv_cache, "forward_rows": engine.forward_rows(len(sequence))}
+
+
+def engine_forward_rows(engine: Engine, n_tokens: int) -> list[int] | None:
+    """:meth:`Engine.forward_rows` of ``engine`` (a function, so that it runs in a supervised engine's worker)."""
+    return engine.forward_rows(n_tokens)
+
+
+def setting_text(options: dict[str, Any]) -> str:
+    """Engine options as ``n_ubatch=4, n_threads=2`` ("" for none)."""
+    return ", ".join(f"{key}={value}" for key, value in options.items())
 
 
 def planted_decode_row(engine: Engine, sequence: Sequence[int], position: int, token: int) -> np.ndarray:

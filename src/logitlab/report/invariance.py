@@ -108,6 +108,10 @@ def summary_lines(result: InvarianceResult) -> list[tuple[str, str]]:
         lines.append(("distinct greedy texts", str(d["distinct_texts"])))
         for group in d["text_groups"][:5]:
             lines.append((f"text of runs {runs_text(group['runs'])}", repr(group["text"][:100])))
+    elif result.probe == "settings" and d:
+        lines.append(("settings", f"{d['reference']} (the reference) vs "
+                      + "; ".join(", ".join(f"{k}={v}" for k, v in setting.items()) for setting in d["settings"])))
+        lines.append(("greedy text", repr(d.get("generated_text", ""))))
     return lines
 
 

@@ -1,0 +1,122 @@
+"""``logitlab invariance matrix``: every invariance axis an engine supports, for one variant and its prompts."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from logitlab.cli.common import EXIT_INTERRUPTED, REQUIRE_CHOICES, finish, handle_errors, require_exit_code, \
+    run_with_progress
+from logitlab.cli.options import detection_option, output_options, threshold_options, thresholds_from
+from logitlab.cli.outputs import check_output_paths, report_paths
+from logitlab.engines import DEFAULT_ENGINE
+from logitlab.engines.variant import parse_env, parse_variant
+from logitlab.errors import InputError, Interrupted
+
+#: The axes, as ``--help`` lists them (the experiment's ``AXES``, kept here so that --help imports no experiment).
+AXES_HELP = "determinism, batch, prefill-decode, chunked-prefill, threads"
+
+
+def parse_axes(text: str | None) -> tuple[str, ...] | None:
+    """``--axes a,b,c`` as a tuple (None: not given, every axis); validated by the matrix's config."""
+    if text is None:
+        return None
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def matrix_prompts(opts: dict[str, Any]) -> list[Any]:
+    """The prompts of ``--prompts FILE``, or of ``--prompt`` (repeatable) and ``--prompt-file``, else the built-in
+    prose prompt (named ``built-in``).
+
+    Raises:
+        InputError: ``--prompts`` with ``--prompt`` or ``--prompt-file``; an unreadable or empty prompt.
+    """
+    from pathlib import Path
+
+    from logitlab.experiments.prompts import DEFAULT_PROMPT, Prompt, load_prompt, load_prompts, prompts_from_texts
+
+    if opts["prompts_file"] and (opts["prompt_texts"] or opts["prompt_file"]):
+        raise InputError("give --prompts, or --prompt / --prompt-file, not both")
+    if opts["prompts_file"]:
+        return load_prompts(opts["prompts_file"])
+    prompts = prompts_from_texts(opts["prompt_texts"])
+    if opts["prompt_file"]:
+        prompts.append(Prompt(Path(opts["prompt_file"]).stem, load_prompt(None, opts["prompt_file"])))
+    return prompts or [Prompt("built-in", DEFAULT_PROMPT, "prose")]
+
+
+@click.command("matrix")
+@click.option("--engine", default=DEFAULT_ENGINE, show_default=True,
+              help="Engine: llamacpp (every axis), hf (no chunked-prefill), ortgenai (determinism, prefill-decode).")
+@click.option("--model", default=None, help="Model file or folder (default: the embedded SmolLM2-135M Q4_1 GGUF; "
+                                            "hf de-quantises it).")
+@click.option("--variant", "--candidate", "spec", default="",
+              help="Engine options: KEY=VALUE[,KEY=VALUE] or [ENGINE:][MODEL][?KEY=VALUE&...] (as the other "
+                   "probes); an option axis replaces the options it sweeps.")
+@click.option("--env", "env", multiple=True, metavar="NAME[=VALUE]", help="Environment knob while running.")
+@click.option("--prompt", "prompt_texts", multiple=True, help="A prompt text (repeatable; default: a built-in prose "
+                                                               "prompt).")
+@click.option("--prompt-file", default=None, help="Read one more prompt from a file.")
+@click.option("--prompts", "prompts_file", default=None,
+              help="Prompts file: JSONL ({\"name\":..., \"text\":...} per line) or one prompt per line.")
+@click.option("--axes", "axes", default=None, metavar="A,B,...",
+              help=f"Axes to run (default: every axis the engine supports): {AXES_HELP}.")
+@click.option("--max-batch", type=int, default=4, show_default=True, help="batch: batch sizes 1..B.")
+@click.option("--runs", type=int, default=5, show_default=True, help="determinism: runs of the same greedy workload.")
+@click.option("--tokens", "n_decode", type=int, default=8, show_default=True,
+              help="Greedy tokens after each prompt (every axis but batch, which runs the prompt alone).")
+@threshold_options
+@click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
+              help="Exit 1 when the worst axis's verdict is worse than this.")
+@detection_option("each probe's worst check", "about a second per probe on the embedded model")
+@output_options()
+@handle_errors
+def matrix_command(**opts: Any) -> None:
+    """Every invariance axis the engine supports, for one variant and one or more prompts, in one report.
+
+    Per axis: the verdict, the share of bit-identical rows, the ULP and KLD
+    tail, the first divergent position and the detection limit; axes the
+    engine cannot run are listed with the reason.
+
+    \b
+    determinism      the same greedy run R times: K unique logit arrays of R runs
+    batch            the prompt alone vs in batches of 1..B
+    prefill-decode   position p from one prefill vs from a decode step
+    chunked-prefill  the prefill in chunks (llama.cpp n_ubatch 512, 32, 4)
+    threads          1 vs 2 threads (llama.cpp n_threads, hf torch threads)
+
+    \b
+    Examples:
+      logitlab invariance matrix
+      logitlab invariance matrix --engine hf --prompts prompts.jsonl --markdown matrix.md
+      logitlab invariance matrix --axes batch,threads --max-batch 8 --require bit-exact
+    """
+    from logitlab.experiments.invariance_matrix import InvarianceMatrix, MatrixConfig
+
+    variant = parse_variant(opts["spec"], "probe", default_engine=opts["engine"], default_model=opts["model"],
+                            env=parse_env(opts["env"]), option="--variant")
+    config = MatrixConfig(variant=variant, prompts=tuple(matrix_prompts(opts)), axes=parse_axes(opts["axes"]),
+                          max_batch=opts["max_batch"], runs=opts["runs"], n_decode=opts["n_decode"],
+                          top_k=opts["top_k"], thresholds=thresholds_from(opts), detection=opts["detection"])
+    config.validate()
+    check_output_paths(**report_paths(opts), inputs=[variant.model, opts["prompt_file"], opts["prompts_file"]])
+
+    def describe(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:
+        if kind == "start":
+            return {"total": data["steps"], "description": "matrix"}
+        if kind == "step":
+            return {"advance": 1, "description": f"matrix: {data['what']}"}
+        if kind == "detail":
+            return {"description": f"matrix: {data['what']}"}
+        return None
+
+    try:
+        result, error = run_with_progress(lambda on_event: InvarianceMatrix(config, on_event=on_event).run(),
+                                          quiet=opts["quiet"], first="loading", describe=describe)
+    except Interrupted:  # before any probe ran: nothing to write
+        click.echo("error: interrupted before the matrix ran; nothing was measured", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    finish(result, error, opts, interrupted="what was measured so far is in the reports",
+           exit_code=lambda r: require_exit_code(r.verdict_word, opts["require"], "the worst axis's verdict"))

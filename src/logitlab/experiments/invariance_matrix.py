@@ -1,0 +1,391 @@
+"""The invariance matrix: every way of running the same request that an engine supports, bit for bit, in one run.
+
+One variant, one or more prompts, and per **invariance axis** the probe of
+:mod:`~logitlab.experiments.invariance` that changes only that way of running
+(each probe as it runs alone, with its checks, verdicts and detection limit):
+
+``determinism``
+    the same greedy run R times: K distinct logit arrays of R runs, K distinct
+    greedy texts (SGLang's "Total samples: N, Unique samples: K");
+``batch``
+    the prompt alone vs inside batches of 1..B sequences (``--max-batch``);
+``prefill-decode``
+    each position from one prefill vs from a decode step;
+``chunked-prefill``
+    the prompt's prefill cut into chunks by an engine option (llama.cpp:
+    ``n_ubatch`` 512, 32, 4), each compared with the first;
+``threads``
+    the thread count (llama.cpp: 1 vs 2 threads; hf: torch threads 1 vs 2).
+
+An axis runs where the engine declares the ability it needs
+(:data:`AXIS_ABILITY`; the option axes also need the engine's
+``AXIS_SETTINGS``); the others are kept in the result as skipped, with the
+reason. Each axis is judged by the worst verdict of its probes (one per
+prompt); the matrix by its worst axis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Sequence
+
+from logitlab.engines.base import ABILITIES, SETTING_ABILITIES
+from logitlab.engines.variant import Variant
+from logitlab.errors import InputError, Interrupted, LogitlabError
+from logitlab.events import Event
+from logitlab.experiments.base import Experiment
+from logitlab.experiments.invariance import Check, InvarianceConfig, InvarianceProbe, InvarianceResult, setting_text
+from logitlab.experiments.prompts import Prompt, check_unique
+from logitlab.jsonio import ResultRecord
+from logitlab.numerics import VERDICTS, Thresholds
+from logitlab.numerics.detection import DetectionLimits
+
+__all__ = ["AXES", "AXIS_ABILITY", "MatrixConfig", "AxisResult", "InvarianceMatrixResult", "InvarianceMatrix",
+           "skip_reason", "axis_settings", "run_invariance_matrix"]
+
+#: The invariance axes, in the order they run and are reported.
+AXES = ("determinism", "batch", "prefill-decode", "chunked-prefill", "threads")
+#: The engine ability each axis needs (:data:`~logitlab.engines.base.ABILITIES`).
+AXIS_ABILITY = {"determinism": "logits", "batch": "batch", "prefill-decode": "sessions",
+                "chunked-prefill": "chunked-prefill", "threads": "threads"}
+
+
+def axis_settings(engine_cls: Any, axis: str) -> tuple[dict[str, str], ...]:
+    """The option settings an option axis compares on this engine class (the first the reference); () for a
+    probe axis or an engine that declares none."""
+    if AXIS_ABILITY[axis] not in SETTING_ABILITIES:
+        return ()
+    return tuple(dict(s) for s in getattr(engine_cls, "AXIS_SETTINGS", {}).get(AXIS_ABILITY[axis], ()))
+
+
+def skip_reason(engine_cls: Any, axis: str) -> str | None:
+    """Why ``axis`` cannot run on this engine class (None: it can).
+
+    Raises:
+        InputError: ``axis`` is not one of :data:`AXES`.
+    """
+    if axis not in AXES:
+        raise InputError(f"unknown invariance axis {axis!r}; valid: {', '.join(AXES)}")
+    ability = AXIS_ABILITY[axis]
+    if not engine_cls.supports(ability):
+        return f"the {engine_cls.name} engine does not declare the {ability!r} ability ({ABILITIES[ability]})"
+    if ability in SETTING_ABILITIES and len(axis_settings(engine_cls, axis)) < 2:
+        return f"the {engine_cls.name} engine names fewer than two settings to compare (AXIS_SETTINGS[{ability!r}])"
+    return None
+
+
+@dataclass(frozen=True)
+class MatrixConfig:
+    """What one invariance matrix runs.
+
+    Attributes:
+        variant: the engine, model and options probed (the option axes override the options they sweep).
+        prompts: the prompts, each run on every axis (names unique).
+        axes: the axes selected (None: all of :data:`AXES`); those the engine cannot run are skipped.
+        max_batch: ``batch``: batch sizes 1..B (>= 2).
+        runs: ``determinism``: runs R (>= 2).
+        n_decode: greedy tokens after the prompt (every axis but ``batch``, which runs the prompt alone).
+        top_k: k of the top-k set agreement.
+        thresholds: verdict thresholds.
+        detection: measure each probe's detection limit (of its worst check).
+    """
+
+    variant: Variant
+    prompts: tuple[Prompt, ...]
+    axes: tuple[str, ...] | None = None
+    max_batch: int = 4
+    runs: int = 5
+    n_decode: int = 8
+    top_k: int = 5
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    detection: bool = True
+
+    def validate(self) -> None:
+        """Raise InputError naming the bad value and the valid ones."""
+        for axis in self.axes or ():
+            if axis not in AXES:
+                raise InputError(f"unknown invariance axis {axis!r}; valid: {', '.join(AXES)}")
+        if self.axes is not None and not self.axes:
+            raise InputError(f"--axes needs at least one axis; valid: {', '.join(AXES)}")
+        if self.axes is not None and len(set(self.axes)) != len(self.axes):
+            twice = next(a for a in self.axes if self.axes.count(a) > 1)
+            raise InputError(f"--axes names {twice!r} twice; name each axis once")
+        if not self.prompts:
+            raise InputError("the matrix needs at least one prompt")
+        check_unique(self.prompts)
+        if self.max_batch < 2:
+            raise InputError(f"--max-batch must be at least 2 (B=1 is the prompt alone), got {self.max_batch}")
+        if self.max_batch > 256:
+            raise InputError(f"--max-batch must be at most 256, got {self.max_batch}")
+        if self.runs < 2:
+            raise InputError(f"--runs must be at least 2, got {self.runs}")
+        if self.n_decode < 0:
+            raise InputError(f"--tokens must be at least 0, got {self.n_decode}")
+        if self.top_k < 1:
+            raise InputError(f"--top-k must be at least 1, got {self.top_k}")
+
+    @property
+    def selected(self) -> tuple[str, ...]:
+        """The axes selected, in :data:`AXES` order."""
+        return tuple(a for a in AXES if self.axes is None or a in self.axes)
+
+    def probe_config(self, axis: str, prompt: Prompt, settings: Sequence[dict[str, str]] = ()) -> InvarianceConfig:
+        """The :class:`~logitlab.experiments.invariance.InvarianceConfig` of one axis on one prompt
+        (``settings``: an option axis's settings, the first the reference)."""
+        common = {"prompt": prompt.text, "top_k": self.top_k, "thresholds": self.thresholds,
+                  "detection": self.detection, "n_decode": self.n_decode}
+        if axis == "determinism":
+            return InvarianceConfig(probe="determinism", variant=self.variant, runs=self.runs, **common)
+        if axis == "batch":
+            return InvarianceConfig(probe="batch", variant=self.variant,
+                                    batch_sizes=tuple(range(1, self.max_batch + 1)), **common)
+        if axis == "prefill-decode":
+            return InvarianceConfig(probe="prefill-decode", variant=self.variant, **common)
+        reference = dataclasses.replace(self.variant, options={**self.variant.options, **settings[0]})
+        return InvarianceConfig(probe="settings", variant=reference, settings=tuple(settings[1:]), **common)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"variant": self.variant.to_dict(), "prompts": [p.to_dict() for p in self.prompts],
+                "axes": None if self.axes is None else list(self.axes), "max_batch": self.max_batch,
+                "runs": self.runs, "n_decode": self.n_decode, "top_k": self.top_k,
+                "thresholds": dataclasses.asdict(self.thresholds), "detection": self.detection}
+
+
+def _worst(results: Sequence[InvarianceResult]) -> InvarianceResult | None:
+    """The probe with the most severe verdict (then the largest max |Δ| of its worst check), or None."""
+    judged = [r for r in results if r.verdict is not None]
+    if not judged:
+        return None
+
+    def key(r: InvarianceResult) -> tuple[int, float]:
+        worst = r.worst
+        return VERDICTS.index(r.verdict_word), (worst.comparison.max_abs_diff or 0.0) if worst and not r.crash else 0.0
+    return max(judged, key=key)
+
+
+@dataclass
+class AxisResult:
+    """One axis of the matrix: its probes (one per prompt) or why it was skipped.
+
+    Attributes:
+        axis: one of :data:`AXES`.
+        skipped: why the axis did not run (None: it ran).
+        prompts: the prompt names, one per probe in ``probes``.
+        probes: the probe results, one per prompt run (fewer than the prompts when the matrix was stopped).
+        settings: an option axis's settings (the first the reference); empty for a probe axis.
+    """
+
+    axis: str
+    skipped: str | None = None
+    prompts: list[str] = field(default_factory=list)
+    probes: list[InvarianceResult] = field(default_factory=list)
+    settings: list[dict[str, str]] = field(default_factory=list)
+
+    def checks(self) -> list[tuple[str, Check]]:
+        """Every check of every probe, as ``(prompt name, check)``."""
+        return [(name, check) for name, probe in zip(self.prompts, self.probes) for check in probe.checks]
+
+    @property
+    def worst(self) -> InvarianceResult | None:
+        """The probe with the most severe verdict (None: nothing judged)."""
+        return _worst(self.probes)
+
+    @property
+    def verdict_word(self) -> str | None:
+        """The worst verdict word of the axis's probes (``crashed`` when an engine died); None: nothing judged."""
+        worst = self.worst
+        return None if worst is None else worst.verdict_word
+
+    @property
+    def status(self) -> str:
+        """``skipped``, ``crashed``, ``vacuous`` (every probe), ``invariant`` (every probe), ``not invariant``, or
+        ``not run`` (the matrix stopped before it)."""
+        if self.skipped:
+            return "skipped"
+        if not self.probes:
+            return "not run"
+        statuses = [p.status for p in self.probes]
+        for status in ("crashed", "not invariant"):
+            if status in statuses:
+                return status
+        return "vacuous" if all(s == "vacuous" for s in statuses) else "invariant"
+
+    @property
+    def rows(self) -> tuple[int, int]:
+        """``(bit-identical rows, rows compared)`` over every check of every probe."""
+        compared = [check.comparison for _, check in self.checks()]
+        total = sum(c.n_positions for c in compared)
+        return total - sum(c.differing_rows for c in compared), total
+
+    @property
+    def max_scaled_ulp(self) -> float | None:
+        """The largest difference in ULPs at the row's scale, over every check (None: no check)."""
+        values = [c.comparison.max_scaled_ulp for _, c in self.checks() if c.comparison.max_scaled_ulp is not None]
+        return max(values) if values else None
+
+    def kld(self, key: str) -> float | None:
+        """The largest per-check KLD statistic ``key`` (``"p99"``, ``"max"``; nats) over every check."""
+        values = [c.comparison.kld.get(key) for _, c in self.checks()]
+        values = [v for v in values if v is not None]
+        return max(values) if values else None
+
+    @property
+    def first_divergence(self) -> dict[str, Any] | None:
+        """The earliest differing position over every check: ``prompt``, ``check``, ``position`` (the check's row:
+        in a stacked batch check, row c×n+p is copy c, position p); None where every check is bit-exact."""
+        found = [(c.comparison.first_mismatch["position"], name, c) for name, c in self.checks()
+                 if c.comparison.first_mismatch]
+        if not found:
+            return None
+
+        def order(item: tuple[int, str, Check]) -> tuple[int, int]:  # a stacked batch check: by position, then copy
+            position, _, check = item
+            stacked = check.details.get("stacked")
+            return tuple(reversed(divmod(position, int(stacked["length"])))) if stacked else (position, 0)
+        position, name, check = min(found, key=order)
+        return {"prompt": name, "check": check.name, "position": int(position)}
+
+    @property
+    def detection(self) -> DetectionLimits | None:
+        """The detection limit of the worst probe's worst check (None: not measured)."""
+        worst = self.worst
+        return None if worst is None else worst.detection
+
+    def distinct(self) -> list[dict[str, Any]]:
+        """``determinism``: per prompt, ``prompt``, ``runs``, ``logits`` and ``texts`` (distinct logit arrays and
+        greedy texts); empty for the other axes."""
+        return [{"prompt": name, "runs": p.details["runs"], "logits": p.details["distinct_logits"],
+                 "texts": p.details["distinct_texts"]}
+                for name, p in zip(self.prompts, self.probes) if p.probe == "determinism" and p.details]
+
+    def summary(self) -> dict[str, Any]:
+        """The axis's numbers as JSON types (the ``axes_summary`` of the result's JSON)."""
+        identical, total = self.rows
+        return {"axis": self.axis, "status": self.status, "verdict": self.verdict_word, "skipped": self.skipped,
+                "rows_identical": identical, "rows": total, "max_scaled_ulp": self.max_scaled_ulp,
+                "kld_p99": self.kld("p99"), "kld_max": self.kld("max"), "first_divergence": self.first_divergence,
+                "distinct": self.distinct()}
+
+
+@dataclass
+class InvarianceMatrixResult(ResultRecord):
+    """The invariance matrix of one variant: an :class:`AxisResult` per selected axis.
+
+    JSON format history (``schema_version``): 1 — first version (``axes`` with each probe's full
+    :class:`~logitlab.experiments.invariance.InvarianceResult`; derived ``verdict``, ``status`` and
+    ``axes_summary``, the numbers of each axis).
+    """
+
+    KIND: ClassVar[str] = "invariance-matrix"
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    config: dict[str, Any]
+    manifest: dict[str, Any]
+    axes: list[AxisResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def ran(self) -> list[AxisResult]:
+        """The axes that ran (at least one probe)."""
+        return [a for a in self.axes if a.probes]
+
+    @property
+    def worst(self) -> AxisResult | None:
+        """The axis with the most severe verdict (None: nothing judged)."""
+        probes = [a.worst for a in self.axes]
+        worst = _worst([p for p in probes if p is not None])
+        return None if worst is None else next(a for a, p in zip(self.axes, probes) if p is worst)
+
+    @property
+    def verdict_word(self) -> str | None:
+        """The worst axis's verdict word (``--require`` checks it); None: nothing judged."""
+        worst = self.worst
+        return None if worst is None else worst.verdict_word
+
+    @property
+    def status(self) -> str:
+        """``crashed``, ``not invariant``, ``vacuous`` (every axis that ran), ``invariant`` (every axis that ran),
+        or ``not run`` (no axis ran)."""
+        statuses = [a.status for a in self.ran]
+        if not statuses:
+            return "not run"
+        for status in ("crashed", "not invariant"):
+            if status in statuses:
+                return status
+        return "vacuous" if all(s == "vacuous" for s in statuses) else "invariant"
+
+    def derived(self) -> dict[str, Any]:
+        return {"verdict": self.verdict_word, "status": self.status,
+                "axes_summary": [a.summary() for a in self.axes]}
+
+
+class InvarianceMatrix(Experiment):
+    """Runs a :class:`MatrixConfig`: each selected axis's probe on each prompt; :func:`run_invariance_matrix` is the
+    one-call form."""
+
+    KIND = "invariance-matrix"
+
+    def __init__(self, config: MatrixConfig, *, on_event: Event | None = None):
+        config.validate()
+        super().__init__(on_event=on_event)
+        self.config = config
+
+    def run(self) -> InvarianceMatrixResult:
+        """Run every selected axis the engine supports on every prompt, axis by axis.
+
+        A crash of the engine is its probe's verdict (``crashed``) and the matrix goes on with the next probe.
+
+        Raises:
+            LogitlabError: bad input (an unknown engine; a prompt too long for the context) or an error of a
+                probe; once the matrix has started, its ``partial`` holds the axes measured so far.
+            Interrupted: Ctrl-C; its ``partial`` holds the axes measured so far (the probe it stopped, as far as
+                it got).
+        """
+        from logitlab.engines import engine_class
+
+        cfg = self.config
+        engine_cls = engine_class(cfg.variant.engine)
+        axes = [AxisResult(axis, skip_reason(engine_cls, axis), settings=list(axis_settings(engine_cls, axis)))
+                for axis in cfg.selected]
+        result = InvarianceMatrixResult(config=cfg.to_dict(), manifest={}, axes=axes)
+        for axis in axes:
+            overridden = sorted({k for s in axis.settings for k in s} & set(cfg.variant.options))
+            if overridden and not axis.skipped:
+                given = setting_text({k: cfg.variant.options[k] for k in overridden})
+                result.notes.append(f"{axis.axis}: the variant's {given} is replaced by each setting of the axis")
+        cells = [(axis, prompt) for axis in axes if not axis.skipped for prompt in cfg.prompts]
+        self.on_event("start", {"steps": len(cells)})
+
+        def body() -> None:
+            for axis, prompt in cells:
+                def forward(kind: str, data: dict[str, Any], where: str = f"{axis.axis}, {prompt.name}") -> None:
+                    if kind == "step":
+                        self.on_event("detail", {"what": f"{where}: {data['what']}"})
+
+                probe = InvarianceProbe(cfg.probe_config(axis.axis, prompt, axis.settings), on_event=forward)
+                try:
+                    probed = probe.run()
+                except LogitlabError as exc:  # Interrupted too: keep what the probe measured, then stop
+                    if exc.partial is not None:
+                        axis.prompts.append(prompt.name)
+                        axis.probes.append(exc.partial)
+                    raise
+                axis.prompts.append(prompt.name)
+                axis.probes.append(probed)
+                if not result.manifest:
+                    result.manifest = probed.manifest
+                self.on_event("step", {"what": f"{axis.axis}, {prompt.name}"})
+
+        try:
+            return self.measure(result, body)
+        except KeyboardInterrupt:  # between probes, outside measure's own handling
+            result.error = "interrupted"
+            raise Interrupted("interrupted", partial=result) from None
+
+
+def run_invariance_matrix(config: MatrixConfig, **kwargs: Any) -> InvarianceMatrixResult:
+    """Run an invariance matrix; see :class:`InvarianceMatrix`."""
+    return InvarianceMatrix(config, **kwargs).run()
+

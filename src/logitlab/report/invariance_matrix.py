@@ -1,0 +1,177 @@
+"""The ``invariance matrix`` report: one row per axis (verdict, identical rows, ULP/KLD tail, first divergence,
+detection limit), the skipped axes with their reason, then every check of every probe.
+
+:func:`matrix_document` turns an :class:`~logitlab.experiments.invariance_matrix.InvarianceMatrixResult` into a
+:class:`~logitlab.report.document.Document`; the renderers write it (Markdown: a table to paste in a pull request).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from logitlab.experiments.invariance_matrix import AxisResult, InvarianceMatrixResult
+from logitlab.report.detection_text import HEADLINE_HEADER, headline_cell
+from logitlab.report.document import Block, Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
+from logitlab.report.invariance import check_rows, position_label
+from logitlab.report.text import engine_rows, fmt_num, plural, variant_text
+
+__all__ = ["matrix_document", "AXIS_HEADER", "axis_rows", "compared_text", "distinct_text"]
+
+AXIS_HEADER = ("axis", "verdict", "identical rows", "max ULP", "KLD p99 / max", "first divergence", HEADLINE_HEADER)
+#: The columns of :func:`~logitlab.report.invariance.check_rows` the matrix's checks table keeps (name, verdict,
+#: rows differing, max |Δ|, KLD max, flips).
+CHECK_COLUMNS = (0, 1, 2, 3, 6, 7)
+
+
+def _setting(setting: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in setting.items())
+
+
+def distinct_text(axis: AxisResult) -> str:
+    """``determinism``: ``1 unique logit array of 5 runs, 1 unique greedy text`` (per prompt where they differ)."""
+    items = axis.distinct()
+    texts = [f"{plural(d['logits'], 'unique logit array')} of {d['runs']} runs, "
+             f"{plural(d['texts'], 'unique greedy text')}" for d in items]
+    if len(set(texts)) <= 1:
+        return texts[0] if texts else ""
+    return "; ".join(f"{d['prompt']}: {t}" for d, t in zip(items, texts))
+
+
+def compared_text(axis: AxisResult, config: dict[str, Any]) -> str:
+    """What the axis compared, in words."""
+    if axis.axis == "determinism":
+        return distinct_text(axis) or f"{config['runs']} runs"
+    if axis.axis == "batch":
+        return f"B = 1..{config['max_batch']} vs the prompt alone"
+    if axis.axis == "prefill-decode":
+        return "decode steps vs one prefill"
+    if not axis.settings:
+        return ""
+    return "; ".join(_setting(s) for s in axis.settings[1:]) + f" vs {_setting(axis.settings[0])}"
+
+
+def _first(axis: AxisResult, several_prompts: bool) -> str:
+    first = axis.first_divergence
+    if first is None:
+        return "none" if axis.probes else ""
+    name, check = first["prompt"], first["check"]
+    check_obj = next(c for n, c in axis.checks() if n == name and c.name == check)
+    where = position_label(check_obj, first["position"])
+    return (f"{name}, " if several_prompts else "") + f"{check}, {where}"
+
+
+def axis_rows(result: InvarianceMatrixResult) -> list[tuple[Any, ...]]:
+    """One row per axis that ran (columns as :data:`AXIS_HEADER`; the detection limit is that of the axis's worst
+    check, for one argmax logit raised: :data:`~logitlab.report.detection_text.HEADLINE_HEADER`)."""
+    several = len(result.config["prompts"]) > 1
+    rows = []
+    for axis in result.ran:
+        identical, total = axis.rows
+        word = axis.verdict_word or "n/a"
+        share = f"{100 * identical / total:.1f} % ({identical}/{total})" if total else "n/a"
+        rows.append((axis.axis, Span(word, f"verdict:{word}") if axis.verdict_word else word, share,
+                     fmt_num(axis.max_scaled_ulp, 3), f"{fmt_num(axis.kld('p99'), 3)} / {fmt_num(axis.kld('max'), 3)}",
+                     _first(axis, several), headline_cell(axis.detection)))
+    return rows
+
+
+def _check_table(axis: AxisResult, config: dict[str, Any]) -> Table:
+    """One axis's checks, every probe's (columns: [prompt], then those of :data:`CHECK_COLUMNS`)."""
+    several = len(config["prompts"]) > 1
+    rows = []
+    for name, probe in zip(axis.prompts, axis.probes):
+        for row in check_rows(probe):
+            rows.append((*((name,) if several else ()), *(row[i] for i in CHECK_COLUMNS)))
+        if probe.crash:
+            rows.append((*((name,) if several else ()), "(the engine)", "crashed", *[""] * (len(CHECK_COLUMNS) - 2)))
+    header = (*(("prompt",) if several else ()), "check", "verdict", "rows differing", "max |Δ|", "KLD max",
+              "argmax flips")
+    return Table(header, rows, title=f"{axis.axis}: {compared_text(axis, config)}")
+
+
+def _header(result: InvarianceMatrixResult) -> KeyValues:
+    cfg = result.config
+    engine = result.manifest.get("engine") if result.manifest else None
+    rows: list[tuple[Any, ...]] = list(engine_rows(engine)) if engine else []
+    rows.append(("variant", variant_text(cfg["variant"])))
+    lengths = {}
+    for axis in result.ran:
+        for name, probe in zip(axis.prompts, axis.probes):
+            if probe.prompt_ids:
+                lengths.setdefault(name, len(probe.prompt_ids))
+    rows.append(("prompts", ", ".join(f"{p['name']}" + (f" ({lengths[p['name']]} tokens)" if p["name"] in lengths
+                                                          else "") for p in cfg["prompts"])))
+    rows.append(("workload", f"{cfg['n_decode']} greedy tokens after each prompt (batch: the prompt alone); "
+                             f"determinism {cfg['runs']} runs; batch B = 1..{cfg['max_batch']}"))
+    ran = [a.axis for a in result.ran]
+    rows.append(("axes run", ", ".join(ran) if ran else "none"))
+    host = result.manifest.get("host") if result.manifest else None
+    if host:
+        rows.append(("host", f"{host['cpu']}, {host['cores']} cores, {host['os']}, Python {host['python']}"))
+    return KeyValues(rows, boxed=True)
+
+
+def _verdict(result: InvarianceMatrixResult) -> list[Block]:
+    axis = result.worst
+    if axis is None:
+        return [Paragraph("no axis was compared", tone="warning")]
+    probe = axis.worst
+    verdict = probe.verdict
+    where = f"{axis.axis}" + (f", prompt {axis.prompts[axis.probes.index(probe)]}"
+                              if len(result.config["prompts"]) > 1 else "")
+    check = probe.worst
+    if check is not None and not probe.crash:
+        where += f", check {check.name}"
+    return [Paragraph(rich(Span("verdict: ", "strong"), Span(verdict.word, f"verdict:{verdict.word}"),
+                           f"  (worst of {len(result.ran)} axes: {where})")),
+            Bullets(verdict.evidence, tight=True)]
+
+
+def matrix_document(result: InvarianceMatrixResult, *, show_error: bool = True) -> Document:
+    """The report of an invariance matrix.
+
+    Args:
+        result: the matrix's result.
+        show_error: include the "stopped early" line of a matrix that Ctrl-C or an error stopped (leave it out when
+            the command line prints the error itself).
+    """
+    word = result.verdict_word or "n/a"
+    title = "logitlab invariance matrix"
+    doc = Document("invariance-matrix", title)
+    doc.add(Heading(rich(f"{title}: ", Span(word, f"verdict:{word}" if result.verdict_word else "strong"))),
+            _header(result))
+    several = len(result.config["prompts"]) > 1
+    doc.add(Table(AXIS_HEADER, axis_rows(result),
+                  title="axes: every position, full vocabulary, bit for bit" + (", every prompt" if several else "")
+                        + " (max ULP at the row's scale; KLD in nats)"),
+            KeyValues([(a.axis, compared_text(a, result.config)) for a in result.ran], header=("axis", "compared"),
+                      tight=True))
+    skipped = [a for a in result.axes if a.skipped]
+    if skipped:
+        doc.add(Paragraph("skipped axes", tone="dim", tight=True),
+                Bullets([f"{a.axis}: {a.skipped}" for a in skipped], tight=True))
+    not_run = [a.axis for a in result.axes if a.status == "not run"]
+    if not_run:
+        doc.add(Paragraph(f"not run (the matrix stopped first): {', '.join(not_run)}", tone="warning"))
+    doc.add(*_verdict(result))
+    doc.add(*[_check_table(axis, result.config) for axis in result.ran])
+    exercised = [f"{a.axis}" + (f", {name}" if several else "") + f", {c.name}: {c.details['exercised']}"
+                 + "".join(f" — {key}: {c.details[key]}" for key in ("vacuous", "limited") if c.details.get(key))
+                 for a in result.ran for name, probe in zip(a.prompts, a.probes) for c in probe.checks
+                 if c.details.get("exercised") and (c.details.get("vacuous") or c.details.get("limited")
+                                                     or a.axis == "chunked-prefill")]
+    if exercised:
+        doc.add(Paragraph("exercised (forward passes, as the engine ran them)", tone="dim", tight=True),
+                Bullets(exercised, tight=True))
+    statuses = [f"{a.axis}: {a.status}" for a in result.ran]
+    if statuses:
+        doc.add(Paragraph(rich(Span("status: ", "strong"), result.status + f" ({'; '.join(statuses)})"),
+                          tone="warning" if result.status == "vacuous" else None))
+    doc.add(*[Paragraph(f"note: {note}", tone="note") for note in result.notes])
+    for axis in result.ran:
+        for name, probe in zip(axis.prompts, axis.probes):
+            doc.add(*[Paragraph(f"note: {axis.axis}" + (f", {name}" if several else "") + f": {note}", tone="note")
+                      for note in probe.notes])
+    if result.error and show_error:
+        doc.add(Paragraph(f"stopped early: {result.error}", tone="error"))
+    return doc

@@ -1,0 +1,165 @@
+"""The invariance matrix: every axis an engine supports, on llama.cpp, a planted batch bucket, and a fake engine."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from logitlab import report
+from logitlab.engines.variant import parse_variant
+from logitlab.errors import InputError
+from logitlab.experiments.invariance_matrix import (AXES, InvarianceMatrixResult, MatrixConfig, run_invariance_matrix,
+                                                    skip_reason)
+from logitlab.experiments.prompts import DEFAULT_PROMPT, Prompt
+
+from conftest import CPU_AVX512, SHORT_PROMPT, FakeEngine
+
+TESTS = Path(__file__).resolve().parent.parent
+LLAMA = "n_threads=1,n_threads_batch=1"  # 2 batch threads on a busy 2-core machine spin for seconds
+#: The first 17 tokens of the built-in prompt: n_ubatch=4 cuts them 4+4+4+4+1, and the last one-row chunk runs
+#: other kernels than one 17-row forward (measured: 3 of its 19 rows differ with 2 greedy tokens; a 12-, 16-, 20-
+#: or 57-token prompt: none, at 1 and at 2 threads).
+PROMPT_17 = "The lighthouse keeper had kept a journal for thirty years. Every evening he wrote down the"
+
+
+def matrix(spec=LLAMA, engine="llamacpp", prompts=(("p", SHORT_PROMPT),), **kwargs):
+    kwargs.setdefault("n_decode", 2)
+    kwargs.setdefault("runs", 2)
+    return run_invariance_matrix(MatrixConfig(
+        variant=parse_variant(spec, "probe", default_engine=engine),
+        prompts=tuple(Prompt(name, text) for name, text in prompts), **kwargs))
+
+
+def by_axis(result):
+    return {a.axis: a for a in result.axes}
+
+
+def check_words(axis):
+    return {check.name: check.word for _, check in axis.checks()}
+
+
+# -- what runs where -----------------------------------------------------------------------------------
+def test_engines_declare_their_axes():
+    from logitlab.engines.hf import HfEngine
+    from logitlab.engines.llamacpp import LlamaCppEngine
+
+    assert all(skip_reason(LlamaCppEngine, axis) is None for axis in AXES)
+    assert [a for a in AXES if skip_reason(HfEngine, a) is None] == ["determinism", "batch", "prefill-decode",
+                                                                      "threads"]
+    assert skip_reason(HfEngine, "chunked-prefill").startswith(
+        "the hf engine does not declare the 'chunked-prefill' ability")
+    assert [a for a in AXES if skip_reason(FakeEngine, a) is None] == ["determinism", "prefill-decode"]
+
+
+def test_axis_settings_are_options_of_their_engine():
+    from logitlab.engines.base import SETTING_ABILITIES
+    from logitlab.engines.hf import HfEngine
+    from logitlab.engines.llamacpp import LlamaCppEngine
+
+    for cls in (LlamaCppEngine, HfEngine):
+        for ability in SETTING_ABILITIES:
+            settings = cls.AXIS_SETTINGS.get(ability, ())
+            assert cls.supports(ability) == (len(settings) >= 2), (cls.name, ability)
+            for setting in settings:
+                cls.validate_options(setting)  # InputError for an unknown option or a bad value
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"axes": ("batch", "speed")}, "unknown invariance axis 'speed'; valid: determinism, batch, prefill-decode, "
+                                   "chunked-prefill, threads"),
+    ({"axes": ()}, "--axes needs at least one axis"),
+    ({"axes": ("batch", "batch")}, "--axes names 'batch' twice"),
+    ({"max_batch": 1}, "--max-batch must be at least 2"),
+    ({"runs": 1}, "--runs must be at least 2, got 1"),
+    ({"prompts": ()}, "the matrix needs at least one prompt"),
+    ({"prompts": (Prompt("a", "x"), Prompt("a", "y"))}, "two prompts are named 'a'"),
+])
+def test_bad_config_is_one_clear_error(kwargs, message):
+    config = {"variant": parse_variant("", "probe", default_engine="fake"), "prompts": (Prompt("p", "x"),),
+              **kwargs}
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        run_invariance_matrix(MatrixConfig(**config))
+
+
+def test_fake_engine_runs_what_it_can_skips_the_rest_and_round_trips(tmp_path):
+    result = matrix("", engine="fake", prompts=(("a", "hello world"), ("b", "another prompt")), runs=3)
+    axes = by_axis(result)
+    assert list(axes) == list(AXES)
+    assert [a.axis for a in result.ran] == ["determinism", "prefill-decode"]
+    assert axes["batch"].skipped.startswith("the fake engine does not declare the 'batch' ability")
+    assert axes["threads"].status == "skipped" and not axes["threads"].probes
+    assert axes["determinism"].prompts == ["a", "b"] and len(axes["determinism"].probes) == 2
+    assert axes["determinism"].distinct() == [{"prompt": "a", "runs": 3, "logits": 1, "texts": 1},
+                                              {"prompt": "b", "runs": 3, "logits": 1, "texts": 1}]
+    assert result.verdict_word == "bit-exact" and result.status == "invariant"
+    identical, total = axes["prefill-decode"].rows
+    assert identical == total == (11 + 2) + (14 + 2)  # every position of both prompts, 2 greedy tokens each
+    assert axes["prefill-decode"].first_divergence is None
+    # JSON round trip, and the same report again from the file
+    data = result.to_dict()
+    assert data["kind"] == "invariance-matrix" and data["status"] == "invariant"
+    assert [s["axis"] for s in data["axes_summary"]] == list(AXES)
+    assert data["axes_summary"][0]["distinct"][0] == {"prompt": "a", "runs": 3, "logits": 1, "texts": 1}
+    again = report.load_result(json.loads(json.dumps(data)))
+    assert isinstance(again, InvarianceMatrixResult) and again.to_dict() == data
+    md = report.markdown(result)
+    assert md == report.markdown(again)
+    assert md.startswith("## logitlab invariance matrix: **bit-exact**")
+    assert "| determinism | **bit-exact** | 100.0 % (29/29) |" in md.replace("\\", "")
+    assert "| determinism | 1 unique logit array of 3 runs, 1 unique greedy text |" in md
+    assert "- batch: the fake engine does not declare the 'batch' ability" in md
+    assert "status: invariant" in md.replace("*", "")
+
+
+# -- llama.cpp: the known facts ----------------------------------------------------------------------------
+@pytest.mark.engine
+def test_llamacpp_threads_are_bit_exact_and_a_one_row_chunk_is_not():
+    result = matrix(prompts=(("17", PROMPT_17),), axes=("chunked-prefill", "threads"))
+    axes = by_axis(result)
+    assert [a.axis for a in result.axes] == ["chunked-prefill", "threads"]
+    assert check_words(axes["threads"]) == {"n_threads=2, n_threads_batch=2": "bit-exact"}
+    assert axes["threads"].status == "invariant" and axes["threads"].rows == (19, 19)
+    chunks = {check.name: check for _, check in axes["chunked-prefill"].checks()}
+    assert list(chunks) == ["n_ubatch=32", "n_ubatch=4"]
+    assert "with n_ubatch=4: 5 forwards (4, 4, 4, 4, 1 rows)" in chunks["n_ubatch=4"].details["exercised"]
+    assert chunks["n_ubatch=32"].word == "bit-exact"  # one forward of 17 rows, as with 512
+    if CPU_AVX512:  # measured on AVX-512 (AMD EPYC, 2026-12-05): 3 of 19 rows differ, no flip
+        assert chunks["n_ubatch=4"].word != "bit-exact" and chunks["n_ubatch=4"].comparison.differing_rows == 3
+        assert axes["chunked-prefill"].status == "not invariant"
+        assert axes["chunked-prefill"].first_divergence == {"prompt": "17", "check": "n_ubatch=4", "position": 16}
+    assert chunks["n_ubatch=4"].word in ("bit-exact", "ulp-noise", "noise", "near-tie")
+    assert axes["chunked-prefill"].detection is not None  # the worst check's detection limit
+    assert result.notes == ["threads: the variant's n_threads=1, n_threads_batch=1 is replaced by each setting "
+                            "of the axis"]
+
+
+@pytest.mark.engine
+def test_a_planted_batch_bucket_is_found_on_the_batch_axis_alone(monkeypatch):
+    """llama.cpp whose batches of more than 2 sequences move (tests/bucket_engine.py): every axis runs, and only the
+    batch axis's B=3 and B=4 checks differ."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
+    import bucket_engine
+
+    bucket_engine.register()
+    try:
+        result = matrix(engine=bucket_engine.NAME, max_batch=4)
+    finally:
+        bucket_engine.unregister()
+    axes = by_axis(result)
+    assert [a.axis for a in result.ran] == list(AXES)  # every axis: the adapter's abilities are llama.cpp's
+    batch = axes["batch"]
+    words = check_words(batch)
+    assert list(words) == ["B=1 again", "B=2", "B=3", "B=4"]
+    assert words["B=3"] != "bit-exact" and words["B=4"] != "bit-exact"
+    assert batch.status == "not invariant" and result.worst is batch
+    assert batch.first_divergence["check"] == "B=3"
+    if CPU_AVX512:  # llama.cpp's own batches of this 12-token prompt are bit-exact there (test_invariance.py)
+        assert words["B=1 again"] == words["B=2"] == "bit-exact"
+        assert batch.first_divergence == {"prompt": "p", "check": "B=3", "position": 0}
+        assert all(c.comparison.max_abs_diff <= 2 * bucket_engine.BUMP for _, c in batch.checks())  # the bump alone
+    # the axes that run no batch: llama.cpp's own bits (prefill-decode: its own difference, not planted; measured:
+    # 2 of 14 rows on this prompt)
+    others = {a.axis: a.status for a in result.ran if a.axis not in ("batch", "prefill-decode")}
+    assert others == {"determinism": "invariant", "chunked-prefill": "invariant", "threads": "invariant"}
+    assert result.status == "not invariant"
