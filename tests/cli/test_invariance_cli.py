@@ -164,3 +164,15 @@ def test_matrix_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     proc = logitlab("invariance", "matrix", *[a.replace("{tmp}", str(tmp_path)) for a in args], "--quiet")
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(message), proc.stderr
+
+
+def test_matrix_self_check_and_a_vacuous_axis_fails_require():
+    """n_ubatch=1: the prefill runs one row per forward, as the decode steps do: the prefill-decode axis reads
+    bit-exact and could not have failed (docs/commands/invariance.md); --require does not accept it."""
+    proc = logitlab("invariance", "matrix", "--axes", "prefill-decode", "--tokens", "2", "--self-check",
+                    "--prompt", SHORT_PROMPT, "--variant", LLAMA + ",n_ubatch=1", "--quiet", "--require", "bit-exact")
+    assert proc.returncode == 1, proc.stderr
+    assert "caught: prefill-decode, decode vs prefill, token " in proc.stdout
+    assert "status: vacuous (prefill-decode: vacuous)" in proc.stdout
+    assert proc.stderr.startswith("error: an axis is vacuous: prefill-decode: the prefill also ran one row per "
+                                  "forward"), proc.stderr

@@ -163,3 +163,18 @@ def test_a_planted_batch_bucket_is_found_on_the_batch_axis_alone(monkeypatch):
     others = {a.axis: a.status for a in result.ran if a.axis not in ("batch", "prefill-decode")}
     assert others == {"determinism": "invariant", "chunked-prefill": "invariant", "threads": "invariant"}
     assert result.status == "not invariant"
+
+
+@pytest.mark.engine
+def test_hf_runs_threads_and_skips_chunked_prefill():
+    pytest.importorskip("transformers")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    result = matrix("threads=1", engine="hf", axes=("chunked-prefill", "threads"))
+    axes = by_axis(result)
+    assert axes["chunked-prefill"].skipped == "the hf engine does not declare the 'chunked-prefill' ability"
+    assert [a.axis for a in result.ran] == ["threads"]
+    assert list(check_words(axes["threads"])) == ["threads=2"]
+    # torch float32 on 1 vs 2 threads: rounding at most (measured: 2 of 14 rows differ, ulp-noise, no flip)
+    assert axes["threads"].verdict_word in ("bit-exact", "ulp-noise", "noise")
+    assert axes["threads"].rows[1] == 14 and result.notes == [
+        "threads: the variant's threads=1 is replaced by each setting of the axis"]

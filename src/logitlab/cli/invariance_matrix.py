@@ -71,6 +71,9 @@ def matrix_prompts(opts: dict[str, Any]) -> list[Any]:
 @click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
               help="Exit 1 when the worst axis's verdict is worse than this.")
 @detection_option("each probe's worst check", "about a second per probe on the embedded model")
+@click.option("--self-check", is_flag=True,
+              help="Run the inverse controls of the determinism, batch and prefill-decode axes: the same path with "
+                   "one planted input token, which each probe must see; one it misses makes the axis vacuous.")
 @output_options()
 @handle_errors
 def matrix_command(**opts: Any) -> None:
@@ -99,7 +102,8 @@ def matrix_command(**opts: Any) -> None:
                             env=parse_env(opts["env"]), option="--variant")
     config = MatrixConfig(variant=variant, prompts=tuple(matrix_prompts(opts)), axes=parse_axes(opts["axes"]),
                           max_batch=opts["max_batch"], runs=opts["runs"], n_decode=opts["n_decode"],
-                          top_k=opts["top_k"], thresholds=thresholds_from(opts), detection=opts["detection"])
+                          top_k=opts["top_k"], thresholds=thresholds_from(opts), detection=opts["detection"],
+                          self_check=opts["self_check"])
     config.validate()
     check_output_paths(**report_paths(opts), inputs=[variant.model, opts["prompt_file"], opts["prompts_file"]])
 
@@ -119,4 +123,13 @@ def matrix_command(**opts: Any) -> None:
         click.echo("error: interrupted before the matrix ran; nothing was measured", err=True)
         sys.exit(EXIT_INTERRUPTED)
     finish(result, error, opts, interrupted="what was measured so far is in the reports",
-           exit_code=lambda r: require_exit_code(r.verdict_word, opts["require"], "the worst axis's verdict"))
+           exit_code=lambda r: _require_exit_code(r, opts["require"]))
+
+
+def _require_exit_code(result: Any, require: str | None) -> int:
+    """``--require``'s exit code; an axis that could not have failed (vacuous) meets no requirement."""
+    code = require_exit_code(result.verdict_word, require, "the worst axis's verdict")
+    if require and code == 0 and result.vacuous:
+        click.echo(f"error: an axis is vacuous: {result.vacuous[0]}", err=True)
+        return 1
+    return code

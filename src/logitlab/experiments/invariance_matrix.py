@@ -30,7 +30,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
 
-from logitlab.engines.base import ABILITIES, SETTING_ABILITIES
+from logitlab.engines.base import SETTING_ABILITIES
 from logitlab.engines.variant import Variant
 from logitlab.errors import InputError, Interrupted, LogitlabError
 from logitlab.events import Event
@@ -69,7 +69,7 @@ def skip_reason(engine_cls: Any, axis: str) -> str | None:
         raise InputError(f"unknown invariance axis {axis!r}; valid: {', '.join(AXES)}")
     ability = AXIS_ABILITY[axis]
     if not engine_cls.supports(ability):
-        return f"the {engine_cls.name} engine does not declare the {ability!r} ability ({ABILITIES[ability]})"
+        return f"the {engine_cls.name} engine does not declare the {ability!r} ability"
     if ability in SETTING_ABILITIES and len(axis_settings(engine_cls, axis)) < 2:
         return f"the {engine_cls.name} engine names fewer than two settings to compare (AXIS_SETTINGS[{ability!r}])"
     return None
@@ -89,6 +89,9 @@ class MatrixConfig:
         top_k: k of the top-k set agreement.
         thresholds: verdict thresholds.
         detection: measure each probe's detection limit (of its worst check).
+        self_check: run the inverse controls of the probe axes (``determinism``, ``batch``, ``prefill-decode``: one
+            planted input token each probe must see; :mod:`~logitlab.experiments.inverse_controls`); a probe that
+            misses its control is vacuous.
     """
 
     variant: Variant
@@ -100,6 +103,7 @@ class MatrixConfig:
     top_k: int = 5
     thresholds: Thresholds = field(default_factory=Thresholds)
     detection: bool = True
+    self_check: bool = False
 
     def validate(self) -> None:
         """Raise InputError naming the bad value and the valid ones."""
@@ -134,7 +138,8 @@ class MatrixConfig:
         """The :class:`~logitlab.experiments.invariance.InvarianceConfig` of one axis on one prompt
         (``settings``: an option axis's settings, the first the reference)."""
         common = {"prompt": prompt.text, "top_k": self.top_k, "thresholds": self.thresholds,
-                  "detection": self.detection, "n_decode": self.n_decode}
+                  "detection": self.detection, "n_decode": self.n_decode,
+                  "self_check": self.self_check and axis in ("determinism", "batch", "prefill-decode")}
         if axis == "determinism":
             return InvarianceConfig(probe="determinism", variant=self.variant, runs=self.runs, **common)
         if axis == "batch":
@@ -149,7 +154,8 @@ class MatrixConfig:
         return {"variant": self.variant.to_dict(), "prompts": [p.to_dict() for p in self.prompts],
                 "axes": None if self.axes is None else list(self.axes), "max_batch": self.max_batch,
                 "runs": self.runs, "n_decode": self.n_decode, "top_k": self.top_k,
-                "thresholds": dataclasses.asdict(self.thresholds), "detection": self.detection}
+                "thresholds": dataclasses.asdict(self.thresholds), "detection": self.detection,
+                "self_check": self.self_check}
 
 
 def _worst(results: Sequence[InvarianceResult]) -> InvarianceResult | None:
@@ -199,17 +205,15 @@ class AxisResult:
 
     @property
     def status(self) -> str:
-        """``skipped``, ``crashed``, ``vacuous`` (every probe), ``invariant`` (every probe), ``not invariant``, or
-        ``not run`` (the matrix stopped before it)."""
+        """``skipped``; ``not run`` (the matrix stopped before it); else the most telling of its probes' statuses:
+        ``crashed``, then ``not invariant``, then ``vacuous`` (a probe that could not have failed), else
+        ``invariant``."""
         if self.skipped:
             return "skipped"
         if not self.probes:
             return "not run"
         statuses = [p.status for p in self.probes]
-        for status in ("crashed", "not invariant"):
-            if status in statuses:
-                return status
-        return "vacuous" if all(s == "vacuous" for s in statuses) else "invariant"
+        return next((s for s in ("crashed", "not invariant", "vacuous") if s in statuses), "invariant")
 
     @property
     def rows(self) -> tuple[int, int]:
@@ -306,15 +310,18 @@ class InvarianceMatrixResult(ResultRecord):
 
     @property
     def status(self) -> str:
-        """``crashed``, ``not invariant``, ``vacuous`` (every axis that ran), ``invariant`` (every axis that ran),
-        or ``not run`` (no axis ran)."""
+        """The most telling status of the axes that ran: ``crashed``, then ``not invariant``, then ``vacuous`` (an
+        axis that could not have failed), else ``invariant``; ``not run`` when no axis ran."""
         statuses = [a.status for a in self.ran]
         if not statuses:
             return "not run"
-        for status in ("crashed", "not invariant"):
-            if status in statuses:
-                return status
-        return "vacuous" if all(s == "vacuous" for s in statuses) else "invariant"
+        return next((s for s in ("crashed", "not invariant", "vacuous") if s in statuses), "invariant")
+
+    @property
+    def vacuous(self) -> list[str]:
+        """The axes that ran but could not have failed (a probe that compared a computation with itself, or missed
+        its inverse control), each as ``axis: why``."""
+        return [f"{a.axis}: {p.vacuous}" for a in self.ran for p in a.probes if p.vacuous]
 
     def derived(self) -> dict[str, Any]:
         return {"verdict": self.verdict_word, "status": self.status,

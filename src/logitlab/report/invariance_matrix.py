@@ -163,6 +163,12 @@ def matrix_document(result: InvarianceMatrixResult, *, show_error: bool = True) 
     if exercised:
         doc.add(Paragraph("exercised (forward passes, as the engine ran them)", tone="dim", tight=True),
                 Bullets(exercised, tight=True))
+    controls = [f"{'caught' if c.caught else 'NOT caught'}: {a.axis}" + (f", {name}" if several else "")
+                + f", {c.check}, {c.planted}: {c.evidence}"
+                for a in result.ran for name, probe in zip(a.prompts, a.probes) for c in probe.controls]
+    if controls:
+        doc.add(Paragraph("self-check: inverse controls (one planted input token each probe must see)", tone="dim",
+                          tight=True), Bullets(controls, tight=True))
     statuses = [f"{a.axis}: {a.status}" for a in result.ran]
     if statuses:
         doc.add(Paragraph(rich(Span("status: ", "strong"), result.status + f" ({'; '.join(statuses)})"),
