@@ -133,7 +133,8 @@ def test_matrix_writes_json_markdown_and_report_renders_it_again(tmp_path):
     out, md = tmp_path / "m.json", tmp_path / "m.md"
     proc = logitlab("invariance", "matrix", "--axes", "threads,determinism", "--runs", "2", "--tokens", "2",
                     "--prompt", SHORT_PROMPT, "--variant", LLAMA, "--quiet", "--require", "bit-exact",
-                    "--json", str(out), "--markdown", str(md))
+                    "--json", str(out), "--markdown", str(md), "--record", str(tmp_path / "history"),
+                    "--commit", "0123456789abcdef", "--machine", "test-machine")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("logitlab invariance matrix: bit-exact")
     assert "1 unique logit array of 2 runs, 1 unique greedy text" in proc.stdout
@@ -148,6 +149,11 @@ def test_matrix_writes_json_markdown_and_report_renders_it_again(tmp_path):
     proc = logitlab("report", str(out), "--markdown", str(again))
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert again.read_text() == text
+    # --record: one series per axis, for `history show`
+    assert len(list((tmp_path / "history" / "test-machine").glob("0123456789ab-*.json"))) == 1
+    proc = logitlab("history", "show", "--dir", str(tmp_path / "history"))
+    assert proc.returncode == 0, proc.stderr
+    assert "threads/bit_exact_share" in proc.stdout and "determinism/argmax flips" in proc.stdout
 
 
 @pytest.mark.parametrize("args, message", [

@@ -110,6 +110,15 @@ def test_fake_engine_runs_what_it_can_skips_the_rest_and_round_trips(tmp_path):
     assert "| determinism | 1 unique logit array of 3 runs, 1 unique greedy text |" in md
     assert "- batch: the fake engine does not declare the 'batch' ability" in md
     assert "status: invariant" in md.replace("*", "")
+    # --record: one series per axis that ran
+    from logitlab.experiments.history.metrics import record_from_result
+
+    record = record_from_result(result, machine="test-machine", commit="0123456789abcdef", commit_date=None)
+    metrics = record.metrics
+    assert sorted(metrics) == ["determinism", "prefill-decode"]
+    assert metrics["determinism"]["bit_exact_share"].value == 100.0
+    assert metrics["prefill-decode"]["argmax flips"].value == 0.0 and metrics["prefill-decode"]["kld_p99"].value == 0
+    assert record.manifest["result_kind"] == "invariance-matrix"
 
 
 # -- llama.cpp: the known facts ----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from logitlab.cli.common import EXIT_INTERRUPTED, REQUIRE_CHOICES, finish, handl
     run_with_progress
 from logitlab.cli.options import detection_option, output_options, threshold_options, thresholds_from
 from logitlab.cli.outputs import check_output_paths, report_paths
+from logitlab.cli.recording import record_options, record_target
 from logitlab.engines import DEFAULT_ENGINE
 from logitlab.engines.variant import parse_env, parse_variant
 from logitlab.errors import InputError, Interrupted
@@ -75,6 +76,7 @@ def matrix_prompts(opts: dict[str, Any]) -> list[Any]:
               help="Run the inverse controls of the determinism, batch and prefill-decode axes: the same path with "
                    "one planted input token, which each probe must see; one it misses makes the axis vacuous.")
 @output_options()
+@record_options()
 @handle_errors
 def matrix_command(**opts: Any) -> None:
     """Every invariance axis the engine supports, for one variant and one or more prompts, in one report.
@@ -106,6 +108,7 @@ def matrix_command(**opts: Any) -> None:
                           self_check=opts["self_check"])
     config.validate()
     check_output_paths(**report_paths(opts), inputs=[variant.model, opts["prompt_file"], opts["prompts_file"]])
+    target = record_target(opts)
 
     def describe(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:
         if kind == "start":
@@ -122,7 +125,7 @@ def matrix_command(**opts: Any) -> None:
     except Interrupted:  # before any probe ran: nothing to write
         click.echo("error: interrupted before the matrix ran; nothing was measured", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    finish(result, error, opts, interrupted="what was measured so far is in the reports",
+    finish(result, error, opts, target=target, interrupted="what was measured so far is in the reports",
            exit_code=lambda r: _require_exit_code(r, opts["require"]))
 
 

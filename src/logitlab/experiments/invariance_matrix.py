@@ -40,6 +40,7 @@ from logitlab.experiments.prompts import Prompt, check_unique
 from logitlab.jsonio import ResultRecord
 from logitlab.numerics import VERDICTS, Thresholds
 from logitlab.numerics.detection import DetectionLimits
+from logitlab.perf.metrics import HIGHER, LOWER, Metric, Metrics, put_crash, put_metric
 
 __all__ = ["AXES", "AXIS_ABILITY", "MatrixConfig", "AxisResult", "InvarianceMatrixResult", "InvarianceMatrix",
            "skip_reason", "axis_settings", "run_invariance_matrix"]
@@ -326,6 +327,29 @@ class InvarianceMatrixResult(ResultRecord):
     def derived(self) -> dict[str, Any]:
         return {"verdict": self.verdict_word, "status": self.status,
                 "axes_summary": [a.summary() for a in self.axes]}
+
+    def history_metrics(self) -> Metrics:
+        """What the history keeps of a matrix (``--record``): axis -> metric name ->
+        :class:`~logitlab.perf.metrics.Metric`, one series per axis that ran, so that the build where an axis loses
+        its invariance is a change point.
+
+        Per axis: ``bit_exact_share`` (% of compared rows bit-identical, over every check of every prompt; higher is
+        better), ``kld_p99`` (the largest per-check KLD p99, nats; lower is better), ``argmax flips`` (over every
+        check; lower is better), and ``crashed`` (its phase and status) when an engine crashed on that axis.
+        """
+        out: Metrics = {}
+        for axis in self.ran:
+            for probe in axis.probes:
+                put_crash(out, axis.axis, probe.crash)
+            identical, total = axis.rows
+            if total:
+                put_metric(out, axis.axis, "bit_exact_share", Metric(HIGHER, 100.0 * identical / total, "%"))
+                kld = axis.kld("p99")
+                if kld is not None:
+                    put_metric(out, axis.axis, "kld_p99", Metric(LOWER, float(kld), "nats"))
+                flips = sum(len(check.comparison.flips) for _, check in axis.checks())
+                put_metric(out, axis.axis, "argmax flips", Metric(LOWER, float(flips), "flips"))
+        return out
 
 
 class InvarianceMatrix(Experiment):
