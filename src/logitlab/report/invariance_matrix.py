@@ -101,9 +101,12 @@ def _header(result: InvarianceMatrixResult) -> KeyValues:
                 lengths.setdefault(name, len(probe.prompt_ids))
     rows.append(("prompts", ", ".join(f"{p['name']}" + (f" ({lengths[p['name']]} tokens)" if p["name"] in lengths
                                                           else "") for p in cfg["prompts"])))
-    rows.append(("workload", f"{cfg['n_decode']} greedy tokens after each prompt (batch: the prompt alone); "
-                             f"determinism {cfg['runs']} runs; batch B = 1..{cfg['max_batch']}"))
     ran = [a.axis for a in result.ran]
+    workload = [f"{cfg['n_decode']} greedy tokens after each prompt" + (" (batch: the prompt alone)"
+                                                                         if "batch" in ran else "")]
+    workload += [f"determinism {cfg['runs']} runs"] if "determinism" in ran else []
+    workload += [f"batch B = 1..{cfg['max_batch']}"] if "batch" in ran else []
+    rows.append(("workload", "; ".join(workload)))
     rows.append(("axes run", ", ".join(ran) if ran else "none"))
     host = result.manifest.get("host") if result.manifest else None
     if host:
