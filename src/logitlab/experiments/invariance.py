@@ -257,11 +257,10 @@ class InvarianceResult(ResultRecord):
 # -- helpers ---------------------------------------------------------------------------
 def _check(name: str, reference_text: str, observed_text: str, reference: np.ndarray, observed: np.ndarray,
            config: InvarianceConfig, token_ids: Sequence[int], details: dict[str, Any] | None = None) -> Check:
+    """One check: the two arrays compared (full vocabulary, ``config.top_k``) and classified."""
     comparison = compare_logits(reference, observed, top_k=config.top_k, token_ids=list(map(int, token_ids)))
     verdict = classify(comparison, config.thresholds)
-    check = Check(name, reference_text, observed_text, comparison, verdict, details or {})
-    check.arrays = (reference, observed)  # not a field: kept until the worst check's detection limit is measured
-    return check
+    return Check(name, reference_text, observed_text, comparison, verdict, details or {})
 
 
 def _digest(array: np.ndarray) -> str:
@@ -298,6 +297,8 @@ class InvarianceProbe(Experiment):
         self._outputs: list[RunOutput] | None = None  # determinism's runs not yet compared
         self._texts: dict[tuple[int, ...], str] = {}  # determinism: each distinct greedy text, detokenized
         self._control: Control | None = None  # determinism's inverse control (--self-check)
+        # each check's compared arrays, by id(check): kept until the worst check's detection limit is measured
+        self._arrays: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def run(self) -> InvarianceResult:
         """Run the probe.
@@ -338,12 +339,19 @@ class InvarianceProbe(Experiment):
         """The detection limits of the worst check (:mod:`logitlab.numerics.detection`); the arrays go after."""
         worst = result.worst
         if self.config.detection and worst is not None and not result.crash:
-            arrays = getattr(worst, "arrays", None)
+            arrays = self._arrays.get(id(worst))
             if arrays is not None:
                 self.on_event("step", {"what": "detection limits"})
                 result.detection = detection_limits(*arrays, worst.comparison, thresholds=self.config.thresholds)
-        for check in result.checks:
-            check.__dict__.pop("arrays", None)
+        self._arrays.clear()
+
+    def _checked(self, name: str, reference_text: str, observed_text: str, reference: np.ndarray,
+                 observed: np.ndarray, config: InvarianceConfig, token_ids: Sequence[int],
+                 details: dict[str, Any] | None = None) -> Check:
+        """:func:`_check`, keeping the two arrays for :meth:`_detect`."""
+        check = _check(name, reference_text, observed_text, reference, observed, config, token_ids, details)
+        self._arrays[id(check)] = (reference, observed)
+        return check
 
     def _crashed(self, result: InvarianceResult, crash: EngineCrashed) -> InvarianceResult:
         """The engine died: its evidence on the result, whose verdict is then ``crashed``."""
@@ -407,8 +415,8 @@ class InvarianceProbe(Experiment):
                 details["limited"] = ("the same forward row counts as the prompt alone: a kernel chosen by the "
                                       "number of rows ran the same; only the batch's attention (its KV cache, "
                                       "masks, padding) differed")
-            result.checks.append(_check(name, "the prompt alone (B=1)", text, reference, observed, cfg,
-                                        token_ids, details))
+            result.checks.append(self._checked(name, "the prompt alone (B=1)", text, reference, observed, cfg,
+                                               token_ids, details))
         result.details = {"fill": fill, "batch_sizes": sizes, "paddings": paddings, "backend": batched["params"]}
         if cfg.self_check:
             self._batch_control(result, engine, batches, batched)
@@ -452,7 +460,7 @@ class InvarianceProbe(Experiment):
             if path_rows and same_shapes(prefill_rows, path_rows):
                 details["vacuous"] = (f"the prefill also ran one row per forward ({rows_text(prefill_rows)}), as "
                                       "the decode steps do: both sides are the same computation")
-            result.checks.append(_check(
+            result.checks.append(self._checked(
                 name, f"one prefill of all {len(sequence)} tokens, row p",
                 f"position p from {text} (p = 0: a one-token prefill)",
                 full, rows, cfg, sequence,
@@ -549,8 +557,9 @@ class InvarianceProbe(Experiment):
             details = {"setting": dict(setting),
                        "exercised": f"the prompt's prefill, reference: {rows_text(reference_rows)}; "
                                     f"with {name}: {rows_text(rows)}"}
-            result.checks.append(_check(name, f"the variant as given ({given})", f"the variant with {name}",
-                                        reference.logits, observed.logits, cfg, reference.input_ids, details))
+            result.checks.append(self._checked(name, f"the variant as given ({given})", f"the variant with {name}",
+                                               reference.logits, observed.logits, cfg, reference.input_ids,
+                                               details))
             self.on_event("step", {"what": name})
         result.details = {"settings": [dict(s) for s in cfg.settings], "reference": given,
                           "generated_text": self._detokenize(reference.generated)}
@@ -578,7 +587,7 @@ class InvarianceProbe(Experiment):
             n_rows = len(ids) + (diverge if diverge is not None else cfg.n_decode)
             details = {"runs": runs, "first_differing_token": diverge,
                        "rows_compared": n_rows, "same_text": diverge is None}
-            result.checks.append(_check(
+            result.checks.append(self._checked(
                 f"runs {', '.join(map(str, runs))}", "run 1",
                 f"run {runs[0]}" + ("" if diverge is None else
                                     f" (compared up to its first different greedy token, decode step {diverge})"),
@@ -600,9 +609,9 @@ class InvarianceProbe(Experiment):
                 "have recomputed what this probe compares")
         if len(groups) == 1 and len(outputs) > 1:
             # One distinct array: record an explicit bit-exact check so the verdict reads like ab's.
-            result.checks.append(_check(f"runs 2..{len(outputs)}", "run 1", f"runs 2..{len(outputs)} (all identical)",
-                                        first.logits, outputs[-1].logits, cfg, first.input_ids,
-                                        {"runs": list(range(2, len(outputs) + 1))}))
+            result.checks.append(self._checked(
+                f"runs 2..{len(outputs)}", "run 1", f"runs 2..{len(outputs)} (all identical)", first.logits,
+                outputs[-1].logits, cfg, first.input_ids, {"runs": list(range(2, len(outputs) + 1))}))
 
 
 # -- what runs on the engine (in its supervised worker: see call_engine) -------------------------------
