@@ -30,28 +30,16 @@ Exit status 2 with one ``error:`` line on bad input.
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import os
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
-from cmd_faults import FaultError, plant_faults  # this folder (a script's own folder is on sys.path)
-from llamacpp_cmd_engine import write_logits
+import cmd_protocol as protocol  # this folder (a script's own folder is on sys.path)
 
 DTYPES = ("float32", "bfloat16", "float16")
 ATTNS = ("sdpa", "eager")
-
-
-def _choice(name: str, default: str, valid: tuple[str, ...]) -> str:
-    """The knob's value; exit 2 with one ``error:`` line when it is not one of ``valid``."""
-    value = os.environ.get(name) or default
-    if value not in valid:
-        print(f"error: {name}={value!r} is not one of {', '.join(valid)}", file=sys.stderr)
-        sys.exit(2)
-    return value
 
 
 def _cache(out):
@@ -60,32 +48,18 @@ def _cache(out):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokens", required=True, help="input token ids, whitespace-separated")
-    parser.add_argument("--logits", required=True, help="output: .npy, .safetensors or raw float32")
-    parser.add_argument("--n-prompt", type=int, default=None, help="tokens prefilled in one forward (default: all)")
-    parser.add_argument("--n-decode", type=int, default=None,
-                        help="M=1 decode steps after the prompt (default: the rest of the file)")
-    parser.add_argument("--generated", default=None, help="output: the decode token ids fed, one per line")
+    parser = protocol.parser(__doc__.split("\n\n")[0], "tokens prefilled in one forward (default: all)")
     args = parser.parse_args(argv)
+    return protocol.serve(lambda: run(args))
 
-    try:
-        tokens = [int(t) for t in Path(args.tokens).read_text().split()]
-    except (OSError, ValueError) as exc:
-        print(f"error: cannot read token ids from {args.tokens}: {exc}", file=sys.stderr)
-        return 2
-    n_prompt = len(tokens) if args.n_prompt is None else args.n_prompt
-    n_decode = len(tokens) - n_prompt if args.n_decode is None else args.n_decode
-    if not 1 <= n_prompt <= len(tokens) or n_decode < 0 or len(tokens) > n_prompt + n_decode:
-        print(f"error: {len(tokens)} tokens in {args.tokens} do not fit --n-prompt {n_prompt} "
-              f"--n-decode {n_decode}", file=sys.stderr)
-        return 2
-    dtype = _choice("HF_CMD_DTYPE", "float32", DTYPES)
-    attn = _choice("HF_CMD_ATTN", "sdpa", ATTNS)
-    threads = os.environ.get("HF_CMD_THREADS") or str(max(1, (os.cpu_count() or 2) // 2))
-    if not threads.isdigit() or int(threads) < 1:
-        print(f"error: HF_CMD_THREADS={threads!r} is not a positive integer", file=sys.stderr)
-        return 2
+
+def run(args) -> int:
+    tokens, n_prompt, n_decode = protocol.read_workload(args)
+    dtype = protocol.env_choice("HF_CMD_DTYPE", "float32", DTYPES)
+    attn = protocol.env_choice("HF_CMD_ATTN", "sdpa", ATTNS)
+    threads = protocol.env_int("HF_CMD_THREADS", max(1, (os.cpu_count() or 2) // 2))
+    if threads < 1:
+        raise protocol.ProtocolError(f"HF_CMD_THREADS={threads} is not a positive integer")
 
     import torch
     import transformers
@@ -93,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     from logitlab.engines.hf import dequantised_folder
     from logitlab.models import default_model_path
 
-    torch.set_num_threads(int(threads))
+    torch.set_num_threads(threads)
     folder, _ = dequantised_folder(default_model_path())
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
@@ -121,15 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         decode_seconds = time.perf_counter() - start
 
     logits = np.concatenate(rows).astype(np.float32)
-    try:
-        plant_faults(logits, dict(os.environ), "HF_CMD_")
-    except FaultError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    write_logits(Path(args.logits), logits)
-    if args.generated:
-        Path(args.generated).write_text("".join(f"{t}\n" for t in fed))
-    print(f"prefill_seconds={prefill_seconds:.6f} decode_seconds={decode_seconds:.6f}", file=sys.stderr)
+    protocol.finish(args, logits, fed, prefill_seconds, decode_seconds, "HF_CMD_")
     return 0
 
 

@@ -45,65 +45,23 @@ Exit status 2 with one ``error:`` line on bad input.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import struct
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
-from cmd_faults import FaultError, plant_faults  # this folder (a script's own folder is on sys.path)
-
-
-def _env_int(name: str, default: int | None) -> int | None:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise SystemExit(f"error: {name}={value!r} is not an integer")
-
-
-def write_logits(path: Path, logits: np.ndarray) -> None:
-    """Write ``(rows, vocab)`` float32 logits in the format the file suffix names."""
-    logits = np.ascontiguousarray(logits, dtype="<f4")
-    if path.suffix == ".npy":
-        np.save(path, logits)
-    elif path.suffix == ".safetensors":
-        header = json.dumps({"logits": {"dtype": "F32", "shape": list(logits.shape),
-                                        "data_offsets": [0, logits.nbytes]}}).encode()
-        header += b" " * (-len(header) % 8)
-        with path.open("wb") as f:
-            f.write(struct.pack("<Q", len(header)) + header + logits.tobytes())
-    else:
-        logits.tofile(path)
+import cmd_protocol as protocol  # this folder (a script's own folder is on sys.path)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokens", required=True, help="input token ids, whitespace-separated")
-    parser.add_argument("--logits", required=True, help="output: .npy, .safetensors or raw float32")
-    parser.add_argument("--n-prompt", type=int, default=None, help="tokens prefilled in one batch (default: all)")
-    parser.add_argument("--n-decode", type=int, default=None,
-                        help="M=1 decode steps after the prompt (default: the rest of the file)")
-    parser.add_argument("--generated", default=None, help="output: the decode token ids fed, one per line")
+    parser = protocol.parser(__doc__.split("\n\n")[0], "tokens prefilled in one batch (default: all)")
     parser.add_argument("--model", default=None, help="GGUF model (default: the embedded SmolLM2-135M)")
     args = parser.parse_args(argv)
+    return protocol.serve(lambda: run(args))
 
-    try:
-        tokens = [int(t) for t in Path(args.tokens).read_text().split()]
-    except (OSError, ValueError) as exc:
-        print(f"error: cannot read token ids from {args.tokens}: {exc}", file=sys.stderr)
-        return 2
-    n_prompt = len(tokens) if args.n_prompt is None else args.n_prompt
-    n_decode = len(tokens) - n_prompt if args.n_decode is None else args.n_decode
-    if not 1 <= n_prompt <= len(tokens) or n_decode < 0 or len(tokens) > n_prompt + n_decode:
-        print(f"error: {len(tokens)} tokens in {args.tokens} do not fit --n-prompt {n_prompt} "
-              f"--n-decode {n_decode}", file=sys.stderr)
-        return 2
+
+def run(args) -> int:
+    tokens, n_prompt, n_decode = protocol.read_workload(args)
 
     import llama_cpp
 
@@ -112,19 +70,17 @@ def main(argv: list[str] | None = None) -> int:
 
         args.model = str(default_model_path())
     kwargs = {"flash_attn": os.environ.get("LLAMACPP_CMD_FLASH_ATTN", "0") not in ("", "0")}
-    threads = _env_int("LLAMACPP_CMD_THREADS", None)
+    threads = protocol.env_int("LLAMACPP_CMD_THREADS", None)
     if threads is not None:
         kwargs["n_threads"] = kwargs["n_threads_batch"] = threads
-    ubatch = _env_int("LLAMACPP_CMD_UBATCH", None)
+    ubatch = protocol.env_int("LLAMACPP_CMD_UBATCH", None)
     if ubatch is not None:
         kwargs["n_batch"] = kwargs["n_ubatch"] = ubatch
     kv = os.environ.get("LLAMACPP_CMD_KV", "")
     if kv:
         from logitlab.engines.llamacpp import KV_TYPES
 
-        if kv not in KV_TYPES:
-            print(f"error: LLAMACPP_CMD_KV={kv!r} is not one of {', '.join(KV_TYPES)}", file=sys.stderr)
-            return 2
+        kv = protocol.env_choice("LLAMACPP_CMD_KV", "", tuple(KV_TYPES))
         kwargs["type_k"] = kwargs["type_v"] = KV_TYPES[kv]
     n_ctx = max(512, n_prompt + n_decode)
     # the llamacpp engine's default weight repacking on this machine (off on AMX CPUs, where it crashes)
@@ -146,16 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     decode_seconds = time.perf_counter() - start
 
     logits = np.array(llama.scores[: n_prompt + n_decode], dtype=np.float32)
-    try:
-        plant_faults(logits, dict(os.environ), "LLAMACPP_CMD_")
-    except FaultError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    write_logits(Path(args.logits), logits)
-    if args.generated:
-        Path(args.generated).write_text("".join(f"{t}\n" for t in fed))
-    print(f"prefill_seconds={prefill_seconds:.6f} decode_seconds={decode_seconds:.6f}", file=sys.stderr)
     llama.close()
+    protocol.finish(args, logits, fed, prefill_seconds, decode_seconds, "LLAMACPP_CMD_")
     return 0
 
 

@@ -338,3 +338,23 @@ def test_ab_self_check_names_an_ab_that_could_not_have_failed(fake, tmp_path):
     assert live.returncode == 0, live.stderr
     data = json.loads((tmp_path / "live.json").read_text())
     assert data["controls"][0]["caught"] is True and data["vacuous"] is None
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"LLAMACPP_CMD_KV": "q3_z"}, "error: LLAMACPP_CMD_KV='q3_z' is not one of "),
+    ({"LLAMACPP_CMD_UBATCH": "many"}, "error: LLAMACPP_CMD_UBATCH='many' is not an integer"),
+    ({"LLAMACPP_CMD_PLANT": "argmax-up:99:1"}, "error: LLAMACPP_CMD_PLANT='argmax-up:99:1': SHAPE is argmax-up"),
+    ({"LLAMACPP_CMD_PERTURB": "3"}, "error: LLAMACPP_CMD_PERTURB='3' is not POSITION:SIZE"),
+])
+@pytest.mark.engine
+def test_the_reference_engines_bad_knobs_are_one_error_line_and_exit_2(tmp_path, env, message):
+    import os
+
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("1 2 3")
+    logits = tmp_path / "l.npy"
+    proc = subprocess.run([PY, str(EXAMPLE), "--tokens", str(tokens), "--logits", str(logits)],
+                          capture_output=True, text=True, env={**os.environ, **env})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith(message), proc.stderr
+    assert not logits.exists()  # nothing written on bad input

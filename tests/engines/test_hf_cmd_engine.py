@@ -80,7 +80,8 @@ def test_the_detection_limit_brackets_a_logit_planted_by_the_engine_under_bfloat
     ({"HF_CMD_DTYPE": "float64"}, "error: HF_CMD_DTYPE='float64' is not one of float32, bfloat16, float16"),
     ({"HF_CMD_PLANT": "sideways:0:1"}, "error: HF_CMD_PLANT='sideways:0:1': SHAPE is argmax-up"),
     ({"HF_CMD_PLANT": "argmax-up:0"}, "error: HF_CMD_PLANT='argmax-up:0' is not SHAPE:POSITION:SIZE[:TOKEN]"),
-    ({"HF_CMD_THREADS": "0"}, "error: HF_CMD_THREADS='0' is not a positive integer"),
+    ({"HF_CMD_THREADS": "0"}, "error: HF_CMD_THREADS=0 is not a positive integer"),
+    ({"HF_CMD_THREADS": "two"}, "error: HF_CMD_THREADS='two' is not an integer"),
 ])
 @pytest.mark.engine
 def test_bad_knobs_are_one_error_line_and_exit_2(tmp_path, env, message):
