@@ -9,8 +9,9 @@ import click
 from logitlab.cli.auto_options import CountOrAuto, Duration
 from logitlab.cli.common import (EXIT_CHECK_FAILED, EXIT_OK, REQUIRE_CHOICES, finish, handle_errors, require_exit_code,
                                  run_with_progress)
-from logitlab.cli.options import (detection_option, output_options, prompt_options, run_log_option, run_log_path,
-                                  threshold_options, thresholds_from, variant_pair, variant_pair_options)
+from logitlab.cli.options import (detection_option, output_options, prompt_from, prompt_inputs, prompt_options,
+                                  run_log_option, run_log_path, threshold_options, thresholds_from, variant_pair,
+                                  variant_pair_options)
 from logitlab.cli.outputs import check_output_paths, report_paths
 from logitlab.cli.recording import record_options, record_target
 from logitlab.errors import InputError
@@ -87,7 +88,6 @@ def ab(**opts: Any) -> None:
       logitlab ab --engine 'cmd:./build/engine --tokens {tokens} --logits {logits}' --record --repo .
     """
     from logitlab.experiments.ab import AbConfig
-    from logitlab.experiments.prompts import load_prompt
 
     control, candidate = variant_pair(opts)
     if opts["explain_positions"] < 1:  # as explain --positions, whether or not --explain is given
@@ -95,7 +95,7 @@ def ab(**opts: Any) -> None:
     config = AbConfig(
         control=control,
         candidate=candidate,
-        prompt=load_prompt(opts["prompt"], opts["prompt_file"]),
+        prompt=prompt_from(opts, "ab"),
         n_decode=opts["n_decode"], repeats=opts["repeats"], warmup=opts["warmup"],
         **_auto_budget(opts),
         isolation=opts["isolation"], slot_timeout=opts["slot_timeout"], randomize=opts["randomize"],
@@ -107,7 +107,7 @@ def ab(**opts: Any) -> None:
     log_path = run_log_path(opts, "ab")
     check_output_paths(**report_paths(opts),
                        log=log_path,
-                       inputs=[control.model, candidate.model, opts["prompt_file"]])
+                       inputs=[control.model, candidate.model, *prompt_inputs(opts)])
     target = record_target(opts)
     result, error = _run(config, log_path, opts["quiet"])
     finish(result, error, opts, target=target, log_path=log_path,

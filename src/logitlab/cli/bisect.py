@@ -11,7 +11,8 @@ import click
 from logitlab.cli.auto_options import Duration
 from logitlab.cli.common import (EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_OK, REQUIRE_CHOICES, fail, handle_errors,
                                  make_progress)
-from logitlab.cli.options import MODEL_HELP, output_options, prompt_options, threshold_options, thresholds_from
+from logitlab.cli.options import (MODEL_HELP, output_options, prompt_from, prompt_inputs, prompt_options,
+                                  threshold_options, thresholds_from)
 from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
 from logitlab.engines import DEFAULT_ENGINE
 from logitlab.errors import InputError, Interrupted, LogitlabError
@@ -88,7 +89,6 @@ def bisect(**opts: Any) -> None:
     from logitlab.experiments.bisect.run import parse_range
     from logitlab.experiments.bisect.probes import NumericsProbe, SpeedProbe
     from logitlab.experiments.gitrepo import require_repository
-    from logitlab.experiments.prompts import load_prompt
 
     good, bad = parse_range(opts["revisions"])
     words = _probe_text(opts["probe_words"])
@@ -96,14 +96,17 @@ def bisect(**opts: Any) -> None:
         raise InputError(f"give the {opts['probe']} probe after --: "
                          + ("an engine spec, e.g. -- 'cmd:./build/engine --tokens {tokens} --logits {logits}'"
                             if opts["probe"] == "numerics" else "a benchmark command, e.g. -- ./build/bench"))
+    if opts["probe"] == "speed" and any(opts[key] for key in ("prompt_texts", "prompt_file", "prompts_file")):
+        raise InputError("--prompt, --prompt-file and --prompts are the numerics probe's workload: the speed probe "
+                         "times the benchmark command after --; drop them")
+    prompt = prompt_from(opts, "bisect", default=_BISECT_PROMPT) if opts["probe"] == "numerics" else None
     top = require_repository(opts["repo"])
-    check_output_paths(**report_paths(opts), inputs=[opts["prompt_file"]])
+    check_output_paths(**report_paths(opts), inputs=prompt_inputs(opts))
     if opts["probe"] == "numerics":
         probe: Any = NumericsProbe(
             parse_variant(words, "candidate", default_engine=opts["engine"], default_model=opts["model"],
                           env=parse_env(opts["env"]), option="probe"),
-            prompt=load_prompt(opts["prompt"], opts["prompt_file"]) if opts["prompt"] or opts["prompt_file"]
-            else _BISECT_PROMPT,
+            prompt=prompt,
             n_decode=opts["n_decode"], require=opts["require"], thresholds=thresholds_from(opts), top_k=opts["top_k"])
     else:
         if opts["metric_regex"] and opts["higher_is_better"] is None:

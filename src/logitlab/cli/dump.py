@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from logitlab.cli.common import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, fail, handle_errors, make_progress
-from logitlab.cli.options import output_options, prompt_options, variant_pair, variant_pair_options
+from logitlab.cli.options import output_options, prompt_from, prompt_inputs, prompt_options, variant_pair, variant_pair_options
 from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
 
 
@@ -56,18 +56,14 @@ def dump(**opts: Any) -> None:
     from logitlab.dumps.filters import TensorFilter
     from logitlab.dumps.sizes import parse_size
     from logitlab.dumps.run import DEFAULT_DUMP_PROMPT, capture_function, check_out_dir, removed_if_unused
-    from logitlab.experiments.prompts import load_prompt
     from logitlab.report.dumps import capture_lines
 
     pair = opts["candidate"] is not None or bool(opts["candidate_env"])
     out = Path(opts["out_dir"])
     control, candidate = variant_pair(opts)
-    check_output_paths(**report_paths(opts), inputs=[control.model, candidate.model, opts["prompt_file"]],
+    check_output_paths(**report_paths(opts), inputs=[control.model, candidate.model, *prompt_inputs(opts)],
                        folders={"out": opts["out_dir"]})
-    if opts["prompt"] is None and opts["prompt_file"] is None:
-        prompt = DEFAULT_DUMP_PROMPT
-    else:
-        prompt = load_prompt(opts["prompt"], opts["prompt_file"])
+    prompt = prompt_from(opts, "dump", default=DEFAULT_DUMP_PROMPT)
     select = TensorFilter.parse(opts["names"], opts["layers"], opts["positions"])
     max_bytes = parse_size(opts["max_bytes"])
     for variant in (control, candidate) if pair else (control,):

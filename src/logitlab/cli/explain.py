@@ -8,8 +8,8 @@ from typing import Any
 import click
 
 from logitlab.cli.common import EXIT_INTERRUPTED, EXIT_OK, finish, handle_errors, run_with_progress
-from logitlab.cli.options import (output_options, prompt_options, threshold_options, thresholds_from, variant_pair,
-                                  variant_pair_options)
+from logitlab.cli.options import (output_options, prompt_from, prompt_inputs, prompt_options, threshold_options,
+                                  thresholds_from, variant_pair, variant_pair_options)
 from logitlab.cli.outputs import check_output_paths, report_paths
 from logitlab.errors import Interrupted, LogitlabError
 
@@ -52,18 +52,17 @@ def explain(**opts: Any) -> None:
       logitlab explain --engine hf --control dtype=float32 --candidate dtype=bfloat16 --json why.json
     """
     from logitlab.experiments.explain import ExplainConfig
-    from logitlab.experiments.prompts import load_prompt
 
     control, candidate = variant_pair(opts)
     config = ExplainConfig(
         control=control, candidate=None if opts["candidate"] is None and opts["k"] is not None else candidate,
-        prompt=load_prompt(opts["prompt"], opts["prompt_file"]), n_decode=opts["n_decode"], k=opts["k"],
+        prompt=prompt_from(opts, "explain"), n_decode=opts["n_decode"], k=opts["k"],
         width_k=opts["width_k"], batch=opts["batch"], max_positions=opts["max_positions"], top_k=opts["top_k"],
         thresholds=thresholds_from(opts), dump=not opts["no_dump"],
     )
     config.validate()
     check_output_paths(**report_paths(opts),
-                       inputs=[control.model, candidate.model, opts["prompt_file"]])
+                       inputs=[control.model, candidate.model, *prompt_inputs(opts)])
     try:
         result, error = _run(config, opts["quiet"])
     except Interrupted:  # before the pair ran: nothing to write

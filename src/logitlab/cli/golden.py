@@ -9,7 +9,7 @@ import click
 
 from logitlab.cli.common import EXIT_CHECK_FAILED, EXIT_OK, REQUIRE_CHOICES, handle_errors, make_progress
 from logitlab.cli.options import (MODEL_HELP, SPEC_HELP, apply_options, detection_option, output_options,
-                                  threshold_options, thresholds_from)
+                                  prompt_inputs, prompt_options, prompts_from, threshold_options, thresholds_from)
 from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
 from logitlab.cli.recording import record_options, record_result, record_target
 from logitlab.errors import InputError
@@ -88,9 +88,7 @@ def golden() -> None:
 
 @golden.command()
 @variant_options(recorded=False)
-@click.option("--prompts", "prompts_file", default=None,
-              help="Prompts file (JSONL with text/name, or one prompt per line). Default: the 9 built-in prompts.")
-@click.option("--prompt", "prompt_texts", multiple=True, help="A prompt (repeatable; instead of --prompts).")
+@prompt_options("the 9 built-in prompts", many=True)
 @click.option("--tokens", "n_decode", type=int, default=64, show_default=True,
               help="Greedy decode tokens after each prompt.")
 @click.option("-o", "--out", "out", required=True, help="Golden root folder: the golden goes to OUT/<device-key>/.")
@@ -107,17 +105,14 @@ def record(**opts: Any) -> None:
     """
     from logitlab.dumps.sizes import format_bytes
     from logitlab.experiments.golden.run import RecordConfig, record_golden
-    from logitlab.experiments.prompts import builtin_prompts, check_unique, load_prompts, prompts_from_texts
+    from logitlab.experiments.prompts import builtin_prompts, check_unique
 
-    if opts["prompts_file"] and opts["prompt_texts"]:
-        raise InputError("give --prompts FILE or --prompt TEXT, not both")
-    prompts = (load_prompts(opts["prompts_file"]) if opts["prompts_file"]
-               else prompts_from_texts(opts["prompt_texts"]) if opts["prompt_texts"] else builtin_prompts())
+    prompts = prompts_from(opts, builtin_prompts)
     check_unique(prompts)
     config = RecordConfig(variant=_variant(opts), prompts=prompts, n_decode=opts["n_decode"], store=opts["store"],
                           build_commit=opts["build_commit"])
     config.validate()
-    check_output_paths(**report_paths(opts), inputs=[opts["prompts_file"]],
+    check_output_paths(**report_paths(opts), inputs=prompt_inputs(opts),
                        folders={"out": opts["out"]})
     with make_progress(opts["quiet"]) as progress:
         task = progress.add_task("loading", total=len(prompts))

@@ -9,7 +9,8 @@ import click
 
 from logitlab.cli.common import (EXIT_INTERRUPTED, REQUIRE_CHOICES, finish, handle_errors, require_exit_code,
                                  run_with_progress)
-from logitlab.cli.options import output_options, threshold_options, thresholds_from
+from logitlab.cli.options import (output_options, prompt_from, prompt_inputs, prompt_options, threshold_options,
+                                  thresholds_from)
 from logitlab.cli.outputs import check_output_paths, report_paths
 from logitlab.engines import DEFAULT_ENGINE
 from logitlab.engines.variant import parse_env, parse_variant
@@ -28,8 +29,7 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Engine options: KEY=VALUE[,KEY=VALUE] or [ENGINE:][MODEL][?KEY=VALUE&...] (as ab's "
                           "--control); --candidate is the same option, spelled as in ab, verify and golden check."),
         click.option("--env", "env", multiple=True, metavar="NAME[=VALUE]", help="Environment knob while running."),
-        click.option("--prompt", default=None, help="Prompt text (default: a built-in prose prompt)."),
-        click.option("--prompt-file", default=None, help="Read the prompt from a file."),
+        prompt_options("a built-in prose prompt"),
         threshold_options,
         click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
                      help="Exit 1 when the verdict is worse than this."),
@@ -146,16 +146,15 @@ def determinism_command(**opts: Any) -> None:
 
 def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
     from logitlab.experiments.invariance import InvarianceConfig, InvarianceProbe
-    from logitlab.experiments.prompts import load_prompt
 
     variant = parse_variant(opts["spec"], "probe", default_engine=opts["engine"], default_model=opts["model"],
                             env=parse_env(opts["env"]), option="--variant")
     check_output_paths(**report_paths(opts),
-                       inputs=[variant.model, opts["prompt_file"]])
+                       inputs=[variant.model, *prompt_inputs(opts)])
     config = InvarianceConfig(
         probe=probe,
         variant=variant,
-        prompt=load_prompt(opts["prompt"], opts["prompt_file"]),
+        prompt=prompt_from(opts, f"invariance {probe}"),
         top_k=opts["top_k"], thresholds=thresholds_from(opts), self_check=opts["self_check"],
         detection=opts["detection"], **fields,
     )

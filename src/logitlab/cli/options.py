@@ -3,7 +3,8 @@
 Each group is a decorator that adds its options (one spelling, one help text,
 one default for every command); its reader turns the parsed values into the
 typed object the experiment takes: :func:`variant_pair_options` /
-:func:`variant_pair`, :func:`prompt_options`, :func:`threshold_options` /
+:func:`variant_pair`, :func:`prompt_options` / :func:`prompt_from` / :func:`prompts_from`,
+:func:`threshold_options` /
 :func:`thresholds_from`, :func:`run_log_option` / :func:`run_log_path`, and
 :func:`output_options` (``--json``, ``--markdown``, ``--html``, ``--quiet``).
 """
@@ -112,14 +113,67 @@ def variant_pair(opts: dict[str, Any]) -> tuple[Any, Any]:
                                                    else opts["candidate"])
 
 
-def prompt_options(default_help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``--prompt`` and ``--prompt-file``; ``default_help`` says what runs without them."""
+#: The help of the prompt options, one text for every command (``{default}``: what runs without them).
+PROMPT_HELP = {
+    "--prompt": "Prompt text{repeat} (default: {default}).",
+    "--prompt-file": "A text file whose whole content is one prompt (newlines and all).",
+    "--prompts": "Prompts file: JSONL ({{\"name\": ..., \"text\": ...}} or a JSON string per line) or plain text, "
+                 "one prompt per line (\\n for a newline){one}.",
+}
+
+
+def prompt_options(default_help: str, *, many: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--prompt TEXT``, ``--prompt-file FILE`` and ``--prompts FILE``: the prompts of every command that takes
+    one (read by :func:`prompt_from` or :func:`prompts_from`); one of the three at most.
+
+    ``default_help`` says what runs without them; ``many``: the command runs several prompts (``--prompt``
+    repeats, a ``--prompts`` file is the prompt set), else one (``--prompt`` twice, or a ``--prompts`` file of
+    several, is an error: :func:`~logitlab.experiments.prompts.one_prompt`).
+    """
+    repeat = " (repeatable: one prompt each)" if many else ""
+    one = "" if many else "; this command runs one, so the file must hold one"
+
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         return apply_options(func, [
-            click.option("--prompt", default=None, help=f"Prompt text (default: {default_help})."),
-            click.option("--prompt-file", type=str, default=None, help="Read the prompt from a file."),
+            click.option("--prompt", "prompt_texts", multiple=True, metavar="TEXT",
+                         help=PROMPT_HELP["--prompt"].format(repeat=repeat, default=default_help)),
+            click.option("--prompt-file", "prompt_file", type=str, default=None, metavar="FILE",
+                         help=PROMPT_HELP["--prompt-file"]),
+            click.option("--prompts", "prompts_file", type=str, default=None, metavar="FILE",
+                         help=PROMPT_HELP["--prompts"].format(one=one)),
         ])
     return decorate
+
+
+def prompt_from(opts: dict[str, Any], command: str, default: str | None = None) -> str:
+    """The text of the one prompt of :func:`prompt_options` (``default``: when none is given; None: the built-in
+    prose prompt).
+
+    Raises:
+        InputError: two of the options, several prompts, a missing, unreadable or empty file, an empty prompt.
+    """
+    from logitlab.experiments.prompts import one_prompt
+
+    return one_prompt(opts["prompt_texts"], opts["prompt_file"], opts["prompts_file"], command=command,
+                      default=default)
+
+
+def prompts_from(opts: dict[str, Any], default: Callable[[], list[Any]]) -> list[Any]:
+    """The :class:`~logitlab.experiments.prompts.Prompt` list of :func:`prompt_options` (``many=True``), or
+    ``default()`` when none is given.
+
+    Raises:
+        InputError: two of the options, a missing, unreadable or empty file, an empty prompt, duplicate names.
+    """
+    from logitlab.experiments.prompts import select_prompts
+
+    prompts = select_prompts(opts["prompt_texts"], opts["prompt_file"], opts["prompts_file"])
+    return default() if prompts is None else prompts
+
+
+def prompt_inputs(opts: dict[str, Any]) -> list[str | None]:
+    """The files the prompt options read (for :func:`~logitlab.cli.outputs.check_output_paths`' ``inputs``)."""
+    return [opts["prompt_file"], opts["prompts_file"]]
 
 
 def detection_option(what: str, cost: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

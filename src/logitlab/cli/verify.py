@@ -8,8 +8,8 @@ import click
 
 from logitlab.cli.common import (EXIT_CHECK_FAILED, REQUIRE_CHOICES, finish, handle_errors, require_exit_code,
                                  run_with_progress)
-from logitlab.cli.options import (MODEL_HELP, detection_option, output_options, run_log_option, run_log_path,
-                                  threshold_options, thresholds_from)
+from logitlab.cli.options import (MODEL_HELP, detection_option, output_options, prompt_inputs, prompt_options,
+                                  prompts_from, run_log_option, run_log_path, threshold_options, thresholds_from)
 from logitlab.cli.outputs import check_output_paths, report_paths
 from logitlab.cli.recording import record_options, record_target
 from logitlab.engines import DEFAULT_ENGINE
@@ -74,10 +74,7 @@ def _guard(value: str | None) -> float | str | None:
 @click.option("--k", "ks", cls=MultiValueOption, multiple=True, metavar="K [K ...]",
               help="Verify block sizes of the K sweep.  [default: 1 2 4 8]")
 @click.option("--tokens", "n_decode", type=int, default=64, show_default=True, help="Greedy M=1 tokens per prompt.")
-@click.option("--prompts", "prompts_file", type=str, default=None,
-              help="Prompts file: JSONL ({\"name\":..., \"text\":...} per line) or one prompt per line "
-                   "(default: the 9 built-in prompts: prose, code, lists, numbers, dialogue, JSON).")
-@click.option("--prompt", "prompt_texts", multiple=True, help="A prompt text (repeatable); replaces the default set.")
+@prompt_options("the 9 built-in prompts: prose, code, lists, numbers, dialogue, JSON", many=True)
 @click.option("--guard", "guard", default=None, metavar="TAU|auto|off",
               help="Also run a speculative greedy loop under the near-tie guard: accept a verify row's argmax "
                    "when its top1–top2 margin ≥ TAU (logits), else decide that position by M=1. 'auto': TAU from "
@@ -121,17 +118,10 @@ def verify(**opts: Any) -> None:
       logitlab verify --guard auto
       logitlab verify --options n_ubatch=1 --k 2 4
     """
-    from logitlab.experiments.prompts import builtin_prompts, load_prompts, prompts_from_texts
+    from logitlab.experiments.prompts import builtin_prompts, load_prompts
     from logitlab.experiments.verify.run import DEFAULT_KS, FALLBACKS, VerifyConfig
 
-    if opts["prompts_file"] and opts["prompt_texts"]:
-        raise InputError("give --prompts or --prompt, not both")
-    if opts["prompts_file"]:
-        prompts = load_prompts(opts["prompts_file"])
-    elif opts["prompt_texts"]:
-        prompts = prompts_from_texts(opts["prompt_texts"])
-    else:
-        prompts = builtin_prompts("default")
+    prompts = prompts_from(opts, lambda: builtin_prompts("default"))
     guarded = _guard(opts["guard"]) is not None
     if opts["require_identical"] and not guarded:
         raise InputError("--require-identical checks a guarded run: add --guard TAU or --guard auto")
@@ -145,7 +135,7 @@ def verify(**opts: Any) -> None:
     log_path = run_log_path(opts, "verify")
     check_output_paths(**report_paths(opts),
                        log=log_path,
-                       inputs=[variant.model, opts["prompts_file"], opts["calibration_prompts"]])
+                       inputs=[variant.model, *prompt_inputs(opts), opts["calibration_prompts"]])
     target = record_target(opts)
     config = VerifyConfig(
         variant=variant,
