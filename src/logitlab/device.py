@@ -27,7 +27,7 @@ from typing import Any
 
 from logitlab.errors import InputError
 
-__all__ = ["Device", "device_info", "cpu_flags", "kernel_flags", "isa_classes", "ISA_CLASSES", "slug"]
+__all__ = ["Device", "available_memory", "device_info", "cpu_flags", "kernel_flags", "isa_classes", "ISA_CLASSES", "slug"]
 
 #: Instruction-set flags (``/proc/cpuinfo``: x86 ``flags``, Arm ``Features``) that numeric kernels use.
 _X86_FLAGS = re.compile(r"^(sse\w*|ssse3|avx\w*|fma\w*|f16c|bmi\d|amx\w*|popcnt|gfni|vaes|vpclmulqdq|aes|sha_ni"
@@ -189,3 +189,18 @@ def device_info(device: str = "cpu") -> Device:
     flags = kernel_flags(cpu_flags(), arch)
     return Device(key=f"cpu-{slug(name)}-{_hash(arch, name, ' '.join(flags))}", kind="cpu", name=name, arch=arch,
                   flags=flags)
+
+
+def available_memory(meminfo: str = "/proc/meminfo") -> int | None:
+    """The memory this machine can give a new workload without swapping, in bytes: Linux's ``MemAvailable``
+    (free memory plus the page cache and reclaimable slabs it can drop; ``proc(5)``). None where it cannot be
+    read (not Linux, a kernel before 3.14).
+    """
+    try:
+        with open(meminfo, encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

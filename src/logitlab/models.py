@@ -100,6 +100,95 @@ def check_gguf(path: str | Path) -> Path:
     return path
 
 
+#: GGUF metadata value types (ggml's ``gguf_type``) of a fixed size: type -> bytes.
+_GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def gguf_vocab_size(path: str | Path) -> int | None:
+    """The vocabulary size of a GGUF model, read from its metadata without loading it (no llama.cpp, no weights).
+
+    Reads the key-value header up to ``tokenizer.ggml.tokens`` and returns that array's length (what llama.cpp's
+    ``llama_n_vocab`` reports; the logits' width). A few kB are read for the embedded model.
+
+    Returns:
+        The number of tokens, or None: not a GGUF file of version 2 or later, no token list, or a header that
+        cannot be read (the caller then does without it).
+
+    Notes:
+        The layout is ggml's ``docs/gguf.md``: magic ``GGUF``, ``uint32`` version, ``uint64`` tensor and
+        key-value counts, then per key a ``uint64``-length string, a ``uint32`` type and the value (an array:
+        ``uint32`` element type, ``uint64`` count, the elements), little-endian.
+    """
+    import struct
+
+    def read(f, n: int) -> bytes:
+        data = f.read(n)
+        if len(data) != n:
+            raise EOFError
+        return data
+
+    def skip(f, kind: int, count: int = 1) -> None:
+        if kind == _GGUF_STRING:
+            for _ in range(count):
+                f.seek(struct.unpack("<Q", read(f, 8))[0], 1)
+        elif kind == _GGUF_ARRAY:
+            for _ in range(count):
+                inner, n = struct.unpack("<IQ", read(f, 12))
+                skip(f, inner, n)
+        else:
+            f.seek(_GGUF_SIZES[kind] * count, 1)
+
+    try:
+        with open(path, "rb") as f:
+            magic, version = struct.unpack("<4sI", read(f, 8))
+            if magic != b"GGUF" or version < 2:
+                return None
+            _, n_kv = struct.unpack("<QQ", read(f, 16))
+            for _ in range(n_kv):
+                key = read(f, struct.unpack("<Q", read(f, 8))[0])
+                kind = struct.unpack("<I", read(f, 4))[0]
+                if key == b"tokenizer.ggml.tokens" and kind == _GGUF_ARRAY:
+                    return int(struct.unpack("<IQ", read(f, 12))[1])
+                skip(f, kind)
+    except (OSError, EOFError, KeyError, struct.error, OverflowError, ValueError):
+        return None
+    return None
+
+
+def is_gguf(path: str | Path) -> bool:
+    """Whether ``path`` is a file that starts with the GGUF magic."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
+def model_vocab_size(path: str | Path) -> int | None:
+    """The vocabulary size of a model file or folder, from its metadata alone: a GGUF's token list
+    (:func:`gguf_vocab_size`), a folder's ``config.json`` ``vocab_size`` (or its ``text_config``'s), an ORT
+    GenAI folder's ``genai_config.json`` ``model.vocab_size``; None: none of these, or unreadable."""
+    import json
+
+    path = Path(path)
+    if path.is_file():
+        return gguf_vocab_size(path)
+    for name, keys in (("config.json", (("vocab_size",), ("text_config", "vocab_size"))),
+                       ("genai_config.json", (("model", "vocab_size"),))):
+        try:
+            data = json.loads((path / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        for key in keys:
+            value: object = data
+            for part in key:
+                value = value.get(part) if isinstance(value, dict) else None
+            if isinstance(value, int) and value > 0:
+                return value
+    return None
+
+
 #: A file modified within this many nanoseconds of now is hashed but not cached: a write in the same tick of
 #: the file system's clock would leave its identity as it was (git's "racy git" rule).
 SETTLED_NS = 2_000_000_000

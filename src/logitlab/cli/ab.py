@@ -9,9 +9,9 @@ import click
 from logitlab.cli.auto_options import CountOrAuto, Duration
 from logitlab.cli.common import (EXIT_CHECK_FAILED, EXIT_OK, REQUIRE_CHOICES, finish, handle_errors, require_exit_code,
                                  run_with_progress)
-from logitlab.cli.options import (detection_option, output_options, prompt_from, prompt_inputs, prompt_options,
-                                  run_log_option, run_log_path, threshold_options, thresholds_from, variant_pair,
-                                  variant_pair_options)
+from logitlab.cli.options import (check_memory, detection_option, memory_check_option, output_options, prompt_from,
+                                  prompt_inputs, prompt_options, run_log_option, run_log_path, threshold_options,
+                                  thresholds_from, variant_pair, variant_pair_options)
 from logitlab.cli.outputs import check_output_paths, report_paths
 from logitlab.cli.recording import record_options, record_target
 from logitlab.errors import InputError
@@ -60,6 +60,7 @@ from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
               help="After the blocks, run the candidate once more with the prompt's last token planted: its logits "
                    "must change there and nowhere before; if not, the A/B is vacuous (exit 1 with --require).")
 @detection_option("the verdict's candidate run", "about a second on the embedded model")
+@memory_check_option
 @threshold_options
 @click.option("--margin", type=float, default=None,
               help="Equivalence margin δ for the speed call, as a fraction (0.02 = 2 %). Default: from the A/A.")
@@ -108,6 +109,7 @@ def ab(**opts: Any) -> None:
     check_output_paths(**report_paths(opts),
                        log=log_path,
                        inputs=[control.model, candidate.model, *prompt_inputs(opts)])
+    check_memory(opts, "ab", [control, candidate], [config.prompt], config.n_decode)
     target = record_target(opts)
     result, error = _run(config, log_path, opts["quiet"])
     finish(result, error, opts, target=target, log_path=log_path,

@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from logitlab.cli.common import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, fail, handle_errors, make_progress
-from logitlab.cli.options import output_options, prompt_from, prompt_inputs, prompt_options, variant_pair, variant_pair_options
+from logitlab.cli.options import (output_options, prompt_from, prompt_inputs, prompt_options, variant_pair,
+                                  variant_pair_options)
 from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
 
 

@@ -8,8 +8,9 @@ from typing import Any
 import click
 
 from logitlab.cli.common import EXIT_INTERRUPTED, EXIT_OK, finish, handle_errors, run_with_progress
-from logitlab.cli.options import (output_options, prompt_from, prompt_inputs, prompt_options, threshold_options,
-                                  thresholds_from, variant_pair, variant_pair_options)
+from logitlab.cli.options import (check_memory, memory_check_option, output_options, prompt_from, prompt_inputs,
+                                  prompt_options, threshold_options, thresholds_from, variant_pair,
+                                  variant_pair_options)
 from logitlab.cli.outputs import check_output_paths, report_paths
 from logitlab.errors import Interrupted, LogitlabError
 
@@ -29,6 +30,7 @@ from logitlab.errors import Interrupted, LogitlabError
 @click.option("--positions", "max_positions", type=int, default=8, show_default=True,
               help="Explain at most this many positions (the first flipped or divergent ones).")
 @click.option("--no-dump", is_flag=True, help="Do not dump tensors to find each position's first divergent tensor.")
+@memory_check_option
 @threshold_options
 @output_options()
 @handle_errors
@@ -63,6 +65,8 @@ def explain(**opts: Any) -> None:
     config.validate()
     check_output_paths(**report_paths(opts),
                        inputs=[control.model, candidate.model, *prompt_inputs(opts)])
+    check_memory(opts, "explain", [control] if config.candidate is None else [control, candidate], [config.prompt],
+                 config.n_decode)
     try:
         result, error = _run(config, opts["quiet"])
     except Interrupted:  # before the pair ran: nothing to write

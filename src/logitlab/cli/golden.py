@@ -8,8 +8,9 @@ from typing import Any, Callable
 import click
 
 from logitlab.cli.common import EXIT_CHECK_FAILED, EXIT_OK, REQUIRE_CHOICES, handle_errors, make_progress
-from logitlab.cli.options import (MODEL_HELP, SPEC_HELP, apply_options, detection_option, output_options,
-                                  prompt_inputs, prompt_options, prompts_from, threshold_options, thresholds_from)
+from logitlab.cli.options import (MODEL_HELP, SPEC_HELP, apply_options, check_memory, detection_option,
+                                  memory_check_option, output_options, prompt_inputs, prompt_options, prompts_from,
+                                  threshold_options, thresholds_from)
 from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
 from logitlab.cli.recording import record_options, record_result, record_target
 from logitlab.errors import InputError
@@ -95,6 +96,7 @@ def golden() -> None:
 @click.option("--store", default="full", show_default=True,
               help="full: every logit (engine dtype); topk:K: the K largest per position and the log-sum-exp.")
 @click.option("--build-commit", default=None, help="Source commit of the engine build (recorded as provenance).")
+@memory_check_option
 @output_options(json_help="Write the manifest (the result) as JSON too.")
 @handle_errors
 def record(**opts: Any) -> None:
@@ -114,6 +116,8 @@ def record(**opts: Any) -> None:
     config.validate()
     check_output_paths(**report_paths(opts), inputs=prompt_inputs(opts),
                        folders={"out": opts["out"]})
+    check_memory(opts, "golden record" if config.store == "full" else "golden record --store topk", [config.variant],
+                 [p.text for p in prompts], config.n_decode)
     with make_progress(opts["quiet"]) as progress:
         task = progress.add_task("loading", total=len(prompts))
 
@@ -157,6 +161,7 @@ def _topk_bytes(data: dict[str, Any]) -> int:
 @click.option("--build-commit", default=None, help="Source commit of this engine build (compared with the golden's).")
 @detection_option("each prompt's run (a golden of --store full)", "the argmax-up shape per prompt, every shape "
                   "for the verdict's prompt; 7-26 s for the 9 built-in prompts × 64 tokens on the embedded model")
+@memory_check_option
 @threshold_options
 @output_options()
 @record_options()
@@ -184,12 +189,27 @@ def check(golden_dir: str | None, **opts: Any) -> None:
                          top_k=opts["top_k"], strict_device=opts["strict_device"], build_commit=opts["build_commit"],
                          detection=opts["detection"])
     check_output_paths(**report_paths(opts), inputs=[golden_dir])
+    if opts["memory_check"]:
+        _check_memory(golden_dir, config.overrides, opts)
     target = record_target(opts)
     with make_progress(opts["quiet"]) as progress:
         task = progress.add_task("loading", total=None)
         result = check_golden(config, on_event=_progress_events(progress, task, "replaying"))
     record_result(result, opts, target)
     _finish(result, opts)
+
+
+def _check_memory(golden_dir: str, overrides: Any, opts: dict[str, Any]) -> None:
+    """``golden check``'s memory check: the golden of the most positions, replayed on its variant."""
+    from logitlab.dumps.golden_format import golden_folders
+    from logitlab.experiments.golden.provenance import read_goldens
+
+    manifests = read_goldens(golden_folders(golden_dir))
+    if not manifests:
+        return
+    rows = {id(m): max((len(p.input_ids) for p in m.prompts), default=0) for m in manifests}
+    largest = max(manifests, key=lambda m: rows[id(m)])
+    check_memory(opts, "golden check", [overrides.apply(largest)], [], 0, positions=rows[id(largest)])
 
 
 def _check_kld(opts: dict[str, Any]) -> None:

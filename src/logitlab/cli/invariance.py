@@ -9,8 +9,8 @@ import click
 
 from logitlab.cli.common import (EXIT_INTERRUPTED, REQUIRE_CHOICES, finish, handle_errors, require_exit_code,
                                  run_with_progress)
-from logitlab.cli.options import (output_options, prompt_from, prompt_inputs, prompt_options, threshold_options,
-                                  thresholds_from)
+from logitlab.cli.options import (check_memory, memory_check_option, output_options, prompt_from, prompt_inputs,
+                                  prompt_options, threshold_options, thresholds_from)
 from logitlab.cli.outputs import check_output_paths, report_paths
 from logitlab.engines import DEFAULT_ENGINE
 from logitlab.engines.variant import parse_env, parse_variant
@@ -31,6 +31,7 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--env", "env", multiple=True, metavar="NAME[=VALUE]", help="Environment knob while running."),
         prompt_options("a built-in prose prompt"),
         threshold_options,
+        memory_check_option,
         click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
                      help="Exit 1 when the verdict is worse than this."),
         click.option("--detection-limit/--no-detection-limit", "detection", default=True, show_default=True,
@@ -159,6 +160,8 @@ def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
         detection=opts["detection"], **fields,
     )
     config.validate()
+    units = {"batch": sum(set(config.batch_sizes)), "determinism": config.runs}.get(probe, 0)
+    check_memory(opts, f"invariance {probe}", [variant], [config.prompt], fields.get("n_decode", 0), units=units)
 
     def describe(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:
         if kind == "start":

@@ -176,6 +176,35 @@ def prompt_inputs(opts: dict[str, Any]) -> list[str | None]:
     return [opts["prompt_file"], opts["prompts_file"]]
 
 
+def memory_check_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--memory-check/--no-memory-check`` (default on) into ``opts["memory_check"]`` (read by
+    :func:`check_memory`)."""
+    return click.option("--memory-check/--no-memory-check", "memory_check", default=True, show_default=True,
+                        help="Before loading any engine, estimate the run's peak memory (positions × vocabulary × "
+                             "4 bytes, times the run-sized arrays this command holds) and refuse (exit 2) a run "
+                             "that would not fit the available memory; --no-memory-check runs it anyway.")(func)
+
+
+def check_memory(opts: dict[str, Any], command: str, variants: Any, prompts: Any, n_decode: int, *,
+                 positions: int | None = None, units: int = 0) -> None:
+    """The memory check of :func:`memory_check_option` (:func:`logitlab.experiments.memory.check_memory`):
+    ``variants`` are the engines the command loads, ``prompts`` the prompt texts, ``n_decode`` the decode tokens
+    after each (or ``positions``: the longest run's, where the token ids are known); ``units``: the runs an option
+    multiplies (:attr:`logitlab.experiments.memory.Footprint.units`).
+
+    Raises:
+        InputError: the run would not fit the available memory (one line: the expected peak, the available
+            memory, the positions that would fit).
+    """
+    if not opts["memory_check"]:
+        return
+    from logitlab.engines import engine_class
+    from logitlab.experiments.memory import check_memory as check
+
+    check(command, [(engine_class(v.engine), v.model, dict(v.options)) for v in variants], list(prompts), n_decode,
+          positions=positions, units=units)
+
+
 def detection_option(what: str, cost: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``--detection-limit/--no-detection-limit`` (default on) into ``opts["detection"]``; ``what``: the
     comparison the faults are planted into; ``cost``: what it costs."""

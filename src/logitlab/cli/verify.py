@@ -8,8 +8,9 @@ import click
 
 from logitlab.cli.common import (EXIT_CHECK_FAILED, REQUIRE_CHOICES, finish, handle_errors, require_exit_code,
                                  run_with_progress)
-from logitlab.cli.options import (MODEL_HELP, detection_option, output_options, prompt_inputs, prompt_options,
-                                  prompts_from, run_log_option, run_log_path, threshold_options, thresholds_from)
+from logitlab.cli.options import (MODEL_HELP, check_memory, detection_option, memory_check_option, output_options,
+                                  prompt_inputs, prompt_options, prompts_from, run_log_option, run_log_path,
+                                  threshold_options, thresholds_from)
 from logitlab.cli.outputs import check_output_paths, report_paths
 from logitlab.cli.recording import record_options, record_target
 from logitlab.engines import DEFAULT_ENGINE
@@ -91,6 +92,7 @@ def _guard(value: str | None) -> float | str | None:
 @detection_option("each K's M=K rows (every prompt's, pooled)", "every fault shape for the K the verdict is "
                   "judged on, the argmax-up shape for the others; 2-7 s for 2 prompts × 32 tokens, K 1 4, on the "
                   "embedded model")
+@memory_check_option
 @threshold_options
 @click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
               help="Exit 1 when the verdict over the K sweep is worse than this.")
@@ -136,6 +138,8 @@ def verify(**opts: Any) -> None:
     check_output_paths(**report_paths(opts),
                        log=log_path,
                        inputs=[variant.model, *prompt_inputs(opts), opts["calibration_prompts"]])
+    checked = [*prompts, *(calibration if _guard(opts["guard"]) == "auto" else ())]
+    check_memory(opts, "verify", [variant], [p.text for p in checked], opts["n_decode"])
     target = record_target(opts)
     config = VerifyConfig(
         variant=variant,

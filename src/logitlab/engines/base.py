@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
@@ -269,6 +270,52 @@ class Engine:
         """What to try when a run of this engine with ``options`` (validated) was killed by a signal, where a
         cause is known on this machine (llamacpp: the AMX weight-repack path); None: nothing known."""
         return None
+
+    @classmethod
+    def model_file(cls, model: str | None) -> Path | None:
+        """The local model file or folder this engine loads for ``model`` (None: the embedded model), before
+        loading it; None where there is none to read (an engine run out of process: a served model's name, a
+        command's own files).
+
+        For the memory check (:mod:`logitlab.experiments.memory`), which counts the logits of the engines that
+        run in logitlab's processes.
+        """
+        if cls.supports("workload") or not cls.supports("logits"):
+            return None
+        from logitlab.models import default_model_path
+
+        try:
+            path = Path(model) if model else default_model_path()
+        except InputError:
+            return None
+        return path if path.exists() else None
+
+    @classmethod
+    def vocab_before_load(cls, model: str | None, options: dict[str, Any]) -> int | None:
+        """The logits' width (vocabulary size) for ``model``, read from its metadata without loading it: a GGUF's
+        token list, a model folder's ``config.json`` ``vocab_size``; None: unknown (:meth:`model_file`)."""
+        from logitlab.models import model_vocab_size
+
+        path = cls.model_file(model)
+        return None if path is None else model_vocab_size(path)
+
+    @classmethod
+    def token_counter_before_load(cls, model: str | None,
+                                  options: dict[str, Any]) -> Callable[[str], int] | None:
+        """A function counting a text's tokens (with the BOS the engine adds) without loading the weights: for a
+        GGUF model, llama.cpp's vocabulary-only load; None: no such tokenizer here."""
+        from logitlab.models import is_gguf
+
+        path = cls.model_file(model)
+        if path is None or not is_gguf(path):
+            return None
+        from logitlab.engines.tokenizers import GgufTokenizer
+
+        try:
+            tokenizer = GgufTokenizer(path)
+        except InputError:
+            return None
+        return lambda text: len(tokenizer.tokenize(text))
 
     @classmethod
     def validate_options(cls, options: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,260 @@
+"""The memory a command's runs will need, estimated before any engine loads, and the refusal when it cannot fit.
+
+One run of N positions × V vocabulary is N·V·4 bytes of float32 logits. Today's commands hold several such
+arrays at once — the reference run and the run compared with it, the comparison's work arrays, and in each
+engine's worker llama-cpp-python's ``scores`` array, llama.cpp's output buffer and the shared logits buffer the
+run crosses the process boundary in — so a command's peak is about
+
+    peak ≈ base + model file + F × N × V × 4 bytes
+
+with F, the run-sized arrays held at once, measured per command (:data:`FOOTPRINTS`: the peak of the summed
+proportional set size of logitlab and its engine workers, a long prompt against a short one on the embedded
+model). N is the longest run's positions (its prompt tokens + ``--tokens``), V the vocabulary read from the
+model file's metadata (:func:`~logitlab.engines.base.Engine.vocab_before_load`), ``base`` the Python processes
+with their libraries. The estimate describes today's implementation, which holds whole runs in memory; it is
+not a bound the harness enforces.
+
+:func:`check_memory` compares it with the memory the machine has available (``MemAvailable`` of
+``/proc/meminfo``, :func:`logitlab.device.available_memory`) and refuses a workload that would not fit with one
+:class:`~logitlab.errors.InputError` naming the expected peak, the available memory and the largest N that
+would fit — before any engine loads. Where V or the available memory is unknown (an engine that returns top-k
+rows, a model without readable metadata, no ``/proc/meminfo``) there is no check.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from logitlab.errors import InputError
+
+#: Bytes of one logit (float32).
+LOGIT_BYTES = 4
+#: The Python processes of a command without logits: the command's own and its engine workers' interpreters,
+#: numpy, numba, llama-cpp-python (measured: 0.44 GB for ``ab`` with two workers on an 86-position run, model
+#: file included; 0.35 GB is the rest).
+BASE_BYTES = 350 * 10 ** 6
+#: Headroom kept free: the estimate must leave this much of the available memory (page cache, other processes).
+HEADROOM = 0.9
+#: The option a refused run is given to run anyway.
+OVERRIDE = "--no-memory-check"
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """How many run-sized logit arrays a command holds at its peak, today.
+
+    Attributes:
+        runs: F, the peak's slope in runs of N × V × 4 bytes (for a command that holds a number of runs that an
+            option sets, F at none of them).
+        source: where F comes from (the measurement).
+        per: runs added to F per unit of ``units`` (``invariance determinism``: per --runs; ``invariance
+            batch``: per sequence of the --batch sizes together).
+        units: what ``per`` counts, for the docs.
+        fewer: the options that lower N, for the refusal's advice.
+    """
+
+    runs: float
+    source: str
+    per: float = 0.0
+    units: str = ""
+    fewer: str = "a shorter prompt or fewer --tokens"
+
+    def factor(self, units: int = 0) -> float:
+        """F for ``units`` of :attr:`units` (at least 1: a run is held once)."""
+        return max(1.0, self.runs + self.per * units)
+
+
+#: F per command, measured on the embedded model (49,152 vocabulary), llama.cpp, a 2-core machine
+#: (``benchmarks/bench_memory_footprint.py``): the peak of the summed PSS of logitlab and its engine workers,
+#: sampled every 0.1 s, for a 1,045-token prompt + 16 decode tokens (1,061 positions) against a 68-token one
+#: (84 positions), over the difference of one run's logits (977 × 49,152 × 4 bytes = 0.192 GB).
+FOOTPRINTS: dict[str, Footprint] = {
+    "ab": Footprint(9.2, "A/A, 2 blocks + 1 warmup, detection limit on: 2.36 vs 0.59 GB (2.28 GB with it off)"),
+    "verify": Footprint(3.4, "--k 1 4, one prompt (prompts run one at a time: the longest counts): 1.05 vs 0.40 GB"),
+    "explain": Footprint(13.6, "--candidate flash_attn=1 --no-dump (two engines and the controls' runs): "
+                                "3.25 vs 0.65 GB"),
+    "golden record": Footprint(3.9, "--store full, one prompt (prompts are recorded one at a time: the longest "
+                                    "counts): 1.04 vs 0.28 GB"),
+    "golden record --store topk": Footprint(
+        19.0, "--store topk:64, one prompt: 4.15 vs 0.51 GB (the top-k are selected from whole runs)",
+        fewer="a shorter prompt or fewer --tokens; --store full holds less"),
+    "golden check": Footprint(6.4, "a --store full golden of one prompt, detection limit on: 1.66 vs 0.43 GB "
+                                   "(1.35 GB with it off)",
+                              fewer="a golden recorded with fewer positions"),
+    "invariance batch": Footprint(
+        0.0, "--batch 1 4: 4.43 vs 0.50 GB (20.5 runs for 5 sequences); --batch 1 8 at 1,045 positions: 7.83 GB "
+             "(4.1 runs more per sequence: every batch's rows come back at once)",
+        per=4.1, units="sequences (the --batch sizes together)", fewer="a shorter prompt or smaller --batch sizes"),
+    "invariance prefill-decode": Footprint(
+        11.3, "a 135-token prompt + 4 against a 17-token one + 4 (the probe runs a prefill per position: a long "
+              "prompt takes hours here): 0.51 and 0.56 GB (two runs) vs 0.27 GB, F 10.4 and 12.2; every way of "
+              "computing each row comes back at once"),
+    "invariance determinism": Footprint(
+        2.3, "--runs 3: 1.49 vs 0.47 GB (5.3 runs), of which one per run: every run is kept to be compared",
+        per=1.0, units="--runs", fewer="a shorter prompt, fewer --tokens or fewer --runs"),
+}
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """The expected peak of a command's runs.
+
+    Attributes:
+        command: the command (``ab``, ``verify``, ...).
+        positions: N, the longest run's positions (prompt tokens + decode tokens).
+        n_vocab: V, the logits' width.
+        factor: F of :data:`FOOTPRINTS`.
+        base_bytes: the processes and the model files.
+        exact: whether N comes from the tokenizer (else a bound: from above, UTF-8 bytes + 2, on a run that fits;
+            from below, the decode tokens alone, on one refused).
+        available_bytes: what the machine has available (None: unknown).
+    """
+
+    command: str
+    positions: int
+    n_vocab: int
+    factor: float
+    base_bytes: int
+    exact: bool
+    available_bytes: int | None = None
+
+    @property
+    def run_bytes(self) -> int:
+        """One run's logits: N × V × 4 bytes."""
+        return self.positions * self.n_vocab * LOGIT_BYTES
+
+    @property
+    def peak_bytes(self) -> int:
+        """base + F × N × V × 4 bytes."""
+        return self.base_bytes + int(self.factor * self.run_bytes)
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether the peak stays under :data:`HEADROOM` of the available memory (None: unknown)."""
+        if self.available_bytes is None:
+            return None
+        return self.peak_bytes <= HEADROOM * self.available_bytes
+
+    def positions_that_fit(self) -> int:
+        """The largest N whose peak stays under :data:`HEADROOM` of the available memory (0: none)."""
+        if self.available_bytes is None:
+            return self.positions
+        room = HEADROOM * self.available_bytes - self.base_bytes
+        return max(0, math.floor(room / (self.factor * self.n_vocab * LOGIT_BYTES)))
+
+
+def estimate(command: str, positions: int, n_vocab: int, model_bytes: int = 0, *, exact: bool = True,
+             available_bytes: int | None = None, units: int = 0) -> MemoryEstimate:
+    """The expected peak of ``command`` on runs of ``positions`` × ``n_vocab`` logits.
+
+    Args:
+        command: a key of :data:`FOOTPRINTS`.
+        positions: N, the longest run's positions.
+        n_vocab: V.
+        model_bytes: the model files' size (they are memory-mapped and read whole).
+        exact: N comes from the tokenizer.
+        available_bytes: the machine's available memory, for :attr:`MemoryEstimate.fits`.
+        units: what :attr:`Footprint.units` counts (``--runs``, the --batch sizes together).
+
+    Raises:
+        KeyError: an unknown command.
+
+    Examples:
+        >>> e = estimate("ab", 8192, 129_280, available_bytes=24 * 10**9)
+        >>> round(e.run_bytes / 1e9, 2), round(e.peak_bytes / 1e9, 1), e.fits
+        (4.24, 39.3, False)
+    """
+    return MemoryEstimate(command, positions, n_vocab, round(FOOTPRINTS[command].factor(units), 1),
+                          BASE_BYTES + model_bytes, exact, available_bytes)
+
+
+def refusal(e: MemoryEstimate) -> str:
+    """The one line that refuses ``e`` (without ``error:``)."""
+    from logitlab.dumps.sizes import format_bytes
+
+    footprint = FOOTPRINTS[e.command]
+    fit = e.positions_that_fit()
+    advice = (f"at most {fit:,} positions would fit ({footprint.fewer})" if fit
+              else "no run of this model fits")
+    bound = "" if e.exact else "at least "
+    return (f"{e.command} would need about {format_bytes(e.peak_bytes)} of memory at its peak ({bound}"
+            f"{e.positions:,} positions × {e.n_vocab:,} vocabulary × 4 bytes = {format_bytes(e.run_bytes)} a run, about "
+            f"{e.factor:g} such arrays held at once today, plus {format_bytes(e.base_bytes)} for the processes and "
+            f"the model), but this machine has {format_bytes(e.available_bytes or 0)} available: {advice}; "
+            f"{OVERRIDE} runs it anyway")
+
+
+def check_memory(command: str, engines: Sequence[tuple[type, str | None, dict]], prompts: Sequence[str],
+                 n_decode: int, *, positions: int | None = None, units: int = 0,
+                 available: Callable[[], int | None] | None = None) -> MemoryEstimate | None:
+    """Refuse, before any engine loads, a workload whose expected peak would not fit the available memory.
+
+    Args:
+        command: a key of :data:`FOOTPRINTS`.
+        engines: the engines the command loads, as ``(engine class, model or None, options)``; the widest
+            vocabulary counts (two engines on one model file count the file once).
+        prompts: every prompt's text (runs are held one prompt at a time: the longest counts).
+        n_decode: decode tokens after each prompt.
+        positions: N itself, where the token ids are known (``golden check`` replays a golden's): then
+            ``prompts`` and ``n_decode`` are not used.
+        units: what :attr:`Footprint.units` counts.
+        available: the available memory in bytes (default :func:`logitlab.device.available_memory`).
+
+    Returns:
+        The estimate (None: no check, as the vocabulary or the available memory is unknown).
+
+    Raises:
+        InputError: the run would not fit (:func:`refusal`).
+
+    Notes:
+        The prompt's tokens are first bounded from above by its UTF-8 bytes + 2 (a BOS and a leading space: a
+        byte-level or byte-fallback tokenizer makes no more tokens than that): a run that fits so is not
+        tokenized. A run whose decode tokens alone (N = 1 + ``n_decode``) do not fit is refused without
+        tokenizing (the line says "at least"). In between the longest prompt is tokenized
+        (:meth:`~logitlab.engines.base.Engine.token_counter_before_load`: a vocabulary-only load, no weights);
+        where it cannot be, the run is not refused.
+    """
+    from logitlab.device import available_memory
+
+    vocabs = [cls.vocab_before_load(model, options) for cls, model, options in engines]
+    if not vocabs or any(v is None for v in vocabs):
+        return None
+    have = (available or available_memory)()
+    if have is None:
+        return None
+    models = {str(cls.model_file(model)) for cls, model, _ in engines if cls.model_file(model) is not None}
+    model_bytes = sum(_size(m) for m in models)
+    n_vocab = max(vocabs)  # type: ignore[type-var]
+    if positions is not None:
+        e = estimate(command, positions, n_vocab, model_bytes, available_bytes=have, units=units)
+        if e.fits is False:
+            raise InputError(refusal(e))
+        return e
+    longest = max((len(p.encode("utf-8")) for p in prompts), default=0)
+    upper = estimate(command, longest + 2 + n_decode, n_vocab, model_bytes, exact=False, available_bytes=have,
+                     units=units)
+    if upper.fits:
+        return upper
+    lower = estimate(command, 1 + n_decode, n_vocab, model_bytes, exact=False, available_bytes=have, units=units)
+    if lower.fits is False:  # the decode tokens alone do not fit: no need to count the prompt's
+        raise InputError(refusal(lower))
+    cls, model, options = engines[0]
+    counter = cls.token_counter_before_load(model, options)
+    if counter is None:
+        return lower
+    e = estimate(command, max(counter(p) for p in prompts) + n_decode, n_vocab, model_bytes,
+                 available_bytes=have, units=units)
+    if e.fits is False:
+        raise InputError(refusal(e))
+    return e
+
+
+def _size(path: str) -> int:
+    try:
+        return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) if Path(path).is_dir() \
+            else Path(path).stat().st_size
+    except OSError:
+        return 0

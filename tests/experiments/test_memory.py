@@ -1,0 +1,121 @@
+"""The memory estimate before any engine loads (experiments/memory.py) and the facts it reads without loading:
+the vocabulary from a model file's metadata, the machine's available memory."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from logitlab.device import available_memory
+from logitlab.engines import engine_class
+from logitlab.errors import InputError
+from logitlab.experiments import memory
+from logitlab.experiments.memory import FOOTPRINTS, HEADROOM, check_memory, estimate, refusal
+from logitlab.models import default_model_path, gguf_vocab_size, model_vocab_size
+
+GB = 10 ** 9
+
+
+def test_the_estimate_is_base_plus_F_runs_of_positions_by_vocabulary():
+    e = estimate("ab", 8192, 129_280, model_bytes=100 * 10 ** 6, available_bytes=24 * GB)
+    assert e.run_bytes == 8192 * 129_280 * 4  # the source report's one run: 4.24 GB
+    assert e.peak_bytes == memory.BASE_BYTES + 100 * 10 ** 6 + int(FOOTPRINTS["ab"].runs * e.run_bytes)
+    assert e.fits is False
+    fit = e.positions_that_fit()
+    assert estimate("ab", fit, 129_280, 100 * 10 ** 6, available_bytes=24 * GB).fits
+    assert not estimate("ab", fit + 1, 129_280, 100 * 10 ** 6, available_bytes=24 * GB).fits
+    assert estimate("ab", 8192, 129_280).fits is None  # available memory unknown: no call
+    assert estimate("ab", 10, 49_152, available_bytes=10 ** 6).positions_that_fit() == 0
+
+
+def test_every_command_with_a_check_has_a_measured_footprint():
+    for command in ("ab", "verify", "explain", "golden record", "golden record --store topk", "golden check",
+                    "invariance batch", "invariance prefill-decode",
+                    "invariance determinism"):
+        assert FOOTPRINTS[command].factor(1) >= 1 and FOOTPRINTS[command].source
+    # the commands whose F grows with an option
+    assert estimate("invariance batch", 100, 1000, units=5).factor == 20.5
+    assert estimate("invariance determinism", 100, 1000, units=10).factor == 12.3
+
+
+def test_the_refusal_names_peak_available_and_what_would_fit():
+    line = refusal(estimate("ab", 8192, 262_144, available_bytes=20 * GB))
+    assert line.startswith("ab would need about ")
+    assert "8,192 positions × 262,144 vocabulary × 4 bytes = 8.6 GB a run" in line
+    assert "but this machine has 20.0 GB available: at most " in line
+    assert line.endswith("positions would fit (a shorter prompt or fewer --tokens); --no-memory-check runs it anyway")
+    assert "\n" not in line
+
+
+def test_gguf_vocabulary_from_the_metadata(tmp_path):
+    assert gguf_vocab_size(default_model_path()) == 49_152
+    # a hand-made header: a string, an array of strings, then the token list
+    def string(text: str) -> bytes:
+        return struct.pack("<Q", len(text)) + text.encode()
+    kvs = [string("general.name") + struct.pack("<I", 8) + string("tiny"),
+           string("general.tags") + struct.pack("<IIQ", 9, 8, 2) + string("a") + string("bc"),
+           string("tiny.context_length") + struct.pack("<II", 4, 64),
+           string("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 3) + string("x") + string("y") + string("z")]
+    path = tmp_path / "tiny.gguf"
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs)) + b"".join(kvs))
+    assert gguf_vocab_size(path) == 3 == model_vocab_size(path)
+    path.write_bytes(path.read_bytes()[:40])  # cut short
+    assert gguf_vocab_size(path) is None
+    (tmp_path / "x.txt").write_text("not a model")
+    assert gguf_vocab_size(tmp_path / "x.txt") is None and gguf_vocab_size(tmp_path / "missing") is None
+
+
+def test_folder_vocabulary_from_its_config(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": {"vocab_size": 262_144}}))
+    assert model_vocab_size(tmp_path) == 262_144
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 151_936}))
+    assert model_vocab_size(tmp_path) == 151_936
+    assert model_vocab_size(tmp_path / "nothing") is None
+
+
+def test_available_memory_reads_memavailable(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemFree:         1000000 kB\nMemAvailable:   16000000 kB\n")
+    assert available_memory(str(meminfo)) == 16_000_000 * 1024
+    assert available_memory(str(tmp_path / "none")) is None
+    assert available_memory() is None or available_memory() > 0
+
+
+def _engines():
+    cls = engine_class("llamacpp")
+    return [(cls, None, {}), (cls, None, {"flash_attn": "1"})]
+
+
+def test_check_memory_passes_what_fits_without_tokenizing(monkeypatch):
+    cls = engine_class("llamacpp")
+    monkeypatch.setattr(cls, "token_counter_before_load", classmethod(lambda *a: pytest.fail("tokenized")))
+    e = check_memory("ab", _engines(), ["The capital of France is"], 16, available=lambda: 16 * GB)
+    assert e.fits and not e.exact and e.n_vocab == 49_152
+    assert e.base_bytes == memory.BASE_BYTES + default_model_path().stat().st_size  # one model file, counted once
+
+
+def test_check_memory_refuses_decode_tokens_that_cannot_fit_without_tokenizing(monkeypatch):
+    cls = engine_class("llamacpp")
+    monkeypatch.setattr(cls, "token_counter_before_load", classmethod(lambda *a: pytest.fail("tokenized")))
+    with pytest.raises(InputError, match=r"^ab would need about .* \(at least 1,000,001 positions × 49,152 "):
+        check_memory("ab", _engines(), ["Hi"], 1_000_000, available=lambda: 16 * GB)
+
+
+def test_check_memory_counts_the_tokens_of_a_prompt_that_may_not_fit(monkeypatch):
+    """A prompt whose byte bound does not fit is tokenized: refused when its tokens do not fit, else passed."""
+    cls = engine_class("llamacpp")
+    monkeypatch.setattr(cls, "token_counter_before_load", classmethod(lambda c, m, o: lambda text: len(text) // 4))
+    prompt = "x" * 400_000  # bound: 400,002 positions; tokens here: 100,000
+    with pytest.raises(InputError, match=r"\(100,008 positions × 49,152 vocabulary"):
+        check_memory("ab", _engines(), [prompt], 8, available=lambda: 16 * GB)
+    room = estimate("ab", 100_008, 49_152, default_model_path().stat().st_size).peak_bytes / HEADROOM
+    e = check_memory("ab", _engines(), [prompt], 8, available=lambda: int(room) + 1)
+    assert e.exact and e.positions == 100_008 and e.fits
+
+
+def test_no_check_where_the_vocabulary_or_the_memory_is_unknown():
+    openai = engine_class("openai")  # top-k rows from a server: its logits are not here
+    assert check_memory("ab", [(openai, "m", {})], ["x"], 10 ** 9, available=lambda: 1) is None
+    assert check_memory("ab", _engines(), ["x"], 10 ** 9, available=lambda: None) is None
