@@ -161,7 +161,8 @@ def test_matrix_writes_json_markdown_and_report_renders_it_again(tmp_path):
                                 "chunked-prefill, threads"),
     (["--axes", ","], "error: --axes needs at least one axis"),
     (["--max-batch", "1"], "error: --max-batch must be at least 2 (B=1 is the prompt alone), got 1"),
-    (["--prompts", "{tmp}/p.txt", "--prompt", "x"], "error: give --prompts, or --prompt / --prompt-file, not both"),
+    (["--prompts", "{tmp}/p.txt", "--prompt", "x"],
+     "error: give one of --prompt, --prompt-file and --prompts, not --prompt and --prompts"),
     (["--prompts", "{tmp}/missing.txt"], "error: cannot read --prompts "),
     (["--engine", "nope"], "error: unknown engine 'nope'; valid engines: "),
 ])

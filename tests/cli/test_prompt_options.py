@@ -36,6 +36,7 @@ SINGLE = {
 MANY = {
     "verify": ["verify"],
     "golden record": ["golden", "record", "-o", "golden"],
+    "invariance matrix": ["invariance", "matrix"],
 }
 COMMANDS = {**SINGLE, **MANY}
 

@@ -9,12 +9,13 @@ import click
 
 from logitlab.cli.common import EXIT_INTERRUPTED, REQUIRE_CHOICES, finish, handle_errors, require_exit_code, \
     run_with_progress
-from logitlab.cli.options import detection_option, output_options, threshold_options, thresholds_from
+from logitlab.cli.options import (detection_option, output_options, prompt_inputs, prompt_options, prompts_from,
+                                  threshold_options, thresholds_from)
 from logitlab.cli.outputs import check_output_paths, report_paths
 from logitlab.cli.recording import record_options, record_target
 from logitlab.engines import DEFAULT_ENGINE
 from logitlab.engines.variant import parse_env, parse_variant
-from logitlab.errors import InputError, Interrupted
+from logitlab.errors import Interrupted
 
 #: The axes, as ``--help`` lists them (the experiment's ``AXES``, kept here so that --help imports no experiment).
 AXES_HELP = "determinism, batch, prefill-decode, chunked-prefill, threads"
@@ -28,24 +29,15 @@ def parse_axes(text: str | None) -> tuple[str, ...] | None:
 
 
 def matrix_prompts(opts: dict[str, Any]) -> list[Any]:
-    """The prompts of ``--prompts FILE``, or of ``--prompt`` (repeatable) and ``--prompt-file``, else the built-in
-    prose prompt (named ``built-in``).
+    """The prompts of :func:`~logitlab.cli.options.prompt_options` (``--prompt`` repeatable, ``--prompt-file``,
+    ``--prompts``: one of them), else the built-in prose prompt (named ``built-in``).
 
     Raises:
-        InputError: ``--prompts`` with ``--prompt`` or ``--prompt-file``; an unreadable or empty prompt.
+        InputError: two of the options; a missing, unreadable or empty file; an empty prompt.
     """
-    from pathlib import Path
+    from logitlab.experiments.prompts import DEFAULT_PROMPT, Prompt
 
-    from logitlab.experiments.prompts import DEFAULT_PROMPT, Prompt, load_prompt, load_prompts, prompts_from_texts
-
-    if opts["prompts_file"] and (opts["prompt_texts"] or opts["prompt_file"]):
-        raise InputError("give --prompts, or --prompt / --prompt-file, not both")
-    if opts["prompts_file"]:
-        return load_prompts(opts["prompts_file"])
-    prompts = prompts_from_texts(opts["prompt_texts"])
-    if opts["prompt_file"]:
-        prompts.append(Prompt(Path(opts["prompt_file"]).stem, load_prompt(None, opts["prompt_file"])))
-    return prompts or [Prompt("built-in", DEFAULT_PROMPT, "prose")]
+    return prompts_from(opts, lambda: [Prompt("built-in", DEFAULT_PROMPT, "prose")])
 
 
 @click.command("matrix")
@@ -57,11 +49,7 @@ def matrix_prompts(opts: dict[str, Any]) -> list[Any]:
               help="Engine options: KEY=VALUE[,KEY=VALUE] or [ENGINE:][MODEL][?KEY=VALUE&...] (as the other "
                    "probes); an option axis replaces the options it sweeps.")
 @click.option("--env", "env", multiple=True, metavar="NAME[=VALUE]", help="Environment knob while running.")
-@click.option("--prompt", "prompt_texts", multiple=True, help="A prompt text (repeatable; default: a built-in prose "
-                                                               "prompt).")
-@click.option("--prompt-file", default=None, help="Read one more prompt from a file.")
-@click.option("--prompts", "prompts_file", default=None,
-              help="Prompts file: JSONL ({\"name\":..., \"text\":...} per line) or one prompt per line.")
+@prompt_options("a built-in prose prompt", many=True)
 @click.option("--axes", "axes", default=None, metavar="A,B,...",
               help=f"Axes to run (default: every axis the engine supports): {AXES_HELP}.")
 @click.option("--max-batch", type=int, default=4, show_default=True, help="batch: batch sizes 1..B.")
@@ -107,7 +95,7 @@ def matrix_command(**opts: Any) -> None:
                           top_k=opts["top_k"], thresholds=thresholds_from(opts), detection=opts["detection"],
                           self_check=opts["self_check"])
     config.validate()
-    check_output_paths(**report_paths(opts), inputs=[variant.model, opts["prompt_file"], opts["prompts_file"]])
+    check_output_paths(**report_paths(opts), inputs=[variant.model, *prompt_inputs(opts)])
     target = record_target(opts)
 
     def describe(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:
