@@ -118,7 +118,10 @@ def gguf_vocab_size(path: str | Path) -> int | None:
     Notes:
         The layout is ggml's ``docs/gguf.md``: magic ``GGUF``, ``uint32`` version, ``uint64`` tensor and
         key-value counts, then per key a ``uint64``-length string, a ``uint32`` type and the value (an array:
-        ``uint32`` element type, ``uint64`` count, the elements), little-endian.
+        ``uint32`` element type, ``uint64`` count, the elements), little-endian. Not ``gguf.GGUFReader``
+        (llama.cpp's own package, in the hf extra): it parses every field before returning, 9.6 s for Gemma 3
+        270M's 262,144-token list on a 2-core machine against milliseconds here, and the check runs before
+        every command.
     """
     import struct
 
