@@ -187,3 +187,32 @@ def test_hf_runs_threads_and_skips_chunked_prefill():
     assert axes["threads"].verdict_word in ("bit-exact", "ulp-noise", "noise")
     assert axes["threads"].rows[1] == 14 and result.notes == [
         "threads: the variant's threads=1 is replaced by each setting of the axis"]
+
+
+def test_html_report_draws_the_matrix_figure_one_cell_per_axis():
+    """The HTML page holds the ``invariance-matrix`` figure as inline SVG: one cell per axis (skipped ones grey, with
+    their reason), then one per check of the axes that ran."""
+    import re
+
+    from logitlab.report.document import Figure
+    from logitlab.report.invariance_matrix import matrix_figure_data
+
+    result = matrix("", engine="fake", prompts=(("a", "hello world"), ("b", "another prompt")), runs=3)
+    data = matrix_figure_data(result)
+    assert [r["axis"] for r in data["rows"]] == list(AXES)
+    rows = {r["axis"]: r for r in data["rows"]}
+    assert rows["determinism"]["cells"] == [{"check": "runs 2..3", "verdict": "bit-exact", "severity": 0,
+                                             "identical": 29, "rows": 29}]  # both prompts' checks in one cell
+    assert rows["batch"]["skipped"].startswith("the fake engine does not declare") and rows["batch"]["cells"] == []
+    assert (rows["prefill-decode"]["identical"], rows["prefill-decode"]["rows"]) == result.axes[2].rows
+    (figure,) = [b for b in report.document(result).blocks if isinstance(b, Figure)]
+    assert figure.kind == "invariance-matrix" and figure.data == data and len(figure.caption) > 80
+    page = report.html(result)
+    assert '<figure class="plot" id="figure-1" data-kind="invariance-matrix"><svg' in page
+    assert re.findall(r'id="figure-1-axis-(\d+)"', page) == [str(i) for i in range(len(AXES))]
+    checks = re.findall(r'id="figure-1-check-(\d+)-(\d+)"', page)
+    assert checks == [(str(r), str(c)) for r, row in enumerate(data["rows"])
+                      for c in range(1, len(row["cells"]) + 1)] and checks
+    assert ">the fake engine does not declare the 'batch' ability</text>" in page  # the skipped row's reason
+    assert "figure invariance-matrix could not be drawn" not in page
+    assert "figure-" not in report.markdown(result)  # text formats leave the figure out

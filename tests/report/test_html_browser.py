@@ -210,3 +210,29 @@ def test_plotted_data_of_a_crafted_comparison(context, tmp_path):
         assert problems.all() == []
     finally:
         page.close()
+
+
+def test_the_invariance_matrix_figure_draws_one_cell_per_axis(context, tmp_path):
+    """The matrix's figure in a real browser (a fake engine's matrix: two axes ran, three skipped): one visible
+    cell per axis, at a real size, no console error."""
+    from logitlab import report
+    from logitlab.engines.variant import parse_variant
+    from logitlab.experiments.invariance_matrix import AXES, MatrixConfig, run_invariance_matrix
+    from logitlab.experiments.prompts import Prompt
+
+    result = run_invariance_matrix(MatrixConfig(variant=parse_variant("", "probe", default_engine="fake"),
+                                                prompts=(Prompt("p", SHORT_PROMPT),), runs=2, n_decode=2))
+    path = tmp_path / "matrix.html"
+    path.write_text(report.html(result), encoding="utf-8")
+    page, problems = open_page(context, path)
+    try:
+        sizes = figure_sizes(page)
+        page.screenshot(path=str(_shots(tmp_path) / "invariance-matrix.png"), full_page=True)
+        assert problems.all() == []
+        (size,) = [s for s in sizes if s["kind"] == "invariance-matrix"]
+        assert not size["failed"] and size["width"] >= 400 and size["height"] >= 150, size
+        cells = page.locator("figure[data-kind=invariance-matrix] g[id^='figure-1-axis-']")
+        assert cells.count() == len(AXES)
+        assert all(cells.nth(i).bounding_box()["width"] > 10 for i in range(len(AXES)))
+    finally:
+        page.close()

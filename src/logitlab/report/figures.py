@@ -45,6 +45,7 @@ FIGURES: dict[str, str] = {
     "scenario-ratios": "logitlab.report.plot_speed:scenario_ratios",
     "noise-profile": "logitlab.report.plot_speed:noise_profile",
     "sweep-heatmap": "logitlab.report.plot_sweep:sweep_heatmap",
+    "invariance-matrix": "logitlab.report.plot_invariance:matrix_grid",
 }
 
 #: Colours shared by the plots (matplotlib's tab10 where it has one).

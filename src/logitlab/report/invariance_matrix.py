@@ -10,12 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from logitlab.experiments.invariance_matrix import AxisResult, InvarianceMatrixResult
+from logitlab.numerics import VERDICTS
 from logitlab.report.detection_text import HEADLINE_HEADER, headline_cell
-from logitlab.report.document import Block, Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
+from logitlab.report.document import Block, Bullets, Document, Figure, Heading, KeyValues, Paragraph, Span, Table, \
+    rich
 from logitlab.report.invariance import check_rows, position_label
 from logitlab.report.text import engine_rows, fmt_num, plural, variant_text
 
-__all__ = ["matrix_document", "AXIS_HEADER", "axis_rows", "compared_text", "distinct_text"]
+__all__ = ["matrix_document", "AXIS_HEADER", "axis_rows", "compared_text", "distinct_text", "matrix_figure_data"]
 
 AXIS_HEADER = ("axis", "verdict", "identical rows", "max ULP", "KLD p99 / max", "first divergence", HEADLINE_HEADER)
 #: The columns of :func:`~logitlab.report.invariance.check_rows` the matrix's checks table keeps (name, verdict,
@@ -73,6 +75,53 @@ def axis_rows(result: InvarianceMatrixResult) -> list[tuple[Any, ...]]:
                      fmt_num(axis.max_scaled_ulp, 3), f"{fmt_num(axis.kld('p99'), 3)} / {fmt_num(axis.kld('max'), 3)}",
                      _first(axis, several), headline_cell(axis.detection)))
     return rows
+
+
+def _severity(word: str | None) -> int | None:
+    return None if word is None else VERDICTS.index(word)
+
+
+def matrix_figure_data(result: InvarianceMatrixResult) -> dict[str, Any]:
+    """What the ``invariance-matrix`` figure plots: one row per selected axis, its checks as cells.
+
+    Returns a dict: ``verdicts`` (the scale, harmless first) and ``rows``, one per axis of the result (skipped
+    and not run included), each with ``axis``, ``status``, ``skipped`` (the reason, or None), ``verdict``,
+    ``severity`` (index in ``verdicts``, None without a verdict), ``identical`` and ``rows`` (bit-identical rows
+    of rows compared, every check of every prompt) and ``cells``: one per setting or size the axis compared (its
+    check name, in the order first run), over every prompt: ``check``, ``verdict`` (the worst over the
+    prompts), ``severity``, ``identical``, ``rows``; an engine crash is one more cell, ``(the engine)``.
+    """
+    rows = []
+    for axis in result.axes:
+        cells: dict[str, dict[str, Any]] = {}
+        for _, probe in zip(axis.prompts, axis.probes):
+            for check in probe.checks:
+                c = check.comparison
+                cell = cells.setdefault(check.name, {"check": check.name, "verdict": None, "severity": None,
+                                                     "identical": 0, "rows": 0})
+                cell["identical"] += c.n_positions - c.differing_rows
+                cell["rows"] += c.n_positions
+                if cell["severity"] is None or _severity(check.word) > cell["severity"]:
+                    cell["verdict"], cell["severity"] = check.word, _severity(check.word)
+            if probe.crash:
+                cells["(the engine)"] = {"check": "(the engine)", "verdict": "crashed",
+                                         "severity": _severity("crashed"), "identical": 0, "rows": 0}
+        identical, total = axis.rows
+        rows.append({"axis": axis.axis, "status": axis.status, "skipped": axis.skipped, "verdict": axis.verdict_word,
+                     "severity": _severity(axis.verdict_word), "identical": identical, "rows": total,
+                     "cells": list(cells.values())})
+    return {"verdicts": list(VERDICTS), "rows": rows}
+
+
+def _matrix_figure(result: InvarianceMatrixResult) -> Figure | None:
+    if not result.axes:
+        return None
+    return Figure("invariance-matrix", (
+        "The matrix: one row per invariance axis; the first cell is the whole axis, the others each setting or "
+        "size it compared (B=2, n_ubatch=4, runs 2..R), each over every prompt; colour: the worst verdict, from "
+        "bit-exact (green) to divergent (red) and crashed (black), grey where the axis was skipped or not run; "
+        "label: the verdict and the share of bit-identical rows. Read which way of running the same request "
+        "moves the logits, and from which batch size or setting on."), matrix_figure_data(result))
 
 
 def _check_table(axis: AxisResult, config: dict[str, Any]) -> Table:
@@ -148,7 +197,8 @@ def matrix_document(result: InvarianceMatrixResult, *, show_error: bool = True) 
                   title="axes: every position, full vocabulary, bit for bit" + (", every prompt" if several else "")
                         + " (max ULP at the row's scale; KLD in nats)"),
             KeyValues([(a.axis, compared_text(a, result.config)) for a in result.ran], header=("axis", "compared"),
-                      tight=True))
+                      tight=True),
+            _matrix_figure(result))
     skipped = [a for a in result.axes if a.skipped]
     if skipped:
         doc.add(Paragraph("skipped axes", tone="dim", tight=True),
