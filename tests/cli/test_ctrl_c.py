@@ -324,6 +324,43 @@ def test_invariance_batch_and_prefill_decode_write_what_was_measured(probe, args
     assert data["checks"] == [] and "no check was compared" in run.stdout
 
 
+class NthWorkerComputing:
+    """Ready when the ``n``-th engine worker ``pid`` started (a process below it, in the order first seen) has
+    spent ``seconds`` of CPU: the ``n``-th part of a command that loads one engine per part is under way."""
+
+    def __init__(self, n: int, seconds: float):
+        self.n, self.seconds = n, seconds
+        self.seen: list[int] = []
+
+    def __call__(self, pid: int) -> bool:
+        self.seen += [p for p in tree(pid)[1:] if p not in self.seen and _alive(p)]
+        return len(self.seen) >= self.n and _alive(self.seen[self.n - 1]) and \
+            _stat(self.seen[self.n - 1])[3] >= self.seconds
+
+
+@pytest.mark.engine
+def test_invariance_matrix_writes_the_axes_measured_so_far(tmp_path):
+    """``invariance matrix``: interrupted while its second axis (batch, B = 1..24, one engine of its own) computes,
+    after the first (determinism) finished: the reports are written with the determinism axis whole, the batch
+    axis as far as it got (its probe's partial result, no check yet, or the checks it compared) and ``error:
+    interrupted``; ``report`` renders the JSON again."""
+    run = interrupt(["invariance", "matrix", "--axes", "determinism,batch", "--runs", "2", "--tokens", "2",
+                     "--max-batch", "24", "--prompt", PROMPTS[1], "--variant", "n_threads=1,n_threads_batch=1",
+                     "--quiet", "--json", "m.json", "--markdown", "m.md"], tmp_path, NthWorkerComputing(2, 2.0))
+    exited_130(run, "error: interrupted; what was measured so far is in the reports")
+    data = json.loads((tmp_path / "m.json").read_text())
+    assert data["kind"] == "invariance-matrix" and data["error"] == "interrupted"
+    axes = {a["axis"]: a for a in data["axes_summary"]}
+    assert list(axes) == ["determinism", "batch"]
+    assert axes["determinism"]["status"] == "invariant" and axes["determinism"]["rows"] > 0  # finished before
+    (batch,) = [a for a in data["axes"] if a["axis"] == "batch"]
+    assert len(batch["probes"]) <= 1 and all(p["error"] == "interrupted" for p in batch["probes"])
+    assert axes["batch"]["rows"] < sum(range(1, 25)) * axes["determinism"]["rows"]  # not every batch compared
+    assert "## logitlab invariance matrix" in (tmp_path / "m.md").read_text()
+    shown = subprocess.run([PY, "-m", "logitlab", "report", "m.json"], cwd=tmp_path, capture_output=True, text=True)
+    assert shown.returncode == 0 and "stopped early: interrupted" in shown.stdout.lower(), shown.stderr
+
+
 def _alive(pid: int) -> bool:
     try:
         return _stat(pid)[0] != "Z"
