@@ -141,3 +141,31 @@ def test_llama_servers_normaliser_depends_on_the_k_asked(servers):
         gaps = [row[0]["logprob"] - row[1]["logprob"] for row in rows]
         gap_spread = max(gap_spread, abs(gaps[0] - gaps[1]))
     assert moved > 0 and gap_spread < 1e-6, (moved, gap_spread)
+
+
+def test_invariance_matrix_runs_determinism_and_skips_the_axes_a_server_cannot_run(servers, tmp_path):
+    """``invariance matrix`` against llama-server (few tokens): determinism runs (R runs teacher-forced, compared
+    on the returned top-k, bit-exact: one slot, prefix cache reset before each scoring); batch, prefill-decode,
+    chunked-prefill and threads are listed as skipped, with the reason, not run and not a crash."""
+    out, page = tmp_path / "m.json", tmp_path / "m.html"
+    proc = subprocess.run([sys.executable, "-m", "logitlab", "invariance", "matrix", "--engine",
+                           f"openai:{servers['off']}/v1", "--prompt", SHORT_PROMPT, "--tokens", "3", "--runs", "3",
+                           "--quiet", "--json", str(out), "--html", str(page), "--require", "bit-exact"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    summary = {a["axis"]: a for a in data["axes_summary"]}
+    assert summary["determinism"]["status"] == "invariant" and summary["determinism"]["verdict"] == "bit-exact"
+    assert summary["determinism"]["distinct"][0] | {"prompt": None} == {"prompt": None, "runs": 3, "logits": 1,
+                                                                        "texts": 1}
+    (probe,) = data["axes"][0]["probes"]
+    assert probe["checks"][0]["comparison"]["scope"] == "top-k"
+    assert summary["determinism"]["rows"] == len(probe["prompt_ids"]) + 3
+    assert {a: s["skipped"] for a, s in summary.items() if s["status"] == "skipped"} == {
+        "batch": "the openai engine does not declare the 'batch' ability",
+        "prefill-decode": "the openai engine does not declare the 'sessions' ability",
+        "chunked-prefill": "the openai engine does not declare the 'chunked-prefill' ability",
+        "threads": "the openai engine does not declare the 'threads' ability"}
+    assert data["manifest"]["engine"]["server"]["kind"] == "llama-server"
+    assert "the runs are compared on those (not on full logits)" in " ".join(proc.stdout.split())
+    assert 'data-kind="invariance-matrix"' in page.read_text()

@@ -50,6 +50,11 @@ def test_engines_declare_their_axes():
     assert skip_reason(HfEngine, "chunked-prefill").startswith(
         "the hf engine does not declare the 'chunked-prefill' ability")
     assert [a for a in AXES if skip_reason(FakeEngine, a) is None] == ["determinism", "prefill-decode"]
+    from logitlab.engines.openai import OpenAIEngine
+
+    # a server: whole requests, top-k log-probabilities; determinism only
+    assert [a for a in AXES if skip_reason(OpenAIEngine, a) is None] == ["determinism"]
+    assert skip_reason(OpenAIEngine, "prefill-decode") == "the openai engine does not declare the 'sessions' ability"
 
 
 def test_axis_settings_are_options_of_their_engine():
@@ -216,3 +221,35 @@ def test_html_report_draws_the_matrix_figure_one_cell_per_axis():
     assert ">the fake engine does not declare the 'batch' ability</text>" in page  # the skipped row's reason
     assert "figure invariance-matrix could not be drawn" not in page
     assert "figure-" not in report.markdown(result)  # text formats leave the figure out
+
+
+@pytest.mark.engine
+def test_a_server_runs_determinism_on_its_top_k_and_skips_the_rest():
+    """The openai engine against a stub server (``tests/engines/server_stubs.py``): determinism runs, compared on
+    the returned top-k; every other axis is skipped with its reason; the JSON reads back with top-k checks."""
+    import sys
+
+    sys.path.insert(0, str(TESTS / "engines"))
+    from server_stubs import Stub, stub_server
+
+    from logitlab.numerics.topk import TopKComparison
+
+    with stub_server(Stub) as (url, _):
+        result = matrix("", engine=f"openai:{url}", prompts=(("p", "hello"),), runs=3, n_decode=3)
+    axes = by_axis(result)
+    assert [a.axis for a in result.ran] == ["determinism"]
+    assert {a.axis: a.skipped for a in result.axes if a.skipped} == {
+        "batch": "the openai engine does not declare the 'batch' ability",
+        "prefill-decode": "the openai engine does not declare the 'sessions' ability",
+        "chunked-prefill": "the openai engine does not declare the 'chunked-prefill' ability",
+        "threads": "the openai engine does not declare the 'threads' ability"}
+    (_, check), = axes["determinism"].checks()
+    assert isinstance(check.comparison, TopKComparison) and check.word == "bit-exact"
+    assert result.status == "invariant" and axes["determinism"].rows == (5 + 3, 5 + 3)
+    assert axes["determinism"].distinct() == [{"prompt": "p", "runs": 3, "logits": 1, "texts": 1}]
+    assert axes["determinism"].detection is None  # needs full logits
+    again = report.load_result(json.loads(json.dumps(result.to_dict())))
+    assert isinstance(again.axes[0].probes[0].checks[0].comparison, TopKComparison)
+    md = report.markdown(again)
+    assert "determinism: on the returned top-k log-probabilities only (KLD a lower bound)" in md
+    assert "the runs are compared on those (not on full logits)" in md

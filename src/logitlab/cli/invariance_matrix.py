@@ -42,7 +42,8 @@ def matrix_prompts(opts: dict[str, Any]) -> list[Any]:
 
 @click.command("matrix")
 @click.option("--engine", default=DEFAULT_ENGINE, show_default=True,
-              help="Engine: llamacpp (every axis), hf (no chunked-prefill), ortgenai (determinism, prefill-decode).")
+              help="Engine: llamacpp (every axis), hf (no chunked-prefill), ortgenai (determinism, "
+                   "prefill-decode), openai:URL (determinism, on the server's top-k).")
 @click.option("--model", default=None, help="Model file or folder (default: the embedded SmolLM2-135M Q4_1 GGUF; "
                                             "hf de-quantises it).")
 @click.option("--variant", "--candidate", "spec", default="",

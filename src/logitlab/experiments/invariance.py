@@ -50,10 +50,12 @@ from logitlab.events import Event
 from logitlab.experiments.base import Experiment
 from logitlab.experiments.inverse_controls import Control, control, planted_token, rows_text, same_shapes
 from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner
+from logitlab.engines.topk import TopKRows
 from logitlab.engines.workload import RunOutput, environment, run_workload
 from logitlab.jsonio import ResultRecord
 from logitlab.manifest import build_manifest
 from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict, classify, compare_logits
+from logitlab.numerics.topk import TopKComparison, compare_topk
 from logitlab.numerics.compare import check_top_k
 from logitlab.numerics.detection import DetectionLimits, detection_limits
 
@@ -145,7 +147,9 @@ class Check:
     Attributes:
         name: short label (``"B=4, left padding"``, ``"decode vs prefill"``, ``"run 3"``).
         reference, observed: what each side is, in words.
-        comparison: the observed side against the reference side.
+        comparison: the observed side against the reference side (a
+            :class:`~logitlab.numerics.topk.TopKComparison` where the engine returns only top-k
+            log-probabilities: ``determinism`` on a server).
         verdict: the comparison's verdict with its evidence.
         details: probe-specific facts (batch lengths, runs in a group, positions compared).
     """
@@ -153,7 +157,7 @@ class Check:
     name: str
     reference: str
     observed: str
-    comparison: LogitComparison
+    comparison: TopKComparison | LogitComparison
     verdict: Verdict
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -261,6 +265,18 @@ def _check(name: str, reference_text: str, observed_text: str, reference: np.nda
     comparison = compare_logits(reference, observed, top_k=config.top_k, token_ids=list(map(int, token_ids)))
     verdict = classify(comparison, config.thresholds)
     return Check(name, reference_text, observed_text, comparison, verdict, details or {})
+
+
+def _topk_check(name: str, reference_text: str, observed_text: str, reference: RunOutput, observed: RunOutput,
+                n_rows: int, config: InvarianceConfig, details: dict[str, Any]) -> Check:
+    """A check of two runs of an engine that returns only top-k log-probabilities, on their first ``n_rows``
+    positions (no detection limit: it needs full logits)."""
+    def head(rows: TopKRows) -> TopKRows:
+        return TopKRows(tuple(rows.keys[:n_rows]), tuple(rows.values[:n_rows]), rows.requested_k)
+
+    comparison = compare_topk(head(reference.topk), head(observed.topk), top_k=config.top_k,
+                              token_ids=list(map(int, reference.input_ids[:n_rows])))
+    return Check(name, reference_text, observed_text, comparison, classify(comparison, config.thresholds), details)
 
 
 def _digest(array: np.ndarray) -> str:
@@ -507,7 +523,10 @@ class InvarianceProbe(Experiment):
                     crash = exc
                     break
                 self.on_event("step", {"what": f"run {index + 1}"})
-            if cfg.self_check and crash is None and outputs:
+            if cfg.self_check and crash is None and outputs and outputs[0].topk is not None:
+                result.notes.append("--self-check: no inverse control on an engine that returns only top-k "
+                                    "log-probabilities (it plants a token in full logits)")
+            elif cfg.self_check and crash is None and outputs:
                 last = len(ids) - 1
                 planted = list(ids)
                 planted[last] = planted_token(ids[last], outputs[0].logits.shape[1])
@@ -576,7 +595,7 @@ class InvarianceProbe(Experiment):
         cfg, ids = self.config, result.prompt_ids
         groups: dict[str, list[int]] = {}
         for index, out in enumerate(outputs):
-            groups.setdefault(_digest(out.logits), []).append(index + 1)
+            groups.setdefault(out.fingerprint() if out.topk is not None else _digest(out.logits), []).append(index + 1)
         texts: dict[tuple[int, ...], list[int]] = {}
         for index, out in enumerate(outputs):
             texts.setdefault(tuple(out.generated), []).append(index + 1)
@@ -587,11 +606,19 @@ class InvarianceProbe(Experiment):
             n_rows = len(ids) + (diverge if diverge is not None else cfg.n_decode)
             details = {"runs": runs, "first_differing_token": diverge,
                        "rows_compared": n_rows, "same_text": diverge is None}
-            result.checks.append(self._checked(
-                f"runs {', '.join(map(str, runs))}", "run 1",
-                f"run {runs[0]}" + ("" if diverge is None else
-                                    f" (compared up to its first different greedy token, decode step {diverge})"),
-                first.logits[:n_rows], other.logits[:n_rows], cfg, first.input_ids[:n_rows], details))
+            observed_text = f"run {runs[0]}" + ("" if diverge is None else f" (compared up to its first different "
+                                                                         f"greedy token, decode step {diverge})")
+            name = f"runs {', '.join(map(str, runs))}"
+            if first.topk is not None:
+                result.checks.append(_topk_check(name, "run 1", observed_text, first, other, n_rows, cfg, details))
+            else:
+                result.checks.append(self._checked(name, "run 1", observed_text, first.logits[:n_rows],
+                                                   other.logits[:n_rows], cfg, first.input_ids[:n_rows], details))
+        if first.topk is not None:
+            note = (f"the engine returns only the top-{first.topk.requested_k} log-probabilities per position: the "
+                    "runs are compared on those (not on full logits), and no detection limit is measured")
+            if note not in result.notes:
+                result.notes.append(note)
         result.details = {
             "runs": len(outputs),
             "isolation": cfg.isolation,
@@ -609,9 +636,14 @@ class InvarianceProbe(Experiment):
                 "have recomputed what this probe compares")
         if len(groups) == 1 and len(outputs) > 1:
             # One distinct array: record an explicit bit-exact check so the verdict reads like ab's.
-            result.checks.append(self._checked(
-                f"runs 2..{len(outputs)}", "run 1", f"runs 2..{len(outputs)} (all identical)", first.logits,
-                outputs[-1].logits, cfg, first.input_ids, {"runs": list(range(2, len(outputs) + 1))}))
+            name, observed_text = f"runs 2..{len(outputs)}", f"runs 2..{len(outputs)} (all identical)"
+            details = {"runs": list(range(2, len(outputs) + 1))}
+            if first.topk is not None:
+                result.checks.append(_topk_check(name, "run 1", observed_text, first, outputs[-1],
+                                                 len(first.input_ids), cfg, details))
+            else:
+                result.checks.append(self._checked(name, "run 1", observed_text, first.logits,
+                                                   outputs[-1].logits, cfg, first.input_ids, details))
 
 
 # -- what runs on the engine (in its supervised worker: see call_engine) -------------------------------

@@ -6,7 +6,8 @@ One variant, one or more prompts, and per **invariance axis** the probe of
 
 ``determinism``
     the same greedy run R times: K distinct logit arrays of R runs, K distinct
-    greedy texts (SGLang's "Total samples: N, Unique samples: K");
+    greedy texts (SGLang's "Total samples: N, Unique samples: K"); on a server
+    (``openai``), its top-k log-probabilities instead of logits;
 ``batch``
     the prompt alone vs inside batches of 1..B sequences (``--max-batch``);
 ``prefill-decode``
@@ -47,7 +48,9 @@ __all__ = ["AXES", "AXIS_ABILITY", "MatrixConfig", "AxisResult", "InvarianceMatr
 
 #: The invariance axes, in the order they run and are reported.
 AXES = ("determinism", "batch", "prefill-decode", "chunked-prefill", "threads")
-#: The engine ability each axis needs (:data:`~logitlab.engines.base.ABILITIES`).
+#: The engine ability each axis needs (:data:`~logitlab.engines.base.ABILITIES`); ``determinism`` also runs on an
+#: engine that declares ``workload`` (whole runs: ``cmd``, ``openai``), on what it returns (a server: the top-k
+#: log-probabilities of each position).
 AXIS_ABILITY = {"determinism": "logits", "batch": "batch", "prefill-decode": "sessions",
                 "chunked-prefill": "chunked-prefill", "threads": "threads"}
 
@@ -69,6 +72,8 @@ def skip_reason(engine_cls: Any, axis: str) -> str | None:
     if axis not in AXES:
         raise InputError(f"unknown invariance axis {axis!r}; valid: {', '.join(AXES)}")
     ability = AXIS_ABILITY[axis]
+    if axis == "determinism" and engine_cls.supports("workload"):
+        return None  # whole runs (a process, a request) compared on what they return: a server's top-k
     if not engine_cls.supports(ability):
         return f"the {engine_cls.name} engine does not declare the {ability!r} ability"
     if ability in SETTING_ABILITIES and len(axis_settings(engine_cls, axis)) < 2:

@@ -138,6 +138,12 @@ def _check_table(axis: AxisResult, config: dict[str, Any]) -> Table:
     return Table(header, rows, title=f"{axis.axis}: {compared_text(axis, config)}")
 
 
+def _topk_scope(result: InvarianceMatrixResult) -> str:
+    """``; determinism: on the returned top-k only`` where an axis compared a server's top-k log-probabilities."""
+    axes = [a.axis for a in result.ran if any(c.comparison.scope == "top-k" for _, c in a.checks())]
+    return f"; {', '.join(axes)}: on the returned top-k log-probabilities only (KLD a lower bound)" if axes else ""
+
+
 def _header(result: InvarianceMatrixResult) -> KeyValues:
     cfg = result.config
     engine = result.manifest.get("engine") if result.manifest else None
@@ -195,7 +201,7 @@ def matrix_document(result: InvarianceMatrixResult, *, show_error: bool = True) 
     several = len(result.config["prompts"]) > 1
     doc.add(Table(AXIS_HEADER, axis_rows(result),
                   title="axes: every position, full vocabulary, bit for bit" + (", every prompt" if several else "")
-                        + " (max ULP at the row's scale; KLD in nats)"),
+                        + " (max ULP at the row's scale; KLD in nats)" + _topk_scope(result)),
             KeyValues([(a.axis, compared_text(a, result.config)) for a in result.ran], header=("axis", "compared"),
                       tight=True),
             _matrix_figure(result))
