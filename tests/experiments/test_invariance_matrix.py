@@ -77,6 +77,7 @@ def test_axis_settings_are_options_of_their_engine():
     ({"axes": ("batch", "batch")}, "--axes names 'batch' twice"),
     ({"max_batch": 1}, "--max-batch must be at least 2"),
     ({"runs": 1}, "--runs must be at least 2, got 1"),
+    ({"speed_repeats": 0}, "--speed-repeats must be at least 1, got 0"),
     ({"prompts": ()}, "the matrix needs at least one prompt"),
     ({"prompts": (Prompt("a", "x"), Prompt("a", "y"))}, "two prompts are named 'a'"),
 ])
@@ -253,3 +254,26 @@ def test_a_server_runs_determinism_on_its_top_k_and_skips_the_rest():
     md = report.markdown(again)
     assert "determinism: on the returned top-k log-probabilities only (KLD a lower bound)" in md
     assert "the runs are compared on those (not on full logits)" in md
+
+
+def test_speed_measures_the_cost_of_the_mode():
+    """``--speed``: the fake engine sleeps per token, the mode (sleep=0.004) twice as long as without it (0.002):
+    ab's paired design calls it slower at about half the tokens/s, and the report, the JSON and its round trip say
+    so."""
+    result = matrix("sleep=0.004", engine="fake", prompts=(("p", "hello world"),), axes=("determinism",), n_decode=4,
+                    speed=parse_variant("sleep=0.002", "control", default_engine="fake"), speed_repeats=3)
+    ab = result.speed_result
+    assert ab.config["control"]["options"] == {"sleep": "0.002"} and ab.config["candidate"]["options"] == {
+        "sleep": "0.004"}
+    decode = ab.speed["decode"]
+    assert decode.call == "slower" and 0.3 < decode.ratio < 0.75 and decode.ci_high < 1
+    assert len({r.block for r in ab.runs if r.block is not None}) == 3
+    assert result.verdict_word == "bit-exact"  # the speed run judges nothing of the matrix
+    data = result.to_dict()
+    assert data["config"]["speed"]["options"] == {"sleep": "0.002"} and data["speed"]["kind"] == "ab"
+    again = report.load_result(json.loads(json.dumps(data)))
+    assert again.to_dict() == data and again.speed_result.speed["decode"].ratio == decode.ratio
+    md = report.markdown(again)
+    assert "### the mode's cost (--speed)" in md
+    assert "candidate: the variant (fake: sleep=0.004); control: without the mode (fake: sleep=0.002)" in md
+    assert "| decode |" in md and "slower" in md.split("### the mode's cost")[1]

@@ -64,6 +64,12 @@ def matrix_prompts(opts: dict[str, Any]) -> list[Any]:
 @click.option("--self-check", is_flag=True,
               help="Run the inverse controls of the determinism, batch and prefill-decode axes: the same path with "
                    "one planted input token, which each probe must see; one it misses makes the axis vacuous.")
+@click.option("--speed", "speed_spec", default=None, metavar="SPEC",
+              help="The variant without the mode (KEY=VALUE,... or [ENGINE:][MODEL][?...]): also run ab's paired "
+                   "speed design, this as the control and --variant as the candidate, on the first prompt, and "
+                   "report the mode's cost (decode and prefill ratios with their 95 % intervals).")
+@click.option("--speed-repeats", type=int, default=3, show_default=True,
+              help="--speed: ABBA/BAAB blocks (4 timed runs each).")
 @output_options()
 @record_options()
 @handle_errors
@@ -86,6 +92,7 @@ def matrix_command(**opts: Any) -> None:
       logitlab invariance matrix
       logitlab invariance matrix --engine hf --prompts prompts.jsonl --markdown matrix.md
       logitlab invariance matrix --axes batch,threads --max-batch 8 --require bit-exact
+      logitlab invariance matrix --variant n_threads=1 --speed n_threads=2
     """
     from logitlab.experiments.invariance_matrix import InvarianceMatrix, MatrixConfig
 
@@ -94,7 +101,10 @@ def matrix_command(**opts: Any) -> None:
     config = MatrixConfig(variant=variant, prompts=tuple(matrix_prompts(opts)), axes=parse_axes(opts["axes"]),
                           max_batch=opts["max_batch"], runs=opts["runs"], n_decode=opts["n_decode"],
                           top_k=opts["top_k"], thresholds=thresholds_from(opts), detection=opts["detection"],
-                          self_check=opts["self_check"])
+                          self_check=opts["self_check"], speed_repeats=opts["speed_repeats"],
+                          speed=None if opts["speed_spec"] is None else parse_variant(
+                              opts["speed_spec"], "control", default_engine=opts["engine"],
+                              default_model=opts["model"], env=parse_env(opts["env"]), option="--speed"))
     config.validate()
     check_output_paths(**report_paths(opts), inputs=[variant.model, *prompt_inputs(opts)])
     target = record_target(opts)

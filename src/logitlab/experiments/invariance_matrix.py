@@ -23,6 +23,12 @@ An axis runs where the engine declares the ability it needs
 ``AXIS_SETTINGS``); the others are kept in the result as skipped, with the
 reason. Each axis is judged by the worst verdict of its probes (one per
 prompt); the matrix by its worst axis.
+
+With ``speed`` (``--speed SPEC``: the variant without the mode), the matrix
+also measures the **cost of the mode**: ``ab``'s paired ABBA/BAAB speed design,
+control the variant without it, candidate the variant, on the first prompt; the
+result keeps that ``ab`` result whole (its decode and prefill ratios with their
+intervals and calls).
 """
 
 from __future__ import annotations
@@ -95,6 +101,9 @@ class MatrixConfig:
         top_k: k of the top-k set agreement.
         thresholds: verdict thresholds.
         detection: measure each probe's detection limit (of its worst check).
+        speed: the variant without the mode (``--speed``): the paired speed design runs it as the control and
+            ``variant`` as the candidate, on the first prompt (None: no speed run).
+        speed_repeats: ``speed``: ABBA/BAAB blocks (4 timed runs each).
         self_check: run the inverse controls of the probe axes (``determinism``, ``batch``, ``prefill-decode``: one
             planted input token each probe must see; :mod:`~logitlab.experiments.inverse_controls`); a probe that
             misses its control is vacuous.
@@ -110,6 +119,8 @@ class MatrixConfig:
     thresholds: Thresholds = field(default_factory=Thresholds)
     detection: bool = True
     self_check: bool = False
+    speed: Variant | None = None
+    speed_repeats: int = 3
 
     def validate(self) -> None:
         """Raise InputError naming the bad value and the valid ones."""
@@ -134,6 +145,8 @@ class MatrixConfig:
             raise InputError(f"--tokens must be at least 0, got {self.n_decode}")
         if self.top_k < 1:
             raise InputError(f"--top-k must be at least 1, got {self.top_k}")
+        if self.speed_repeats < 1:
+            raise InputError(f"--speed-repeats must be at least 1, got {self.speed_repeats}")
 
     @property
     def selected(self) -> tuple[str, ...]:
@@ -161,7 +174,8 @@ class MatrixConfig:
                 "axes": None if self.axes is None else list(self.axes), "max_batch": self.max_batch,
                 "runs": self.runs, "n_decode": self.n_decode, "top_k": self.top_k,
                 "thresholds": dataclasses.asdict(self.thresholds), "detection": self.detection,
-                "self_check": self.self_check}
+                "self_check": self.self_check, "speed": None if self.speed is None else self.speed.to_dict(),
+                "speed_repeats": self.speed_repeats}
 
 
 def _worst(results: Sequence[InvarianceResult]) -> InvarianceResult | None:
@@ -284,7 +298,8 @@ class InvarianceMatrixResult(ResultRecord):
 
     JSON format history (``schema_version``): 1 — first version (``axes`` with each probe's full
     :class:`~logitlab.experiments.invariance.InvarianceResult`; derived ``verdict``, ``status`` and
-    ``axes_summary``, the numbers of each axis).
+    ``axes_summary``, the numbers of each axis); later in 1 (additive): ``speed``, the ``ab`` result of the
+    mode's cost (``--speed``), as its JSON.
     """
 
     KIND: ClassVar[str] = "invariance-matrix"
@@ -295,6 +310,16 @@ class InvarianceMatrixResult(ResultRecord):
     axes: list[AxisResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     error: str | None = None
+    speed: dict[str, Any] | None = None
+
+    @property
+    def speed_result(self) -> Any:
+        """The mode's cost (``--speed``) as an :class:`~logitlab.experiments.ab_results.AbResult`; None without."""
+        if self.speed is None:
+            return None
+        from logitlab.experiments.ab_results import AbResult
+
+        return AbResult.from_dict(self.speed)
 
     @property
     def ran(self) -> list[AxisResult]:
@@ -392,7 +417,7 @@ class InvarianceMatrix(Experiment):
                 given = setting_text({k: cfg.variant.options[k] for k in overridden})
                 result.notes.append(f"{axis.axis}: the variant's {given} is replaced by each setting of the axis")
         cells = [(axis, prompt) for axis in axes if not axis.skipped for prompt in cfg.prompts]
-        self.on_event("start", {"steps": len(cells)})
+        self.on_event("start", {"steps": len(cells) + (cfg.speed is not None)})
 
         def body() -> None:
             for axis, prompt in cells:
@@ -413,12 +438,44 @@ class InvarianceMatrix(Experiment):
                 if not result.manifest:
                     result.manifest = probed.manifest
                 self.on_event("step", {"what": f"{axis.axis}, {prompt.name}"})
+            if cfg.speed is not None:
+                self._speed(result)
 
         try:
             return self.measure(result, body)
         except KeyboardInterrupt:  # between probes, outside measure's own handling
             result.error = "interrupted"
             raise Interrupted("interrupted", partial=result) from None
+
+
+    def _speed(self, result: InvarianceMatrixResult) -> None:
+        """The mode's cost: ``ab``'s paired speed design, the variant without the mode (control) vs the variant
+        (candidate), on the first prompt; a partial ``ab`` (Ctrl-C, an error) is kept, then the error raised."""
+        from logitlab.experiments.ab import AbConfig, run_ab
+
+        cfg = self.config
+        config = AbConfig(control=dataclasses.replace(cfg.speed, label="control"),
+                          candidate=dataclasses.replace(cfg.variant, label="candidate"), prompt=cfg.prompts[0].text,
+                          n_decode=max(cfg.n_decode, 1), repeats=cfg.speed_repeats, warmup=1, escalate=False,
+                          top_k=cfg.top_k, thresholds=cfg.thresholds, detection=False)
+
+        slots = [0]
+
+        def forward(kind: str, data: dict[str, Any]) -> None:
+            if kind == "slot":
+                slots[0] += 1
+                self.on_event("detail", {"what": f"speed: run {slots[0]}"})
+
+        try:
+            measured = run_ab(config, on_event=forward)
+        except LogitlabError as exc:
+            if exc.partial is not None:
+                result.speed = exc.partial.to_dict()
+            raise
+        result.speed = measured.to_dict()
+        if not result.manifest:
+            result.manifest = measured.manifest
+        self.on_event("step", {"what": "speed"})
 
 
 def run_invariance_matrix(config: MatrixConfig, **kwargs: Any) -> InvarianceMatrixResult:

@@ -26,7 +26,7 @@ from logitlab.report.text import (
     variant_text,
 )
 
-__all__ = ["ab_document"]
+__all__ = ["ab_document", "speed_section"]
 
 AA_HEADER = ("slot", "block", "pos", "rows differing", "max D/V per row", "max ULP", "argmax kept", "top-k kept")
 #: Flips listed in the report (all are in the JSON).
@@ -162,6 +162,12 @@ def _server_lines(result: AbResult, run) -> list[tuple[str, str]]:
         if record is not None and record.scoring:
             lines.append((label, run_scoring_text(record.scoring)))
     return lines
+
+
+def speed_section(result: AbResult) -> list:
+    """The speed blocks of an ``ab`` report (table, the calls' reasons, figures), for reports that embed an ``ab``
+    speed run (``invariance matrix --speed``)."""
+    return _speed(result)
 
 
 def _speed(result: AbResult) -> list:

@@ -185,6 +185,22 @@ def _verdict(result: InvarianceMatrixResult) -> list[Block]:
             Bullets(verdict.evidence, tight=True)]
 
 
+def _speed(result: InvarianceMatrixResult) -> list[Block]:
+    """``--speed``: the mode's cost, ``ab``'s speed blocks (candidate: the variant; control: without the mode)."""
+    ab = result.speed_result
+    if ab is None:
+        return []
+    from logitlab.report.ab import speed_section
+
+    cfg = result.config
+    return [Heading("the mode's cost (--speed)", level=2),
+            Paragraph(f"candidate: the variant ({variant_text(cfg['variant'])}); control: without the mode "
+                      f"({variant_text(cfg['speed'])}); prompt {cfg['prompts'][0]['name']}, {ab.config['n_decode']} "
+                      f"greedy tokens, {plural(ab.config['repeats'], 'ABBA/BAAB block')}; a ratio under 1 is the "
+                      "mode's tax", tone="dim", tight=True),
+            *speed_section(ab)]
+
+
 def matrix_document(result: InvarianceMatrixResult, *, show_error: bool = True) -> Document:
     """The report of an invariance matrix.
 
@@ -213,6 +229,7 @@ def matrix_document(result: InvarianceMatrixResult, *, show_error: bool = True) 
     if not_run:
         doc.add(Paragraph(f"not run (the matrix stopped first): {', '.join(not_run)}", tone="warning"))
     doc.add(*_verdict(result))
+    doc.add(*_speed(result))
     doc.add(*[_check_table(axis, result.config) for axis in result.ran])
     exercised = [f"{a.axis}" + (f", {name}" if several else "") + f", {c.name}: {c.details['exercised']}"
                  + "".join(f" — {key}: {c.details[key]}" for key in ("vacuous", "limited") if c.details.get(key))
