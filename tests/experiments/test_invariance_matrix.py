@@ -277,3 +277,9 @@ def test_speed_measures_the_cost_of_the_mode():
     assert "### the mode's cost (--speed)" in md
     assert "candidate: the variant (fake: sleep=0.004); control: without the mode (fake: sleep=0.002)" in md
     assert "| decode |" in md and "slower" in md.split("### the mode's cost")[1]
+    # --record: the mode's cost as a history series beside the axes'
+    from logitlab.experiments.history.metrics import record_from_result
+
+    metrics = record_from_result(result, machine="m", commit="0123456789abcdef", commit_date=None).metrics
+    assert sorted(metrics) == ["determinism", "speed"] and set(metrics["speed"]) == {"decode", "prefill"}
+    assert metrics["speed"]["decode"].value == pytest.approx(decode.ratio) and metrics["speed"]["decode"].samples

@@ -47,7 +47,7 @@ from logitlab.experiments.prompts import Prompt, check_unique
 from logitlab.jsonio import ResultRecord
 from logitlab.numerics import VERDICTS, Thresholds
 from logitlab.numerics.detection import DetectionLimits
-from logitlab.perf.metrics import HIGHER, LOWER, Metric, Metrics, put_crash, put_metric
+from logitlab.perf.metrics import HIGHER, LOWER, Metric, Metrics, put_crash, put_metric, ratio_metric
 
 __all__ = ["AXES", "AXIS_ABILITY", "MatrixConfig", "AxisResult", "InvarianceMatrixResult", "InvarianceMatrix",
            "skip_reason", "axis_settings", "run_invariance_matrix"]
@@ -366,6 +366,8 @@ class InvarianceMatrixResult(ResultRecord):
         Per axis: ``bit_exact_share`` (% of compared rows bit-identical, over every check of every prompt; higher is
         better), ``kld_p99`` (the largest per-check KLD p99, nats; lower is better), ``argmax flips`` (over every
         check; lower is better), and ``crashed`` (its phase and status) when an engine crashed on that axis.
+        With ``--speed``: ``speed`` -> ``decode``, ``prefill``, the mode's cost (variant / without it, geometric-mean
+        tokens/s ratio, samples: each block's ratio; higher is better), as ``ab`` records its ``ratio``.
         """
         out: Metrics = {}
         for axis in self.ran:
@@ -379,6 +381,9 @@ class InvarianceMatrixResult(ResultRecord):
                     put_metric(out, axis.axis, "kld_p99", Metric(LOWER, float(kld), "nats"))
                 flips = sum(len(check.comparison.flips) for _, check in axis.checks())
                 put_metric(out, axis.axis, "argmax flips", Metric(LOWER, float(flips), "flips"))
+        speed = self.speed_result
+        for phase, comparison in (speed.speed.items() if speed is not None else ()):
+            put_metric(out, "speed", phase, ratio_metric(comparison))
         return out
 
 
