@@ -26,7 +26,8 @@ from typing import Any, Callable
 from logitlab.errors import InputError
 from logitlab.report.document import Figure
 
-__all__ = ["FIGURES", "register_figure", "figure_svg", "tag_bars", "plain", "legend_above", "STYLE", "COLORS"]
+__all__ = ["FIGURES", "register_figure", "figure_svg", "tag_bars", "plain", "legend_above", "STYLE", "COLORS",
+           "VERDICT_COLORS", "NO_VERDICT_COLOR"]
 
 #: Figure kind -> plot function, ``"module:function"``.
 FIGURES: dict[str, str] = {
@@ -51,6 +52,11 @@ FIGURES: dict[str, str] = {
 #: Colours shared by the plots (matplotlib's tab10 where it has one).
 COLORS = {"control": "#1f77b4", "candidate": "#ff7f0e", "flip": "#d62728", "band": "#2ca02c", "neutral": "#7f7f7f",
           "first": "#9467bd", "ink": "#222222"}
+
+#: One colour per verdict of :data:`~logitlab.numerics.VERDICTS`, by severity, harmless to serious (green → red
+#: → black for ``crashed``); :data:`NO_VERDICT_COLOR`: skipped, not run, nothing judged.
+VERDICT_COLORS = ("#2ca02c", "#98df8a", "#dbe88a", "#ffdd71", "#ff9f4a", "#f2703c", "#d62728", "#3b0a0a")
+NO_VERDICT_COLOR = "#d9d9d9"
 
 #: matplotlib settings of every figure.
 STYLE: dict[str, Any] = {

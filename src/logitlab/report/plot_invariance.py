@@ -9,20 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from logitlab.report.figures import plain
+from logitlab.report.figures import NO_VERDICT_COLOR, VERDICT_COLORS, plain
 
-__all__ = ["matrix_grid", "SEVERITY_COLORS"]
-
-#: One colour per verdict of :data:`~logitlab.numerics.VERDICTS`, harmless to serious (green → red → black for
-#: ``crashed``).
-SEVERITY_COLORS = ("#2ca02c", "#98df8a", "#dbe88a", "#ffdd71", "#ff9f4a", "#f2703c", "#d62728", "#3b0a0a")
-_NONE = "#d9d9d9"  # skipped, not run, nothing judged
+__all__ = ["matrix_grid"]
 
 
 def _color(severity: int | None) -> str:
     if severity is None:
-        return _NONE
-    return SEVERITY_COLORS[min(severity, len(SEVERITY_COLORS) - 1)]
+        return NO_VERDICT_COLOR
+    return VERDICT_COLORS[min(severity, len(VERDICT_COLORS) - 1)]
 
 
 def _share(identical: int, total: int) -> str:
@@ -53,7 +48,7 @@ def matrix_grid(fig: Any, data: dict[str, Any]) -> None:
         ax.add_patch(rect)
         if severity is not None:
             seen.add(severity)
-        dark = severity is not None and severity >= len(SEVERITY_COLORS) - 2
+        dark = severity is not None and severity >= len(VERDICT_COLORS) - 2
         ax.text(x - 0.5 + w / 2, y, plain(label), ha="center", va="center", fontsize=7,
                 color="white" if dark else "#222222", fontweight="bold" if bold else "normal")
 
@@ -79,5 +74,5 @@ def matrix_grid(fig: Any, data: dict[str, Any]) -> None:
     ax.xaxis.set_ticks_position("top")
     handles = [Patch(color=_color(i), label=verdicts[i]) for i in sorted(seen)]
     if any(r["skipped"] or not r["cells"] for r in rows):
-        handles.append(Patch(color=_NONE, label="skipped / not run"))
+        handles.append(Patch(color=NO_VERDICT_COLOR, label="skipped / not run"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)

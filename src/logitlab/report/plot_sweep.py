@@ -9,13 +9,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from logitlab.report.figures import plain
+from logitlab.report.figures import NO_VERDICT_COLOR, VERDICT_COLORS, plain
 
-__all__ = ["sweep_heatmap", "VERDICT_COLORS"]
-
-#: One colour per verdict, harmless to serious (green → red); grey: no verdict.
-VERDICT_COLORS = ("#2ca02c", "#98df8a", "#ffdd71", "#ff9f4a", "#d62728")
-_NONE = "#d9d9d9"
+__all__ = ["sweep_heatmap"]
 
 
 def _label(cell: dict[str, Any]) -> str:
@@ -43,7 +39,7 @@ def sweep_heatmap(fig: Any, data: dict[str, Any]) -> None:
 
     rows, columns, verdicts = data["rows"], data["columns"], data["verdicts"]
     fig.set_size_inches(max(4.5, min(12.0, 1.6 + 1.7 * len(columns))), max(1.8, 0.9 + 0.75 * len(rows)))
-    colors = list(VERDICT_COLORS[:len(verdicts)]) + [_NONE]
+    colors = list(VERDICT_COLORS[:len(verdicts)]) + [NO_VERDICT_COLOR]  # one per verdict, by severity
     grid = np.full((len(rows), len(columns)), len(verdicts), dtype=float)  # no verdict: the last colour
     for cell in data["cells"]:
         if cell["severity"] is not None:
