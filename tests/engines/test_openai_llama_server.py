@@ -169,3 +169,24 @@ def test_invariance_matrix_runs_determinism_and_skips_the_axes_a_server_cannot_r
     assert data["manifest"]["engine"]["server"]["kind"] == "llama-server"
     assert "the runs are compared on those (not on full logits)" in " ".join(proc.stdout.split())
     assert 'data-kind="invariance-matrix"' in page.read_text()
+
+
+def test_a_prefix_cache_hit_that_changes_the_greedy_text_is_not_invariant(servers, tmp_path):
+    """Measured on this server: run 1 generates the 17-token prompt's continuation cold, later runs hit the prefix
+    cache and pick another token at decode step 4 (" had spent" vs " spent"), while every run's teacher-forced
+    scores are bit-exact up to that token. The determinism axis reads "2 unique greedy texts" and is not invariant;
+    --require bit-exact fails on it (it read invariant before: the compared rows are bit-exact)."""
+    prompt = "The lighthouse keeper had kept a journal for thirty years. Every evening he wrote down the"
+    out = tmp_path / "m.json"
+    proc = subprocess.run([sys.executable, "-m", "logitlab", "invariance", "matrix", "--engine",
+                           f"openai:{servers['off']}/v1", "--axes", "determinism", "--prompt", prompt, "--tokens", "8",
+                           "--runs", "3", "--quiet", "--json", str(out), "--require", "bit-exact"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    data = json.loads(out.read_text())
+    (probe,) = data["axes"][0]["probes"]
+    assert probe["details"]["distinct_texts"] == 2 and probe["details"]["text_groups"][0]["runs"] == [1]
+    assert probe["verdict"]["word"] == "bit-exact" and probe["status"] == "not invariant"
+    assert probe["generation_differs"].startswith("2 unique greedy texts of 3 runs")
+    assert data["status"] == "not invariant"
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith(
+        "error: not invariant: determinism: 2 unique greedy texts of 3 runs"), proc.stderr

@@ -236,3 +236,32 @@ def test_json_and_markdown_reports(tmp_path):
     md = report.markdown(result)
     assert md.startswith(f"## logitlab invariance determinism: **{result.verdict.word}**")
     assert "| check | verdict | rows differing | max \\|Δ\\| |" in md and "distinct logit arrays: 2" in md
+
+
+def test_determinism_with_bit_exact_scores_but_several_greedy_texts_is_not_invariant():
+    """A server generates, then is scored teacher-forced: identical scores can hide different texts. K unique
+    greedy texts of N runs (K > 1) makes the probe not invariant whatever the compared rows say."""
+    from logitlab.experiments.invariance import InvarianceResult, _check
+
+    logits = np.random.default_rng(0).normal(0, 1, (6, 40)).astype(np.float32)
+    cfg = InvarianceConfig(probe="determinism", variant=parse_variant("", "probe", default_engine="fake"),
+                           prompt="x")
+    check = _check("runs 2..3", "run 1", "runs 2..3", logits, logits.copy(), cfg, list(range(6)), {})
+
+    def result(texts):
+        return InvarianceResult(
+            probe="determinism", config={"variant": {"engine": "fake", "options": {}, "env": {}}, "n_decode": 2},
+            manifest={"engine": {"engine": "fake", "model_sha256": "0" * 64},
+                      "host": {"cpu": "cpu", "cores": 1, "os": "os", "python": "3"}},
+            prompt_ids=list(range(4)), checks=[check], details={
+                "runs": 3, "isolation": "session", "distinct_logits": texts, "distinct_texts": texts,
+                "logit_groups": [[1], [2, 3]][:texts] if texts > 1 else [[1, 2, 3]],
+                "text_groups": [{"runs": [1], "text": " a"}, {"runs": [2, 3], "text": " b"}][:texts]})
+
+    same, differ = result(1), result(2)
+    assert same.verdict_word == differ.verdict_word == "bit-exact"
+    assert same.status == "invariant" and same.generation_differs is None
+    assert differ.status == "not invariant" and not differ.invariant
+    assert differ.generation_differs.startswith("2 unique greedy texts of 3 runs")
+    assert differ.to_dict()["generation_differs"] == differ.generation_differs
+    assert "not invariant: 2 unique greedy texts of 3 runs" in report.markdown(differ)

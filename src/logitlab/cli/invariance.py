@@ -181,10 +181,14 @@ def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
 
 
 def _require_exit_code(result: Any, require: str | None) -> int:
-    """``--require``'s exit code; a vacuous probe (it could not have failed) does not meet any requirement."""
+    """``--require``'s exit code; a vacuous probe (it could not have failed), or runs whose greedy texts differ
+    behind bit-exact scores, meet no requirement."""
     code = require_exit_code(result.verdict_word, require)
     if require and code == 0 and result.vacuous:
         click.echo(f"error: the probe is vacuous: {result.vacuous}", err=True)
+        return 1
+    if require and code == 0 and result.generation_differs:
+        click.echo(f"error: not invariant: {result.generation_differs}", err=True)
         return 1
     return code
 

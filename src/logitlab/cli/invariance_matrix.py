@@ -129,9 +129,14 @@ def matrix_command(**opts: Any) -> None:
 
 
 def _require_exit_code(result: Any, require: str | None) -> int:
-    """``--require``'s exit code; an axis that could not have failed (vacuous) meets no requirement."""
+    """``--require``'s exit code; an axis that could not have failed (vacuous), or whose runs' greedy texts
+    differ behind bit-exact scores, meets no requirement."""
     code = require_exit_code(result.verdict_word, require, "the worst axis's verdict")
     if require and code == 0 and result.vacuous:
         click.echo(f"error: an axis is vacuous: {result.vacuous[0]}", err=True)
+        return 1
+    differs = [f"{a.axis}: {p.generation_differs}" for a in result.ran for p in a.probes if p.generation_differs]
+    if require and code == 0 and differs:
+        click.echo(f"error: not invariant: {differs[0]}", err=True)
         return 1
     return code

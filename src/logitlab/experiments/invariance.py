@@ -237,10 +237,32 @@ class InvarianceResult(ResultRecord):
         return reasons[0] if all(reasons) else None
 
     @property
+    def generation_differs(self) -> str | None:
+        """Determinism: why the runs are not invariant although every row compared is bit-exact (None otherwise).
+
+        Each run is compared up to its first different greedy token; with full logits a different greedy token
+        shows as a differing row. An engine whose generation is not the path its scores come from (a server:
+        the text is generated, then scored teacher-forced) can give different texts from identical scores:
+        a prefix-cache hit on a later run's generation, for example. K unique greedy texts of N runs is then the
+        finding, as SGLang's "Unique samples: K" is.
+        """
+        details = self.details or {}
+        texts, runs = details.get("distinct_texts", 1), details.get("runs")
+        if self.probe != "determinism" or texts <= 1 or not self.checks or \
+                not all(c.word == "bit-exact" for c in self.checks):
+            return None
+        return (f"{texts} unique greedy texts of {runs} runs, though every row compared (up to each run's first "
+                "different greedy token) is bit-exact: the generation did not follow the path the runs were scored "
+                "on (a server generates, then scores teacher-forced; a prefix-cache hit on a later run can do this)")
+
+    @property
     def status(self) -> str:
-        """``crashed``, ``vacuous``, ``invariant`` (every check bit-exact) or ``not invariant``."""
+        """``crashed``, ``vacuous``, ``invariant`` (every check bit-exact and, for determinism, one greedy text)
+        or ``not invariant``."""
         if self.crash:
             return "crashed"
+        if self.generation_differs:
+            return "not invariant"
         if self.vacuous:
             return "vacuous"
         return "invariant" if self.checks and all(c.word == "bit-exact" for c in self.checks) else "not invariant"
@@ -255,7 +277,8 @@ class InvarianceResult(ResultRecord):
         verdict = self.verdict
         return {"verdict": None if verdict is None else verdict.to_dict(),
                 "verdict_check": None if worst is None or self.crash else self.checks.index(worst),
-                "invariant": self.invariant, "vacuous": self.vacuous, "status": self.status}
+                "invariant": self.invariant, "vacuous": self.vacuous, "status": self.status,
+                "generation_differs": self.generation_differs}
 
 
 # -- helpers ---------------------------------------------------------------------------

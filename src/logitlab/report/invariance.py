@@ -171,9 +171,10 @@ def _sensitivity(result: InvarianceResult) -> list[Block]:
                             for c in result.controls], tight=True)]
     if not result.crash and result.checks:
         status = result.status
-        why = f": {result.vacuous}" if result.vacuous else ""
+        why = f": {result.vacuous or result.generation_differs}" if result.vacuous or result.generation_differs else ""
         blocks.append(Paragraph(rich(Span("status: ", "strong"), status + why),
-                                tone="warning" if status == "vacuous" else None, tight=True))
+                                tone="warning" if status == "vacuous" or result.generation_differs else None,
+                                tight=True))
     return blocks
 
 

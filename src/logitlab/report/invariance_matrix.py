@@ -250,6 +250,9 @@ def matrix_document(result: InvarianceMatrixResult, *, show_error: bool = True) 
         doc.add(Paragraph(rich(Span("status: ", "strong"), result.status + f" ({'; '.join(statuses)})"),
                           tone="warning" if result.status == "vacuous" else None))
     doc.add(*[Paragraph(f"note: {note}", tone="note") for note in result.notes])
+    doc.add(*[Paragraph(f"{a.axis}" + (f", {name}" if several else "") + f": not invariant: {probe.generation_differs}",
+                        tone="warning")
+              for a in result.ran for name, probe in zip(a.prompts, a.probes) if probe.generation_differs])
     for axis in result.ran:
         for name, probe in zip(axis.prompts, axis.probes):
             doc.add(*[Paragraph(f"note: {axis.axis}" + (f", {name}" if several else "") + f": {note}", tone="note")
