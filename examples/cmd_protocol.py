@@ -71,6 +71,24 @@ def env_int(name: str, default: int | None) -> int | None:
         raise ProtocolError(f"{name}={value!r} is not an integer") from None
 
 
+def env_float(name: str, default: float) -> float:
+    """A non-negative finite number knob of the environment (``default`` when unset or empty).
+
+    Raises:
+        ProtocolError: the value is not a finite number >= 0.
+    """
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if not (number >= 0 and number != float("inf")):
+        raise ProtocolError(f"{name}={value!r} is not a finite number >= 0")
+    return number
+
+
 def env_choice(name: str, default: str, valid: tuple[str, ...]) -> str:
     """A knob of the environment that must be one of ``valid``.
 

@@ -39,6 +39,11 @@ Environment knobs, read at start-up (as an engine binary's would be):
                                 with flash attention, as llama.cpp needs).
 ``LLAMACPP_CMD_UBATCH=N``        ``n_batch`` = ``n_ubatch`` = N: the prompt in
                                 forwards of N rows.
+``LLAMACPP_CMD_SLOWDOWN=F``      a slowdown of known size for the speed statistics:
+                                after the prefill and after each decode step the
+                                engine busy-waits F × that call's wall time, so each
+                                phase takes (1 + F)× as long (F=0.03: 3 % slower),
+                                logits unchanged.
 
 Exit status 2 with one ``error:`` line on bad input.
 """
@@ -70,6 +75,7 @@ def run(args) -> int:
 
         args.model = str(default_model_path())
     kwargs = {"flash_attn": os.environ.get("LLAMACPP_CMD_FLASH_ATTN", "0") not in ("", "0")}
+    slowdown = protocol.env_float("LLAMACPP_CMD_SLOWDOWN", 0.0)
     threads = protocol.env_int("LLAMACPP_CMD_THREADS", None)
     if threads is not None:
         kwargs["n_threads"] = kwargs["n_threads_batch"] = threads
@@ -90,14 +96,14 @@ def run(args) -> int:
         llama = llama_cpp.Llama(model_path=args.model, n_ctx=n_ctx, logits_all=True, verbose=False, **kwargs)
 
     start = time.perf_counter()
-    llama.eval(tokens[:n_prompt])
+    slowed(lambda: llama.eval(tokens[:n_prompt]), slowdown)
     prefill_seconds = time.perf_counter() - start
     fed = []
     start = time.perf_counter()
     for step in range(n_decode):
         index = n_prompt + step
         token = tokens[index] if index < len(tokens) else int(np.argmax(llama.scores[llama.n_tokens - 1]))
-        llama.eval([token])
+        slowed(lambda: llama.eval([token]), slowdown)
         fed.append(token)
     decode_seconds = time.perf_counter() - start
 
@@ -105,6 +111,16 @@ def run(args) -> int:
     llama.close()
     protocol.finish(args, logits, fed, prefill_seconds, decode_seconds, "LLAMACPP_CMD_")
     return 0
+
+
+def slowed(call, fraction: float) -> None:
+    """Run ``call``, then busy-wait ``fraction`` × its wall time (a planted slowdown of known size)."""
+    start = time.perf_counter()
+    call()
+    if fraction > 0:
+        until = time.perf_counter() + fraction * (time.perf_counter() - start)
+        while time.perf_counter() < until:
+            pass
 
 
 if __name__ == "__main__":

@@ -345,6 +345,8 @@ def test_ab_self_check_names_an_ab_that_could_not_have_failed(fake, tmp_path):
     ({"LLAMACPP_CMD_UBATCH": "many"}, "error: LLAMACPP_CMD_UBATCH='many' is not an integer"),
     ({"LLAMACPP_CMD_PLANT": "argmax-up:99:1"}, "error: LLAMACPP_CMD_PLANT='argmax-up:99:1': SHAPE is argmax-up"),
     ({"LLAMACPP_CMD_PERTURB": "3"}, "error: LLAMACPP_CMD_PERTURB='3' is not POSITION:SIZE"),
+    ({"LLAMACPP_CMD_SLOWDOWN": "-0.1"}, "error: LLAMACPP_CMD_SLOWDOWN='-0.1' is not a finite number >= 0"),
+    ({"LLAMACPP_CMD_SLOWDOWN": "fast"}, "error: LLAMACPP_CMD_SLOWDOWN='fast' is not a finite number >= 0"),
 ])
 @pytest.mark.engine
 def test_the_reference_engines_bad_knobs_are_one_error_line_and_exit_2(tmp_path, env, message):
@@ -358,3 +360,24 @@ def test_the_reference_engines_bad_knobs_are_one_error_line_and_exit_2(tmp_path,
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith(message), proc.stderr
     assert not logits.exists()  # nothing written on bad input
+
+
+@pytest.mark.engine
+def test_the_planted_slowdown_leaves_the_logits_bit_exact(tmp_path):
+    """``LLAMACPP_CMD_SLOWDOWN`` (the known slowdown benchmarks/bench_real_validity.py --part detect plants)
+    only waits: the logits and the fed ids are the same bits as without it."""
+    import os
+
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("1 504 3")
+    out = {}
+    for name, env in (("plain", {}), ("slowed", {"LLAMACPP_CMD_SLOWDOWN": "0.5"})):
+        logits, generated = tmp_path / f"{name}.npy", tmp_path / f"{name}.txt"
+        proc = subprocess.run([PY, str(EXAMPLE), "--tokens", str(tokens), "--logits", str(logits), "--n-prompt", "3",
+                               "--n-decode", "3", "--generated", str(generated)],
+                              capture_output=True, text=True, env={**os.environ, **env})
+        assert proc.returncode == 0, proc.stderr
+        out[name] = (np.load(logits), generated.read_text().split())
+    assert out["plain"][0].shape == (6, 49152)
+    assert out["plain"][0].tobytes() == out["slowed"][0].tobytes()
+    assert out["plain"][1] == out["slowed"][1] and len(out["plain"][1]) == 3
