@@ -280,6 +280,20 @@ class NoLogprobsStub(Stub):
         return None
 
 
+class ReplayStub(Stub):
+    """Answers every ``POST`` to a path in ``bodies`` with that recorded body, whatever was asked (real servers'
+    answers from public material: ``tests/data/servers/``, see its ``SOURCES.md``)."""
+
+    bodies: dict = {}
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append((self.path, body))
+        if self.path not in self.bodies:
+            return self.send({"detail": "Not Found"}, 404)
+        self.send(self.bodies[self.path])
+
+
 @contextmanager
 def stub_server(cls: type[Stub] = Stub, **attributes: Any) -> Iterator[tuple[str, type[Stub]]]:
     """Run ``cls`` on 127.0.0.1 (a free port) for a ``with`` block; yields its ``/v1`` URL and the handler class
