@@ -145,3 +145,12 @@ def test_tgi_dialect_reads_a_recorded_generate_answer():
         with pytest.raises(EngineError, match=r"TGI's decoder_input_details .* at position 1 it names 4321"):
             tgi_dialect(url).generate([1, 4322, 2009], 10)
 
+
+def test_tgi_3_without_prefill_logprobs_is_named_not_taken_for_a_tokenization_mismatch():
+    """TGI 3.0 and later answer ``decoder_input_details`` with ``"prefill": []`` unless the server was started
+    with ``--enable-prefill-logprobs`` (the same test's snapshot, before and after TGI's #2797)."""
+    with stub_server(ReplayStub, bodies={"/generate": recorded("tgi_generate_prefill_off.json")}) as (url, _):
+        with pytest.raises(EngineError, match=r"/generate answered decoder_input_details with no prefill tokens: "
+                                              r"TGI 3.0 and later return them only when started with "
+                                              r"--enable-prefill-logprobs"):
+            tgi_dialect(url).generate(TGI_PROMPT, 10)

@@ -28,7 +28,9 @@ Dialects:
     TGI's native ``POST /generate``: text prompts (it takes no ids),
     ``details`` + ``top_n_tokens`` (top-k of generated tokens),
     ``decoder_input_details`` (the ids it tokenized the prompt into, checked
-    against the ids meant). Written from TGI's documentation, not run here.
+    against the ids meant; TGI 3.0 and later send them only when started with
+    ``--enable-prefill-logprobs``). Written from TGI's documentation, not run
+    here; real answers from TGI's own test snapshots are replayed in the tests.
 """
 
 from __future__ import annotations
@@ -169,6 +171,10 @@ class TgiDialect(Dialect):
         if not isinstance(details, dict):
             raise EngineError(f"{self.client.root}/generate answered without details: {str(data)[:200]}")
         prefill, _ = tgi_entries(details)
+        if not prefill and prompt:
+            raise EngineError(f"{self.client.root}/generate answered decoder_input_details with no prefill tokens: "
+                              "TGI 3.0 and later return them only when started with --enable-prefill-logprobs "
+                              "(needed here to check the ids TGI tokenized the prompt text into); restart it so")
         check_named_tokens([e.token for e in prefill], prompt, where="TGI's decoder_input_details (the ids it "
                            "tokenized the prompt text into)")
         if len(prefill) != len(prompt):
