@@ -6,6 +6,12 @@ They answer in the layouts documented by servers not run here (vLLM's
 one position, no log-probabilities at all. Real servers (llama-server,
 llama-cpp-python's) are tested against in the other files.
 
+Real vLLM, SGLang and TGI answers, taken from public material (issues, pull
+requests, TGI's integration-test snapshots: ``tests/data/servers/SOURCES.md``),
+are replayed by ``test_openai_real_responses.py``, the readers called directly or
+the body served as recorded by :class:`ReplayStub`; they checked these layouts
+against the real ones (and found TGI 3's empty ``prefill``, see ``TgiStub``).
+
 The stub "model": after a prefix of token ids, the next token is
 ``(last + 1) % VOCAB`` at log-probability -0.25, then ``(last + 8) % VOCAB`` at
 -2.0 and ``(last + 10) % VOCAB`` at -3.5 (a confident top-1: a 1.75-nat gap).
@@ -174,7 +180,8 @@ class SglangStub(Stub):
 class TgiStub(Stub):
     """TGI's documented native API: ``GET /info``, ``POST /tokenize`` (a list), ``POST /generate`` with text
     ``inputs``, ``details``, ``decoder_input_details`` (prefill ids and their log-probabilities, no top-n) and
-    ``top_n_tokens`` (generated tokens only). No ``/v1/models``, no detokenize endpoint: the engine needs
+    ``top_n_tokens`` (generated tokens only; TGI 3.0 and later fill ``prefill`` only when started with
+    ``--enable-prefill-logprobs``, else it is ``[]``). No ``/v1/models``, no detokenize endpoint: the engine needs
     ``tokenizer=PATH.gguf``, so this stub tokenizes with the embedded model's GGUF vocabulary, and its model
     counts in English words (" one" → " two" → …), which re-tokenize to the same ids."""
 

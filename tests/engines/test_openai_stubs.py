@@ -5,7 +5,8 @@ vLLM (``prompt_logprobs``), SGLang (``/generate`` with ``return_logprob``) and T
 server's documentation (``server_stubs.py``). The broken servers shift their rows by one
 position, return no log-probabilities, or tokenize differently; each must end in one
 ``error:`` line and exit status 2. Real servers: ``test_openai.py`` (llama-cpp-python's)
-and ``test_openai_llama_server.py`` (llama.cpp's llama-server).
+and ``test_openai_llama_server.py`` (llama.cpp's llama-server); real vLLM, SGLang and TGI
+answers from public material, replayed: ``test_openai_real_responses.py``.
 """
 
 from __future__ import annotations
