@@ -166,11 +166,16 @@ def test_a_planted_batch_bucket_is_found_on_the_batch_axis_alone(monkeypatch):
     batch = axes["batch"]
     words = check_words(batch)
     assert list(words) == ["B=1 again", "B=2", "B=3", "B=4"]
-    assert words["B=3"] != "bit-exact" and words["B=4"] != "bit-exact"
+    # the bump raises every 7th logit of every row by 1e-3: each row's mean moves by the same 1e-3 / 7, a shift shared
+    # by the positions (systematic-offset; noise or near-tie where a CPU's own batch rounding scatters it more);
+    # never bit-exact, never divergent (no row is changed in a few entries alone)
+    moved = ("noise", "near-tie", "systematic-offset")
+    assert words["B=3"] in moved and words["B=4"] in moved, words
     assert batch.status == "not invariant" and result.worst is batch
     assert batch.first_divergence["check"] == "B=3"
     if CPU_AVX512:  # llama.cpp's own batches of this 12-token prompt are bit-exact there (test_invariance.py)
         assert words["B=1 again"] == words["B=2"] == "bit-exact"
+        assert words["B=3"] == words["B=4"] == "systematic-offset"  # the bump alone (measured 2026-12-05)
         assert batch.first_divergence == {"prompt": "p", "check": "B=3", "position": 0}
         assert all(c.comparison.max_abs_diff <= 2 * bucket_engine.BUMP for _, c in batch.checks())  # the bump alone
     # the axes that run no batch: llama.cpp's own bits (prefill-decode: its own difference, not planted; measured:
