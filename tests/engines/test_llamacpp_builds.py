@@ -89,6 +89,25 @@ def test_bad_sources_and_flags_are_refused_in_one_line(tmp_path):
     assert proc.returncode == 2 and "no libllama.so" in proc.stderr, proc.stderr
 
 
+def test_build_cli_of_sources_built_before_exits_0_and_copies_the_cached_folder(generic, tmp_path):
+    """``logitlab build`` of the sources and flags the ``generic`` fixture built: exit 0, a cache hit (nothing
+    compiled), the folder copied to ``-o`` byte for byte, its path the one line on stdout without ``--json``."""
+    out = tmp_path / "generic"
+    release = ("--llama-cpp-python", llama_cpp_python_version(), "-D", "GGML_NATIVE=OFF")
+    proc = logitlab("build", "llamacpp", *release, "-q", "-o", str(out), "--json", "-")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["cached"] is True and data["seconds"] == 0.0 and data["cache"] == str(generic)
+    assert data["folder"] == str(out.resolve())
+    assert data["key"] == json.loads((generic / "logitlab.json").read_text())["key"]
+    copied = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    assert copied == {str(p.relative_to(generic)) for p in generic.rglob("*") if p.is_file()} and copied
+    assert all((out / f).read_bytes() == (generic / f).read_bytes() for f in copied)
+    again = logitlab("build", "llamacpp", *release)  # not quiet: what it did on stderr, the folder on stdout
+    assert again.returncode == 0 and again.stdout == f"{generic}\n", again.stderr
+    assert again.stderr.strip().endswith(": cached, built before"), again.stderr
+
+
 def test_the_generic_build_runs_in_its_worker_with_its_identity(generic):
     installed = load_supervised(Variant("control", "llamacpp"))
     other = load_supervised(Variant("candidate", "llamacpp", options={"lib": str(generic)}))
