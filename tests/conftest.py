@@ -86,6 +86,8 @@ def model_path() -> str:
 # -- one marker for every test that loads an engine --------------------------------------------------------
 #: CLI subcommands that load an engine (a test running one as a subprocess loads an engine too).
 ENGINE_COMMANDS = {"ab", "verify", "invariance", "dump", "golden", "explain", "sweep", "bisect"}
+#: Their subcommands that load none (``golden export-kld`` reads a golden's files and writes one).
+ENGINE_FREE_SUBCOMMANDS = {("golden", "export-kld")}
 #: Other programs that run a model.
 MODEL_PROGRAMS = ("llama_cpp.server", "llama-server", "llama-perplexity", "llama-bench", "llama-quantize",
                   "onnxruntime_genai.models.builder")
@@ -103,7 +105,8 @@ def _runs_a_model(argv) -> bool:
         return True
     if "logitlab" in words:
         after = words[words.index("logitlab") + 1:]
-        return bool(after) and after[0] in ENGINE_COMMANDS and "--help" not in after
+        return (bool(after) and after[0] in ENGINE_COMMANDS and "--help" not in after
+                and tuple(after[:2]) not in ENGINE_FREE_SUBCOMMANDS)
     return False
 
 

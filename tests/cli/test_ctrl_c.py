@@ -9,9 +9,9 @@ cache and an output file never half written) and that nothing it started is left
 ``ab``, ``verify``, ``explain``, ``invariance determinism`` and ``bisect`` have theirs next to their other
 tests (``test_ab_cli.py``, ``test_verify_cli.py``, ``test_explain_cli.py``, ``test_invariance_cli.py``,
 ``test_history_cli.py``). Commands that read files and finish within a second (``report``, ``history add``,
-``history show``, ``bench calibrate``) are interrupted while they read their input from a FIFO that nothing
-writes yet: their input reading is under way, deterministically. ``golden export-kld`` is not here: it reads
-only regular files and writes a 40 MB KLD file in about 0.3 s.
+``history show``, ``bench calibrate``, ``dump-diff``, ``golden export-kld``) are interrupted while they read their
+input from a FIFO that nothing writes yet (a result, a record, a dump's or a golden's manifest): their input
+reading is under way, deterministically.
 
 The SIGINT goes to logitlab's process alone, as ``kill -INT`` sends it; a terminal's Ctrl-C also reaches the
 children in logitlab's process group (the engine workers and the commands ``bench run`` times are in sessions
@@ -460,19 +460,22 @@ def test_bench_compare_during_its_bootstrap(tmp_path):
     assert not (tmp_path / "c.json").exists()
 
 
-@pytest.mark.parametrize("name", ["report", "history add", "history show", "bench calibrate"])
+@pytest.mark.parametrize("name", ["report", "history add", "history show", "bench calibrate", "dump-diff",
+                                  "golden export-kld"])
 def test_file_commands_while_they_read_their_input(name, tmp_path):
     """Commands that finish within a second, interrupted while they read an input that does not come (a FIFO
     nothing writes to yet): exit 130, nothing written."""
-    if name == "history show":
-        (tmp_path / "h" / "m").mkdir(parents=True)
-        fifo = FifoInput(tmp_path / "h" / "m" / "c1-0-0.json")  # a record
-    else:
-        fifo = FifoInput(tmp_path / "in.json")
+    path = {"history show": "h/m/c1-0-0.json",  # a record
+            "dump-diff": "d/manifest.json",  # a dump folder's manifest
+            "golden export-kld": "g/manifest.json"}.get(name, "in.json")  # a golden's manifest
+    (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+    fifo = FifoInput(tmp_path / path)
     args = {"report": ["report", "in.json", "--json", "out.json", "--quiet"],
             "history add": ["history", "add", "in.json", "--dir", "h", "--commit", "c1", "--machine", "m"],
             "history show": ["history", "show", "--dir", "h", "--json", "out.json", "--quiet"],
-            "bench calibrate": ["bench", "calibrate", "in.json", "in.json", "--out", "out.json", "--quiet"]}[name]
+            "bench calibrate": ["bench", "calibrate", "in.json", "in.json", "--out", "out.json", "--quiet"],
+            "dump-diff": ["dump-diff", "d", "d", "--json", "out.json", "--quiet"],
+            "golden export-kld": ["golden", "export-kld", "g", "-o", "out.kld"]}[name]
     before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     try:
         run = interrupt(args, tmp_path, lambda pid: fifo.opened())

@@ -40,7 +40,8 @@ explain (no gate: 0 whatever the   numpy vs swap (divergent,      (none: explain
 
 ``bisect`` (0: one commit found; 1: skips leave several; 2: bad input) is tested on its throw-away engine
 repository in ``test_history_cli.py``; exit 130 (Ctrl-C) of every command in ``test_ctrl_c.py`` and next to
-each command's other tests.
+each command's other tests; ``golden export-kld``'s 2 below the matrix. ``python scripts/audit_tests.py`` reads
+every test for the whole command × exit-code table.
 """
 
 from __future__ import annotations
@@ -395,6 +396,22 @@ def test_golden_check_takes_engine_with_a_target(work, engines, golden_runs):
         engine, _, options = engines[name].partition("?")  # cmd:COMMAND and vocab=4096
         proc = cli("golden", "check", "golden", "--engine", engine, "--candidate", options, "--quiet", cwd=work)
         assert (proc.returncode, stderr_lines(proc)) == (code, lines), proc.stderr  # the engine's command ran
+
+
+@pytest.mark.parametrize("args, message", [
+    (["missing-golden"], "error: golden folder missing-golden does not exist; record one with: logitlab golden "
+                         "record -o missing-golden"),
+    (["empty"], "error: golden folder empty holds no golden (no manifest.json in it or in a subfolder)"),
+])
+def test_golden_export_kld_bad_input_is_exit_2_and_writes_nothing(args, message, tmp_path):
+    """``golden export-kld`` has no gate (0 written, 2 bad input): a folder that is no golden is one ``error:``
+    line, exit 2, and no KLD file."""
+    (tmp_path / "empty").mkdir()
+    proc = in_process("golden", "export-kld", *args, "-o", "base.kld", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    (line,) = stderr_lines(proc)
+    assert line.startswith(message), line
+    assert not (tmp_path / "base.kld").exists()
 
 
 @pytest.mark.parametrize("args, message", [
