@@ -138,6 +138,9 @@ def literal(node: ast.AST | None, module: Module, depth: int = 0):
         return frozenset(items) if all(isinstance(i, (str, int)) for i in items) else None
     if isinstance(node, ast.Constant):
         return node.value
+    if isinstance(node, ast.IfExp):  # either branch: their values as alternatives
+        both = [literal(node.body, module, depth + 1), literal(node.orelse, module, depth + 1)]
+        return frozenset(both) if all(isinstance(b, (str, int)) for b in both) else None
     return None
 
 

@@ -59,6 +59,7 @@ DIVERGENT_TRUTH: dict[tuple[str, str], str] = {
 #: A detection limit's ``above``: the verdict of the faults it planted above the limit, divergent by definition.
 PLANTED_SUBJECTS = ("above",)
 
+
 # -- (a) tests with no check ------------------------------------------------------------------------------------
 def is_check(node: ast.AST) -> bool:
     if isinstance(node, ast.Assert):
@@ -122,7 +123,7 @@ class VerdictCheck:
 
     def truth(self) -> str | None:
         """Why divergent is the truth here, when it is."""
-        if self.subject.endswith(tuple(f"{s}" for s in PLANTED_SUBJECTS)) or \
+        if self.subject.endswith(tuple(f".{s}" for s in PLANTED_SUBJECTS)) or \
                 self.subject.endswith(tuple(f"[{s!r}]" for s in PLANTED_SUBJECTS)):
             return "planted: a detection limit's fault above the limit"
         return DIVERGENT_TRUTH.get((self.file, self.function))
@@ -145,7 +146,10 @@ def words_of(node: ast.expr, env: dict[str, object], module: Module, verdicts: t
     value = env.get(node.id) if isinstance(node, ast.Name) and node.id in env else literal(node, module)
     if not equality and not isinstance(value, (tuple, frozenset)):
         return None
-    items = {value} if equality and isinstance(value, str) else set(value) if not equality else None
+    if equality:  # one word, or the alternatives of ``A if COND else B``
+        items = {value} if isinstance(value, str) else set(value) if isinstance(value, frozenset) else None
+    else:
+        items = set(value)
     if not items or not all(isinstance(i, str) and i in verdicts for i in items):
         return None
     return items
@@ -213,9 +217,9 @@ def main() -> int:
     narrowed = [c for c in admitting if "divergent" not in c.together]
     listed = [c for c in admitting if "divergent" in c.together]
     wrong = [c for c in listed if c.engine and c.truth() is None]
-    print(f"\n(b) verdict comparisons: {len(checks)} ({sum(c.engine for c in checks)} in real-engine tests); "
-          f"admitting divergent: {len(listed)} ({sum(c.engine for c in listed)} real-engine; "
-          f"{sum(c.negative for c in listed)} negative); real-engine ones where divergent is not the truth: "
+    print(f"\n(b) verdict comparisons: {len(checks)} ({sum(c.engine for c in checks)} in real-engine tests)"
+          f"\n    admitting divergent: {len(listed)} ({sum(c.engine for c in listed)} real-engine; "
+          f"{sum(c.negative for c in listed)} negative)\n    real-engine ones where divergent is not the truth: "
           f"{len(wrong)}")
     for c in listed:
         truth = c.truth()
@@ -230,9 +234,10 @@ def main() -> int:
     matrix = Matrix(cli_commands(), modules, index)
     matrix.run()
     missing = 0
-    print(f"\n(c) exit codes: {len(matrix.leaves)} commands × {len(CODES)} codes "
-          "(n: tests asserting it, ~: read from the one command the test runs, -: cannot occur)")
-    print(f"    {'command':<24}" + "".join(f"{code:>8}" for code in CODES))
+    print(f"\n(c) exit codes: {len(matrix.leaves)} commands × {len(CODES)} codes"
+          "\n    (n: tests asserting it, ~: read from the one command the test runs, -: cannot occur)")
+    width = max(map(len, matrix.leaves)) + 2
+    print(f"    {'command':<{width}}" + "".join(f"{code:>8}" for code in CODES))
     for leaf in matrix.leaves:
         row = []
         for code in CODES:
@@ -244,7 +249,7 @@ def main() -> int:
             else:
                 row.append("MISSING")
                 missing += 1
-        print(f"    {leaf:<24}" + "".join(f"{cell:>8}" for cell in row))
+        print(f"    {leaf:<{width}}" + "".join(f"{cell:>8}" for cell in row))
     print(f"    cells tested: {sum(1 for leaf in matrix.leaves for c in CODES if matrix.cells.get((leaf, c)))}; "
           f"cannot occur: {len(CANNOT_OCCUR)}; missing: {missing}")
     for leaf in matrix.leaves:  # each cell with a test that checks it (-v: every one), or why it cannot occur
