@@ -13,6 +13,7 @@ into the same typed objects (nested dataclasses included, through the
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 import dataclasses
 import json
 import math
@@ -21,7 +22,7 @@ import tempfile
 import types
 import typing
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, TypeVar
+from typing import Any, ClassVar, Iterator, Mapping, TypeVar
 
 import numpy as np
 
@@ -87,6 +88,40 @@ def _no_constant(name: str) -> Any:
     raise _NonFinite(name)
 
 
+@contextlib.contextmanager
+def reading(what: str) -> Iterator[None]:
+    """Read a file inside this block: an ``OSError`` becomes one :class:`InputError` naming ``what``.
+
+    ``what`` names the file for the messages, e.g. ``"run log out/ab.jsonl"``.
+
+    Raises:
+        InputError: ``"{what} does not exist"``, ``"{what} is a folder, not a file"``, or
+            ``"cannot read {what}: {reason}"`` for any other ``OSError`` raised in the block.
+    """
+    try:
+        yield
+    except FileNotFoundError:
+        raise InputError(f"{what} does not exist") from None
+    except IsADirectoryError:
+        raise InputError(f"{what} is a folder, not a file") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {what}: {exc.strerror or exc}") from None
+
+
+def read_text(path: str | Path, *, what: str = "file") -> str:
+    """The UTF-8 text of ``path``; ``what`` names the file in errors (``"matrix file"``: "matrix file x.toml ...").
+
+    Raises:
+        InputError: missing, a folder, unreadable (:func:`reading`), or not UTF-8 (the message gives the byte).
+    """
+    path = Path(path)
+    with reading(f"{what} {path}"):
+        try:
+            return path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{what} {path} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+
+
 def read_json(path: str | Path, *, what: str = "JSON file") -> Any:
     """Parse a JSON file logitlab wrote: strict JSON, as :func:`write_json` writes it.
 
@@ -95,17 +130,7 @@ def read_json(path: str | Path, *, what: str = "JSON file") -> Any:
             ``NaN`` or ``Infinity`` in it (Python's json reads them, the writer never writes them:
             they would read back as null), or nested too deeply for Python's parser (its RecursionError).
     """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{what} {path} does not exist") from None
-    except IsADirectoryError:
-        raise InputError(f"{what} {path} is a folder, not a file") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {what} {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{what} {path} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    text = read_text(path, what=what)
     try:
         return json.loads(text, parse_constant=_no_constant)
     except _NonFinite as exc:

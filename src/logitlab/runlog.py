@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from logitlab.errors import InputError
-from logitlab.jsonio import dumps_line
+from logitlab.jsonio import dumps_line, reading
 
 __all__ = ["LOG_FORMAT", "LOG_VERSION", "ENDINGS", "RunLog", "RunLogContents", "read_run_log", "looks_like_run_log"]
 
@@ -207,14 +207,8 @@ class RunLogContents:
 
 
 def _lines(path: Path) -> list[str]:
-    try:
+    with reading(f"run log {path}"):
         data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"run log {path} does not exist") from None
-    except IsADirectoryError:
-        raise InputError(f"run log {path} is a folder, not a file") from None
-    except OSError as exc:
-        raise InputError(f"cannot read run log {path}: {exc.strerror or exc}") from None
     return data.decode("utf-8", errors="replace").split("\n")  # ends with "" when the last line is whole
 
 

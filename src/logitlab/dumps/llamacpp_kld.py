@@ -32,6 +32,7 @@ from typing import Iterable
 import numpy as np
 
 from logitlab.errors import InputError
+from logitlab.jsonio import reading
 from logitlab.numerics.llamacpp_kld import row_width
 
 __all__ = ["MAGIC", "KldBaseFile", "read_kld_base", "write_kld_base", "kld_base_size"]
@@ -94,16 +95,10 @@ def read_kld_base(path: str | Path) -> KldBaseFile:
     """
     path = Path(path)
     what = f"llama.cpp KL-divergence base file {path}"
-    try:
+    with reading(what):
         size = path.stat().st_size
         with path.open("rb") as f:
             head = f.read(len(MAGIC) + _HEADER.size)
-    except FileNotFoundError:
-        raise InputError(f"{what} does not exist") from None
-    except IsADirectoryError:
-        raise InputError(f"{what} is a folder, not a file") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {what}: {exc.strerror}") from None
     if head[:len(MAGIC)] != MAGIC:
         raise InputError(f"{path} is not a llama.cpp KL-divergence base file (it does not start with "
                          f"{MAGIC.decode()!r}; write one with llama-perplexity --kl-divergence-base)")

@@ -68,6 +68,7 @@ from logitlab.experiments.isolation import ISOLATION_LEVELS
 from logitlab.experiments.sweep.matrix import (AXIS_KINDS, EXPERIMENT_KINDS, PLACEMENT_STRATEGIES, Axis,
                                          ExperimentSettings, Matrix, Resources, absolute_path)
 from logitlab.experiments.prompts import DEFAULT_PROMPT, Prompt, builtin_prompts, check_unique, load_prompts
+from logitlab.jsonio import read_text
 
 __all__ = ["load_matrix", "parse_matrix"]
 
@@ -88,16 +89,7 @@ def load_matrix(path: str | Path) -> Matrix:
             or a matrix that :func:`parse_matrix` rejects.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"matrix file {path} does not exist") from None
-    except IsADirectoryError:
-        raise InputError(f"matrix file {path} is a folder, not a file") from None
-    except OSError as exc:
-        raise InputError(f"cannot read matrix file {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"matrix file {path} is not UTF-8 text") from None
+    text = read_text(path, what="matrix file")
     data = _parse_text(text, path)
     return parse_matrix(data, base=path.parent, source=str(path))
 
