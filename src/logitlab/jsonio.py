@@ -270,6 +270,29 @@ def _plain(value: Any) -> Any:
     return value
 
 
+class PlainRecord:
+    """Mixin of a nested result dataclass whose fields are plain JSON values (or such dataclasses).
+
+    ``to_dict`` is :func:`dataclasses.asdict`; ``from_dict`` is :func:`from_fields`, so the class's own checks
+    (``__post_init__``) run on what is read back. Top-level results use :class:`ResultRecord` instead.
+    """
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict of all fields (nested dataclasses as dicts)."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Any:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            InputError: not a mapping, unknown or missing keys, or a value the class rejects.
+        """
+        return from_fields(cls, data)
+
+
 def from_fields(cls: type, data: Any, *, hint: str = ": pass the dict from to_dict()") -> Any:
     """``cls(**data)`` for a dataclass whose fields are plain JSON values (or typed by ``cls`` itself).
 

@@ -43,14 +43,13 @@ Nothing here prints or knows about engines.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
 
 import numpy as np
 
 from logitlab.errors import InputError
+from logitlab.jsonio import PlainRecord
 from logitlab.numerics.comparison import Comparison
 
 __all__ = ["FLOOR_QUANTILE", "FLOOR_STATISTICS", "NoiseFloor", "measure_floor", "topk_spread", "spread_ulps", "row_ulps"]
@@ -126,7 +125,7 @@ def spread_ulps(comparison: Comparison, position: int) -> float:
 
 
 @dataclass(frozen=True)
-class NoiseFloor:
+class NoiseFloor(PlainRecord):
     """The noise floor of one comparison (see the module notes).
 
     Attributes
@@ -165,16 +164,6 @@ class NoiseFloor:
     min_positions: int
     excluded: int
     reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "NoiseFloor":
-        try:
-            return cls(**data)
-        except TypeError as exc:
-            raise InputError(f"NoiseFloor data: {exc}") from None
 
 
 def _g(x: float) -> str:

@@ -16,7 +16,6 @@ JSON format history (``schema_version`` of :class:`NoiseProfile`):
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
@@ -24,9 +23,8 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from logitlab.errors import InputError
-from logitlab.jsonio import ResultRecord
+from logitlab.jsonio import PlainRecord, ResultRecord
 from logitlab.perf.equivalence import check_confidence, noise_margin
-from logitlab.perf.paired import from_fields
 from logitlab.perf.readers.base import BenchmarkFile
 
 __all__ = ["SCHEMA_VERSION", "ScenarioNoise", "NoiseProfile", "calibrate_noise"]
@@ -36,7 +34,7 @@ _NOISE_KIND = "logitlab-bench-noise"
 
 
 @dataclass(frozen=True)
-class ScenarioNoise:
+class ScenarioNoise(PlainRecord):
     """A/A noise of one scenario: how much two runs of the same code differ.
 
     Attributes
@@ -67,9 +65,6 @@ class ScenarioNoise:
     within_sd_log: float | None
     ratio_sd_log: float
     margin: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -116,7 +111,7 @@ class NoiseProfile(ResultRecord):
             raise InputError(f"{source} has schema_version {data.get('schema_version')!r}; this logitlab reads "
                              f"{SCHEMA_VERSION}: run bench calibrate again")
         try:
-            scenarios = {k: from_fields(ScenarioNoise, v) for k, v in data["scenarios"].items()}
+            scenarios = {k: ScenarioNoise.from_dict(v) for k, v in data["scenarios"].items()}
             return cls(runs=list(data["runs"]), format=str(data["format"]), confidence=float(data["confidence"]),
                        scenarios=scenarios, skipped=list(data.get("skipped", [])), time=str(data.get("time", "real")))
         except (KeyError, TypeError, AttributeError, InputError) as exc:

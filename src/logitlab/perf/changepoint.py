@@ -77,7 +77,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from logitlab.errors import InputError
-from logitlab.jsonio import from_fields
+from logitlab.jsonio import PlainRecord, from_fields
 from logitlab.perf.changepoint_defaults import (  # re-exported: the settings live in a light module (the CLI's help)
     DEFAULT_MAX_PVALUE,
     DEFAULT_MIN_SIZE,
@@ -117,7 +117,7 @@ _EXACT_FLOOR = 1e-12
 
 
 @dataclass(frozen=True, slots=True)
-class ChangePoint:
+class ChangePoint(PlainRecord):
     """One change point of a series.
 
     Attributes
@@ -164,21 +164,6 @@ class ChangePoint:
     def __post_init__(self) -> None:
         if self.direction not in DIRECTIONS:
             raise InputError(f"direction {self.direction!r} is not valid: use one of {', '.join(DIRECTIONS)}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dict of all fields."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "ChangePoint":
-        """Inverse of :meth:`to_dict`.
-
-        Raises
-        ------
-        InputError
-            On unknown or missing keys or an invalid ``direction``.
-        """
-        return from_fields(cls, data)
 
 
 @dataclass(frozen=True, slots=True)

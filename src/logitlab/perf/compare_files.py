@@ -20,7 +20,6 @@ JSON format history (``schema_version`` of :class:`FileComparison`):
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
@@ -29,7 +28,7 @@ import numpy as np
 from scipy import stats
 
 from logitlab.errors import InputError
-from logitlab.jsonio import ResultRecord
+from logitlab.jsonio import PlainRecord, ResultRecord
 from logitlab.manifest import host_info
 from logitlab.perf.calibration import NoiseProfile
 from logitlab.perf.equivalence import (
@@ -104,7 +103,7 @@ def holm_adjust(p_values: Sequence[float]) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class ScenarioComparison:
+class ScenarioComparison(PlainRecord):
     """One scenario of a :class:`FileComparison`.
 
     Attributes
@@ -161,9 +160,6 @@ class ScenarioComparison:
     p_holm: float | None
     status: str
     note: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ JSON format history (``schema_version`` of :class:`PairedComparison`):
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import math
 import warnings
@@ -30,7 +29,7 @@ import numpy as np
 from scipy import stats
 
 from logitlab.errors import InputError
-from logitlab.jsonio import from_fields  # noqa: F401  (re-exported: the one route from a dict)
+from logitlab.jsonio import PlainRecord, from_fields  # noqa: F401  (from_fields re-exported: the one route from a dict)
 from logitlab.perf.block_ratios import aa_log_ratios, block_log_ratios
 from logitlab.perf.design import Block, as_blocks, check_count, log_slots
 from logitlab.perf.equivalence import (
@@ -139,7 +138,7 @@ def _exp(x: float | None) -> float | None:
 
 
 @dataclass(frozen=True, slots=True)
-class PositionEffect:
+class PositionEffect(PlainRecord):
     """Second-slot-vs-first-slot position effect, the variant effect removed.
 
     Attributes
@@ -174,15 +173,6 @@ class PositionEffect:
     p_value: float | None
     significant: bool
     confidence: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dict of all fields."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "PositionEffect":
-        """Inverse of :meth:`to_dict`; raises InputError on unknown or missing keys."""
-        return from_fields(cls, data)
 
 
 def slot_position_effect(blocks: Iterable[Block], *, confidence: float = 0.95) -> PositionEffect:
@@ -244,7 +234,7 @@ def slot_position_effect(blocks: Iterable[Block], *, confidence: float = 0.95) -
 
 
 @dataclass(frozen=True, slots=True)
-class PairedComparison:
+class PairedComparison(PlainRecord):
     """Result of :func:`paired_comparison`; all fields are plain JSON types.
 
     Ratios are candidate/control of the metric itself (for seconds, 0.9 means
@@ -344,22 +334,6 @@ class PairedComparison:
             )
         if isinstance(self.position, Mapping):
             object.__setattr__(self, "position", PositionEffect.from_dict(self.position))
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dict of all fields (``position`` as a nested dict)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "PairedComparison":
-        """Inverse of :meth:`to_dict`.
-
-        Raises
-        ------
-        InputError
-            On unknown or missing keys, an unsupported ``schema_version`` or an
-            invalid ``call`` / ``margin_source``.
-        """
-        return from_fields(cls, data)
 
 
 def better_orientation(lo: float | None, hi: float | None,

@@ -100,16 +100,17 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 import numpy as np
 from scipy import stats
 
 from logitlab.errors import InputError
+from logitlab.jsonio import PlainRecord
 from logitlab.perf.block_ratios import aa_margin, block_log_ratios
 from logitlab.perf.design import Block
 from logitlab.perf.equivalence import CALLS, DEFAULT_MARGIN, DEGENERATE_SPREAD, check_margin, three_way_call
-from logitlab.perf.paired import PairedComparison, better_orientation, from_fields
+from logitlab.perf.paired import PairedComparison, better_orientation
 from logitlab.perf.spending import (
     DEFAULT_MAX_BLOCKS,
     DEFAULT_MIN_BLOCKS,
@@ -139,7 +140,7 @@ SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
-class SequentialDecision:
+class SequentialDecision(PlainRecord):
     """What the sequential rule says after the blocks run so far; plain JSON types only.
 
     Ratios are candidate/control of the metric itself; ``speedup*`` are in
@@ -221,21 +222,6 @@ class SequentialDecision:
         if self.schema_version != SCHEMA_VERSION:
             raise InputError(f"schema_version {self.schema_version!r} is not supported: this logitlab reads "
                              f"version {SCHEMA_VERSION}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dict of all fields."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "SequentialDecision":
-        """Inverse of :meth:`to_dict`.
-
-        Raises
-        ------
-        InputError
-            On unknown or missing keys or invalid values.
-        """
-        return from_fields(cls, data)
 
 
 def _check_log_ratios(log_ratios: Any, max_blocks: int) -> np.ndarray:
