@@ -295,10 +295,6 @@ def compare_logits(
     return _assemble(ref, obs, chunks, top_k, kk, ids)
 
 
-def _cat(chunks, name):
-    return np.concatenate([getattr(c, name) for c in chunks], axis=0)
-
-
 def _percentile(sorted_vals: np.ndarray, q: float) -> float:
     """Linear-interpolation percentile (numpy's default, llama.cpp's rule) that copes with inf."""
     pos = q / 100.0 * (sorted_vals.size - 1)
@@ -321,85 +317,97 @@ def _kld_summary(kld: np.ndarray) -> dict:
     return out
 
 
-def _assemble(ref, obs, chunks, top_k, kk, ids) -> LogitComparison:
-    n, v = ref.shape
-    differing = _cat(chunks, "differing")
-    n_used = _cat(chunks, "n_used")
-    sum_diff = _cat(chunks, "sum_diff")
-    sum_abs = _cat(chunks, "sum_abs")
-    m2 = _cat(chunks, "m2")
-    max_diff, min_diff = _cat(chunks, "max_diff"), _cat(chunks, "min_diff")
-    max_abs = _cat(chunks, "max_abs")
-    max_ulp = _cat(chunks, "max_ulp")
-    scaled = _cat(chunks, "scaled_ulp")
-    kld = _cat(chunks, "kld")
-    p_top = _cat(chunks, "p_top_ref")
-    top_ref, topv_ref = _cat(chunks, "top_ref"), _cat(chunks, "topv_ref")
-    top_obs, topv_obs = _cat(chunks, "top_obs"), _cat(chunks, "topv_obs")
-    hist = np.sum([c.hist for c in chunks], axis=0)
+#: The kernel's per-row arrays (:class:`~logitlab.numerics._kernel.ChunkResult`), concatenated over the chunks.
+_ROW_ARRAYS = ("differing", "n_used", "sum_diff", "sum_abs", "m2", "max_diff", "min_diff", "max_abs", "max_ulp",
+               "scaled_ulp", "kld", "p_top_ref", "top_ref", "topv_ref", "top_obs", "topv_obs")
+#: The kernel's per-row counts of non-finite entries, summed over all rows.
+_NONFINITE_COUNTS = ("nan_ref", "nan_obs", "inf_ref", "inf_obs", "nonfinite_mismatch")
 
+
+def _gather(chunks) -> dict[str, np.ndarray]:
+    """The chunks' results as whole-run arrays: ``(n_positions, ...)`` per row, plus ``hist``."""
+    rows = {name: np.concatenate([getattr(c, name) for c in chunks], axis=0) for name in _ROW_ARRAYS}
+    rows["hist"] = np.sum([c.hist for c in chunks], axis=0)
+    return rows
+
+
+def _moments(r: dict[str, np.ndarray]) -> dict:
+    """Per-row mean and sd of Δ and the farthest entry in row sds; the mean and sd of Δ over every used entry."""
+    n_used, sum_diff, m2 = r["n_used"], r["sum_diff"], r["m2"]
     safe_n = np.maximum(n_used, 1)
     row_mean = np.where(n_used > 0, sum_diff / safe_n, 0.0)
     row_std = np.sqrt(np.maximum(m2, 0.0) / safe_n)
     with np.errstate(invalid="ignore", divide="ignore"):
-        far = np.maximum(max_diff - row_mean, row_mean - min_diff)
-        delta_z = np.where((differing > 0) & (row_std > 0), far / row_std, np.nan)
+        far = np.maximum(r["max_diff"] - row_mean, row_mean - r["min_diff"])
+        delta_z = np.where((r["differing"] > 0) & (row_std > 0), far / row_std, np.nan)
     total = int(n_used.sum())
     mean = float(sum_diff.sum() / total) if total else 0.0
     m2_total = float(np.sum(m2 + n_used * (row_mean - mean) ** 2))
     std = math.sqrt(max(m2_total, 0.0) / total) if total else 0.0
+    return {"row_mean": row_mean, "row_std": row_std, "delta_z": delta_z, "total": total, "mean": mean, "std": std}
 
-    def margins(vals):
-        if vals.shape[1] < 2:
-            return np.full(n, np.nan)
-        with np.errstate(invalid="ignore"):
-            return np.where(vals[:, 0] == vals[:, 1], 0.0, vals[:, 0] - vals[:, 1])
 
-    margin_ref, margin_obs = margins(topv_ref), margins(topv_obs)
-    if kk > top_k:
-        with np.errstate(invalid="ignore"):
-            a_, b_ = topv_ref[:, top_k - 1], topv_ref[:, top_k]
-            kth_gap = np.where(a_ == b_, 0.0, a_ - b_)
-    else:
-        kth_gap = np.full(n, np.nan)
+def _gap(values: np.ndarray, i: int) -> np.ndarray:
+    """Per row, sorted top values ``i`` minus ``i + 1`` (0 for a tie, the same infinity included); NaN without
+    column ``i + 1``."""
+    if values.shape[1] < i + 2:
+        return np.full(values.shape[0], np.nan)
+    with np.errstate(invalid="ignore"):
+        a, b = values[:, i], values[:, i + 1]
+        return np.where(a == b, 0.0, a - b)
+
+
+def _flips(r: dict[str, np.ndarray], margin_ref: np.ndarray, margin_obs: np.ndarray, k_eff: int) -> list[dict]:
+    """One record per position whose argmax differs: the two tokens, their logits, margins and top-k lists."""
+    top_ref, top_obs, topv_ref, topv_obs = r["top_ref"], r["top_obs"], r["topv_ref"], r["topv_obs"]
+    return [{
+        "position": int(p),
+        "token_ref": int(top_ref[p, 0]),
+        "token_obs": int(top_obs[p, 0]),
+        "logit_ref_top": _f(topv_ref[p, 0]),
+        "logit_obs_top": _f(topv_obs[p, 0]),
+        "margin_ref": _f(margin_ref[p]),
+        "margin_obs": _f(margin_obs[p]),
+        "topk_ref": [int(t) for t in top_ref[p, :k_eff]],
+        "topk_obs": [int(t) for t in top_obs[p, :k_eff]],
+    } for p in np.flatnonzero(top_ref[:, 0] != top_obs[:, 0])]
+
+
+def _first_mismatch(ref: np.ndarray, obs: np.ndarray, differing: np.ndarray) -> dict | None:
+    """The first differing entry in row-major order: position, token id, both values (hex, bits, float), ULPs."""
+    diff_rows = np.flatnonzero(differing)
+    if not diff_rows.size:
+        return None
+    pos = int(diff_rows[0])
+    col = K.first_differing_column(ref[pos], obs[pos])
+    rv, ov = ref[pos, col], obs[pos, col]
+    return {
+        "position": pos,
+        "token_id": col,
+        "reference_hex": float_hex(rv),
+        "observed_hex": float_hex(ov),
+        "reference_bits": float_bits(rv),
+        "observed_bits": float_bits(ov),
+        "reference": _f(rv),
+        "observed": _f(ov),
+        "ulp": int(ulp_distance(ref[pos, col:col + 1], obs[pos, col:col + 1])[0]),
+    }
+
+
+def _assemble(ref, obs, chunks, top_k, kk, ids) -> LogitComparison:
+    """The comparison of ``ref`` and ``obs`` from the kernel's chunk results."""
+    n, v = ref.shape
+    r = _gather(chunks)
+    m = _moments(r)
+    differing, max_abs, max_ulp, scaled = r["differing"], r["max_abs"], r["max_ulp"], r["scaled_ulp"]
+    top_ref, top_obs = r["top_ref"], r["top_obs"]
+    margin_ref, margin_obs = _gap(r["topv_ref"], 0), _gap(r["topv_obs"], 0)
+    kth_gap = _gap(r["topv_ref"], top_k - 1) if kk > top_k else np.full(n, np.nan)
     k_eff = min(top_k, kk)
     spread = _topk_spread(ref, obs, top_ref[:, :k_eff], top_obs[:, :k_eff], differing)
-    set_ref = np.sort(top_ref[:, :k_eff], axis=1)
-    set_obs = np.sort(top_obs[:, :k_eff], axis=1)
-    topk_agree = (set_ref == set_obs).all(axis=1)
+    topk_agree = (np.sort(top_ref[:, :k_eff], axis=1) == np.sort(top_obs[:, :k_eff], axis=1)).all(axis=1)
     arg_ref, arg_obs = top_ref[:, 0], top_obs[:, 0]
-    flips = []
-    for r in np.flatnonzero(arg_ref != arg_obs):
-        flips.append({
-            "position": int(r),
-            "token_ref": int(arg_ref[r]),
-            "token_obs": int(arg_obs[r]),
-            "logit_ref_top": _f(topv_ref[r, 0]),
-            "logit_obs_top": _f(topv_obs[r, 0]),
-            "margin_ref": _f(margin_ref[r]),
-            "margin_obs": _f(margin_obs[r]),
-            "topk_ref": [int(t) for t in top_ref[r, :k_eff]],
-            "topk_obs": [int(t) for t in top_obs[r, :k_eff]],
-        })
-
-    first = None
-    diff_rows = np.flatnonzero(differing)
-    if diff_rows.size:
-        pos = int(diff_rows[0])
-        col = K.first_differing_column(ref[pos], obs[pos])
-        rv, ov = ref[pos, col], obs[pos, col]
-        first = {
-            "position": pos,
-            "token_id": col,
-            "reference_hex": float_hex(rv),
-            "observed_hex": float_hex(ov),
-            "reference_bits": float_bits(rv),
-            "observed_bits": float_bits(ov),
-            "reference": _f(rv),
-            "observed": _f(ov),
-            "ulp": int(ulp_distance(ref[pos, col:col + 1], obs[pos, col:col + 1])[0]),
-        }
-
+    nonfinite = {name: int(sum(getattr(c, name).sum() for c in chunks)) for name in _NONFINITE_COUNTS}
     return LogitComparison(
         n_positions=int(n),
         n_vocab=int(v),
@@ -408,38 +416,34 @@ def _assemble(ref, obs, chunks, top_k, kk, ids) -> LogitComparison:
         differing_entries=int(differing.sum()),
         differing_rows=int(np.count_nonzero(differing)),
         max_abs_diff=float(max_abs.max()),
-        mean_abs_diff=float(sum_abs.sum() / total) if total else 0.0,
-        mean_diff=mean,
-        std_diff=std,
+        mean_abs_diff=float(r["sum_abs"].sum() / m["total"]) if m["total"] else 0.0,
+        mean_diff=m["mean"],
+        std_diff=m["std"],
         max_ulp=int(max_ulp.max()),
         max_scaled_ulp=float(scaled.max()),
-        ulp_histogram={label: int(c) for label, c in zip(HISTOGRAM_BINS, hist)},
+        ulp_histogram={label: int(c) for label, c in zip(HISTOGRAM_BINS, r["hist"])},
         argmax_agreement=float(np.mean(arg_ref == arg_obs)),
         topk_agreement=float(np.mean(topk_agree)),
-        kld=_kld_summary(kld),
-        nan_ref=int(sum(c.nan_ref.sum() for c in chunks)),
-        nan_obs=int(sum(c.nan_obs.sum() for c in chunks)),
-        inf_ref=int(sum(c.inf_ref.sum() for c in chunks)),
-        inf_obs=int(sum(c.inf_obs.sum() for c in chunks)),
-        nonfinite_mismatch=int(sum(c.nonfinite_mismatch.sum() for c in chunks)),
-        first_mismatch=first,
-        flips=flips,
+        kld=_kld_summary(r["kld"]),
+        **nonfinite,
+        first_mismatch=_first_mismatch(ref, obs, differing),
+        flips=_flips(r, margin_ref, margin_obs, k_eff),
         row_differing=[int(x) for x in differing],
         row_max_abs_diff=[float(x) for x in max_abs],
-        row_mean_diff=[float(x) for x in row_mean],
-        row_std_diff=[float(x) for x in row_std],
+        row_mean_diff=[float(x) for x in m["row_mean"]],
+        row_std_diff=[float(x) for x in m["row_std"]],
         row_argmax_ref=[int(x) for x in arg_ref],
         row_argmax_obs=[int(x) for x in arg_obs],
         row_margin_ref=[_f(x) for x in margin_ref],
         row_margin_obs=[_f(x) for x in margin_obs],
         row_kth_gap_ref=[_f(x) for x in kth_gap],
         row_topk_agree=[bool(x) for x in topk_agree],
-        row_kld=[_f(x) for x in kld],
+        row_kld=[_f(x) for x in r["kld"]],
         row_max_ulp=[int(x) for x in max_ulp],
         row_scaled_ulp=[float(x) for x in scaled],
-        row_top1_prob_ref=[_f(x) for x in p_top],
+        row_top1_prob_ref=[_f(x) for x in r["p_top_ref"]],
         row_topk_spread=[_f(x) for x in spread],
-        row_delta_z=[_f(x) for x in delta_z],
+        row_delta_z=[_f(x) for x in m["delta_z"]],
         token_ids=ids,
     )
 
