@@ -20,6 +20,7 @@ from logitlab.report.text import (
     comparison_lines,
     engine_rows,
     flip_rows,
+    host_rows,
     localization_lines,
     plural,
     speed_rows,
@@ -82,9 +83,7 @@ def _header(result: AbResult) -> KeyValues:
                      f"isolation={cfg['isolation']}"),
         ("greedy text", repr(result.generated_text[:120])),
     ]
-    host = result.manifest.get("host")
-    if host:
-        rows.append(("host", f"{host['cpu']}, {host['cores']} cores, {host['os']}, Python {host['python']}"))
+    rows += host_rows(result.manifest)
     retried = retries_text([r.scoring for r in result.runs])
     if retried:
         rows.append(("retries", retried, "note"))

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import importlib
 import io
+import math
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from logitlab.errors import InputError
 from logitlab.report.document import Figure
 
-__all__ = ["FIGURES", "register_figure", "figure_svg", "tag_bars", "plain", "legend_above", "STYLE", "COLORS",
+__all__ = ["FIGURES", "register_figure", "figure_svg", "tag_bars", "plain", "legend_above", "log10_heatmap", "STYLE",
+           "COLORS",
            "VERDICT_COLORS", "NO_VERDICT_COLOR"]
 
 #: Figure kind -> plot function, ``"module:function"``.
@@ -95,6 +97,28 @@ def tag_bars(bars: Any, name: str) -> None:
     """Give each bar of a ``bar()`` container the gid ``{name}-{i}`` (a test counts them in the page)."""
     for i, rect in enumerate(bars):
         rect.set_gid(f"{name}-{i}")
+
+
+def log10_heatmap(fig: Any, rows: Sequence[Sequence[float | None]], width: int, *, cmap: str,
+                  identical: str) -> Any:
+    """Draw rows of max |Δ| (None or 0: bit-identical, left white) as a log10 heatmap ``(len(rows), width)``
+    with its colour bar; all bit-identical: a blank grid titled ``identical``. Returns the axes."""
+    import numpy as np
+
+    grid = np.full((len(rows), width), np.nan)
+    for r, row in enumerate(rows):
+        for c, v in enumerate(row):
+            if v is not None and v > 0:
+                grid[r, c] = math.log10(v)
+    ax = fig.add_subplot()
+    ax.grid(False)
+    if np.isfinite(grid).any():
+        image = ax.imshow(grid, aspect="auto", cmap=cmap, interpolation="nearest")
+        fig.colorbar(image, ax=ax, label="log10 max |Δ|", shrink=0.9)
+    else:
+        ax.set_title(identical)
+        ax.imshow(np.zeros_like(grid), aspect="auto", cmap="Greys", vmin=0, vmax=1)
+    return ax
 
 
 def _plot_function(kind: str) -> Callable[[Any, dict[str, Any]], None]:

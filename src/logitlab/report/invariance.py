@@ -15,7 +15,7 @@ from logitlab.experiments.invariance import Check, InvarianceResult
 from logitlab.report.detection_text import DETECTION_TITLE, detection_lines
 from logitlab.report.document import Block, Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.figure_blocks import check_heatmap_figure, comparison_figures
-from logitlab.report.text import comparison_lines, engine_rows, flip_rows, fmt_num, variant_text
+from logitlab.report.text import comparison_lines, engine_rows, host_rows, flip_rows, fmt_num, variant_text
 
 __all__ = ["invariance_document", "CHECK_HEADER", "FLIP_HEADER", "MAX_FLIPS", "check_rows", "summary_lines",
            "position_label", "runs_text"]
@@ -183,9 +183,7 @@ def _header(result: InvarianceResult) -> KeyValues:
     rows += [("variant", variant_text(result.config["variant"])),
              ("prompt", f"{len(result.prompt_ids)} tokens"),
              *summary_lines(result)]
-    host = result.manifest.get("host")
-    if host:
-        rows.append(("host", f"{host['cpu']}, {host['cores']} cores, {host['os']}, Python {host['python']}"))
+    rows += host_rows(result.manifest)
     return KeyValues(rows, boxed=True)
 
 

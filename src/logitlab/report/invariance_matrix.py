@@ -15,7 +15,7 @@ from logitlab.report.detection_text import HEADLINE_HEADER, headline_cell
 from logitlab.report.document import Block, Bullets, Document, Figure, Heading, KeyValues, Paragraph, Span, Table, \
     rich
 from logitlab.report.invariance import check_rows, position_label
-from logitlab.report.text import engine_rows, fmt_num, plural, variant_text
+from logitlab.report.text import engine_rows, host_rows, fmt_num, plural, variant_text
 
 __all__ = ["matrix_document", "AXIS_HEADER", "axis_rows", "compared_text", "distinct_text", "matrix_figure_data"]
 
@@ -163,9 +163,7 @@ def _header(result: InvarianceMatrixResult) -> KeyValues:
     workload += [f"batch B = 1..{cfg['max_batch']}"] if "batch" in ran else []
     rows.append(("workload", "; ".join(workload)))
     rows.append(("axes run", ", ".join(ran) if ran else "none"))
-    host = result.manifest.get("host") if result.manifest else None
-    if host:
-        rows.append(("host", f"{host['cpu']}, {host['cores']} cores, {host['os']}, Python {host['python']}"))
+    rows += host_rows(result.manifest)
     return KeyValues(rows, boxed=True)
 
 

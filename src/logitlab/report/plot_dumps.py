@@ -10,31 +10,18 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from logitlab.report.figures import COLORS, legend_above, plain
+from logitlab.report.figures import COLORS, legend_above, log10_heatmap, plain
 
 __all__ = ["dump_heatmap", "dump_growth"]
 
 
 def dump_heatmap(fig: Any, data: dict[str, Any]) -> None:
     """Layers (rows, execution order top to bottom) × positions, log10 max |Δ|; the first divergence boxed."""
-    import numpy as np
     from matplotlib.patches import Rectangle
 
     layers, positions, values = data["layers"], data["positions"], data["values"]
     fig.set_size_inches(7.5, min(9.0, max(2.4, 0.9 + 0.17 * len(layers))))
-    grid = np.full((len(layers), len(positions)), np.nan)
-    for r, row in enumerate(values):
-        for c, v in enumerate(row):
-            if v is not None and v > 0:
-                grid[r, c] = math.log10(v)
-    ax = fig.add_subplot()
-    ax.grid(False)
-    if np.isfinite(grid).any():
-        image = ax.imshow(grid, aspect="auto", cmap="magma_r", interpolation="nearest")
-        fig.colorbar(image, ax=ax, label="log10 max |Δ|", shrink=0.9)
-    else:
-        ax.set_title("every tensor bit-identical")
-        ax.imshow(np.zeros_like(grid), aspect="auto", cmap="Greys", vmin=0, vmax=1)
+    ax = log10_heatmap(fig, values, len(positions), cmap="magma_r", identical="every tensor bit-identical")
     step = max(1, len(layers) // 30)
     ax.set_yticks(range(0, len(layers), step), layers[::step], fontsize=7)
     cstep = max(1, len(positions) // 30)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from logitlab.report.figures import COLORS, legend_above, plain, tag_bars
+from logitlab.report.figures import COLORS, legend_above, log10_heatmap, plain, tag_bars
 
 __all__ = ["ulp_histogram", "kld_positions", "margin_scatter", "kld_confidence", "check_heatmap", "verify_k",
            "verify_flip_margins", "guard_cost"]
@@ -145,23 +145,10 @@ def kld_confidence(fig: Any, data: dict[str, Any]) -> None:
 
 def check_heatmap(fig: Any, data: dict[str, Any]) -> None:
     """Checks (or batch copies) × positions, log10 max |Δ|; white where bit-identical."""
-    import numpy as np
-
     rows, width = data["rows"], int(data["width"])
     fig.set_size_inches(7.5, max(1.8, 0.5 + 0.28 * len(rows)))
-    grid = np.full((len(rows), width), np.nan)
-    for r, row in enumerate(rows):
-        for p, v in enumerate(row["values"]):
-            if v is not None and v > 0:
-                grid[r, p] = math.log10(v)
-    ax = fig.add_subplot()
-    ax.grid(False)
-    if np.isfinite(grid).any():
-        image = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest")
-        fig.colorbar(image, ax=ax, label="log10 max |Δ|", shrink=0.9)
-    else:
-        ax.imshow(np.zeros_like(grid), aspect="auto", cmap="Greys", vmin=0, vmax=1)
-        ax.set_title("every check bit-identical at every position")
+    ax = log10_heatmap(fig, [row["values"] for row in rows], width, cmap="viridis",
+                       identical="every check bit-identical at every position")
     ax.set_yticks(range(len(rows)), [plain(r["label"]) for r in rows])
     ax.set_xlabel("position")
 

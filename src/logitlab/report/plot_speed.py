@@ -9,7 +9,7 @@ axis labelled in ratios, so 0.9 and 1/0.9 sit at the same distance from 1.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 from logitlab.report.figures import COLORS, legend_above, plain
 
@@ -113,29 +113,42 @@ def slot_series(fig: Any, data: dict[str, Any]) -> None:
     axes[-1].set_xlabel("run (in the order the slots ran)")
 
 
-def scenario_ratios(fig: Any, data: dict[str, Any]) -> None:
-    """One row per scenario, sorted by effect: ratio dot coloured by status, CI whiskers, its own ±δ band."""
-    rows = data["scenarios"]
-    fig.set_size_inches(7.5, 0.9 + 0.32 * len(rows))
+def _scenario_rows(fig: Any, rows: list[dict[str, Any]], *, top: float, band_alpha: float,
+                   draw: Callable[[Any, int, int, dict[str, Any]], list[float]],
+                   label: Callable[[dict[str, Any]], str]) -> Any:
+    """One row per scenario (the first on top) on a ratio axis: each row's ±δ band, then ``draw(ax, i, y, s)``,
+    which draws the row's values and returns them (for the axis span); ``label(s)`` names the row. The axes."""
+    fig.set_size_inches(7.5, top + 0.32 * len(rows))
     ax = fig.add_subplot()
     ax.grid(False, axis="y")
     values: list[float] = []
     for i, s in enumerate(rows):
         y = len(rows) - 1 - i
         lo, hi = 1 / (1 + s["margin"]), 1 + s["margin"]
-        ax.fill_betweenx([y - 0.35, y + 0.35], lo, hi, color=COLORS["band"], alpha=0.15, lw=0)
-        values += [lo, hi, s["ratio"]]
+        ax.fill_betweenx([y - 0.35, y + 0.35], lo, hi, color=COLORS["band"], alpha=band_alpha, lw=0)
+        values += [lo, hi, *draw(ax, i, y, s)]
+    ax.axvline(1.0, color=COLORS["ink"], lw=0.8)
+    _ratio_axis(ax, _span(values))
+    ax.set_yticks(range(len(rows)), [label(s) for s in reversed(rows)], fontsize=8)
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    return ax
+
+
+def scenario_ratios(fig: Any, data: dict[str, Any]) -> None:
+    """One row per scenario, sorted by effect: ratio dot coloured by status, CI whiskers, its own ±δ band."""
+    rows = data["scenarios"]
+
+    def draw(ax: Any, i: int, y: int, s: dict[str, Any]) -> list[float]:
         color = _STATUS_COLORS.get(s["status"], COLORS["ink"])
         if s["ci_low"] is not None and s["ci_high"] is not None and s["ci_low"] > 0:
             ax.errorbar([s["ratio"]], [y], xerr=[[s["ratio"] - s["ci_low"]], [s["ci_high"] - s["ratio"]]], fmt="o",
                         color=color, capsize=3, ms=5, zorder=4)
-            values += [s["ci_low"], s["ci_high"]]
-        else:
-            ax.scatter([s["ratio"]], [y], color=color, s=25, zorder=4, marker="o")
-    ax.axvline(1.0, color=COLORS["ink"], lw=0.8)
-    _ratio_axis(ax, _span(values))
-    ax.set_yticks(range(len(rows)), [f"{plain(s['name'])} ({s['status']})" for s in reversed(rows)], fontsize=8)
-    ax.set_ylim(-0.6, len(rows) - 0.4)
+            return [s["ratio"], s["ci_low"], s["ci_high"]]
+        ax.scatter([s["ratio"]], [y], color=color, s=25, zorder=4, marker="o")
+        return [s["ratio"]]
+
+    ax = _scenario_rows(fig, rows, top=0.9, band_alpha=0.15, draw=draw,
+                        label=lambda s: f"{plain(s['name'])} ({s['status']})")
     ax.set_xlabel("PR / base (log scale; the shaded band: the scenario's ±δ)")
     from matplotlib.lines import Line2D
 
@@ -146,22 +159,13 @@ def scenario_ratios(fig: Any, data: dict[str, Any]) -> None:
 
 def noise_profile(fig: Any, data: dict[str, Any]) -> None:
     """One row per scenario: its A/A ratios as dots and its calibrated ±δ band."""
-    rows = data["scenarios"]
-    fig.set_size_inches(7.5, 0.8 + 0.32 * len(rows))
-    ax = fig.add_subplot()
-    ax.grid(False, axis="y")
-    values: list[float] = []
-    for i, s in enumerate(rows):
-        y = len(rows) - 1 - i
-        lo, hi = 1 / (1 + s["margin"]), 1 + s["margin"]
-        ax.fill_betweenx([y - 0.35, y + 0.35], lo, hi, color=COLORS["band"], alpha=0.2, lw=0)
+
+    def draw(ax: Any, i: int, y: int, s: dict[str, Any]) -> list[float]:
         ratios = [r for r in s["aa_ratios"] if r > 0]
         dots = ax.scatter(ratios, [y] * len(ratios), color=COLORS["control"], s=18, zorder=4)
         dots.set_gid(f"aa-{i}")
-        values += [lo, hi, *ratios]
-    ax.axvline(1.0, color=COLORS["ink"], lw=0.8)
-    _ratio_axis(ax, _span(values))
-    ax.set_yticks(range(len(rows)), [f"{plain(s['name'])} (δ ±{100 * s['margin']:.1f} %)" for s in reversed(rows)],
-                  fontsize=8)
-    ax.set_ylim(-0.6, len(rows) - 0.4)
+        return ratios
+
+    ax = _scenario_rows(fig, data["scenarios"], top=0.8, band_alpha=0.2, draw=draw,
+                        label=lambda s: f"{plain(s['name'])} (δ ±{100 * s['margin']:.1f} %)")
     ax.set_xlabel("A/A ratio, run i / run j (log scale; the shaded band: the calibrated δ)")

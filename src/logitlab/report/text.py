@@ -33,6 +33,14 @@ def engine_rows(engine: dict[str, Any]) -> list[tuple[str, str]]:
             ("engine", engine.get("engine_version", engine["engine"]))]
 
 
+def host_rows(manifest: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The ``host`` header row (CPU, cores, OS, Python) of a run manifest; none when it names no host."""
+    host = manifest.get("host") if manifest else None
+    if not host:
+        return []
+    return [("host", f"{host['cpu']}, {host['cores']} cores, {host['os']}, Python {host['python']}")]
+
+
 def fmt_num(value: float | None, digits: int = 4) -> str:
     """``value`` with ``digits`` significant digits; ``n/a`` for None and NaN (both read back as null)."""
     if value is None or isinstance(value, float) and math.isnan(value):

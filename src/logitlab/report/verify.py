@@ -16,7 +16,7 @@ from logitlab.experiments.verify.results import SweepEntry, VerifyDetection, Ver
 from logitlab.report.detection_text import detection_lines, detection_title
 from logitlab.report.document import Block, Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.figure_blocks import verify_figures
-from logitlab.report.text import engine_rows, fmt_num, plural, variant_text
+from logitlab.report.text import engine_rows, host_rows, fmt_num, plural, variant_text
 
 __all__ = ["verify_document", "SWEEP_HEADER", "FLIP_HEADER", "INBLOCK_HEADER", "GUARD_HEADER",
            "GUARD_PROMPT_HEADER", "MAX_FLIPS", "sweep_rows", "per_prompt_rows", "flip_rows", "inblock_rows",
@@ -287,9 +287,7 @@ def _header(result: VerifyResult) -> KeyValues:
                      f"replayed as M=K verify blocks, K = {' '.join(map(str, cfg['ks']))}"),
         ("near-tie margin", f"{fmt_num(cfg['thresholds']['near_tie_margin'])} logits (--near-tie-margin)"),
     ]
-    host = result.manifest.get("host")
-    if host:
-        rows.append(("host", f"{host['cpu']}, {host['cores']} cores, {host['os']}, Python {host['python']}"))
+    rows += host_rows(result.manifest)
     return KeyValues(rows, boxed=True)
 
 
