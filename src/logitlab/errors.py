@@ -12,7 +12,7 @@ line writes it before it reports the error.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 
 class LogitlabError(Exception):
@@ -55,3 +55,14 @@ class Interrupted(LogitlabError):
 
 class InternalError(Exception):
     """A bug in logitlab itself (not a LogitlabError: it is never swallowed)."""
+
+
+def check_choice(name: str, value: Any, choices: Sequence[str]) -> Any:
+    """``value`` when it is one of ``choices``.
+
+    Raises:
+        InputError: ``"{name} {value!r} is not valid: use one of {choices, comma-separated}"``.
+    """
+    if value not in choices:
+        raise InputError(f"{name} {value!r} is not valid: use one of {', '.join(choices)}")
+    return value

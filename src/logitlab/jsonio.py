@@ -293,6 +293,16 @@ class PlainRecord:
         return from_fields(cls, data)
 
 
+def check_schema_version(version: Any, supported: int) -> None:
+    """A saved record's ``schema_version`` is the one this logitlab reads.
+
+    Raises:
+        InputError: ``"schema_version {version!r} is not supported: this logitlab reads version {supported}"``.
+    """
+    if version != supported:
+        raise InputError(f"schema_version {version!r} is not supported: this logitlab reads version {supported}")
+
+
 def from_fields(cls: type, data: Any, *, hint: str = ": pass the dict from to_dict()") -> Any:
     """``cls(**data)`` for a dataclass whose fields are plain JSON values (or typed by ``cls`` itself).
 

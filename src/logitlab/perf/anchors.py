@@ -34,6 +34,7 @@ from scipy import stats
 from logitlab.errors import InputError
 from logitlab.perf.design import Block, block_patterns
 from logitlab.perf.paired import paired_comparison
+from logitlab.perf.simulate import check_experiments
 
 __all__ = [
     "METHODS",
@@ -296,8 +297,7 @@ def score_methods(
     InputError
         On ``n_experiments`` < 1 or ``n_blocks`` < 2.
     """
-    if isinstance(n_experiments, bool) or not isinstance(n_experiments, int) or n_experiments < 1:
-        raise InputError(f"n_experiments {n_experiments!r} is not a positive integer")
+    check_experiments(n_experiments)
     if isinstance(n_blocks, bool) or not isinstance(n_blocks, int) or n_blocks < 2:
         raise InputError(f"n_blocks {n_blocks!r} must be an integer >= 2")
     rng = np.random.default_rng(seed)

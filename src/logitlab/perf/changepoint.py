@@ -76,8 +76,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from logitlab.errors import InputError
-from logitlab.jsonio import PlainRecord, from_fields
+from logitlab.errors import InputError, check_choice
+from logitlab.jsonio import PlainRecord, check_schema_version, from_fields
 from logitlab.perf.changepoint_defaults import (  # re-exported: the settings live in a light module (the CLI's help)
     DEFAULT_MAX_PVALUE,
     DEFAULT_MIN_SIZE,
@@ -162,8 +162,7 @@ class ChangePoint(PlainRecord):
     fingerprint_after: str | None = None
 
     def __post_init__(self) -> None:
-        if self.direction not in DIRECTIONS:
-            raise InputError(f"direction {self.direction!r} is not valid: use one of {', '.join(DIRECTIONS)}")
+        check_choice("direction", self.direction, DIRECTIONS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,13 +209,8 @@ class ChangePointSeries:
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
-        if self.kind not in SERIES_KINDS:
-            raise InputError(f"kind {self.kind!r} is not valid: use one of {', '.join(SERIES_KINDS)}")
-        if self.schema_version != SCHEMA_VERSION:
-            raise InputError(
-                f"schema_version {self.schema_version!r} is not supported: this logitlab "
-                f"reads version {SCHEMA_VERSION}"
-            )
+        check_choice("kind", self.kind, SERIES_KINDS)
+        check_schema_version(self.schema_version, SCHEMA_VERSION)
         cps = tuple(ChangePoint.from_dict(c) if isinstance(c, Mapping) else c for c in self.change_points)
         object.__setattr__(self, "change_points", cps)
         object.__setattr__(self, "outliers", tuple(int(i) for i in self.outliers))
@@ -455,8 +449,7 @@ def detect_change_points(
 
 def _check_series(series: Any, kind: Any) -> None:
     """InputError unless ``kind`` is a series kind and ``series`` a 1-D sequence."""
-    if kind not in SERIES_KINDS:
-        raise InputError(f"kind {kind!r} is not valid: use one of {', '.join(SERIES_KINDS)}")
+    check_choice("kind", kind, SERIES_KINDS)
     if isinstance(series, (str, bytes)) or not isinstance(series, (Sequence, np.ndarray)):
         raise InputError(f"series must be a sequence of values, one per build, not {type(series).__name__}")
     if isinstance(series, np.ndarray) and series.ndim != 1:

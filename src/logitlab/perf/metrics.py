@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from logitlab.errors import InputError
+from logitlab.errors import InputError, check_choice
 
 __all__ = [
     "HIGHER",
@@ -65,8 +65,7 @@ class Metric:
     samples: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.kind not in SERIES_KINDS:
-            raise InputError(f"metric kind {self.kind!r} is not valid: use one of {', '.join(SERIES_KINDS)}")
+        check_choice("metric kind", self.kind, SERIES_KINDS)
         if self.kind == "fingerprint":
             if not isinstance(self.value, str) or not self.value:
                 raise InputError(f"a fingerprint metric's value is a non-empty string, not {self.value!r}")

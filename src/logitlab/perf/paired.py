@@ -28,8 +28,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 from scipy import stats
 
-from logitlab.errors import InputError
-from logitlab.jsonio import PlainRecord, from_fields  # noqa: F401  (from_fields re-exported: the one route from a dict)
+from logitlab.errors import InputError, check_choice
+from logitlab.jsonio import PlainRecord, check_schema_version, from_fields  # noqa: F401  (from_fields re-exported)
 from logitlab.perf.block_ratios import aa_log_ratios, block_log_ratios
 from logitlab.perf.design import Block, as_blocks, check_count, log_slots
 from logitlab.perf.equivalence import (
@@ -320,18 +320,9 @@ class PairedComparison(PlainRecord):
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
-        if self.call not in CALLS:
-            raise InputError(f"call {self.call!r} is not valid: use one of {', '.join(CALLS)}")
-        if self.margin_source not in MARGIN_SOURCES:
-            raise InputError(
-                f"margin_source {self.margin_source!r} is not valid: use one of "
-                f"{', '.join(MARGIN_SOURCES)}"
-            )
-        if self.schema_version != SCHEMA_VERSION:
-            raise InputError(
-                f"schema_version {self.schema_version!r} is not supported: this logitlab "
-                f"reads version {SCHEMA_VERSION}"
-            )
+        check_choice("call", self.call, CALLS)
+        check_choice("margin_source", self.margin_source, MARGIN_SOURCES)
+        check_schema_version(self.schema_version, SCHEMA_VERSION)
         if isinstance(self.position, Mapping):
             object.__setattr__(self, "position", PositionEffect.from_dict(self.position))
 

@@ -105,8 +105,8 @@ from typing import Any, Iterable
 import numpy as np
 from scipy import stats
 
-from logitlab.errors import InputError
-from logitlab.jsonio import PlainRecord
+from logitlab.errors import InputError, check_choice
+from logitlab.jsonio import PlainRecord, check_schema_version
 from logitlab.perf.block_ratios import aa_margin, block_log_ratios
 from logitlab.perf.design import Block
 from logitlab.perf.equivalence import CALLS, DEFAULT_MARGIN, DEGENERATE_SPREAD, check_margin, three_way_call
@@ -213,15 +213,12 @@ class SequentialDecision(PlainRecord):
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
-        if self.call not in SEQUENTIAL_CALLS:
-            raise InputError(f"call {self.call!r} is not valid: use one of {', '.join(SEQUENTIAL_CALLS)}")
-        if self.stop_reason is not None and self.stop_reason not in STOP_REASONS:
-            raise InputError(f"stop_reason {self.stop_reason!r} is not valid: use one of {', '.join(STOP_REASONS)}")
+        check_choice("call", self.call, SEQUENTIAL_CALLS)
+        if self.stop_reason is not None:
+            check_choice("stop_reason", self.stop_reason, STOP_REASONS)
         if self.stop != (self.stop_reason is not None):
             raise InputError("stop and stop_reason disagree: a stopped decision has a reason, a running one none")
-        if self.schema_version != SCHEMA_VERSION:
-            raise InputError(f"schema_version {self.schema_version!r} is not supported: this logitlab reads "
-                             f"version {SCHEMA_VERSION}")
+        check_schema_version(self.schema_version, SCHEMA_VERSION)
 
 
 def _check_log_ratios(log_ratios: Any, max_blocks: int) -> np.ndarray:

@@ -43,6 +43,17 @@ def _real(value: Any, name: str, *, low: float | None = None, low_open: bool = F
     return x
 
 
+def check_experiments(n_experiments: Any) -> int:
+    """``n_experiments`` of a simulation, a positive int.
+
+    Raises:
+        InputError: not an int (a bool is not one), or < 1.
+    """
+    if isinstance(n_experiments, bool) or not isinstance(n_experiments, int) or n_experiments < 1:
+        raise InputError(f"n_experiments {n_experiments!r} is not a positive integer")
+    return n_experiments
+
+
 def simulate_blocks(
     n_blocks: int,
     *,
@@ -164,8 +175,7 @@ def simulate_calls(
     InputError
         On bad arguments.
     """
-    if isinstance(n_experiments, bool) or not isinstance(n_experiments, int) or n_experiments < 1:
-        raise InputError(f"n_experiments {n_experiments!r} is not a positive integer")
+    check_experiments(n_experiments)
     rng = np.random.default_rng(seed)
     counts = dict.fromkeys(CALLS, 0)
     position = 0

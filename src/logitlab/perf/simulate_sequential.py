@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from logitlab.errors import InputError
+from logitlab.errors import check_choice
 from logitlab.perf.block_ratios import block_log_ratios
 from logitlab.perf.equivalence import CALLS
 from logitlab.perf.paired import paired_comparison
 from logitlab.perf.sequential import sequential_decision
-from logitlab.perf.simulate import simulate_blocks
+from logitlab.perf.simulate import check_experiments, simulate_blocks
 from logitlab.perf.spending import DEFAULT_MAX_BLOCKS, DEFAULT_MIN_BLOCKS
 
 __all__ = ["DESIGNS", "simulate_sequential"]
@@ -87,10 +87,8 @@ def simulate_sequential(
     InputError
         On bad arguments.
     """
-    if isinstance(n_experiments, bool) or not isinstance(n_experiments, int) or n_experiments < 1:
-        raise InputError(f"n_experiments {n_experiments!r} is not a positive integer")
-    if design not in DESIGNS:
-        raise InputError(f"design {design!r} is not valid: use one of {', '.join(DESIGNS)}")
+    check_experiments(n_experiments)
+    check_choice("design", design, DESIGNS)
     rng = np.random.default_rng(seed)
     counts = dict.fromkeys(CALLS, 0)
     used: list[int] = []

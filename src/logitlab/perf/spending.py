@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from logitlab.errors import InputError
+from logitlab.errors import InputError, check_choice
 
 __all__ = [
     "SPENDING_FUNCTIONS",
@@ -90,9 +90,7 @@ def check_spending(spending: Any) -> str:
     InputError
         If ``spending`` is not one of them (the message lists them).
     """
-    if spending not in SPENDING_FUNCTIONS:
-        raise InputError(f"spending {spending!r} is not valid: use one of {', '.join(SPENDING_FUNCTIONS)}")
-    return spending
+    return check_choice("spending", spending, SPENDING_FUNCTIONS)
 
 
 def check_budget(min_blocks: Any, max_blocks: Any, *, lowest: int = 2) -> tuple[int, int]:

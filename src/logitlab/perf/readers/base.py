@@ -136,6 +136,15 @@ def load_json_text(path: str | Path, text: str | None = None) -> Any:
             from None
 
 
+def _container(value: Any, path: str | Path, what: str, optional: bool, kind: type, name: str) -> Any:
+    """``value`` if it is a ``kind`` (JSON ``name``); an empty one for a missing (None) value when ``optional``."""
+    if value is None and optional:
+        return kind()
+    if not isinstance(value, kind):
+        raise InputError(f"{path}: {what} is {_kind(value)}, not a JSON {name}")
+    return value
+
+
 def mapping(value: Any, path: str | Path, what: str, *, optional: bool = True) -> dict:
     """``value`` if it is a JSON object; ``{}`` for a missing (None) one when ``optional``.
 
@@ -144,11 +153,7 @@ def mapping(value: Any, path: str | Path, what: str, *, optional: bool = True) -
     InputError
         Naming the file and the field, when ``value`` is something else.
     """
-    if value is None and optional:
-        return {}
-    if not isinstance(value, dict):
-        raise InputError(f"{path}: {what} is {_kind(value)}, not a JSON object")
-    return value
+    return _container(value, path, what, optional, dict, "object")
 
 
 def items(value: Any, path: str | Path, what: str, *, optional: bool = True) -> list:
@@ -157,13 +162,9 @@ def items(value: Any, path: str | Path, what: str, *, optional: bool = True) -> 
     Raises
     ------
     InputError
-        Naming the file and the field, when ``value`` is something else.
+        As for :func:`mapping`.
     """
-    if value is None and optional:
-        return []
-    if not isinstance(value, list):
-        raise InputError(f"{path}: {what} is {_kind(value)}, not a JSON array")
-    return value
+    return _container(value, path, what, optional, list, "array")
 
 
 def number(value: Any, path: str | Path, what: str) -> float:
