@@ -69,7 +69,6 @@ JSON format history (``schema_version`` of :class:`ChangePointSeries`):
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -77,7 +76,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from logitlab.errors import InputError, check_choice
-from logitlab.jsonio import PlainRecord, check_schema_version, from_fields
+from logitlab.jsonio import PlainRecord, check_schema_version
 from logitlab.perf.changepoint_defaults import (  # re-exported: the settings live in a light module (the CLI's help)
     DEFAULT_MAX_PVALUE,
     DEFAULT_MIN_SIZE,
@@ -166,7 +165,7 @@ class ChangePoint(PlainRecord):
 
 
 @dataclass(frozen=True, slots=True)
-class ChangePointSeries:
+class ChangePointSeries(PlainRecord):
     """Result of :func:`detect_change_points` for one series.
 
     Attributes
@@ -221,23 +220,12 @@ class ChangePointSeries:
         return tuple(c for c in self.change_points if c.direction == "regression")
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dict (change points as a list of dicts, outliers as a list)."""
-        d = dataclasses.asdict(self)
+        """Plain JSON-ready dict (change points as a list of dicts, outliers as a list); :meth:`from_dict` reads
+        it back."""
+        d = PlainRecord.to_dict(self)
         d["change_points"] = [c.to_dict() for c in self.change_points]
         d["outliers"] = list(self.outliers)
         return d
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "ChangePointSeries":
-        """Inverse of :meth:`to_dict`.
-
-        Raises
-        ------
-        InputError
-            On unknown or missing keys, an unsupported ``schema_version``, an
-            invalid ``kind`` or an invalid change point.
-        """
-        return from_fields(cls, data)
 
 
 # ---------------------------------------------------------------------------
