@@ -261,8 +261,8 @@ def calibrate_cmd(**opts: Any) -> None:
     from logitlab.perf.calibration import calibrate_noise
     from logitlab.perf.readers import read_benchmark_file
 
-    check_output_paths(out=opts["json_path"], markdown=opts["markdown_path"], html=opts["html_path"],
-                       inputs=list(opts["runs"]))
+    paths = report_paths(opts)
+    check_output_paths(out=paths.pop("json"), **paths, inputs=list(opts["runs"]))
     if opts["baselines"]:
         if len(opts["runs"]) != 1:
             raise InputError("--baseline reads several baselines of ONE criterion folder: give one path")

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import click
 
+from logitlab.formats import FORMATS
 from logitlab.numerics.verdict import Thresholds
 
 MODEL_HELP = "Model file (default: the embedded SmolLM2-135M Q4_1 GGUF)."
@@ -25,8 +26,8 @@ SPEC_HELP = "KEY=VALUE[,KEY=VALUE] engine options, or [ENGINE:][MODEL][?KEY=VALU
 def output_options(*, json_help: str = "Write the full result as JSON.", markdown: bool = True,
                    quiet_help: str = "No progress bar.",
                    json: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``--json PATH``, ``--markdown PATH`` and ``--html PATH`` (unless ``markdown=False``: a command without a
-    report) and ``--quiet``: one group for every command.
+    """``--json PATH``, ``--NAME PATH`` for each report format of :data:`logitlab.formats.FORMATS` (``--markdown``,
+    ``--html``; unless ``markdown=False``: a command without a report) and ``--quiet``: one group for every command.
 
     ``json=False``: the command declares its own JSON output option (``bench calibrate --out/--json``,
     required there); it must keep the ``json_path`` name that :func:`~logitlab.cli.outputs.write_reports` reads.
@@ -34,11 +35,8 @@ def output_options(*, json_help: str = "Write the full result as JSON.", markdow
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         options = [click.option("--json", "json_path", type=str, default=None, help=json_help)] if json else []
         if markdown:
-            options.append(click.option("--markdown", "markdown_path", type=str, default=None,
-                                        help="Write the report as Markdown (a PR comment)."))
-            options.append(click.option("--html", "html_path", type=str, default=None,
-                                        help="Write the report as one self-contained HTML page with figures "
-                                             "(opens from a file, no network; the result JSON is inside)."))
+            options.extend(click.option(f"--{name}", f"{name}_path", type=str, default=None, help=fmt.help)
+                           for name, fmt in FORMATS.items())
         options.append(click.option("--quiet", "-q", is_flag=True, help=quiet_help))
         return apply_options(func, options)
     return decorate

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # rich loads when a command prints, not when its options are 
     from rich.console import Console
 
 from logitlab.errors import InputError
+from logitlab.formats import FORMATS
 
 
 def check_output_paths(*, inputs: Iterable[str | None] = (), folders: dict[str, str] | None = None,
@@ -59,9 +60,10 @@ def check_output_paths(*, inputs: Iterable[str | None] = (), folders: dict[str, 
 
 
 def report_paths(opts: dict[str, Any]) -> dict[str, str | None]:
-    """The report outputs a command was given (``--json``, ``--markdown``, ``--html`` of :func:`~logitlab.cli.options.output_options`),
-    as keyword arguments of :func:`check_output_paths`: every command checks all of them, not a hand-made list."""
-    return {name: opts.get(f"{name}_path") for name in ("json", "markdown", "html") if f"{name}_path" in opts}
+    """The report outputs a command was given (``--json`` and each format's ``--NAME`` of
+    :func:`~logitlab.cli.options.output_options`), as keyword arguments of :func:`check_output_paths`: every
+    command checks all of them, not a hand-made list."""
+    return {name: opts.get(f"{name}_path") for name in ("json", *FORMATS) if f"{name}_path" in opts}
 
 
 def probe_folder(folder: Path) -> None:
@@ -103,8 +105,8 @@ def _check_distinct(outputs: dict[str, str], inputs: list[str], folders: dict[st
 
 
 def write_reports(result: Any, opts: dict[str, Any], **options: Any) -> None:
-    """Write ``result.to_dict()`` as JSON (``--json``), its Markdown report (``--markdown``) and its HTML
-    page (``--html``) where asked.
+    """Write ``result.to_dict()`` as JSON (``--json``) and its report in each format of
+    :data:`logitlab.formats.FORMATS` (``--markdown``, ``--html``) where asked.
 
     ``options`` go to the result's document builder (e.g. ``max_rows`` of a dump-diff).
     """
@@ -113,10 +115,9 @@ def write_reports(result: Any, opts: dict[str, Any], **options: Any) -> None:
 
     if opts.get("json_path"):
         write_json(opts["json_path"], result.to_dict())
-    if opts.get("markdown_path"):
-        write_text(opts["markdown_path"], report.markdown(result, **options))
-    if opts.get("html_path"):
-        write_text(opts["html_path"], report.html(result, **options))
+    for name in FORMATS:
+        if opts.get(f"{name}_path"):
+            write_text(opts[f"{name}_path"], report.render(result, name, **options))
 
 
 def show_report(result: Any, *, show_error: bool = True, **options: Any) -> None:

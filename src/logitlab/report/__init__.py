@@ -10,7 +10,9 @@ A result kind registers its class and its document builder in
 :data:`KINDS` (``"module:name"`` strings, imported when first used; the
 registry is :data:`logitlab.kinds.KINDS`, read here and by the layers below).
 A run log is read back by its kind's ``from_run_log``. A new format is one
-renderer module taking a :class:`~logitlab.report.document.Document`.
+renderer module taking a :class:`~logitlab.report.document.Document` and one line
+in :data:`logitlab.formats.FORMATS` (:func:`render` and every command's ``--NAME``
+option read it).
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from logitlab.errors import InputError
+from logitlab.formats import FORMATS
 from logitlab.jsonio import ResultRecord, read_json
 from logitlab.kinds import KINDS, kinds_with, load, result_class
 from logitlab.report.document import Document
 
-__all__ = ["KINDS", "document", "markdown", "html", "display", "load_result", "read_result"]
+__all__ = ["KINDS", "FORMATS", "document", "render", "markdown", "html", "display", "load_result", "read_result"]
 
 
 def document(result: ResultRecord, **options: Any) -> Document:
@@ -38,19 +41,25 @@ def document(result: ResultRecord, **options: Any) -> Document:
     return load(KINDS[kind][1])(result, **options)
 
 
+def render(result: ResultRecord, fmt: str, **options: Any) -> str:
+    """The result's report in the file format ``fmt`` (a key of :data:`~logitlab.formats.FORMATS`), as text.
+
+    Raises:
+        InputError: an unknown format, or the object is not a result logitlab knows.
+    """
+    if fmt not in FORMATS:
+        raise InputError(f"no report format {fmt!r}: use one of {', '.join(FORMATS)}")
+    return load(FORMATS[fmt].render)(document(result, **options), result)
+
+
 def markdown(result: ResultRecord, **options: Any) -> str:
     """The result's report as Markdown text."""
-    from logitlab.report.render_markdown import render_markdown
-
-    return render_markdown(document(result, **options))
+    return render(result, "markdown", **options)
 
 
 def html(result: ResultRecord, **options: Any) -> str:
     """The result's report as one self-contained HTML page, with figures and the result JSON inside."""
-    from logitlab import __version__
-    from logitlab.report.render_html import render_html
-
-    return render_html(document(result, **options), result.to_dict(), generator=f"logitlab {__version__}")
+    return render(result, "html", **options)
 
 
 def display(result: ResultRecord, console: Any = None, **options: Any) -> None:

@@ -27,7 +27,7 @@ from typing import Any, Mapping
 
 from logitlab.report.document import Block, Bullets, Document, Figure, Heading, KeyValues, Paragraph, Rich, Table
 
-__all__ = ["render_html", "embed_json", "extract_json", "GZIP_ABOVE", "RESULT_ELEMENT_ID"]
+__all__ = ["render_html", "html_file", "embed_json", "extract_json", "GZIP_ABOVE", "RESULT_ELEMENT_ID"]
 
 #: Embedded result JSON above this many bytes is gzip-compressed and base64-encoded.
 GZIP_ABOVE = 1 << 20
@@ -217,6 +217,14 @@ def extract_json(page: str) -> Any:
     if encoding == "gzip+base64":
         text = gzip.decompress(base64.b64decode(text)).decode("utf-8")
     return json.loads(text)
+
+
+def html_file(document: Document, result: Any) -> str:
+    """The text of an ``--html`` file (:data:`logitlab.formats.FORMATS`): the page of :func:`render_html` with
+    ``result.to_dict()`` embedded, signed by this logitlab version."""
+    from logitlab import __version__
+
+    return render_html(document, result.to_dict(), generator=f"logitlab {__version__}")
 
 
 def render_html(document: Document, result: Mapping[str, Any] | None = None, *, generator: str = "logitlab") -> str:

@@ -6,11 +6,11 @@ report draws them). Nothing here prints.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from logitlab.report.document import Block, Bullets, Document, Figure, Heading, KeyValues, Paragraph, Rich, Table
 
-__all__ = ["render_markdown", "markdown_table", "markdown_text"]
+__all__ = ["render_markdown", "markdown_file", "markdown_table", "markdown_text"]
 
 
 def markdown_text(text: Rich, *, in_table: bool = False) -> str:
@@ -70,3 +70,9 @@ def render_markdown(document: Document) -> str:
     """The whole document as Markdown text (blocks separated by blank lines, ending in a newline)."""
     parts = [lines for lines in (_block(b) for b in document.blocks) if lines]
     return "\n\n".join("\n".join(lines) for lines in parts) + "\n"
+
+
+def markdown_file(document: Document, result: Any = None) -> str:
+    """The text of a ``--markdown`` file (:data:`logitlab.formats.FORMATS`): :func:`render_markdown` of the
+    document; ``result`` is not needed."""
+    return render_markdown(document)
