@@ -113,3 +113,48 @@ def test_unknown_kv_type_names_the_mapping():
     with pytest.raises(InputError, match=r"type_k.*valid types, by name or ggml enum value: f32 \(0\), f16 \(1\),.*"
                                          r"q8_0 \(8\)"):
         LlamaCppEngine(model=None, options={"type_k": "9"})
+
+
+@pytest.mark.engine
+def test_decode_rows_gives_the_bits_of_eval_with_logits_all(engine):
+    """The engine's own decode (rows copied from llama.cpp's output buffer, ``logits_all=False``) against
+    llama-cpp-python's ``eval`` on a ``logits_all=True`` model (its ``scores``): the prompt in two
+    ``n_batch`` chunks, then M=1 and M=3 steps — the same bits."""
+    import llama_cpp
+
+    from logitlab.engines import llamacpp_repack as repack
+    from logitlab.engines.llamacpp import decode_rows
+
+    ids = engine.tokenize(" ".join([SHORT_PROMPT] * 4))[:40]
+    with repack.loading(engine.repack.use_extra_bufts):
+        reference = llama_cpp.Llama(model_path=engine.model, logits_all=True, verbose=False, n_ctx=128, n_batch=32)
+        ours = llama_cpp.Llama(model_path=engine.model, logits_all=False, verbose=False, n_ctx=128, n_batch=32)
+    try:
+        got = [decode_rows(ours, ids), decode_rows(ours, [5]), decode_rows(ours, [6, 7, 8])]
+        reference.eval(ids)
+        reference.eval([5])
+        reference.eval([6, 7, 8])
+        want = np.array(reference.scores[: len(ids) + 4], dtype=np.float32)
+        assert ours.n_tokens == reference.n_tokens == len(ids) + 4
+        assert list(ours.input_ids[: ours.n_tokens]) == list(reference.input_ids[: reference.n_tokens])
+    finally:
+        reference.close()
+        ours.close()
+    assert [g.shape[0] for g in got] == [40, 1, 3]
+    assert np.concatenate(got).tobytes() == want.tobytes()
+
+
+@pytest.mark.engine
+def test_a_long_prompt_leaves_no_copy_of_its_logits_in_the_engine():
+    """The memory bound's mechanism on the engine side (#31): a 700-token prefill at n_ctx 1024 returns its
+    rows, and llama-cpp-python holds no ``n_ctx × n_vocab`` ``scores`` of them (one ``n_batch`` chunk's
+    worth, never written), so an engine's logits memory does not grow with the prompt."""
+    engine = LlamaCppEngine(model=None, options={"n_ctx": 1024})
+    try:
+        ids = engine.tokenize(" ".join([SHORT_PROMPT] * 100))[:700]
+        with engine.open_session() as session:
+            rows = session.prefill(ids)
+        assert rows.shape == (700, engine.n_vocab) and engine.n_ctx == 1024
+        assert engine.llama.scores.shape == (engine.llama.n_batch, engine.n_vocab) == (512, 49152)
+    finally:
+        engine.close()

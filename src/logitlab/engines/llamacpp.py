@@ -1,10 +1,16 @@
 """llama.cpp through llama-cpp-python (``pip install 'logitlab[llamacpp]'``).
 
 A session is the ``Llama`` object's single sequence: ``reset()`` empties it and
-``eval(tokens)`` appends M tokens in one ``llama_decode`` per ``n_batch``
-tokens, with logits kept for every row (``logits_all=True``). ``eval`` with
-M > 1 decode tokens is llama.cpp's M=K verify path. The logits are copied out
-of ``Llama.scores``, which the next call overwrites.
+:func:`decode_rows` appends M tokens in one ``llama_decode`` per ``n_batch``
+tokens, with logits requested for every row — ``Llama.eval``'s own steps with
+``logits_all=True``, so the same bits. M > 1 decode tokens is llama.cpp's M=K
+verify path. Each chunk's rows are copied from llama.cpp's output buffer
+straight into the array returned: the ``Llama`` is made with ``logits_all=False``,
+so llama-cpp-python keeps no ``n_ctx × n_vocab`` float32 ``scores`` copy of every
+row (what it keeps with ``logits_all=True``: one more full run's logits per engine,
+growing with the prompt). The memory llama.cpp holds for logits is its output
+buffer of one ``n_batch`` chunk (``n_batch × n_vocab × 4`` bytes), whatever the
+prompt's length.
 """
 
 from __future__ import annotations
@@ -49,10 +55,9 @@ class LlamaCppSession(Session):
         llama = self.engine.llama
         start = llama.n_tokens
         try:
-            llama.eval(tokens)
+            return decode_rows(llama, tokens)
         except Exception as exc:  # llama-cpp-python raises RuntimeError/ValueError
             raise EngineError(f"llama.cpp failed to evaluate {len(tokens)} tokens at position {start}: {exc}") from exc
-        return np.array(llama.scores[start : start + len(tokens)], dtype=np.float32, copy=True)
 
     def _truncate(self, n_past: int) -> None:
         # Llama.eval removes the KV cells from n_tokens on before its next decode
@@ -61,6 +66,40 @@ class LlamaCppSession(Session):
 
     def _close(self) -> None:
         self.engine.llama.reset()
+
+
+def decode_rows(llama: Any, tokens: Sequence[int]) -> np.ndarray:
+    """Append ``tokens`` to ``llama``'s sequence and return their logits, one row per token.
+
+    The steps of ``llama_cpp.Llama.eval`` (0.3.x) with ``logits_all=True`` — the KV cells from
+    ``n_tokens`` on removed, one ``llama_decode`` per ``n_batch`` tokens at positions ``n_tokens…``, every
+    row's logits requested, ``input_ids`` and ``n_tokens`` kept — except that each chunk's rows go from
+    llama.cpp's output buffer (``llama_get_logits``: ``n_outputs × n_vocab`` float32, row-major) into the
+    array returned, never into ``Llama.scores``. The same ``llama_decode`` calls as ``eval``, so the same
+    bits (tests/engines/test_llamacpp.py checks it against ``eval`` on a ``logits_all=True`` model).
+
+    Args:
+        llama: a ``llama_cpp.Llama`` (made with ``logits_all=False`` to save its ``scores`` copy).
+        tokens: the token ids to append (M >= 1).
+
+    Returns:
+        ``(M, n_vocab)`` float32 logits, a new array (the next call does not overwrite it).
+
+    Raises:
+        RuntimeError: llama.cpp's ``llama_decode`` failed (llama-cpp-python's error).
+    """
+    n_vocab = int(llama.n_vocab())
+    rows = np.empty((len(tokens), n_vocab), dtype=np.float32)
+    llama._ctx.kv_cache_seq_rm(-1, llama.n_tokens, -1)
+    for first in range(0, len(tokens), llama.n_batch):
+        chunk = list(tokens[first:first + llama.n_batch])
+        n_past = llama.n_tokens
+        llama._batch.set_batch(batch=chunk, n_past=n_past, logits_all=True)
+        llama._ctx.decode(llama._batch)
+        llama.input_ids[n_past:n_past + len(chunk)] = chunk
+        rows[first:first + len(chunk)] = np.ctypeslib.as_array(llama._ctx.get_logits(), shape=(len(chunk), n_vocab))
+        llama.n_tokens += len(chunk)
+    return rows
 
 
 class LlamaCppEngine(Engine):
@@ -73,7 +112,8 @@ class LlamaCppEngine(Engine):
     :mod:`~logitlab.engines.llamacpp_repack`), ``lib`` (another build of the
     library: :mod:`~logitlab.engines.llamacpp_library`). Unset options take
     llama-cpp-python's defaults, except ``n_ctx`` (512 here), ``logits_all``
-    (always on: every row's logits) and ``use_extra_bufts`` (``auto``: off
+    (off: every row's logits are requested per call by :func:`decode_rows`, not
+    kept by llama-cpp-python) and ``use_extra_bufts`` (``auto``: off
     only where the CPU and library have AMX, whose repack path crashes).
     """
 
@@ -145,7 +185,7 @@ class LlamaCppEngine(Engine):
         log: list[str] = []
         try:
             with repack.loading(self.repack.use_extra_bufts) as log:
-                self.llama = llama_cpp.Llama(model_path=self.model, logits_all=True, verbose=False, **kwargs)
+                self.llama = llama_cpp.Llama(model_path=self.model, logits_all=False, verbose=False, **kwargs)
         except Exception as exc:
             said = " ".join(line.strip() for line in log if "error" in line.lower() or "failed" in line.lower())
             raise EngineError(f"llama.cpp could not load {self.model} with options {self.options}: {exc}"
@@ -174,8 +214,8 @@ class LlamaCppEngine(Engine):
 
     @property
     def n_ctx(self) -> int:
-        # llama.cpp may pad the context; the logits buffer holds the n_ctx asked for.
-        return min(int(self.llama.n_ctx()), int(self.llama.scores.shape[0]))
+        # llama.cpp may pad the context; the token buffer holds the n_ctx asked for.
+        return min(int(self.llama.n_ctx()), int(self.llama.input_ids.shape[0]))
 
     def close(self) -> None:
         llama = getattr(self, "llama", None)
