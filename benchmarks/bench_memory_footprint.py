@@ -106,7 +106,8 @@ def main() -> None:
             words, ctx_option = COMMANDS[name]
             peaks = []
             for label, prompt in (("short", ["--prompt", short]), ("long", ["--prompt-file", "long.txt"])):
-                extra = ["-o", f"golden-{label}"] if name.startswith("golden record") else []
+                # each golden command its own folders (a second record into the first's folder is refused: exit 2)
+                extra = ["-o", f"{name.replace(' ', '_')}-{label}"] if name.startswith("golden record") else []
                 ctx = [] if label == "short" else [ctx_option, "n_ctx=2048"]
                 words_now = [w.replace(",n_ctx=2048", "") for w in words] if label == "short" else words
                 argv = [*env_python, *words_now, *prompt, "--tokens", str(decode), *ctx, *extra, "--quiet"]

@@ -69,31 +69,33 @@ class Footprint:
 
 #: F per command, measured on the embedded model (49,152 vocabulary), llama.cpp, a 2-core machine
 #: (``benchmarks/bench_memory_footprint.py``): the peak of the summed PSS of logitlab and its engine workers,
-#: sampled every 0.1 s, for a 1,045-token prompt + 16 decode tokens (1,061 positions) against a 68-token one
-#: (84 positions), over the difference of one run's logits (977 × 49,152 × 4 bytes = 0.192 GB).
+#: sampled every 0.1 s, for a 1,045-token prompt + 16 decode tokens (1,061 positions) against a 57-token one
+#: (73 positions), over the difference of one run's logits (988 × 49,152 × 4 bytes = 0.194 GB). Re-measured
+#: after the llamacpp engine stopped keeping llama-cpp-python's copy of every row (``logits_all=False``);
+#: ``golden check`` and ``invariance prefill-decode`` were not, and keep their earlier (larger) F.
 FOOTPRINTS: dict[str, Footprint] = {
-    "ab": Footprint(9.2, "A/A, 2 blocks + 1 warmup, detection limit on: 2.36 vs 0.59 GB (2.28 GB with it off)"),
-    "verify": Footprint(3.4, "--k 1 4, one prompt (prompts run one at a time: the longest counts): 1.05 vs 0.40 GB"),
-    "explain": Footprint(13.6, "--candidate flash_attn=1 --no-dump (two engines and the controls' runs): "
-                                "3.25 vs 0.65 GB"),
-    "golden record": Footprint(3.9, "--store full, one prompt (prompts are recorded one at a time: the longest "
-                                    "counts): 1.04 vs 0.28 GB"),
+    "ab": Footprint(6.9, "A/A, 2 blocks + 1 warmup, detection limit on: 1.94 vs 0.60 GB (a second run: F 6.4)"),
+    "verify": Footprint(2.4, "--k 1 4, one prompt (prompts run one at a time: the longest counts): 0.83 vs 0.36 GB"),
+    "explain": Footprint(10.0, "--candidate flash_attn=1 --no-dump (two engines and the controls' runs): "
+                                "2.86 vs 0.93 GB"),
+    "golden record": Footprint(3.1, "--store full, one prompt (prompts are recorded one at a time: the longest "
+                                    "counts): 0.84 vs 0.23 GB"),
     "golden record --store topk": Footprint(
-        19.0, "--store topk:64, one prompt: 4.15 vs 0.51 GB (the top-k are selected from whole runs)",
+        18.4, "--store topk:64, one prompt: 4.09 vs 0.51 GB (the top-k are selected from whole runs)",
         fewer="a shorter prompt or fewer --tokens; --store full holds less"),
     "golden check": Footprint(6.4, "a --store full golden of one prompt, detection limit on: 1.66 vs 0.43 GB "
-                                   "(1.35 GB with it off)",
+                                   "(1.35 GB with it off; measured before the engine change, not since)",
                               fewer="a golden recorded with fewer positions"),
     "invariance batch": Footprint(
-        0.0, "--batch 1 4: 4.43 vs 0.50 GB (20.5 runs for 5 sequences); --batch 1 8 at 1,045 positions: 7.83 GB "
-             "(4.1 runs more per sequence: every batch's rows come back at once)",
-        per=4.1, units="sequences (the --batch sizes together)", fewer="a shorter prompt or smaller --batch sizes"),
+        0.0, "--batch 1 4: 4.55 vs 0.47 GB (21.0 runs for 5 sequences; the batch runs on a context of its own); "
+             "--batch 1 8 at 1,045 positions: 7.83 GB before the engine change",
+        per=4.2, units="sequences (the --batch sizes together)", fewer="a shorter prompt or smaller --batch sizes"),
     "invariance prefill-decode": Footprint(
         11.3, "a 135-token prompt + 4 against a 17-token one + 4 (the probe runs a prefill per position: a long "
               "prompt takes hours here): 0.51 and 0.56 GB (two runs) vs 0.27 GB, F 10.4 and 12.2; every way of "
-              "computing each row comes back at once"),
+              "computing each row comes back at once (measured before the engine change, not since)"),
     "invariance determinism": Footprint(
-        2.3, "--runs 3: 1.49 vs 0.47 GB (5.3 runs), of which one per run: every run is kept to be compared",
+        1.4, "--runs 3: 1.28 vs 0.42 GB (4.4 runs), of which one per run: every run is kept to be compared",
         per=1.0, units="--runs", fewer="a shorter prompt, fewer --tokens or fewer --runs"),
 }
 
