@@ -25,7 +25,7 @@ __all__ = ["KINDS", "load", "result_class", "kinds_with"]
 KINDS: dict[str, tuple[str, str]] = {
     "ab": ("logitlab.experiments.ab_results:AbResult", "logitlab.report.ab:ab_document"),
     "verify": ("logitlab.experiments.verify.results:VerifyResult", "logitlab.report.verify:verify_document"),
-    "invariance": ("logitlab.experiments.invariance:InvarianceResult",
+    "invariance": ("logitlab.experiments.invariance_results:InvarianceResult",
                    "logitlab.report.invariance:invariance_document"),
     "invariance-matrix": ("logitlab.experiments.invariance_matrix:InvarianceMatrixResult",
                           "logitlab.report.invariance_matrix:matrix_document"),

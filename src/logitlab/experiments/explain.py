@@ -74,7 +74,7 @@ from logitlab.errors import EngineCrashed, InputError, Interrupted
 from logitlab.events import Event
 from logitlab.experiments import crossengine
 from logitlab.experiments.base import Experiment
-from logitlab.experiments.invariance import filler_sequences
+from logitlab.experiments.invariance_steps import filler_sequences
 from logitlab.experiments.verify.run import greedy_m1, replay_mk
 from logitlab.manifest import build_manifest
 from logitlab.numerics import Thresholds, Verdict, classify, compare_logits

@@ -30,255 +30,47 @@ its verdict) ending in the worst verdict, as ``ab`` does:
     each, replaying the reference's tokens): llama.cpp's ``n_ubatch`` (chunked
     prefill) or thread count. The option sweeps of the invariance matrix
     (:mod:`~logitlab.experiments.invariance_matrix`).
+
+The records (config, checks, result) are :mod:`~logitlab.experiments.invariance_results`; what the probes run
+on the engine, :mod:`~logitlab.experiments.invariance_steps`. Both are re-exported here.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from logitlab.engines.base import Engine, check_fits
 from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.supervised import call_engine, engine_supports
-from logitlab.engines.variant import Variant
 from logitlab.errors import EngineCrashed, InputError, Interrupted
 from logitlab.events import Event
 from logitlab.experiments.base import Experiment
+from logitlab.experiments.invariance_results import FILLS, PADDINGS, PROBES, Check, InvarianceConfig, InvarianceResult
+from logitlab.experiments.invariance_steps import (
+    batch_rows,
+    engine_forward_rows,
+    filler_sequences,
+    planted_decode_row,
+    prefill_decode_rows,
+    setting_text,
+)
 from logitlab.experiments.inverse_controls import Control, control, planted_token, rows_text, same_shapes
-from logitlab.experiments.isolation import ISOLATION_LEVELS, SlotRunner
+from logitlab.experiments.isolation import SlotRunner
 from logitlab.engines.topk import TopKRows
 from logitlab.engines.workload import RunOutput, environment, run_workload
-from logitlab.jsonio import ResultRecord
 from logitlab.manifest import build_manifest
-from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict, classify, compare_logits
-from logitlab.numerics.topk import TopKComparison, compare_topk
+from logitlab.numerics import classify, compare_logits
+from logitlab.numerics.topk import compare_topk
 from logitlab.numerics.compare import check_top_k
-from logitlab.numerics.detection import DetectionLimits, detection_limits
+from logitlab.numerics.detection import detection_limits
 
-PROBES = ("batch", "prefill-decode", "determinism", "settings")
-PADDINGS = ("right", "left")
-FILLS = ("same", "mixed")
-
-@dataclass(frozen=True)
-class InvarianceConfig:
-    """What one invariance probe runs.
-
-    Attributes:
-        probe: one of :data:`PROBES`.
-        variant: the engine, model and options probed.
-        prompt: prompt text.
-        batch_sizes: ``batch``: batch sizes B (>= 1); each B > 1 is compared with B=1
-            (B=1 alone: compared with a second B=1 run).
-        padding: ``batch``: padding sides run on engines that pad (``hf``); None (not
-            chosen): both, and no note on engines that do not pad.
-        fill: ``batch``: ``same`` or ``mixed``; None: ``mixed`` on engines that pad
-            (padding needs other lengths), ``same`` on llama.cpp (parallel sequences).
-        n_decode: ``prefill-decode`` and ``determinism``: greedy tokens after the prompt.
-        runs: ``determinism``: runs R (>= 2).
-        isolation: ``determinism``: ``session``, ``engine`` or ``process`` per run.
-        settings: ``settings``: engine options merged into the variant's, one engine each, every one compared
-            with the variant as given (``({"n_ubatch": "4"},)``).
-        top_k: k of the top-k set agreement.
-        thresholds: verdict thresholds.
-        detection: measure the detection limits of the worst check (:mod:`logitlab.numerics.detection`).
-        self_check: run the probe's inverse controls (one more engine run each; see
-            :mod:`~logitlab.experiments.inverse_controls`).
-    """
-
-    probe: str
-    variant: Variant
-    prompt: str
-    batch_sizes: tuple[int, ...] = (1, 4)
-    padding: tuple[str, ...] | None = None
-    fill: str | None = None
-    n_decode: int = 16
-    runs: int = 10
-    isolation: str = "session"
-    settings: tuple[dict[str, str], ...] = ()
-    top_k: int = 5
-    thresholds: Thresholds = field(default_factory=Thresholds)
-    self_check: bool = False
-    detection: bool = True
-
-    def validate(self) -> None:
-        """Raise InputError naming the bad value and the valid ones."""
-        if self.probe not in PROBES:
-            raise InputError(f"unknown invariance probe {self.probe!r}; valid: {', '.join(PROBES)}")
-        if not self.batch_sizes:
-            raise InputError("--batch needs at least one batch size")
-        bad = [b for b in self.batch_sizes if int(b) < 1]
-        if bad:
-            raise InputError(f"--batch sizes must be at least 1, got {bad[0]}")
-        if max(self.batch_sizes) > 256:
-            raise InputError(f"--batch sizes must be at most 256, got {max(self.batch_sizes)}")
-        unknown = [p for p in self.padding or PADDINGS if p not in PADDINGS]
-        if unknown or self.padding == ():
-            raise InputError(f"unknown --padding {unknown[0] if unknown else ''!r}; valid: left, right, both")
-        if self.fill is not None and self.fill not in FILLS:
-            raise InputError(f"unknown --fill {self.fill!r}; valid: {', '.join(FILLS)}")
-        if self.n_decode < 0:
-            raise InputError(f"--tokens must be at least 0, got {self.n_decode}")
-        if self.probe == "determinism" and self.runs < 2:
-            raise InputError(f"--runs must be at least 2, got {self.runs}")
-        if self.probe == "settings" and not self.settings:
-            raise InputError("the settings probe needs at least one setting (engine options) to compare")
-        if self.isolation not in ISOLATION_LEVELS:
-            raise InputError(f"unknown --isolation {self.isolation!r}; valid: {', '.join(ISOLATION_LEVELS)}")
-        if self.top_k < 1:
-            raise InputError(f"--top-k must be at least 1, got {self.top_k}")
-
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["variant"] = self.variant.to_dict()
-        data["batch_sizes"] = list(self.batch_sizes)
-        data["padding"] = None if self.padding is None else list(self.padding)
-        data["settings"] = [dict(setting) for setting in self.settings]
-        return data
-
-
-@dataclass
-class Check:
-    """One comparison inside a probe.
-
-    Attributes:
-        name: short label (``"B=4, left padding"``, ``"decode vs prefill"``, ``"run 3"``).
-        reference, observed: what each side is, in words.
-        comparison: the observed side against the reference side (a
-            :class:`~logitlab.numerics.topk.TopKComparison` where the engine returns only top-k
-            log-probabilities: ``determinism`` on a server).
-        verdict: the comparison's verdict with its evidence.
-        details: probe-specific facts (batch lengths, runs in a group, positions compared).
-    """
-
-    name: str
-    reference: str
-    observed: str
-    comparison: TopKComparison | LogitComparison
-    verdict: Verdict
-    details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def word(self) -> str:
-        return self.verdict.word
-
-
-@dataclass
-class InvarianceResult(ResultRecord):
-    """A probe's checks, its worst verdict and the facts it measured.
-
-    JSON format history (``schema_version``): 1 — first version; 2 — ``kind``, typed checks; 3 — ``crash``: the
-    engine's crash evidence (:class:`~logitlab.engines.crash.CrashEvidence` as a dict) when it died, the verdict
-    then ``crashed``; 4 — ``error``: what stopped the probe before it finished (``interrupted`` on Ctrl-C, else
-    the error's message), the checks then those of what was measured; later in 4 (additive): ``controls``, the
-    inverse controls of ``--self-check`` (:class:`~logitlab.experiments.inverse_controls.Control`), a
-    check's ``details["exercised"]`` / ``details["vacuous"]``, the derived ``vacuous`` and ``status``, and
-    ``detection`` (the worst check's detection limits); the ``settings`` probe (``config["settings"]``, a check's
-    ``details["setting"]``).
-    """
-
-    KIND: ClassVar[str] = "invariance"
-    SCHEMA_VERSION: ClassVar[int] = 4
-
-    probe: str
-    config: dict[str, Any]
-    manifest: dict[str, Any]
-    prompt_ids: list[int]
-    checks: list[Check] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    crash: dict[str, Any] | None = None
-    error: str | None = None
-    controls: list[Control] = field(default_factory=list)
-    detection: DetectionLimits | None = None  # of the worst check
-
-    @property
-    def worst(self) -> Check | None:
-        """The check with the most severe verdict (then the largest max |Δ|, then the last), or None."""
-        if not self.checks:
-            return None
-        return max(self.checks, key=lambda c: (VERDICTS.index(c.word), c.comparison.max_abs_diff or 0.0,
-                                               self.checks.index(c)))
-
-    @property
-    def verdict(self) -> Verdict | None:
-        """The worst check's verdict; ``crashed`` (with the crash's evidence) when the engine died."""
-        if self.crash:
-            evidence = CrashEvidence.from_dict(self.crash)
-            return Verdict("crashed", evidence=[evidence.summary()] + evidence.lines())
-        worst = self.worst
-        return None if worst is None else worst.verdict
-
-    @property
-    def verdict_word(self) -> str | None:
-        """The worst check's verdict word (``crashed`` when the engine died); None without a check."""
-        verdict = self.verdict
-        return verdict.word if verdict else None
-
-    @property
-    def vacuous(self) -> str | None:
-        """Why the probe could not have failed (None: it could, as far as it can tell).
-
-        A missed inverse control (``--self-check``) makes any probe vacuous: its rows do not follow its input.
-        A probe whose every check is bit-exact is vacuous when each check compared a computation with itself:
-        ``batch`` with B=1 only; ``prefill-decode`` where the prefill ran one row per forward, as the decode
-        steps do (:mod:`~logitlab.experiments.inverse_controls`). A probe that found a difference could
-        fail, whatever it ran.
-        """
-        missed = [c for c in self.controls if not c.caught]
-        if missed:
-            return f"inverse control not caught ({missed[0].check}: {missed[0].evidence})"
-        if not self.checks or not all(c.word == "bit-exact" for c in self.checks):
-            return None
-        reasons = [c.details.get("vacuous") for c in self.checks]
-        return reasons[0] if all(reasons) else None
-
-    @property
-    def generation_differs(self) -> str | None:
-        """Determinism: why the runs are not invariant although every row compared is bit-exact (None otherwise).
-
-        Each run is compared up to its first different greedy token; with full logits a different greedy token
-        shows as a differing row. An engine whose generation is not the path its scores come from (a server:
-        the text is generated, then scored teacher-forced) can give different texts from identical scores:
-        a prefix-cache hit on a later run's generation, for example. K unique greedy texts of N runs is then the
-        finding, as SGLang's "Unique samples: K" is.
-        """
-        details = self.details or {}
-        texts, runs = details.get("distinct_texts", 1), details.get("runs")
-        if self.probe != "determinism" or texts <= 1 or not self.checks or \
-                not all(c.word == "bit-exact" for c in self.checks):
-            return None
-        return (f"{texts} unique greedy texts of {runs} runs, though every row compared (up to each run's first "
-                "different greedy token) is bit-exact: the generation did not follow the path the runs were scored "
-                "on (a server generates, then scores teacher-forced; a prefix-cache hit on a later run can do this)")
-
-    @property
-    def status(self) -> str:
-        """``crashed``, ``vacuous``, ``invariant`` (every check bit-exact and, for determinism, one greedy text)
-        or ``not invariant``."""
-        if self.crash:
-            return "crashed"
-        if self.generation_differs:
-            return "not invariant"
-        if self.vacuous:
-            return "vacuous"
-        return "invariant" if self.checks and all(c.word == "bit-exact" for c in self.checks) else "not invariant"
-
-    @property
-    def invariant(self) -> bool:
-        """True iff the engine did not crash, every check is bit-exact and the probe is not vacuous."""
-        return self.status == "invariant"
-
-    def derived(self) -> dict[str, Any]:
-        worst = self.worst
-        verdict = self.verdict
-        return {"verdict": None if verdict is None else verdict.to_dict(),
-                "verdict_check": None if worst is None or self.crash else self.checks.index(worst),
-                "invariant": self.invariant, "vacuous": self.vacuous, "status": self.status,
-                "generation_differs": self.generation_differs}
+__all__ = ["PROBES", "PADDINGS", "FILLS", "InvarianceConfig", "Check", "InvarianceResult", "InvarianceProbe",
+           "run_invariance", "batch_rows", "prefill_decode_rows", "engine_forward_rows", "planted_decode_row",
+           "filler_sequences", "setting_text"]
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -304,23 +96,6 @@ def _topk_check(name: str, reference_text: str, observed_text: str, reference: R
 
 def _digest(array: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
-
-
-def filler_sequences(ids: Sequence[int], count: int) -> list[list[int]]:
-    """``count`` other sequences built from ``ids``: rotated, and alternately longer / shorter.
-
-    Sequence i (1-based) is ``ids`` rotated by 3i tokens, cut or extended to
-    ``len(ids) + 4i`` tokens for odd i (the prompt gets padded) and
-    ``max(1, len(ids) - 3i)`` for even i.
-    """
-    ids = list(ids)
-    out = []
-    for i in range(1, count + 1):
-        k = (3 * i) % len(ids)
-        rotated = ids[k:] + ids[:k]
-        length = len(ids) + 4 * i if i % 2 else max(1, len(ids) - 3 * i)
-        out.append((rotated * (length // len(ids) + 1))[:length])
-    return out
 
 
 # -- probes ------------------------------------------------------------------------------
@@ -667,89 +442,6 @@ class InvarianceProbe(Experiment):
             else:
                 result.checks.append(self._checked(name, "run 1", observed_text, first.logits,
                                                    outputs[-1].logits, cfg, first.input_ids, details))
-
-
-# -- what runs on the engine (in its supervised worker: see call_engine) -------------------------------
-def batch_rows(engine: Engine, ids: Sequence[int], batches: dict[int, list[list[int]]],
-               padding: Sequence[str] | None) -> dict[str, Any]:
-    """The prompt alone, then every batch at every padding (B=1 once), on one batch backend.
-
-    Returns ``alone`` (``(len(ids), n_vocab)`` float32 logits), ``runs`` (``(B, padding, rows)`` with one
-    array per sequence), ``paddings``, ``pads`` (whether the backend pads) and ``params``.
-
-    Raises:
-        InputError: the engine has no batches.
-    """
-    engine.require("batch", "invariance batch")
-    sizes = sorted(batches)
-    max_tokens = max(sum(len(s) for s in seqs) for seqs in batches.values())
-    backend = engine.open_batch(max(sizes), max_tokens)
-    try:
-        paddings = list(padding or PADDINGS) if backend.pads else ["none"]
-        alone = backend.run([list(ids)], paddings[0])[0]
-        runs = [(b, pad, backend.run(batches[b], pad))
-                for b in sizes for pad in (paddings[:1] if b == 1 else paddings)]
-        shapes = {"alone": backend.forward_rows([list(ids)]),
-                  "batches": {b: backend.forward_rows(batches[b]) for b in sizes}}
-        return {"alone": alone, "runs": runs, "paddings": paddings, "pads": backend.pads, "params": backend.params,
-                "forward_rows": shapes}
-    finally:
-        backend.close()
-
-
-def prefill_decode_rows(engine: Engine, prompt_ids: Sequence[int], n_decode: int) -> dict[str, Any]:
-    """One prefill of prompt + ``n_decode`` greedy tokens, and each position again from a decode step after a
-    prefill of the tokens before it (and, where the engine can, from a forward without a KV cache).
-
-    Returns ``generated``, ``sequence``, ``full`` (its ``(len(sequence), n_vocab)`` prefill rows), ``paths``
-    (``(name, text, rows)`` per way of computing a position) and ``no_kv_cache``.
-
-    Raises:
-        InputError: fewer than 2 tokens in all.
-    """
-    recompute = engine.open_recompute_session if engine.supports("recompute") else None
-    no_kv_cache = getattr(engine, "kv_cache", True) is False
-    if no_kv_cache:
-        recompute = None  # the engine already recomputes: its decode check is the recompute check
-    generated = run_workload(engine, prompt_ids, n_decode).generated if n_decode else []
-    sequence = list(prompt_ids) + list(generated)
-    if len(sequence) < 2:
-        raise InputError("prefill-decode needs at least 2 tokens: a longer prompt or --tokens >= 1")
-    with engine.open_session() as session:
-        full = session.prefill(sequence)
-    openers = [("decode vs prefill", engine.open_session, "prefill of tokens 0..p-1, then one decode step (KV cache)")]
-    if recompute:
-        openers.append(("recompute vs prefill", recompute, "one forward over tokens 0..p without a KV cache"))
-    paths = []
-    for name, open_session, text in openers:
-        # Row p is position p; position 0 (nothing to prefill before it) is a one-token prefill.
-        with open_session() as session:
-            rows = [session.prefill(sequence[:1])[0]]
-        for p in range(1, len(sequence)):
-            with open_session() as session:
-                session.prefill(sequence[:p])
-                rows.append(session.decode([sequence[p]])[0])
-        paths.append((name, text, np.stack(rows)))
-    return {"generated": list(generated), "sequence": sequence, "full": full, "paths": paths,
-            "no_kv_cache": no_kv_cache, "forward_rows": engine.forward_rows(len(sequence))}
-
-
-def engine_forward_rows(engine: Engine, n_tokens: int) -> list[int] | None:
-    """:meth:`Engine.forward_rows` of ``engine`` (a function, so that it runs in a supervised engine's worker)."""
-    return engine.forward_rows(n_tokens)
-
-
-def setting_text(options: dict[str, Any]) -> str:
-    """Engine options as ``n_ubatch=4, n_threads=2`` ("" for none)."""
-    return ", ".join(f"{key}={value}" for key, value in options.items())
-
-
-def planted_decode_row(engine: Engine, sequence: Sequence[int], position: int, token: int) -> np.ndarray:
-    """The decode path's row at ``position`` with ``token`` fed there instead (``--self-check``): a prefill of
-    ``sequence[:position]``, then one decode step. Returns a ``(n_vocab,)`` float32 row."""
-    with engine.open_session() as session:
-        session.prefill(list(sequence[:position]))
-        return np.array(session.decode([int(token)])[0], dtype=np.float32)
 
 
 def run_invariance(config: InvarianceConfig, **kwargs: Any) -> InvarianceResult:

@@ -109,7 +109,7 @@ def comparison_figures(c: Comparison, *, near_tie_margin: float, n_prompt: int |
 
 def check_heatmap_figure(checks: Sequence[Any]) -> Figure | None:
     """Invariance: one heatmap row per check (per copy for a stacked batch check), one column per position,
-    coloured by log10 max |Δ|. ``checks`` are :class:`~logitlab.experiments.invariance.Check` objects."""
+    coloured by log10 max |Δ|. ``checks`` are :class:`~logitlab.experiments.invariance_results.Check` objects."""
     rows: list[dict[str, Any]] = []
     width = 0
     for check in checks:

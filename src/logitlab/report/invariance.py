@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from logitlab.experiments.invariance import Check, InvarianceResult
+from logitlab.experiments.invariance_results import Check, InvarianceResult
 from logitlab.report.detection_text import DETECTION_TITLE, detection_lines
 from logitlab.report.document import Block, Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.figure_blocks import check_heatmap_figure, comparison_figures

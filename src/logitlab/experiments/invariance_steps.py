@@ -1,0 +1,115 @@
+"""What the invariance probes run on the engine (each a module-level function of the engine, so that it runs
+in a supervised engine's worker through :func:`~logitlab.engines.supervised.call_engine`), and the inputs
+they build: the batch's other sequences (:func:`filler_sequences`), a setting as text (:func:`setting_text`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from logitlab.engines.base import Engine
+from logitlab.engines.workload import run_workload
+from logitlab.errors import InputError
+from logitlab.experiments.invariance_results import PADDINGS
+
+
+def filler_sequences(ids: Sequence[int], count: int) -> list[list[int]]:
+    """``count`` other sequences built from ``ids``: rotated, and alternately longer / shorter.
+
+    Sequence i (1-based) is ``ids`` rotated by 3i tokens, cut or extended to
+    ``len(ids) + 4i`` tokens for odd i (the prompt gets padded) and
+    ``max(1, len(ids) - 3i)`` for even i.
+    """
+    ids = list(ids)
+    out = []
+    for i in range(1, count + 1):
+        k = (3 * i) % len(ids)
+        rotated = ids[k:] + ids[:k]
+        length = len(ids) + 4 * i if i % 2 else max(1, len(ids) - 3 * i)
+        out.append((rotated * (length // len(ids) + 1))[:length])
+    return out
+
+
+
+def batch_rows(engine: Engine, ids: Sequence[int], batches: dict[int, list[list[int]]],
+               padding: Sequence[str] | None) -> dict[str, Any]:
+    """The prompt alone, then every batch at every padding (B=1 once), on one batch backend.
+
+    Returns ``alone`` (``(len(ids), n_vocab)`` float32 logits), ``runs`` (``(B, padding, rows)`` with one
+    array per sequence), ``paddings``, ``pads`` (whether the backend pads) and ``params``.
+
+    Raises:
+        InputError: the engine has no batches.
+    """
+    engine.require("batch", "invariance batch")
+    sizes = sorted(batches)
+    max_tokens = max(sum(len(s) for s in seqs) for seqs in batches.values())
+    backend = engine.open_batch(max(sizes), max_tokens)
+    try:
+        paddings = list(padding or PADDINGS) if backend.pads else ["none"]
+        alone = backend.run([list(ids)], paddings[0])[0]
+        runs = [(b, pad, backend.run(batches[b], pad))
+                for b in sizes for pad in (paddings[:1] if b == 1 else paddings)]
+        shapes = {"alone": backend.forward_rows([list(ids)]),
+                  "batches": {b: backend.forward_rows(batches[b]) for b in sizes}}
+        return {"alone": alone, "runs": runs, "paddings": paddings, "pads": backend.pads, "params": backend.params,
+                "forward_rows": shapes}
+    finally:
+        backend.close()
+
+
+def prefill_decode_rows(engine: Engine, prompt_ids: Sequence[int], n_decode: int) -> dict[str, Any]:
+    """One prefill of prompt + ``n_decode`` greedy tokens, and each position again from a decode step after a
+    prefill of the tokens before it (and, where the engine can, from a forward without a KV cache).
+
+    Returns ``generated``, ``sequence``, ``full`` (its ``(len(sequence), n_vocab)`` prefill rows), ``paths``
+    (``(name, text, rows)`` per way of computing a position) and ``no_kv_cache``.
+
+    Raises:
+        InputError: fewer than 2 tokens in all.
+    """
+    recompute = engine.open_recompute_session if engine.supports("recompute") else None
+    no_kv_cache = getattr(engine, "kv_cache", True) is False
+    if no_kv_cache:
+        recompute = None  # the engine already recomputes: its decode check is the recompute check
+    generated = run_workload(engine, prompt_ids, n_decode).generated if n_decode else []
+    sequence = list(prompt_ids) + list(generated)
+    if len(sequence) < 2:
+        raise InputError("prefill-decode needs at least 2 tokens: a longer prompt or --tokens >= 1")
+    with engine.open_session() as session:
+        full = session.prefill(sequence)
+    openers = [("decode vs prefill", engine.open_session, "prefill of tokens 0..p-1, then one decode step (KV cache)")]
+    if recompute:
+        openers.append(("recompute vs prefill", recompute, "one forward over tokens 0..p without a KV cache"))
+    paths = []
+    for name, open_session, text in openers:
+        # Row p is position p; position 0 (nothing to prefill before it) is a one-token prefill.
+        with open_session() as session:
+            rows = [session.prefill(sequence[:1])[0]]
+        for p in range(1, len(sequence)):
+            with open_session() as session:
+                session.prefill(sequence[:p])
+                rows.append(session.decode([sequence[p]])[0])
+        paths.append((name, text, np.stack(rows)))
+    return {"generated": list(generated), "sequence": sequence, "full": full, "paths": paths,
+            "no_kv_cache": no_kv_cache, "forward_rows": engine.forward_rows(len(sequence))}
+
+
+def engine_forward_rows(engine: Engine, n_tokens: int) -> list[int] | None:
+    """:meth:`Engine.forward_rows` of ``engine`` (a function, so that it runs in a supervised engine's worker)."""
+    return engine.forward_rows(n_tokens)
+
+
+def setting_text(options: dict[str, Any]) -> str:
+    """Engine options as ``n_ubatch=4, n_threads=2`` ("" for none)."""
+    return ", ".join(f"{key}={value}" for key, value in options.items())
+
+
+def planted_decode_row(engine: Engine, sequence: Sequence[int], position: int, token: int) -> np.ndarray:
+    """The decode path's row at ``position`` with ``token`` fed there instead (``--self-check``): a prefill of
+    ``sequence[:position]``, then one decode step. Returns a ``(n_vocab,)`` float32 row."""
+    with engine.open_session() as session:
+        session.prefill(list(sequence[:position]))
+        return np.array(session.decode([int(token)])[0], dtype=np.float32)
