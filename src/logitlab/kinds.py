@@ -36,7 +36,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "sweep": ("logitlab.experiments.sweep.summary:SweepResult", "logitlab.report.sweep:sweep_document"),
     "sweep-job": ("logitlab.experiments.sweep.job:SweepJobResult", "logitlab.report.sweep:sweep_job_document"),
     "golden": ("logitlab.dumps.golden_format:GoldenManifest", "logitlab.report.golden:golden_document"),
-    "golden-check": ("logitlab.experiments.golden.run:GoldenCheckResult", "logitlab.report.golden:golden_check_document"),
+    "golden-check": ("logitlab.experiments.golden.results:GoldenCheckResult", "logitlab.report.golden:golden_check_document"),
     "golden-kld": ("logitlab.experiments.golden.kld:KldCheckResult", "logitlab.report.golden:golden_kld_document"),
     "history": ("logitlab.experiments.history.show:HistoryResult", "logitlab.report.history:history_document"),
     "bisect": ("logitlab.experiments.bisect.run:BisectResult", "logitlab.report.bisect:bisect_document"),

@@ -17,7 +17,7 @@ from typing import Any
 from logitlab.dumps.sizes import format_bytes
 from logitlab.dumps.golden_format import GoldenManifest, Provenance
 from logitlab.engines.crash import CrashEvidence
-from logitlab.experiments.golden.run import GoldenCheckResult
+from logitlab.experiments.golden.results import GoldenCheckResult
 from logitlab.experiments.golden.kld import KldCheckResult
 from logitlab.report.detection_text import DETECTION_TITLE, HEADLINE_HEADER, detection_lines, headline_cell
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich

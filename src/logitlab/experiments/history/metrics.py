@@ -10,7 +10,7 @@ lower-is-better or a fingerprint; its unit; its value and samples): today
 ``verify`` (:meth:`~logitlab.experiments.verify.results.VerifyResult.history_metrics`),
 ``bench-run`` (:meth:`~logitlab.perf.commands.BenchRunResult.history_metrics`),
 ``bench-compare`` (:meth:`~logitlab.perf.compare_files.FileComparison.history_metrics`),
-``golden-check`` (:meth:`~logitlab.experiments.golden.run.GoldenCheckResult.history_metrics`) and
+``golden-check`` (:meth:`~logitlab.experiments.golden.results.GoldenCheckResult.history_metrics`) and
 ``invariance-matrix`` (:meth:`~logitlab.experiments.invariance_matrix.InvarianceMatrixResult.history_metrics`);
 each method's docstring says what it keeps. The helpers they share (a speed
 metric from per-block values, a ratio, a comparison's KLD and bit-exact
