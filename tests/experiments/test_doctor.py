@@ -63,9 +63,11 @@ def test_models_device_and_tools_agree_with_the_modules_that_own_them(found):
 
 
 def test_an_engine_whose_library_is_missing_says_what_to_install(monkeypatch):
+    from logitlab.engines.command import CommandEngine
+
     monkeypatch.setitem(ENGINES, "ghost", "logitlab.engines.command:CommandEngine")
-    monkeypatch.setitem(inventory.LIBRARIES, "ghost", (("ghost-engine-lib", "ghost_engine_lib_xyz"),))
-    monkeypatch.setitem(inventory.EXTRAS, "ghost", "ghost")
+    monkeypatch.setattr(CommandEngine, "LIBRARIES", (("ghost-engine-lib", "ghost_engine_lib_xyz"),))
+    monkeypatch.setattr(CommandEngine, "EXTRA", "ghost")
     (ghost,) = inventory.engine_inventory(["ghost"])
     assert not ghost.ready and ghost.details == {}
     lib = ghost.libraries[0]

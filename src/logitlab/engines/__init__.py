@@ -93,17 +93,22 @@ def engine_class(name: str) -> type[Engine]:
     return import_engine(ENGINES[canonical], canonical)
 
 
-def engines_with(ability: str) -> list[str]:
-    """Sorted names of the registered engines that declare ``ability`` (those whose package is installed)."""
+def registered_engines() -> list[tuple[str, type[Engine]]]:
+    """(name, adapter class) of every registered engine whose adapter imports (entry points included), in
+    registry order. Imports each adapter module, none of the engines' libraries."""
     _load_entry_points()
-    names = []
+    found = []
     for name, target in ENGINES.items():
         try:
-            if import_engine(target, name).supports(ability):
-                names.append(name)
+            found.append((name, import_engine(target, name)))
         except InputError:  # its optional dependency is missing
             continue
-    return sorted(names)
+    return found
+
+
+def engines_with(ability: str) -> list[str]:
+    """Sorted names of the registered engines that declare ``ability`` (those whose package is installed)."""
+    return sorted(name for name, adapter in registered_engines() if adapter.supports(ability))
 
 
 def engine_target(name: str) -> str:
@@ -148,4 +153,5 @@ __all__ = [
     "import_engine",
     "known_engines",
     "register_engine",
+    "registered_engines",
 ]

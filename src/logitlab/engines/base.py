@@ -237,6 +237,23 @@ class Engine:
     #: For each ability of :data:`SETTING_ABILITIES` the engine declares: the option settings an invariance
     #: matrix compares along that axis, the first one the reference (``{"n_ubatch": "512"}``, ...).
     AXIS_SETTINGS: ClassVar[dict[str, tuple[dict[str, str], ...]]] = {}
+    #: The Python libraries the adapter drives, as (distribution, import name), the engine itself first
+    #: (``logitlab doctor`` reports each; a golden records their versions). An adapter imports them inside its
+    #: methods, never at module level, so that this class (and these facts) import without them.
+    LIBRARIES: ClassVar[tuple[tuple[str, str], ...]] = ()
+    #: logitlab's pip extra that installs :attr:`LIBRARIES` (``pip install 'logitlab[EXTRA]'``); None: nothing to
+    #: install.
+    EXTRA: ClassVar[str | None] = None
+    #: Prefixes of the environment variables the engine's libraries read at start-up or per call (``GGML_``);
+    #: a golden records the variables of the process environment that start with them.
+    ENV_PREFIXES: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def library_details(cls) -> dict[str, str]:
+        """What the engine's libraries tell cheaply about this machine, as labelled lines (``system_info``,
+        ``devices``, ...) for ``logitlab doctor``; called only when every one of :attr:`LIBRARIES` imports.
+        Empty here: an engine without such facts."""
+        return {}
 
     @classmethod
     def supports(cls, ability: str) -> bool:

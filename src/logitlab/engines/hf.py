@@ -178,6 +178,9 @@ class HfEngine(Engine):
     ABILITIES = frozenset({"logits", "sessions", "rollback", "batch", "padded-batch", "recompute", "dump",
                            "threads"})
     CAPTURE = "logitlab.dumps.capture_hf:capture_hf"
+    LIBRARIES = (("torch", "torch"), ("transformers", "transformers"), ("gguf", "gguf"), ("accelerate", "accelerate"))
+    EXTRA = "hf"
+    ENV_PREFIXES = ("TORCH_", "PYTORCH_", "CUDA_", "CUBLAS_", "NVIDIA_TF32")
     #: The invariance matrix's thread sweep: torch intra-op threads 1 vs 2.
     AXIS_SETTINGS = {"threads": ({"threads": "1"}, {"threads": "2"})}
     OPTIONS = {
@@ -187,6 +190,24 @@ class HfEngine(Engine):
         "device": (_device, "cpu (default), cuda, cuda:N, mps, xpu"),
         "kv_cache": (to_bool, "keep the KV cache between calls (1, default) or recompute (0)"),
     }
+
+    @classmethod
+    def library_details(cls) -> dict[str, str]:
+        """torch's version, CUDA build and intra-op threads; the devices it can compute on."""
+        import torch
+
+        details = {"torch": f"{torch.__version__} (CUDA build {torch.version.cuda or 'none'}), "
+                            f"{torch.get_num_threads()} threads"}
+        devices = ["cpu"]
+        if torch.cuda.is_available():
+            devices += [f"cuda:{i} {torch.cuda.get_device_name(i)} "
+                        f"(sm{''.join(map(str, torch.cuda.get_device_capability(i)))})"
+                        for i in range(torch.cuda.device_count())]
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():
+            devices.append("mps")
+        details["devices"] = ", ".join(devices)
+        return details
 
     # -- loading ------------------------------------------------------------
     def _load(self) -> None:

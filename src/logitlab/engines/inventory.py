@@ -8,7 +8,9 @@ machine where that is cheap to ask — llama.cpp's system-info line (the CPU
 features and backends the build uses), its GPU offload support, the CPU's
 instruction-set classes and whether weight repacking is active for the
 embedded model (a load of it, no evaluation: about a second); torch's
-version, threads and devices; ONNX Runtime's execution providers.
+version, threads and devices; ONNX Runtime's execution providers. Those facts
+are the adapter's (:class:`~logitlab.engines.base.Engine`'s ``LIBRARIES``,
+``EXTRA`` and ``library_details``), so that a new engine brings its own.
 
 Importing a library can take seconds (torch); nothing here runs at import time.
 """
@@ -18,22 +20,10 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 from dataclasses import dataclass, field
-from typing import Callable
 
 from logitlab.engines import ALIASES, ENGINES, _load_entry_points
 
-__all__ = ["LIBRARIES", "EXTRAS", "LibraryStatus", "EngineStatus", "library_status", "engine_inventory"]
-
-#: Engine -> the libraries its adapter drives, as (distribution, import name); the first one is the engine itself.
-LIBRARIES: dict[str, tuple[tuple[str, str], ...]] = {
-    "llamacpp": (("llama-cpp-python", "llama_cpp"),),
-    "hf": (("torch", "torch"), ("transformers", "transformers"), ("gguf", "gguf"), ("accelerate", "accelerate")),
-    "ortgenai": (("onnxruntime-genai", "onnxruntime_genai"), ("onnxruntime", "onnxruntime")),
-    "openai": (),  # an HTTP client of the standard library
-    "cmd": (),  # runs a command
-}
-#: Engine -> the pip extra of logitlab that installs its libraries.
-EXTRAS: dict[str, str] = {"llamacpp": "llamacpp", "hf": "hf", "ortgenai": "ortgenai", "openai": "server"}
+__all__ = ["LibraryStatus", "EngineStatus", "library_status", "engine_inventory"]
 
 
 @dataclass(frozen=True)
@@ -101,74 +91,28 @@ def library_status(distribution: str, module: str, *, try_import: bool = True) -
     return LibraryStatus(distribution, module, version, imports=True)
 
 
-def _llamacpp_details() -> dict[str, str]:
-    import llama_cpp
-
-    details = {"system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()}
-    for label, name in (("gpu_offload", "llama_supports_gpu_offload"), ("max_devices", "llama_max_devices")):
-        func = getattr(llama_cpp, name, None)
-        if callable(func):
-            details[label] = str(func())
-    from logitlab.engines.llamacpp_repack import describe_machine
-    from logitlab.errors import LogitlabError
-    from logitlab.models import default_model_path
-
-    try:
-        model: str | None = str(default_model_path())
-    except LogitlabError:
-        model = None
-    details.update(describe_machine(model))
-    return details
-
-
-def _torch_details() -> dict[str, str]:
-    import torch
-
-    details = {"torch": f"{torch.__version__} (CUDA build {torch.version.cuda or 'none'}), "
-                        f"{torch.get_num_threads()} threads"}
-    devices = ["cpu"]
-    if torch.cuda.is_available():
-        devices += [f"cuda:{i} {torch.cuda.get_device_name(i)} (sm{''.join(map(str, torch.cuda.get_device_capability(i)))})"
-                    for i in range(torch.cuda.device_count())]
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        devices.append("mps")
-    details["devices"] = ", ".join(devices)
-    return details
-
-
-def _ort_details() -> dict[str, str]:
-    import onnxruntime
-
-    return {"providers": ", ".join(onnxruntime.get_available_providers())}
-
-
-#: Engine -> what its library tells about this machine (called only when the libraries import).
-_DETAILS: dict[str, Callable[[], dict[str, str]]] = {
-    "llamacpp": _llamacpp_details, "hf": _torch_details, "ortgenai": _ort_details,
-}
-
-
 def _engine_status(name: str, target: str) -> EngineStatus:
+    """One engine's status; its libraries, extra and details are the adapter class's (``LIBRARIES``, ``EXTRA``,
+    ``library_details``: :class:`~logitlab.engines.base.Engine`), read without importing the libraries first."""
     aliases = tuple(sorted(a for a, n in ALIASES.items() if n == name))
-    libraries = tuple(library_status(dist, module) for dist, module in LIBRARIES.get(name, ()))
     module_name, class_name = target.split(":")
-    abilities: tuple[str, ...] = ()
+    adapter = None
     error = None
     try:
         adapter = getattr(importlib.import_module(module_name), class_name)
-        abilities = tuple(sorted(getattr(adapter, "ABILITIES", ())))
     except Exception as exc:  # noqa: BLE001 - a third-party adapter may raise anything on import
         error = _error_text(exc)
+    abilities = tuple(sorted(getattr(adapter, "ABILITIES", ())))
+    libraries = tuple(library_status(dist, module) for dist, module in getattr(adapter, "LIBRARIES", ()))
     ready = error is None and all(lib.imports for lib in libraries)
     details: dict[str, str] = {}
-    if ready and name in _DETAILS:
+    if ready and hasattr(adapter, "library_details"):
         try:
-            details = _DETAILS[name]()
+            details = adapter.library_details()
         except Exception as exc:  # noqa: BLE001 - a library that imports but cannot answer is a finding
             details = {"error": _error_text(exc)}
     return EngineStatus(name=name, aliases=aliases, target=target, ready=ready, abilities=abilities,
-                        libraries=libraries, extra=EXTRAS.get(name), details=details, error=error)
+                        libraries=libraries, extra=getattr(adapter, "EXTRA", None), details=details, error=error)
 
 
 def engine_inventory(names: list[str] | None = None) -> list[EngineStatus]:

@@ -120,6 +120,9 @@ class LlamaCppEngine(Engine):
     name = "llamacpp"
     ABILITIES = frozenset({"logits", "sessions", "rollback", "batch", "dump", "threads", "chunked-prefill"})
     CAPTURE = "logitlab.dumps.capture_llamacpp:capture_llamacpp"
+    LIBRARIES = (("llama-cpp-python", "llama_cpp"),)
+    EXTRA = "llamacpp"
+    ENV_PREFIXES = ("GGML_", "LLAMA_", "CUDA_")
     #: The invariance matrix's option sweeps: the prompt cut into micro-batches of 512 (one chunk for a prompt
     #: that fits), 32 and 4 tokens (``n_ubatch``, the physical batch of one ``llama_decode`` graph; a last chunk
     #: of one row runs the matrix-vector kernels); 1 vs 2 threads for decode and batched evaluation.
@@ -146,6 +149,27 @@ class LlamaCppEngine(Engine):
                                         "one; libllama.so in DIR or DIR/lib); one build per process"),
     }
     DEFAULT_N_CTX = 512
+
+    @classmethod
+    def library_details(cls) -> dict[str, str]:
+        """llama.cpp's system-info line (the CPU features and backends the build uses), its GPU offload support,
+        and :func:`~logitlab.engines.llamacpp_repack.describe_machine`: the CPU's instruction-set classes and the
+        embedded model's weight repacking (a load of it, no evaluation: about a second)."""
+        import llama_cpp
+
+        details = {"system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()}
+        for label, name in (("gpu_offload", "llama_supports_gpu_offload"), ("max_devices", "llama_max_devices")):
+            func = getattr(llama_cpp, name, None)
+            if callable(func):
+                details[label] = str(func())
+        from logitlab.errors import LogitlabError
+
+        try:
+            model: str | None = str(default_model_path())
+        except LogitlabError:
+            model = None
+        details.update(repack.describe_machine(model))
+        return details
 
     @classmethod
     def crash_hint(cls, options: dict[str, Any]) -> str | None:

@@ -109,6 +109,7 @@ class OpenAIEngine(Engine):
     name = "openai"
     TARGET_OPTION = "url"
     ABILITIES = frozenset({"workload"})
+    EXTRA = "server"  # LIBRARIES: none, an HTTP client of the standard library
     OPTIONS = {
         "url": (_url, "base URL of the API, e.g. http://127.0.0.1:8080/v1 (--engine openai:URL)"),
         "mode": (_mode, "scoring mode: auto (probe), prompt_logprobs, return_logprob, echo or teacher-forced"),

@@ -274,6 +274,9 @@ class OrtGenAiEngine(Engine):
 
     name = "ortgenai"
     ABILITIES = frozenset({"logits", "sessions", "rollback"})
+    LIBRARIES = (("onnxruntime-genai", "onnxruntime_genai"), ("onnxruntime", "onnxruntime"))
+    EXTRA = "ortgenai"
+    ENV_PREFIXES = ("ORT_", "ONNXRUNTIME_", "CUDA_")
     OPTIONS = {
         "precision": (_choice(PRECISIONS), "model builder precision for a GGUF: fp32 (default) or int4"),
         "accuracy_level": (_choice(ACCURACY_LEVELS, int), "int4 compute: 1 fp32, 2 fp16, 3 bf16, 4 int8 (default)"),
@@ -286,6 +289,13 @@ class OrtGenAiEngine(Engine):
         "max_length": (positive_int, f"KV cache length, the context (default {DEFAULT_MAX_LENGTH})"),
         "past_present_share_buffer": (to_bool, "static KV buffer (1) or a growing one (0)"),
     }
+
+    @classmethod
+    def library_details(cls) -> dict[str, str]:
+        """ONNX Runtime's execution providers."""
+        import onnxruntime
+
+        return {"providers": ", ".join(onnxruntime.get_available_providers())}
 
     @classmethod
     def validate_options(cls, options: dict[str, Any]) -> dict[str, Any]:

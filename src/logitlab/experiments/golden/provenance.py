@@ -33,6 +33,7 @@ from typing import Any, Sequence
 from logitlab import __version__
 from logitlab.device import Device, device_info
 from logitlab.dumps.golden_format import GoldenManifest, Provenance, read_golden
+from logitlab.engines import registered_engines
 from logitlab.engines.base import Engine
 from logitlab.engines.variant import Variant
 from logitlab.errors import InputError
@@ -42,21 +43,29 @@ from logitlab.jsonio import to_jsonable
 __all__ = ["AMBIENT_PREFIXES", "LIBRARIES", "collect_provenance", "engine_device", "ProvenanceChange",
            "provenance_changes", "GoldenMatch", "match_golden", "model_of"]
 
-#: Environment variables engines read at start-up or per call, recorded from the process environment.
-AMBIENT_PREFIXES = ("GGML_", "LLAMA_", "OMP_", "MKL_", "OPENBLAS_", "CUDA_", "CUBLAS_", "NVIDIA_TF32", "TORCH_",
-                    "PYTORCH_", "ORT_", "ONNXRUNTIME_")
-#: Distributions whose versions a golden records (when installed).
-LIBRARIES = ("numpy", "llama-cpp-python", "torch", "transformers", "onnxruntime", "onnxruntime-genai", "safetensors",
-             "ml-dtypes", "numba")
+#: Environment variables that any engine's math libraries read (OpenMP, MKL and OpenBLAS thread pools), recorded
+#: from the process environment with those of every registered engine's ``ENV_PREFIXES`` (not only the engine
+#: run's: a ``cmd`` or server engine runs a process that may use any of the libraries).
+AMBIENT_PREFIXES = ("OMP_", "MKL_", "OPENBLAS_")
+#: Distributions whose versions a golden records (when installed), with every registered engine's ``LIBRARIES``.
+LIBRARIES = ("numpy", "safetensors", "ml-dtypes", "numba")
 
 
 def _sha(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
+def _ambient_prefixes() -> tuple[str, ...]:
+    """:data:`AMBIENT_PREFIXES` and every registered engine's ``ENV_PREFIXES``, each once."""
+    engines = [prefix for _, adapter in registered_engines() for prefix in adapter.ENV_PREFIXES]
+    return tuple(dict.fromkeys([*AMBIENT_PREFIXES, *engines]))
+
+
 def _libraries() -> dict[str, str]:
+    """The installed versions of :data:`LIBRARIES` and of every registered engine's ``LIBRARIES``."""
+    engines = [dist for _, adapter in registered_engines() for dist, _ in adapter.LIBRARIES]
     out = {}
-    for name in LIBRARIES:
+    for name in dict.fromkeys([*LIBRARIES, *engines]):
         try:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
@@ -91,7 +100,8 @@ def collect_provenance(engine: Engine, variant: Variant, prompts: Sequence[Promp
     build.update(described.get("build_identity") or {})  # a cmd engine: the files its template names
     if build_commit:
         build["git_commit"] = build_commit
-    ambient = {k: v for k, v in sorted(os.environ.items()) if k.startswith(AMBIENT_PREFIXES) and k not in variant.env}
+    prefixes = _ambient_prefixes()
+    ambient = {k: v for k, v in sorted(os.environ.items()) if k.startswith(prefixes) and k not in variant.env}
     return Provenance(
         logitlab_version=__version__,
         engine=engine.name,
