@@ -164,9 +164,7 @@ class AbExperiment(Experiment):
         process, so that its crash, in its load too, is a ``crashed`` run, not the end of logitlab; at
         ``process`` isolation the loaded engines only tokenize and describe, and each slot has its own
         subprocess)."""
-        config.validate()
-        super().__init__(on_event=on_event, log_path=log_path)
-        self.config = config
+        super().__init__(config, on_event=on_event, log_path=log_path)
         self._load = loader or functools.partial(load_supervised, timeout=config.slot_timeout)
         self.reference: RunOutput | None = None
         self.first_candidate: RunOutput | None = None

@@ -51,12 +51,19 @@ class Experiment:
         Progress callback (:func:`~logitlab.events.ignore_event` by default).
     log_path : Path or None
         The run log's file; None: no run log.
+    config : Any
+        What the experiment runs (its config dataclass), validated on construction; None: none given.
     """
 
     KIND: ClassVar[str]
     LOG_END_EXCLUDE: ClassVar[tuple[str, ...]] = ("config", "manifest", "kind", "schema_version")
 
-    def __init__(self, *, on_event: Event | None = None, log_path: str | Path | None = None):
+    def __init__(self, config: Any = None, *, on_event: Event | None = None, log_path: str | Path | None = None):
+        """Keep ``config`` after its ``validate()`` (which raises InputError naming the bad value), the progress
+        callback and the run log's path."""
+        if config is not None:
+            config.validate()
+        self.config = config
         self.on_event = on_event or ignore_event
         self.log_path = Path(log_path) if log_path else None
         self._runlog: RunLog | None = None

@@ -113,9 +113,7 @@ class ExplainExperiment(Experiment):
     KIND = "explain"
 
     def __init__(self, config: ExplainConfig, *, on_event: Event | None = None):
-        config.validate()
-        super().__init__(on_event=on_event)
-        self.config = config
+        super().__init__(config, on_event=on_event)
 
     def run(self) -> ExplainResult:
         """Run the pair, classify it, and the controls at each position.

@@ -105,9 +105,7 @@ class InvarianceProbe(Experiment):
     KIND = "invariance"
 
     def __init__(self, config: InvarianceConfig, *, on_event: Event | None = None):
-        config.validate()
-        super().__init__(on_event=on_event)
-        self.config = config
+        super().__init__(config, on_event=on_event)
         self._outputs: list[RunOutput] | None = None  # determinism's runs not yet compared
         self._texts: dict[tuple[int, ...], str] = {}  # determinism: each distinct greedy text, detokenized
         self._control: Control | None = None  # determinism's inverse control (--self-check)

@@ -394,9 +394,7 @@ class InvarianceMatrix(Experiment):
     KIND = "invariance-matrix"
 
     def __init__(self, config: MatrixConfig, *, on_event: Event | None = None):
-        config.validate()
-        super().__init__(on_event=on_event)
-        self.config = config
+        super().__init__(config, on_event=on_event)
 
     def run(self) -> InvarianceMatrixResult:
         """Run every selected axis the engine supports on every prompt, axis by axis.

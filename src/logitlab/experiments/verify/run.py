@@ -218,9 +218,7 @@ class VerifyExperiment(Experiment):
 
     def __init__(self, config: VerifyConfig, *, on_event: Event | None = None, engine: Engine | None = None,
                  log_path: str | Path | None = None):
-        config.validate()
-        super().__init__(on_event=on_event, log_path=log_path)
-        self.config = config
+        super().__init__(config, on_event=on_event, log_path=log_path)
         self._engine = engine
         #: SHA-256 over the bits of every M=1 and M=K logit row, in run order (a sweep's logits hash)
         self.logits_digest = hashlib.sha256()
