@@ -190,8 +190,25 @@ def _worst(results: Sequence[InvarianceResult]) -> InvarianceResult | None:
     return max(judged, key=key)
 
 
+class _JudgedByWorst:
+    """What an axis and the matrix read off their worst part (``worst``: a probe, an axis, or None), and how they
+    pool their parts' statuses."""
+
+    @property
+    def verdict_word(self) -> str | None:
+        """The worst part's verdict word (``crashed`` when an engine died; the matrix's is what ``--require``
+        checks); None: nothing judged."""
+        worst = self.worst  # type: ignore[attr-defined]
+        return None if worst is None else worst.verdict_word
+
+    @staticmethod
+    def _most_telling(statuses: Sequence[str]) -> str:
+        """``crashed``, then ``not invariant``, then ``vacuous``, whichever is among ``statuses``, else ``invariant``."""
+        return next((s for s in ("crashed", "not invariant", "vacuous") if s in statuses), "invariant")
+
+
 @dataclass
-class AxisResult:
+class AxisResult(_JudgedByWorst):
     """One axis of the matrix: its probes (one per prompt) or why it was skipped.
 
     Attributes:
@@ -218,12 +235,6 @@ class AxisResult:
         return _worst(self.probes)
 
     @property
-    def verdict_word(self) -> str | None:
-        """The worst verdict word of the axis's probes (``crashed`` when an engine died); None: nothing judged."""
-        worst = self.worst
-        return None if worst is None else worst.verdict_word
-
-    @property
     def status(self) -> str:
         """``skipped``; ``not run`` (the matrix stopped before it); else the most telling of its probes' statuses:
         ``crashed``, then ``not invariant``, then ``vacuous`` (a probe that could not have failed), else
@@ -232,8 +243,7 @@ class AxisResult:
             return "skipped"
         if not self.probes:
             return "not run"
-        statuses = [p.status for p in self.probes]
-        return next((s for s in ("crashed", "not invariant", "vacuous") if s in statuses), "invariant")
+        return self._most_telling([p.status for p in self.probes])
 
     @property
     def rows(self) -> tuple[int, int]:
@@ -293,7 +303,7 @@ class AxisResult:
 
 
 @dataclass
-class InvarianceMatrixResult(ResultRecord):
+class InvarianceMatrixResult(_JudgedByWorst, ResultRecord):
     """The invariance matrix of one variant: an :class:`AxisResult` per selected axis.
 
     JSON format history (``schema_version``): 1 — first version (``axes`` with each probe's full
@@ -334,19 +344,11 @@ class InvarianceMatrixResult(ResultRecord):
         return None if worst is None else next(a for a, p in zip(self.axes, probes) if p is worst)
 
     @property
-    def verdict_word(self) -> str | None:
-        """The worst axis's verdict word (``--require`` checks it); None: nothing judged."""
-        worst = self.worst
-        return None if worst is None else worst.verdict_word
-
-    @property
     def status(self) -> str:
         """The most telling status of the axes that ran: ``crashed``, then ``not invariant``, then ``vacuous`` (an
         axis that could not have failed), else ``invariant``; ``not run`` when no axis ran."""
         statuses = [a.status for a in self.ran]
-        if not statuses:
-            return "not run"
-        return next((s for s in ("crashed", "not invariant", "vacuous") if s in statuses), "invariant")
+        return self._most_telling(statuses) if statuses else "not run"
 
     @property
     def vacuous(self) -> list[str]:
