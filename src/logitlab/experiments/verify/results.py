@@ -16,11 +16,10 @@ JSON format history (``schema_version`` of :class:`VerifyResult`):
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
 
-from logitlab.jsonio import ResultRecord
+from logitlab.jsonio import PlainRecord, ResultRecord
 from logitlab.numerics.detection import DetectionLimits, largest_limit
 from logitlab.perf.metrics import FINGERPRINT, HIGHER, LOWER, Metric, Metrics, digest, put_crash, put_metric
 from logitlab.runlog import RunLogContents
@@ -57,7 +56,7 @@ class InBlockRow:
 
 
 @dataclass
-class SweepEntry:
+class SweepEntry(PlainRecord):
     """One line of the K sweep: one prompt (or ``"all"``) at one K.
 
     ``first_divergence``: the first row that is not bit-exact:
@@ -84,12 +83,9 @@ class SweepEntry:
     flips_in_row0: int = 0
     decode_seconds: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 @dataclass
-class FlipRecord:
+class FlipRecord(PlainRecord):
     """One argmax flip of a verify row against M=1.
 
     ``logit_*``: the M=1 (ref) and M=K (obs) logits of both tokens; margins are
@@ -115,12 +111,9 @@ class FlipRecord:
     topk_ref: list
     topk_obs: list
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 @dataclass
-class PromptRecord:
+class PromptRecord(PlainRecord):
     """A prompt and its M=1 greedy continuation."""
 
     name: str
@@ -129,9 +122,6 @@ class PromptRecord:
     generated_ids: list[int]
     generated_text: str
     m1_decode_seconds: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclass
@@ -144,7 +134,7 @@ class RowPlace:
 
 
 @dataclass
-class VerifyDetection:
+class VerifyDetection(PlainRecord):
     """The detection limits of one K: faults planted into a copy of every prompt's M=K rows, judged as
     ``verify`` judges (:mod:`logitlab.experiments.verify.detection`).
 
@@ -160,12 +150,9 @@ class VerifyDetection:
     limits: DetectionLimits
     hardest: dict[str, RowPlace] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 @dataclass
-class VerifyClassification:
+class VerifyClassification(PlainRecord):
     """The cause of the M=K vs M=1 differences, with evidence.
 
     Attributes:
@@ -184,12 +171,9 @@ class VerifyClassification:
     scaling: str
     tau: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 @dataclass
-class GuardPromptResult:
+class GuardPromptResult(PlainRecord):
     """The guarded loop on one prompt with one fallback, against M=1 greedy.
 
     Work is counted in token rows fed to the engine after the prompt and in
@@ -224,12 +208,9 @@ class GuardPromptResult:
     triggers_token_changed: int
     evaluation: dict
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 @dataclass
-class GuardReport:
+class GuardReport(PlainRecord):
     """The near-tie guard measured on the prompt set.
 
     ``totals`` per fallback: summed work and time, trigger rate over all
@@ -242,9 +223,6 @@ class GuardReport:
     calibration: dict | None
     results: list[GuardPromptResult] = field(default_factory=list)
     totals: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclass
