@@ -36,7 +36,7 @@ import numpy as np
 
 from logitlab.engines.build_cache import building, cache_root, publish, read_meta
 from logitlab.engines.base import BatchRun, Engine, Session
-from logitlab.engines.options import positive_int, to_bool
+from logitlab.engines.options import choice, positive_int, to_bool
 from logitlab.errors import EngineError, InputError
 from logitlab.models import check_gguf, default_model_path, file_sha256
 
@@ -46,16 +46,6 @@ PADDING_SIDES = ("left", "right")
 #: files of a Hugging Face model folder that hold weights (their hashes identify the model).
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 CACHE_FORMAT = 1
-
-
-def _choice(valid: tuple[str, ...]):
-    def convert(value: Any) -> str:
-        name = str(value).strip().lower()
-        if name not in valid:
-            raise ValueError(f"valid: {', '.join(valid)}")
-        return name
-
-    return convert
 
 
 def _device(value: Any) -> str:
@@ -184,8 +174,8 @@ class HfEngine(Engine):
     #: The invariance matrix's thread sweep: torch intra-op threads 1 vs 2.
     AXIS_SETTINGS = {"threads": ({"threads": "1"}, {"threads": "2"})}
     OPTIONS = {
-        "dtype": (_choice(DTYPES), "weights/activations dtype: float32 (default), bfloat16, float16"),
-        "attn": (_choice(ATTN_IMPLEMENTATIONS), "attention implementation: sdpa (default) or eager"),
+        "dtype": (choice(DTYPES), "weights/activations dtype: float32 (default), bfloat16, float16"),
+        "attn": (choice(ATTN_IMPLEMENTATIONS), "attention implementation: sdpa (default) or eager"),
         "threads": (positive_int, "torch intra-op threads during engine calls (default: half the cores)"),
         "device": (_device, "cpu (default), cuda, cuda:N, mps, xpu"),
         "kv_cache": (to_bool, "keep the KV cache between calls (1, default) or recompute (0)"),

@@ -52,7 +52,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from logitlab.engines.base import Engine, StepTiming
-from logitlab.engines.options import positive_float, positive_int, to_bool
+from logitlab.engines.options import choice, positive_float, positive_int, to_bool
 from logitlab.engines.servers.alignment import AlignmentCheck, check_against_generation
 from logitlab.engines.servers.dialects import Dialect, Generation, dialect_for
 from logitlab.engines.servers.http import HttpStatusError, ServerClient
@@ -80,13 +80,6 @@ def _count(value: Any) -> int:
     if number < 0:
         raise ValueError("must be 0 or more")
     return number
-
-
-def _prompt_format(value: Any) -> str:
-    name = str(value).strip().lower()
-    if name not in PROMPT_FORMATS:
-        raise ValueError(f"valid: {', '.join(PROMPT_FORMATS)}")
-    return name
 
 
 def _mode(value: Any) -> str:
@@ -118,7 +111,7 @@ class OpenAIEngine(Engine):
         "retries": (_count, "retries of a failed request (default 3)"),
         "backoff": (positive_float,
                     "first retry delay in s, doubled per retry, or longer if Retry-After asks (default 0.5)"),
-        "prompt_format": (_prompt_format, "ids, text or auto (default: ids if the server takes them)"),
+        "prompt_format": (choice(PROMPT_FORMATS), "ids, text or auto (default: ids if the server takes them)"),
         "tokenizer": (str, "GGUF file to tokenize with (default: the server's tokenize endpoint)"),
         "fresh": (to_bool, "a one-token reset request before each scoring (default 1)"),
         "decode_timing": (to_bool, "time a greedy completion of n_decode tokens in every run (default 1)"),

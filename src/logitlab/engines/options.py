@@ -6,7 +6,7 @@ that into an InputError naming the option.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Sequence
 
 
 def to_bool(value: Any) -> bool:
@@ -39,3 +39,21 @@ def positive_float(value: Any) -> float:
     if not number > 0:
         raise ValueError("must be > 0")
     return number
+
+
+def choice(valid: Sequence[Any], kind: Callable[[str], Any] = str) -> Callable[[Any], Any]:
+    """A converter to one of ``valid``: the value's text, stripped and lower-cased, as ``kind`` (``str``, ``int``).
+
+    The converter raises ValueError listing the valid values for anything else.
+    """
+    def convert(value: Any) -> Any:
+        text = str(value).strip().lower()
+        try:
+            item = kind(text)
+        except ValueError:
+            item = None
+        if item not in valid:
+            raise ValueError(f"valid: {', '.join(str(v) for v in valid)}")
+        return item
+
+    return convert

@@ -39,7 +39,7 @@ import numpy as np
 
 from logitlab.engines.build_cache import building, cache_root, publish, read_meta
 from logitlab.engines.base import Engine, Session
-from logitlab.engines.options import positive_int, to_bool
+from logitlab.engines.options import choice, positive_int, to_bool
 from logitlab.errors import EngineError, InputError
 from logitlab.models import check_gguf, default_model_path, file_sha256
 
@@ -63,20 +63,6 @@ BUILDER_MODULES = (("onnx", "onnx"), ("onnx_ir", "onnx-ir"), ("onnxruntime", "on
                    ("torch", "torch"), ("transformers", "transformers"))
 DEFAULT_MAX_LENGTH = 2048
 CACHE_FORMAT = 1
-
-
-def _choice(valid: Sequence[Any], kind=str):
-    def convert(value: Any) -> Any:
-        text = str(value).strip().lower()
-        try:
-            item = kind(text)
-        except ValueError:
-            item = None
-        if item not in valid:
-            raise ValueError(f"valid: {', '.join(str(v) for v in valid)}")
-        return item
-
-    return convert
 
 
 def _optimization_level(value: Any) -> str:
@@ -278,10 +264,10 @@ class OrtGenAiEngine(Engine):
     EXTRA = "ortgenai"
     ENV_PREFIXES = ("ORT_", "ONNXRUNTIME_", "CUDA_")
     OPTIONS = {
-        "precision": (_choice(PRECISIONS), "model builder precision for a GGUF: fp32 (default) or int4"),
-        "accuracy_level": (_choice(ACCURACY_LEVELS, int), "int4 compute: 1 fp32, 2 fp16, 3 bf16, 4 int8 (default)"),
-        "block_size": (_choice(BLOCK_SIZES, int), "int4 block size (default 32)"),
-        "provider": (_choice(tuple(PROVIDERS)), "execution provider: cpu (default), cuda, dml, webgpu, ..."),
+        "precision": (choice(PRECISIONS), "model builder precision for a GGUF: fp32 (default) or int4"),
+        "accuracy_level": (choice(ACCURACY_LEVELS, int), "int4 compute: 1 fp32, 2 fp16, 3 bf16, 4 int8 (default)"),
+        "block_size": (choice(BLOCK_SIZES, int), "int4 block size (default 32)"),
+        "provider": (choice(tuple(PROVIDERS)), "execution provider: cpu (default), cuda, dml, webgpu, ..."),
         "intra_op_num_threads": (positive_int, "ORT intra-op threads (default: ORT's)"),
         "inter_op_num_threads": (positive_int, "ORT inter-op threads (default: ORT's)"),
         "graph_optimization_level": (_optimization_level, "disable_all, basic, extended, all (default)"),
