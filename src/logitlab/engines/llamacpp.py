@@ -24,6 +24,7 @@ from logitlab.engines import llamacpp_library as library
 from logitlab.engines import llamacpp_repack as repack
 from logitlab.engines.base import BatchRun, Engine, Session
 from logitlab.engines.options import positive_int, to_bool
+from logitlab.engines.tokenizers import LlamaVocabulary
 from logitlab.errors import EngineError
 from logitlab.models import check_gguf, default_model_path, file_sha256
 
@@ -102,7 +103,7 @@ def decode_rows(llama: Any, tokens: Sequence[int]) -> np.ndarray:
     return rows
 
 
-class LlamaCppEngine(Engine):
+class LlamaCppEngine(LlamaVocabulary, Engine):
     """llama.cpp via llama-cpp-python, CPU by default.
 
     Options (engine-native names, see ``llama_cpp.Llama``): ``n_threads``,
@@ -225,16 +226,6 @@ class LlamaCppEngine(Engine):
 
     def _open_session(self) -> LlamaCppSession:
         return LlamaCppSession(self)
-
-    def tokenize(self, text: str) -> list[int]:
-        return list(self.llama.tokenize(text.encode("utf-8"), add_bos=True, special=False))
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        return self.llama.detokenize(list(tokens)).decode("utf-8", errors="replace")
-
-    @property
-    def n_vocab(self) -> int:
-        return int(self.llama.n_vocab())
 
     @property
     def n_ctx(self) -> int:

@@ -16,7 +16,25 @@ from logitlab.errors import InputError
 from logitlab.models import check_gguf
 
 
-class GgufTokenizer:
+class LlamaVocabulary:
+    """llama.cpp's tokenization through a ``llama_cpp.Llama`` held as ``self.llama``: the llamacpp engine's and
+    :class:`GgufTokenizer`'s, one implementation so that they tokenize alike (a BOS token first, special tokens
+    as text)."""
+
+    llama: Any
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(self.llama.tokenize(text.encode("utf-8"), add_bos=True, special=False))
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return self.llama.detokenize(list(tokens)).decode("utf-8", errors="replace")
+
+    @property
+    def n_vocab(self) -> int:
+        return int(self.llama.n_vocab())
+
+
+class GgufTokenizer(LlamaVocabulary):
     """Tokenizer of a GGUF file (llama.cpp's vocabulary-only load), as the llamacpp engine tokenizes.
 
     Raises:
@@ -39,16 +57,6 @@ class GgufTokenizer:
         try:
             # vocab_only still prints a context-size warning on stderr: silence it.
             with quiet:
-                self._llama = llama_cpp.Llama(model_path=self.path, vocab_only=True, verbose=False, n_ctx=16)
+                self.llama = llama_cpp.Llama(model_path=self.path, vocab_only=True, verbose=False, n_ctx=16)
         except Exception as exc:
             raise InputError(f"cannot load the vocabulary of {self.path}: {exc}") from None
-
-    def tokenize(self, text: str) -> list[int]:
-        return list(self._llama.tokenize(text.encode("utf-8"), add_bos=True, special=False))
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        return self._llama.detokenize(list(tokens)).decode("utf-8", errors="replace")
-
-    @property
-    def n_vocab(self) -> int:
-        return int(self._llama.n_vocab())
