@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from logitlab.cli.auto_options import CountOrAuto, Duration
+from logitlab.cli.auto_options import sequential_options
 from logitlab.cli.common import (EXIT_CHECK_FAILED, EXIT_OK, REQUIRE_CHOICES, finish, handle_errors, require_exit_code,
                                  run_with_progress)
 from logitlab.cli.options import (check_memory, detection_option, memory_check_option, output_options, prompt_from,
@@ -29,13 +29,7 @@ from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
 @click.option("--candidate-model", default=None, help="Model of the candidate only.")
 @prompt_options("a built-in prose prompt")
 @click.option("--tokens", "n_decode", type=int, default=64, show_default=True, help="Greedy decode steps.")
-@click.option("--repeats", type=CountOrAuto(), default=5, show_default=True,
-              help="ABBA/BAAB blocks (4 timed slots each), or 'auto': after each block a sequential rule "
-                   "(O'Brien-Fleming-type alpha spending, repeated CIs valid at any stopping time) stops as soon as "
-                   "decode tokens/s is called faster, slower or equivalent.")
-@click.option("--max-repeats", type=int, default=None, help="Budget of blocks of --repeats auto.  [default: 12]")
-@click.option("--max-time", type=Duration(), default=None,
-              help="Wall-clock budget of --repeats auto, e.g. 10m: no block starts that would end past it.")
+@sequential_options("--repeats", default=5, each="slots", called="decode tokens/s")
 @click.option("--warmup", type=int, default=1, show_default=True, help="Untimed runs per variant first.")
 @click.option("--isolation", type=click.Choice(ISOLATION_LEVELS), default="session", show_default=True,
               help="session: fresh session per slot on one engine per variant; engine: fresh engine object per "

@@ -1,10 +1,11 @@
-"""Option types of the sequential runs: ``--repeats auto`` / ``--blocks auto`` and ``--max-time 10m``."""
+"""Option types of the sequential runs: ``--repeats auto`` / ``--blocks auto`` and ``--max-time 10m``, and the
+option group that declares them (:func:`sequential_options`)."""
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Callable
 
 import click
 
@@ -40,3 +41,29 @@ class Duration(click.ParamType):
         if not math.isfinite(seconds) or seconds <= 0:
             self.fail(f"{value!r} is not a positive duration", param, ctx)
         return seconds
+
+
+def sequential_options(flag: str, *, default: int, each: str, called: str) -> Callable[[Any], Any]:
+    """The options of a run of ABBA/BAAB blocks that may stop sequentially, as one decorator: ``flag`` (a
+    :class:`CountOrAuto` of blocks, ``default`` of them, each 4 timed ``each``; ``auto``: stop as soon as
+    ``called`` is called faster, slower or equivalent), ``--max-<flag>`` (the budget of blocks of auto, 12 when
+    not given) and ``--max-time`` (a :class:`Duration`, the wall-clock budget of auto). What each command does
+    with them is its own (``ab`` refuses a budget without auto; ``bench run`` takes ``--max-time`` for fixed
+    blocks too)."""
+    options = [
+        click.option(flag, type=CountOrAuto(), default=default, show_default=True,
+                     help=f"ABBA/BAAB blocks (4 timed {each} each), or 'auto': after each block a sequential rule "
+                          "(O'Brien-Fleming-type alpha spending, repeated CIs valid at any stopping time) stops as "
+                          f"soon as {called} is called faster, slower or equivalent."),
+        click.option(f"--max-{flag.lstrip('-')}", type=int, default=None,
+                     help=f"Budget of blocks of {flag} auto.  [default: 12]"),
+        click.option("--max-time", type=Duration(), default=None,
+                     help=f"Wall-clock budget of {flag} auto, e.g. 10m: no block starts that would end past it."),
+    ]
+
+    def decorate(func: Any) -> Any:
+        for option in reversed(options):  # the first outermost: listed first in --help
+            func = option(func)
+        return func
+
+    return decorate

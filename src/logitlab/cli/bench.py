@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from logitlab.cli.auto_options import CountOrAuto, Duration
+from logitlab.cli.auto_options import sequential_options
 from logitlab.cli.common import EXIT_CHECK_FAILED, EXIT_OK, finish, handle_errors, run_with_progress
-from logitlab.cli.options import output_options, run_log_option, run_log_path
+from logitlab.cli.options import metric_name, metric_options, output_options, run_log_option, run_log_path
 from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
 from logitlab.cli.recording import record_options, record_result, record_target
 from logitlab.errors import InputError
@@ -31,35 +30,16 @@ def bench() -> None:
     """
 
 
-def _metric_name(regex: str | None) -> str:
-    if not regex:
-        return "wall"
-    match = re.match(r"\s*([A-Za-z_][\w./ -]*?)\s*[=:]", regex)
-    return match.group(1).strip() if match else "metric"
-
-
 @bench.command("run")
 @click.option("--control", required=True, metavar="CMD", help="Shell command of the control (A).")
 @click.option("--candidate", default=None, metavar="CMD", help="Shell command of the candidate (B).")
 @click.option("--aa", is_flag=True, help="A/A: run the control on both sides; reports the false-positive rate "
                                          "and suggests δ.")
-@click.option("--blocks", type=CountOrAuto(), default=10, show_default=True,
-              help="ABBA/BAAB blocks (4 timed runs each), or 'auto': after each block a sequential rule "
-                   "(O'Brien-Fleming-type alpha spending, repeated CIs valid at any stopping time) stops as soon as "
-                   "the primary metric is called faster, slower or equivalent.")
-@click.option("--max-blocks", type=int, default=None, help="Budget of blocks of --blocks auto.  [default: 12]")
-@click.option("--max-time", type=Duration(), default=None,
-              help="Wall-clock budget of --blocks auto, e.g. 10m: no block starts that would end past it.")
+@sequential_options("--blocks", default=10, each="runs", called="the primary metric")
 @click.option("--warmup", type=int, default=1, show_default=True, help="Untimed runs per variant first.")
 @click.option("--randomize", is_flag=True, help="Seeded, balanced random order of block patterns.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --randomize and the bootstrap.")
-@click.option("--metric", "metric_regex", default=None, metavar="REGEX",
-              help="Parse the primary metric from the output: the one capture group (or the one named group) "
-                   "of the last match, e.g. 'tokens_per_second=([0-9.]+)'. Default: wall time.")
-@click.option("--metric-name", default=None, help="Name of the --metric (default: the text before '=' in REGEX).")
-@click.option("--unit", "metric_unit", default="", help="Unit of the --metric, for reports (e.g. tokens/s).")
-@click.option("--higher-is-better/--lower-is-better", "higher_is_better", default=None,
-              help="Direction of the --metric (required with --metric).")
+@metric_options(example="tokens_per_second=([0-9.]+)")
 @click.option("--margin", type=float, default=None,
               help="Equivalence margin δ as a fraction (0.02 = 2 %). Default: from the control's A/A slots.")
 @click.option("--timeout", type=float, default=None, help="Seconds per run; a run past it is killed and fails.")
@@ -104,7 +84,7 @@ def run_cmd(**opts: Any) -> None:
     config = BenchRunConfig(
         control=opts["control"], candidate=opts["control"] if opts["aa"] else opts["candidate"],
         **_blocks(opts), warmup=opts["warmup"], randomize=opts["randomize"], seed=opts["seed"],
-        metric_regex=opts["metric_regex"], metric_name=opts["metric_name"] or _metric_name(opts["metric_regex"]),
+        metric_regex=opts["metric_regex"], metric_name=opts["metric_name"] or metric_name(opts["metric_regex"]),
         metric_unit=opts["metric_unit"], higher_is_better=bool(opts["higher_is_better"]), aa=opts["aa"],
         margin=opts["margin"], timeout=opts["timeout"],
     )

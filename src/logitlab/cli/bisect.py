@@ -11,8 +11,8 @@ import click
 from logitlab.cli.auto_options import Duration
 from logitlab.cli.common import (EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_OK, REQUIRE_CHOICES, fail, handle_errors,
                                  make_progress)
-from logitlab.cli.options import (MODEL_HELP, output_options, prompt_from, prompt_inputs, prompt_options,
-                                  threshold_options, thresholds_from)
+from logitlab.cli.options import (MODEL_HELP, metric_name, metric_options, output_options, prompt_from,
+                                  prompt_inputs, prompt_options, threshold_options, thresholds_from)
 from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
 from logitlab.engines import DEFAULT_ENGINE
 from logitlab.errors import InputError, Interrupted, LogitlabError
@@ -47,13 +47,7 @@ def _probe_text(words: tuple[str, ...]) -> str:
 @click.option("--require", type=click.Choice(REQUIRE_CHOICES), default="bit-exact", show_default=True,
               help="numerics: a build is bad when its verdict against GOOD is worse than this.")
 @threshold_options
-@click.option("--metric", "metric_regex", default=None, metavar="REGEX",
-              help="speed: parse the metric from the output (one capture group), e.g. 'decode_seconds=([0-9.]+)'. "
-                   "Default: wall time.")
-@click.option("--metric-name", default=None, help="speed: name of the --metric (default: the text before '=').")
-@click.option("--unit", "metric_unit", default="", help="speed: unit of the --metric.")
-@click.option("--higher-is-better/--lower-is-better", "higher_is_better", default=None,
-              help="speed: direction of the --metric (required with --metric).")
+@metric_options(example="decode_seconds=([0-9.]+)", scope="speed: ")
 @click.option("--margin", type=float, default=None,
               help="speed: equivalence margin δ (0.05 = 5 %). Default: half the change BAD shows against GOOD.")
 @click.option("--max-blocks", type=int, default=12, show_default=True,
@@ -84,7 +78,6 @@ def bisect(**opts: Any) -> None:
       logitlab bisect v1.2..HEAD --repo ../engine --build 'make -j' --probe speed \\
           --metric 'decode_seconds=([0-9.]+)' --lower-is-better -- ./build/engine --bench 128
     """
-    from logitlab.cli.bench import _metric_name
     from logitlab.engines.variant import parse_env, parse_variant
     from logitlab.experiments.bisect.run import parse_range
     from logitlab.experiments.bisect.probes import NumericsProbe, SpeedProbe
@@ -116,7 +109,7 @@ def bisect(**opts: Any) -> None:
             raise InputError(f"the benchmark command names the repository by its absolute path ({top}): use paths "
                              "relative to the work tree, since GOOD's build runs in a second one")
         probe = SpeedProbe(words, metric_regex=opts["metric_regex"],
-                           metric_name=opts["metric_name"] or _metric_name(opts["metric_regex"]),
+                           metric_name=opts["metric_name"] or metric_name(opts["metric_regex"]),
                            metric_unit=opts["metric_unit"], higher_is_better=bool(opts["higher_is_better"]),
                            margin=opts["margin"], max_blocks=opts["max_blocks"], warmup=opts["warmup"],
                            timeout=opts["timeout"])

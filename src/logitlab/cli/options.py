@@ -5,12 +5,14 @@ one default for every command); its reader turns the parsed values into the
 typed object the experiment takes: :func:`variant_pair_options` /
 :func:`variant_pair`, :func:`prompt_options` / :func:`prompt_from` / :func:`prompts_from`,
 :func:`threshold_options` /
-:func:`thresholds_from`, :func:`run_log_option` / :func:`run_log_path`, and
+:func:`thresholds_from`, :func:`run_log_option` / :func:`run_log_path`, :func:`metric_options` /
+:func:`metric_name`, and
 :func:`output_options` (``--json``, ``--markdown``, ``--html``, ``--quiet``).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -40,6 +42,36 @@ def output_options(*, json_help: str = "Write the full result as JSON.", markdow
         options.append(click.option("--quiet", "-q", is_flag=True, help=quiet_help))
         return apply_options(func, options)
     return decorate
+
+
+def metric_options(*, example: str, scope: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--metric REGEX``, ``--metric-name``, ``--unit`` and ``--higher-is-better/--lower-is-better``: the metric a
+    benchmark command's output gives (``bench run``, ``bisect --probe speed``), parsed by
+    :mod:`logitlab.perf.commands`; :func:`metric_name` is the name's default. ``example``: a REGEX for the help;
+    ``scope``: what each help starts with (``"speed: "``, the probe the options belong to)."""
+    def text(words: str) -> str:
+        return scope + words if scope else words[0].upper() + words[1:]
+
+    options = [
+        click.option("--metric", "metric_regex", default=None, metavar="REGEX",
+                     help=text("parse the primary metric from the output: the one capture group (or the one named "
+                               f"group) of the last match, e.g. '{example}'. Default: wall time.")),
+        click.option("--metric-name", default=None,
+                     help=text("name of the --metric (default: the text before '=' in REGEX).")),
+        click.option("--unit", "metric_unit", default="", help=text("unit of the --metric, for reports (e.g. tokens/s).")),
+        click.option("--higher-is-better/--lower-is-better", "higher_is_better", default=None,
+                     help=text("direction of the --metric (required with --metric).")),
+    ]
+    return lambda func: apply_options(func, options)
+
+
+def metric_name(regex: str | None) -> str:
+    """The name of a ``--metric`` REGEX: the text before its ``=`` or ``:`` (``wall`` without a REGEX, ``metric``
+    when there is none)."""
+    if not regex:
+        return "wall"
+    match = re.match(r"\s*([A-Za-z_][\w./ -]*?)\s*[=:]", regex)
+    return match.group(1).strip() if match else "metric"
 
 
 def run_log_option(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
