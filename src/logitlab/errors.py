@@ -57,6 +57,18 @@ class InternalError(Exception):
     """A bug in logitlab itself (not a LogitlabError: it is never swallowed)."""
 
 
+def check_at_least(name: str, value: int, minimum: int, why: str = "") -> int:
+    """``value`` when it is at least ``minimum`` (a count an option gives: ``--tokens``, ``--top-k``, ...).
+
+    Raises:
+        InputError: ``"{name} must be at least {minimum} ({why}), got {value}"`` (without the parenthesis when
+            ``why`` is empty).
+    """
+    if value < minimum:
+        raise InputError(f"{name} must be at least {minimum}{f' ({why})' if why else ''}, got {value}")
+    return value
+
+
 def check_choice(name: str, value: Any, choices: Sequence[str]) -> Any:
     """``value`` when it is one of ``choices``.
 

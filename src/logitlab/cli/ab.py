@@ -14,7 +14,7 @@ from logitlab.cli.options import (check_memory, detection_option, memory_check_o
                                   thresholds_from, variant_pair, variant_pair_options)
 from logitlab.cli.outputs import check_output_paths, report_paths
 from logitlab.cli.recording import record_options, record_target
-from logitlab.errors import InputError
+from logitlab.errors import InputError, check_at_least
 from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
 
 
@@ -85,8 +85,7 @@ def ab(**opts: Any) -> None:
     from logitlab.experiments.ab import AbConfig
 
     control, candidate = variant_pair(opts)
-    if opts["explain_positions"] < 1:  # as explain --positions, whether or not --explain is given
-        raise InputError(f"--explain-positions must be at least 1, got {opts['explain_positions']}")
+    check_at_least("--explain-positions", opts["explain_positions"], 1)  # as explain --positions, --explain or not
     config = AbConfig(
         control=control,
         candidate=candidate,

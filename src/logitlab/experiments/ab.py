@@ -24,7 +24,7 @@ from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.topk import TopKRows, key_kind, rekey_by_text
 from logitlab.engines.variant import Variant
 from logitlab.engines.workload import RunOutput
-from logitlab.errors import EngineCrashed, EngineError, InputError
+from logitlab.errors import EngineCrashed, EngineError, InputError, check_at_least
 from logitlab.events import Event
 from logitlab.experiments import crossengine
 from logitlab.experiments.base import Experiment
@@ -121,8 +121,7 @@ class AbConfig:
     self_check: bool = False
 
     def validate(self) -> None:
-        if self.n_decode < 1:
-            raise InputError(f"--tokens must be at least 1, got {self.n_decode}")
+        check_at_least("--tokens", self.n_decode, 1)
         if isinstance(self.repeats, str) and not self.auto:
             raise InputError(f"--repeats must be a number of blocks or 'auto', got {self.repeats!r}")
         if self.auto:
@@ -131,8 +130,7 @@ class AbConfig:
         if self.isolation not in ISOLATION_LEVELS:
             raise InputError(f"unknown --isolation {self.isolation!r}; valid: {', '.join(ISOLATION_LEVELS)}")
         check_slot_timeout(self.slot_timeout, self.isolation, (self.control, self.candidate))
-        if self.top_k < 1:
-            raise InputError(f"--top-k must be at least 1, got {self.top_k}")
+        check_at_least("--top-k", self.top_k, 1)
         if self.margin is not None:
             check_margin(self.margin, option="--margin")
         if self.explain < 0:

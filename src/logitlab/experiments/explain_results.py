@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from logitlab.engines.variant import Variant
-from logitlab.errors import InputError
+from logitlab.errors import InputError, check_at_least
 from logitlab.jsonio import ResultRecord
 from logitlab.numerics import LogitComparison, Thresholds, Verdict
 
@@ -62,22 +62,17 @@ class ExplainConfig:
 
     def validate(self) -> None:
         """Raise InputError naming the bad value."""
-        if self.n_decode < 1:
-            raise InputError(f"--tokens must be at least 1, got {self.n_decode}")
-        if self.k is not None and self.k < 2:
-            raise InputError(f"--k must be at least 2 (M=1 vs M=K), got {self.k}")
+        check_at_least("--tokens", self.n_decode, 1)
+        if self.k is not None:
+            check_at_least("--k", self.k, 2, "M=1 vs M=K")
         if self.k is not None and self.candidate is not None:
             raise InputError("--k explains M=1 vs M=K of one variant: give --control only, not --candidate")
         if self.k is None and self.candidate is None:
             raise InputError("explain needs a candidate (--candidate) or a verify width (--k)")
-        if self.width_k < 2:
-            raise InputError(f"--width-k must be at least 2, got {self.width_k}")
-        if self.batch < 2:
-            raise InputError(f"--batch must be at least 2, got {self.batch}")
-        if self.max_positions < 1:
-            raise InputError(f"--positions must be at least 1, got {self.max_positions}")
-        if self.top_k < 1:
-            raise InputError(f"--top-k must be at least 1, got {self.top_k}")
+        check_at_least("--width-k", self.width_k, 2)
+        check_at_least("--batch", self.batch, 2)
+        check_at_least("--positions", self.max_positions, 1)
+        check_at_least("--top-k", self.top_k, 1)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -39,7 +39,7 @@ from typing import Any, ClassVar, Sequence
 
 from logitlab.engines.base import SETTING_ABILITIES
 from logitlab.engines.variant import Variant
-from logitlab.errors import InputError, Interrupted, LogitlabError
+from logitlab.errors import InputError, Interrupted, LogitlabError, check_at_least
 from logitlab.events import Event
 from logitlab.experiments.base import Experiment
 from logitlab.experiments.invariance import Check, InvarianceConfig, InvarianceProbe, InvarianceResult, setting_text
@@ -135,18 +135,13 @@ class MatrixConfig:
         if not self.prompts:
             raise InputError("the matrix needs at least one prompt")
         check_unique(self.prompts)
-        if self.max_batch < 2:
-            raise InputError(f"--max-batch must be at least 2 (B=1 is the prompt alone), got {self.max_batch}")
+        check_at_least("--max-batch", self.max_batch, 2, "B=1 is the prompt alone")
         if self.max_batch > 256:
             raise InputError(f"--max-batch must be at most 256, got {self.max_batch}")
-        if self.runs < 2:
-            raise InputError(f"--runs must be at least 2, got {self.runs}")
-        if self.n_decode < 0:
-            raise InputError(f"--tokens must be at least 0, got {self.n_decode}")
-        if self.top_k < 1:
-            raise InputError(f"--top-k must be at least 1, got {self.top_k}")
-        if self.speed_repeats < 1:
-            raise InputError(f"--speed-repeats must be at least 1, got {self.speed_repeats}")
+        check_at_least("--runs", self.runs, 2)
+        check_at_least("--tokens", self.n_decode, 0)
+        check_at_least("--top-k", self.top_k, 1)
+        check_at_least("--speed-repeats", self.speed_repeats, 1)
 
     @property
     def selected(self) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.variant import Variant
-from logitlab.errors import InputError
+from logitlab.errors import InputError, check_at_least
 from logitlab.experiments.inverse_controls import Control
 from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
 from logitlab.jsonio import ResultRecord
@@ -82,16 +82,14 @@ class InvarianceConfig:
             raise InputError(f"unknown --padding {unknown[0] if unknown else ''!r}; valid: left, right, both")
         if self.fill is not None and self.fill not in FILLS:
             raise InputError(f"unknown --fill {self.fill!r}; valid: {', '.join(FILLS)}")
-        if self.n_decode < 0:
-            raise InputError(f"--tokens must be at least 0, got {self.n_decode}")
-        if self.probe == "determinism" and self.runs < 2:
-            raise InputError(f"--runs must be at least 2, got {self.runs}")
+        check_at_least("--tokens", self.n_decode, 0)
+        if self.probe == "determinism":
+            check_at_least("--runs", self.runs, 2)
         if self.probe == "settings" and not self.settings:
             raise InputError("the settings probe needs at least one setting (engine options) to compare")
         if self.isolation not in ISOLATION_LEVELS:
             raise InputError(f"unknown --isolation {self.isolation!r}; valid: {', '.join(ISOLATION_LEVELS)}")
-        if self.top_k < 1:
-            raise InputError(f"--top-k must be at least 1, got {self.top_k}")
+        check_at_least("--top-k", self.top_k, 1)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

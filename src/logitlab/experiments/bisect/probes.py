@@ -41,7 +41,7 @@ from typing import Any, Iterator
 from logitlab.engines.variant import Variant
 from logitlab.engines.workload import RunOutput, environment, run_workload
 from logitlab.engines.crash import CrashEvidence
-from logitlab.errors import EngineCrashed, InputError, LogitlabError, Interrupted
+from logitlab.errors import EngineCrashed, InputError, LogitlabError, Interrupted, check_at_least
 from logitlab.events import Event, ignore_event
 from logitlab.experiments.isolation import load_supervised
 from logitlab.numerics import VERDICTS, Thresholds, Verdict, classify, compare_logits
@@ -130,8 +130,7 @@ class NumericsProbe:
     def __post_init__(self) -> None:
         if self.require not in VERDICTS[:-1]:
             raise InputError(f"--require {self.require!r} is not a bar: use one of {', '.join(VERDICTS[:-1])}")
-        if self.n_decode < 1:
-            raise InputError(f"--tokens must be at least 1, got {self.n_decode}")
+        check_at_least("--tokens", self.n_decode, 1)
 
     def _run(self, checkout: Path, replay: list[int] | None) -> RunOutput:
         with working_directory(checkout):

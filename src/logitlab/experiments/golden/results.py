@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Sequence
 from logitlab.device import Device
 from logitlab.dumps.golden_format import GoldenManifest, Provenance, parse_store
 from logitlab.engines.variant import Variant
-from logitlab.errors import InputError
+from logitlab.errors import InputError, check_at_least
 from logitlab.experiments.golden.provenance import GoldenMatch, ProvenanceChange
 from logitlab.experiments.prompts import Prompt
 from logitlab.jsonio import ResultRecord
@@ -46,8 +46,7 @@ class RecordConfig:
     build_commit: str | None = None
 
     def validate(self) -> None:
-        if self.n_decode < 0:
-            raise InputError(f"--tokens must be at least 0, got {self.n_decode}")
+        check_at_least("--tokens", self.n_decode, 0)
         if not self.prompts:
             raise InputError("a golden needs at least one prompt")
         parse_store(self.store)

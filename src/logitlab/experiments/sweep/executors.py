@@ -36,7 +36,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Iterator, Sequence
 
-from logitlab.errors import InputError
+from logitlab.errors import InputError, check_at_least
 from logitlab.events import Event, ignore_event
 from logitlab.experiments.engine_cache import EngineCache
 from logitlab.experiments.sweep.matrix import JobSpec, Resources
@@ -65,10 +65,9 @@ class Executor:
     name = "executor"
 
     def __init__(self, *, workers: int | None = None, retries: int = 0):
-        if workers is not None and workers < 1:
-            raise InputError(f"--workers must be at least 1, got {workers}")
-        if retries < 0:
-            raise InputError(f"--retries must be at least 0, got {retries}")
+        if workers is not None:
+            check_at_least("--workers", workers, 1)
+        check_at_least("--retries", retries, 0)
         self.workers = workers
         self.retries = retries
         self.lanes: list[Any] = []

@@ -34,7 +34,7 @@ from logitlab.engines.base import Engine, Session, check_fits
 from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.supervised import call_engine
 from logitlab.engines.variant import Variant
-from logitlab.errors import EngineCrashed, InputError
+from logitlab.errors import EngineCrashed, InputError, check_at_least
 from logitlab.events import Event
 from logitlab.experiments.base import Experiment
 from logitlab.experiments.prompts import Prompt, builtin_prompts, check_unique
@@ -115,10 +115,8 @@ class VerifyConfig:
         if isinstance(self.n_decode, int) and self.n_decode >= 1 and max(self.ks) > self.n_decode:
             raise InputError(f"--k {max(self.ks)} exceeds --tokens {self.n_decode}: a verify block of K rows replays "
                              f"K decoded tokens; give K <= --tokens")
-        if self.n_decode < 1:
-            raise InputError(f"--tokens must be at least 1, got {self.n_decode}")
-        if self.top_k < 1:
-            raise InputError(f"--top-k must be at least 1, got {self.top_k}")
+        check_at_least("--tokens", self.n_decode, 1)
+        check_at_least("--top-k", self.top_k, 1)
         if not self.prompts:
             raise InputError("no prompts to run")
         check_unique(self.prompts)
@@ -131,8 +129,7 @@ class VerifyConfig:
                     raise InputError("--guard auto needs calibration prompts")
             elif not (isinstance(self.guard, (int, float)) and self.guard >= 0 and math.isfinite(self.guard)):
                 raise InputError(f"--guard margin must be a number >= 0 (logits), got {self.guard!r}")
-            if self.guard_k < 1:
-                raise InputError(f"--guard-k must be at least 1, got {self.guard_k}")
+            check_at_least("--guard-k", self.guard_k, 1)
             if self.guard_safety is not None and not self.guard_safety > 0:
                 raise InputError(f"--guard-safety must be > 0, got {self.guard_safety}")
             unknown = [f for f in self.guard_fallbacks if f not in FALLBACKS]
