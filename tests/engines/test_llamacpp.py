@@ -158,3 +158,27 @@ def test_a_long_prompt_leaves_no_copy_of_its_logits_in_the_engine():
         assert engine.llama.scores.shape == (engine.llama.n_batch, engine.n_vocab) == (512, 49152)
     finally:
         engine.close()
+
+
+@pytest.mark.engine
+def test_rows_are_written_into_the_callers_array(engine):
+    """``prefill``/``decode`` with ``out=``: llama.cpp's rows go straight into the caller's array (a run's buffer,
+    no second copy of the prompt's rows), the same bits as without it; ``run_workload`` gathers a run in place."""
+    from logitlab.engines.workload import run_workload
+    from logitlab.errors import InputError
+
+    ids = engine.tokenize(SHORT_PROMPT)
+    with engine.open_session() as session:
+        plain = np.concatenate([session.prefill(ids), session.decode([5])])
+    buffer = np.full((len(ids) + 1, engine.n_vocab), np.nan, dtype=np.float32)
+    with engine.open_session() as session:
+        assert session.prefill(ids, out=buffer[:-1]).base is buffer
+        assert session.decode([5], out=buffer[-1:]).base is buffer
+        with pytest.raises(InputError, match="out must be a writable C-contiguous float32 array of shape"):
+            session.decode([6], out=np.empty((1, engine.n_vocab), dtype=np.float64))
+    assert buffer.tobytes() == plain.tobytes()
+    gathered = np.empty((len(ids) + 3, engine.n_vocab), dtype=np.float32)
+    run = run_workload(engine, ids, 3, out=gathered)
+    assert run.logits is gathered
+    assert run.logits[: len(ids)].tobytes() == plain[: len(ids)].tobytes()
+    assert run.generated == run_workload(engine, ids, 3).generated

@@ -12,6 +12,7 @@ next call may overwrite.
 
 from __future__ import annotations
 
+import inspect
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -112,7 +113,10 @@ class Session:
 
     Use as a context manager, or call :meth:`close`. ``prefill`` and
     ``decode`` append tokens and return their logits, shape
-    ``(M, n_vocab)``, float32, freshly copied.
+    ``(M, n_vocab)``, float32, freshly copied — or written into ``out``, a
+    caller's array (a run's rows gathered in place, no second copy): an adapter
+    whose ``_decode`` (or ``_prefill``) takes an ``out`` parameter writes there
+    itself, for any other the rows are copied in after the timed call.
     """
 
     def __init__(self, engine: "Engine"):
@@ -122,13 +126,17 @@ class Session:
         self._closed = False
 
     # -- public API -------------------------------------------------------
-    def prefill(self, tokens: Sequence[int]) -> np.ndarray:
-        """Append the prompt tokens; return their logits, ``(M, n_vocab)`` float32."""
-        return self._append("prefill", tokens)
+    def prefill(self, tokens: Sequence[int], out: np.ndarray | None = None) -> np.ndarray:
+        """Append the prompt tokens; return their logits, ``(M, n_vocab)`` float32 (``out`` itself when given).
 
-    def decode(self, tokens: Sequence[int]) -> np.ndarray:
-        """Append M decode tokens (M=1 greedy, M=K verify); ``(M, n_vocab)`` float32."""
-        return self._append("decode", tokens)
+        Raises:
+            InputError: ``out`` is not a writable C-contiguous float32 array of shape ``(M, n_vocab)``.
+        """
+        return self._append("prefill", tokens, out)
+
+    def decode(self, tokens: Sequence[int], out: np.ndarray | None = None) -> np.ndarray:
+        """Append M decode tokens (M=1 greedy, M=K verify); ``(M, n_vocab)`` float32 (``out`` when given)."""
+        return self._append("decode", tokens, out)
 
     def truncate(self, n_past: int) -> None:
         """Drop every position ``>= n_past`` (roll the KV cache back), as speculative decoding needs.
@@ -167,24 +175,37 @@ class Session:
             warnings.warn("logitlab Session was never closed", ResourceWarning, stacklevel=1)
 
     # -- template ---------------------------------------------------------
-    def _append(self, kind: str, tokens: Sequence[int]) -> np.ndarray:
+    def _append(self, kind: str, tokens: Sequence[int], out: np.ndarray | None = None) -> np.ndarray:
         if self._closed:
             raise EngineError("session is closed")
         tokens = [int(t) for t in tokens]
         if not tokens:
             raise InputError(f"{kind} needs at least one token")
+        if out is not None:
+            self._check_out(out, len(tokens))
         if self.n_past:
             check_fits(self.engine, self.n_past, what="the session", extra=len(tokens))
         else:
             check_fits(self.engine, len(tokens))
-        hook = self._prefill if kind == "prefill" else self._decode
+        hook = self._prefill if kind == "prefill" and type(self)._prefill is not Session._prefill else self._decode
+        fills = out is not None and "out" in inspect.signature(hook).parameters
         start = time.perf_counter()
-        logits = hook(tokens)
+        logits = hook(tokens, out=out) if fills else hook(tokens)
         seconds = time.perf_counter() - start
         self.timings.append(StepTiming(kind, len(tokens), seconds))
         self._check_logits(logits, len(tokens))
         self.n_past += len(tokens)
+        if out is not None and logits is not out:
+            out[...] = logits
+            return out
         return logits
+
+    def _check_out(self, out: np.ndarray, n_tokens: int) -> None:
+        expected = (n_tokens, self.engine.n_vocab)
+        if not (isinstance(out, np.ndarray) and out.shape == expected and out.dtype == np.float32
+                and out.flags.c_contiguous and out.flags.writeable):
+            what = f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}".strip()
+            raise InputError(f"out must be a writable C-contiguous float32 array of shape {expected}, not {what}")
 
     def _check_logits(self, logits: np.ndarray, n_tokens: int) -> None:
         expected = (n_tokens, self.engine.n_vocab)

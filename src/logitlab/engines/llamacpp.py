@@ -52,11 +52,11 @@ class LlamaCppSession(Session):
         super().__init__(engine)
         engine.llama.reset()
 
-    def _decode(self, tokens: list[int]) -> np.ndarray:
+    def _decode(self, tokens: list[int], out: np.ndarray | None = None) -> np.ndarray:
         llama = self.engine.llama
         start = llama.n_tokens
         try:
-            return decode_rows(llama, tokens)
+            return decode_rows(llama, tokens, out)
         except Exception as exc:  # llama-cpp-python raises RuntimeError/ValueError
             raise EngineError(f"llama.cpp failed to evaluate {len(tokens)} tokens at position {start}: {exc}") from exc
 
@@ -69,7 +69,7 @@ class LlamaCppSession(Session):
         self.engine.llama.reset()
 
 
-def decode_rows(llama: Any, tokens: Sequence[int]) -> np.ndarray:
+def decode_rows(llama: Any, tokens: Sequence[int], out: np.ndarray | None = None) -> np.ndarray:
     """Append ``tokens`` to ``llama``'s sequence and return their logits, one row per token.
 
     The steps of ``llama_cpp.Llama.eval`` (0.3.x) with ``logits_all=True`` — the KV cells from
@@ -82,15 +82,17 @@ def decode_rows(llama: Any, tokens: Sequence[int]) -> np.ndarray:
     Args:
         llama: a ``llama_cpp.Llama`` (made with ``logits_all=False`` to save its ``scores`` copy).
         tokens: the token ids to append (M >= 1).
+        out: a C-contiguous float32 ``(M, n_vocab)`` array to write the rows into (a view of a run's buffer);
+            None: a new one.
 
     Returns:
-        ``(M, n_vocab)`` float32 logits, a new array (the next call does not overwrite it).
+        ``(M, n_vocab)`` float32 logits: ``out``, or a new array (the next call does not overwrite it).
 
     Raises:
         RuntimeError: llama.cpp's ``llama_decode`` failed (llama-cpp-python's error).
     """
     n_vocab = int(llama.n_vocab())
-    rows = np.empty((len(tokens), n_vocab), dtype=np.float32)
+    rows = out if out is not None else np.empty((len(tokens), n_vocab), dtype=np.float32)
     llama._ctx.kv_cache_seq_rm(-1, llama.n_tokens, -1)
     for first in range(0, len(tokens), llama.n_batch):
         chunk = list(tokens[first:first + llama.n_batch])

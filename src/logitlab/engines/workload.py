@@ -102,7 +102,9 @@ def run_workload(
     region: ``("prefill", 0)``, then ``("decode", 0 … n_decode-1)`` (a supervisor
     records the phase a crash happened in). ``out``: a float32 array of shape
     ``(len(prompt_ids) + n_decode, n_vocab)`` the rows are gathered into (a
-    supervisor's shared memory), instead of a new one.
+    supervisor's shared memory), instead of a new one. Each call's rows go
+    straight into it (:meth:`Session.prefill` with ``out=``: an adapter that
+    fills it itself, as llamacpp does, holds no second copy of the prompt's rows).
 
     Raises:
         InputError: ``replay`` shorter than ``n_decode``, or the context is too small.
@@ -111,20 +113,21 @@ def run_workload(
         return engine.run_workload(prompt_ids, n_decode, replay)
     if replay is not None and len(replay) < n_decode:
         raise InputError(f"replay has {len(replay)} tokens, {n_decode} needed")
-    rows: list[np.ndarray] = []
+    n_prompt = len(prompt_ids)
+    rows = out if out is not None else np.empty((n_prompt + n_decode, engine.n_vocab), dtype=np.float32)
     generated: list[int] = []
     with engine.open_session() as session:
         if on_step is not None:
             on_step("prefill", 0)
-        rows.append(session.prefill(prompt_ids))
+        session.prefill(prompt_ids, out=rows[:n_prompt])
         for step in range(n_decode):
-            token = int(replay[step]) if replay is not None else int(np.argmax(rows[-1][-1]))
+            token = int(replay[step]) if replay is not None else int(np.argmax(rows[n_prompt + step - 1]))
             generated.append(token)
             if on_step is not None:
                 on_step("decode", step)
-            rows.append(session.decode([token]))
+            session.decode([token], out=rows[n_prompt + step:n_prompt + step + 1])
         timings = list(session.timings)
-    return RunOutput(np.concatenate(rows, out=out), list(prompt_ids) + generated, generated, timings)
+    return RunOutput(rows, list(prompt_ids) + generated, generated, timings)
 
 
 @contextmanager
