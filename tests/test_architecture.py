@@ -14,11 +14,14 @@ from pathlib import Path
 import pytest
 
 import logitlab
+from logitlab.engines import ENGINES
 
 PACKAGE = Path(logitlab.__file__).resolve().parent
 LAYERS = ("", "engines", "numerics", "perf", "dumps", "experiments", "report", "cli")
-#: engine adapter modules: only engines/ and an engine's own capture module may import one
-ADAPTERS = {"llamacpp", "llamacpp_batch", "hf", "command", "openai", "servers", "ortgenai"}
+#: engine adapter modules: only engines/ and an engine's own capture module may import one — every registered
+#: engine's module (so a new engine is covered by its ENGINES line) and the modules only adapters use
+ADAPTERS = {target.partition(":")[0].split(".")[2] for target in ENGINES.values()
+            if target.startswith("logitlab.engines.")} | {"llamacpp_batch", "servers"}
 #: what numerics may use of the engine layer: the contract of top-k rows, nothing else
 NUMERICS_FROM_ENGINES = {"logitlab.engines.topk"}
 
