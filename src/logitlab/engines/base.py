@@ -12,6 +12,7 @@ next call may overwrite.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import time
 import warnings
@@ -188,7 +189,7 @@ class Session:
         else:
             check_fits(self.engine, len(tokens))
         hook = self._prefill if kind == "prefill" and type(self)._prefill is not Session._prefill else self._decode
-        fills = out is not None and "out" in inspect.signature(hook).parameters
+        fills = out is not None and _takes_out(hook.__func__)
         start = time.perf_counter()
         logits = hook(tokens, out=out) if fills else hook(tokens)
         seconds = time.perf_counter() - start
@@ -226,6 +227,12 @@ class Session:
 
     def _close(self) -> None:
         pass
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_out(function: Callable[..., Any]) -> bool:
+    """Does a session hook (the function, once per adapter class) take ``out=``? Read once, not per step."""
+    return "out" in inspect.signature(function).parameters
 
 
 @dataclass
