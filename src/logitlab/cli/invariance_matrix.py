@@ -18,7 +18,7 @@ from logitlab.engines.variant import parse_env, parse_variant
 from logitlab.errors import Interrupted
 
 #: The axes, as ``--help`` lists them (the experiment's ``AXES``, kept here so that --help imports no experiment).
-AXES_HELP = "determinism, batch, prefill-decode, chunked-prefill, threads"
+AXES_HELP = "determinism, batch, prefill-decode, chunked-prefill, threads, verify, process"
 
 
 def parse_axes(text: str | None) -> tuple[str, ...] | None:
@@ -43,7 +43,7 @@ def matrix_prompts(opts: dict[str, Any]) -> list[Any]:
 @click.command("matrix")
 @click.option("--engine", default=DEFAULT_ENGINE, show_default=True,
               help="Engine: llamacpp (every axis), hf (no chunked-prefill), ortgenai (determinism, "
-                   "prefill-decode), openai:URL (determinism, on the server's top-k).")
+                   "prefill-decode, verify, process), openai:URL (determinism, on the server's top-k).")
 @click.option("--model", default=None, help="Model file or folder (default: the embedded SmolLM2-135M Q4_1 GGUF; "
                                             "hf de-quantises it).")
 @click.option("--variant", "--candidate", "spec", default="",
@@ -86,6 +86,8 @@ def matrix_command(**opts: Any) -> None:
     prefill-decode   position p from one prefill vs from a decode step
     chunked-prefill  the prefill in chunks (llama.cpp n_ubatch 512, 32, 4)
     threads          1 vs 2 threads (llama.cpp n_threads, hf torch threads)
+    verify           M=1 decode vs M=K verify blocks (K=4; needs --tokens >= 2)
+    process          a fresh engine process vs a warm one (after another prompt)
 
     \b
     Examples:

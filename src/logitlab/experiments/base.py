@@ -91,6 +91,11 @@ class Experiment:
         self._engines.append(engine)
         return engine
 
+    def release(self, engine: Any) -> None:
+        """Close one engine :meth:`load` returned, now (before the experiment ends: a probe done with it)."""
+        self._engines.remove(engine)
+        engine.close()
+
     def close_engines(self) -> None:
         """Close every engine :meth:`load` returned (idempotent); call it in the experiment's ``finally``."""
         engines, self._engines = self._engines, []

@@ -30,6 +30,9 @@ its verdict) ending in the worst verdict, as ``ab`` does:
     each, replaying the reference's tokens): llama.cpp's ``n_ubatch`` (chunked
     prefill) or thread count. The option sweeps of the invariance matrix
     (:mod:`~logitlab.experiments.invariance_matrix`).
+``verify`` and ``process``
+    M=1 greedy decode vs M=K verify blocks (:mod:`~logitlab.experiments.invariance_verify`); a fresh engine
+    process vs a warm one (:mod:`~logitlab.experiments.invariance_process`): the matrix's axes of those names.
 
 The records (config, checks, result) are :mod:`~logitlab.experiments.invariance_results`; what the probes run
 on the engine, :mod:`~logitlab.experiments.invariance_steps`. Both are re-exported here.
@@ -49,6 +52,7 @@ from logitlab.engines.supervised import call_engine, engine_supports
 from logitlab.errors import EngineCrashed, InputError, Interrupted
 from logitlab.events import Event
 from logitlab.experiments.base import Experiment
+from logitlab.experiments.invariance_process import ProcessAxis
 from logitlab.experiments.invariance_results import FILLS, PADDINGS, PROBES, Check, InvarianceConfig, InvarianceResult
 from logitlab.experiments.invariance_steps import (
     batch_rows,
@@ -58,6 +62,7 @@ from logitlab.experiments.invariance_steps import (
     prefill_decode_rows,
     setting_text,
 )
+from logitlab.experiments.invariance_verify import VerifyAxis
 from logitlab.experiments.inverse_controls import Control, control, planted_token, rows_text, same_shapes
 from logitlab.experiments.isolation import SlotRunner
 from logitlab.engines.topk import TopKRows
@@ -99,7 +104,7 @@ def _digest(array: np.ndarray) -> str:
 
 
 # -- probes ------------------------------------------------------------------------------
-class InvarianceProbe(Experiment):
+class InvarianceProbe(VerifyAxis, ProcessAxis, Experiment):
     """Runs an :class:`InvarianceConfig`; :func:`run_invariance` is the one-call form."""
 
     KIND = "invariance"
@@ -138,7 +143,8 @@ class InvarianceProbe(Experiment):
                     self._determinism(result, None, adopt=engine if cfg.isolation == "engine" else None)
                 else:
                     {"batch": self._batch, "prefill-decode": self._prefill_decode,
-                     "determinism": self._determinism, "settings": self._settings}[cfg.probe](result, engine)
+                     "determinism": self._determinism, "settings": self._settings, "verify": self._verify,
+                     "process": self._process}[cfg.probe](result, engine)
                 self._detect(result)
 
             return self.measure(result, body, on_stop=self._compare_runs_so_far, on_crash=self._crashed)
@@ -367,8 +373,7 @@ class InvarianceProbe(Experiment):
                     observed = run_workload(other, ids, cfg.n_decode, reference.generated)
                 rows = call_engine(other, engine_forward_rows, len(ids), phase=f"forward rows, {name}")
             finally:
-                self._engines.remove(other)
-                other.close()
+                self.release(other)
             details = {"setting": dict(setting),
                        "exercised": f"the prompt's prefill, reference: {rows_text(reference_rows)}; "
                                     f"with {name}: {rows_text(rows)}"}

@@ -16,7 +16,11 @@ One variant, one or more prompts, and per **invariance axis** the probe of
     the prompt's prefill cut into chunks by an engine option (llama.cpp:
     ``n_ubatch`` 512, 32, 4), each compared with the first;
 ``threads``
-    the thread count (llama.cpp: 1 vs 2 threads; hf: torch threads 1 vs 2).
+    the thread count (llama.cpp: 1 vs 2 threads; hf: torch threads 1 vs 2);
+``verify``
+    M=1 greedy decode vs M=K verify blocks (K=4; :mod:`~logitlab.experiments.invariance_verify`);
+``process``
+    a fresh engine process vs a warm one (:mod:`~logitlab.experiments.invariance_process`).
 
 An axis runs where the engine declares the ability it needs
 (:data:`AXIS_ABILITY`; the option axes also need the engine's
@@ -53,12 +57,13 @@ __all__ = ["AXES", "AXIS_ABILITY", "MatrixConfig", "AxisResult", "InvarianceMatr
            "skip_reason", "axis_settings", "run_invariance_matrix"]
 
 #: The invariance axes, in the order they run and are reported.
-AXES = ("determinism", "batch", "prefill-decode", "chunked-prefill", "threads")
+AXES = ("determinism", "batch", "prefill-decode", "chunked-prefill", "threads", "verify", "process")
 #: The engine ability each axis needs (:data:`~logitlab.engines.base.ABILITIES`); ``determinism`` also runs on an
 #: engine that declares ``workload`` (whole runs: ``cmd``, ``openai``), on what it returns (a server: the top-k
 #: log-probabilities of each position).
 AXIS_ABILITY = {"determinism": "logits", "batch": "batch", "prefill-decode": "sessions",
-                "chunked-prefill": "chunked-prefill", "threads": "threads"}
+                "chunked-prefill": "chunked-prefill", "threads": "threads",
+                "verify": "sessions", "process": "logits"}
 
 
 def axis_settings(engine_cls: Any, axis: str) -> tuple[dict[str, str], ...]:
@@ -80,6 +85,9 @@ def skip_reason(engine_cls: Any, axis: str) -> str | None:
     ability = AXIS_ABILITY[axis]
     if axis == "determinism" and engine_cls.supports("workload"):
         return None  # whole runs (a process, a request) compared on what they return: a server's top-k
+    if axis == "process" and engine_cls.supports("workload"):
+        return (f"the {engine_cls.name} engine runs each workload out of process by itself (a command run, a "
+                "server request): there is no engine process of logitlab's to start fresh or keep warm")
     if not engine_cls.supports(ability):
         return f"the {engine_cls.name} engine does not declare the {ability!r} ability"
     if ability in SETTING_ABILITIES and len(axis_settings(engine_cls, axis)) < 2:
@@ -97,7 +105,8 @@ class MatrixConfig:
         axes: the axes selected (None: all of :data:`AXES`); those the engine cannot run are skipped.
         max_batch: ``batch``: batch sizes 1..B (>= 2).
         runs: ``determinism``: runs R (>= 2).
-        n_decode: greedy tokens after the prompt (every axis but ``batch``, which runs the prompt alone).
+        n_decode: greedy tokens after the prompt (every axis but ``batch``, which runs the prompt alone; >= 2 with
+            ``verify``).
         top_k: k of the top-k set agreement.
         thresholds: verdict thresholds.
         detection: measure each probe's detection limit (of its worst check).
@@ -139,7 +148,8 @@ class MatrixConfig:
         if self.max_batch > 256:
             raise InputError(f"--max-batch must be at most 256, got {self.max_batch}")
         check_at_least("--runs", self.runs, 2)
-        check_at_least("--tokens", self.n_decode, 0)
+        check_at_least("--tokens", self.n_decode, 2 if "verify" in self.selected else 0,
+                       "the verify axis scores greedy tokens in blocks of K; leave it out of --axes for fewer")
         check_at_least("--top-k", self.top_k, 1)
         check_at_least("--speed-repeats", self.speed_repeats, 1)
 
@@ -159,8 +169,8 @@ class MatrixConfig:
         if axis == "batch":
             return InvarianceConfig(probe="batch", variant=self.variant,
                                     batch_sizes=tuple(range(1, self.max_batch + 1)), **common)
-        if axis == "prefill-decode":
-            return InvarianceConfig(probe="prefill-decode", variant=self.variant, **common)
+        if axis in ("prefill-decode", "verify", "process"):
+            return InvarianceConfig(probe=axis, variant=self.variant, **common)
         reference = dataclasses.replace(self.variant, options={**self.variant.options, **settings[0]})
         return InvarianceConfig(probe="settings", variant=reference, settings=tuple(settings[1:]), **common)
 

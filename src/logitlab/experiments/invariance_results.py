@@ -21,7 +21,7 @@ from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict
 from logitlab.numerics.detection import DetectionLimits
 from logitlab.numerics.topk import TopKComparison
 
-PROBES = ("batch", "prefill-decode", "determinism", "settings")
+PROBES = ("batch", "prefill-decode", "determinism", "settings", "verify", "process")
 PADDINGS = ("right", "left")
 FILLS = ("same", "mixed")
 

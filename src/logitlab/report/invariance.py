@@ -29,10 +29,11 @@ MAX_FLIPS = 10
 
 def position_label(check: Check, position: int) -> str:
     """A compared row as the user knows it: ``pos 33``, or ``copy 1 pos 33`` in a stacked batch check
-    (row c×n+p of B copies of an n-token prompt is copy c, position p)."""
+    (row c×n+p of B copies of an n-token prompt is copy c, position p); a check whose rows start after the prompt
+    (``verify``: decode row i) adds its ``details["row_offset"]``."""
     stacked = check.details.get("stacked")
     if not stacked:
-        return f"pos {position}"
+        return f"pos {position + int(check.details.get('row_offset', 0))}"
     copy, pos = divmod(int(position), int(stacked["length"]))
     return f"copy {copy} pos {pos}"
 

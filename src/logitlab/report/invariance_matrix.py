@@ -47,6 +47,11 @@ def compared_text(axis: AxisResult, config: dict[str, Any]) -> str:
         return f"B = 1..{config['max_batch']} vs the prompt alone"
     if axis.axis == "prefill-decode":
         return "decode steps vs one prefill"
+    if axis.axis == "verify":
+        ks = "/".join(str(k) for k in sorted({p.details["k"] for p in axis.probes if p.details.get("k")})) or "K"
+        return f"M={ks} verify blocks vs M=1 decode calls"
+    if axis.axis == "process":
+        return "a warm engine process (after another prompt's run) vs a freshly started one"
     if not axis.settings:
         return ""
     return "; ".join(_setting(s) for s in axis.settings[1:]) + f" vs {_setting(axis.settings[0])}"
