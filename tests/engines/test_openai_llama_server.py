@@ -146,7 +146,7 @@ def test_llama_servers_normaliser_depends_on_the_k_asked(servers):
 def test_invariance_matrix_runs_determinism_and_skips_the_axes_a_server_cannot_run(servers, tmp_path):
     """``invariance matrix`` against llama-server (few tokens): determinism runs (R runs teacher-forced, compared
     on the returned top-k, bit-exact: one slot, prefix cache reset before each scoring); batch, prefill-decode,
-    chunked-prefill and threads are listed as skipped, with the reason, not run and not a crash."""
+    chunked-prefill, threads, verify and process are listed as skipped, with the reason, not run and not a crash."""
     out, page = tmp_path / "m.json", tmp_path / "m.html"
     proc = subprocess.run([sys.executable, "-m", "logitlab", "invariance", "matrix", "--engine",
                            f"openai:{servers['off']}/v1", "--prompt", SHORT_PROMPT, "--tokens", "3", "--runs", "3",
@@ -165,7 +165,10 @@ def test_invariance_matrix_runs_determinism_and_skips_the_axes_a_server_cannot_r
         "batch": "the openai engine does not declare the 'batch' ability",
         "prefill-decode": "the openai engine does not declare the 'sessions' ability",
         "chunked-prefill": "the openai engine does not declare the 'chunked-prefill' ability",
-        "threads": "the openai engine does not declare the 'threads' ability"}
+        "threads": "the openai engine does not declare the 'threads' ability",
+        "verify": "the openai engine does not declare the 'sessions' ability",
+        "process": "the openai engine runs each workload out of process by itself (a command run, a server request): "
+                   "there is no engine process of logitlab's to start fresh or keep warm"}
     assert data["manifest"]["engine"]["server"]["kind"] == "llama-server"
     assert "the runs are compared on those (not on full logits)" in " ".join(proc.stdout.split())
     assert 'data-kind="invariance-matrix"' in page.read_text()

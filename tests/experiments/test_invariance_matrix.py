@@ -46,15 +46,17 @@ def test_engines_declare_their_axes():
 
     assert all(skip_reason(LlamaCppEngine, axis) is None for axis in AXES)
     assert [a for a in AXES if skip_reason(HfEngine, a) is None] == ["determinism", "batch", "prefill-decode",
-                                                                      "threads"]
+                                                                      "threads", "verify", "process"]
     assert skip_reason(HfEngine, "chunked-prefill").startswith(
         "the hf engine does not declare the 'chunked-prefill' ability")
-    assert [a for a in AXES if skip_reason(FakeEngine, a) is None] == ["determinism", "prefill-decode"]
+    assert [a for a in AXES if skip_reason(FakeEngine, a) is None] == ["determinism", "prefill-decode", "verify",
+                                                                         "process"]
     from logitlab.engines.openai import OpenAIEngine
 
     # a server: whole requests, top-k log-probabilities; determinism only
     assert [a for a in AXES if skip_reason(OpenAIEngine, a) is None] == ["determinism"]
     assert skip_reason(OpenAIEngine, "prefill-decode") == "the openai engine does not declare the 'sessions' ability"
+    assert skip_reason(OpenAIEngine, "verify") == "the openai engine does not declare the 'sessions' ability"
 
 
 def test_axis_settings_are_options_of_their_engine():
@@ -72,7 +74,7 @@ def test_axis_settings_are_options_of_their_engine():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"axes": ("batch", "speed")}, "unknown invariance axis 'speed'; valid: determinism, batch, prefill-decode, "
-                                   "chunked-prefill, threads"),
+                                   "chunked-prefill, threads, verify, process"),
     ({"axes": ()}, "--axes needs at least one axis"),
     ({"axes": ("batch", "batch")}, "--axes names 'batch' twice"),
     ({"max_batch": 1}, "--max-batch must be at least 2"),
@@ -92,7 +94,7 @@ def test_fake_engine_runs_what_it_can_skips_the_rest_and_round_trips(tmp_path):
     result = matrix("", engine="fake", prompts=(("a", "hello world"), ("b", "another prompt")), runs=3)
     axes = by_axis(result)
     assert list(axes) == list(AXES)
-    assert [a.axis for a in result.ran] == ["determinism", "prefill-decode"]
+    assert [a.axis for a in result.ran] == ["determinism", "prefill-decode", "verify", "process"]
     assert axes["batch"].skipped.startswith("the fake engine does not declare the 'batch' ability")
     assert axes["threads"].status == "skipped" and not axes["threads"].probes
     assert axes["determinism"].prompts == ["a", "b"] and len(axes["determinism"].probes) == 2
@@ -121,7 +123,7 @@ def test_fake_engine_runs_what_it_can_skips_the_rest_and_round_trips(tmp_path):
 
     record = record_from_result(result, machine="test-machine", commit="0123456789abcdef", commit_date=None)
     metrics = record.metrics
-    assert sorted(metrics) == ["determinism", "prefill-decode"]
+    assert sorted(metrics) == ["determinism", "prefill-decode", "process", "verify"]
     assert metrics["determinism"]["bit_exact_share"].value == 100.0
     assert metrics["prefill-decode"]["argmax flips"].value == 0.0 and metrics["prefill-decode"]["kld_p99"].value == 0
     assert record.manifest["result_kind"] == "invariance-matrix"
@@ -181,7 +183,8 @@ def test_a_planted_batch_bucket_is_found_on_the_batch_axis_alone(monkeypatch):
     # the axes that run no batch: llama.cpp's own bits (prefill-decode: its own difference, not planted; measured:
     # 2 of 14 rows on this prompt)
     others = {a.axis: a.status for a in result.ran if a.axis not in ("batch", "prefill-decode")}
-    assert others == {"determinism": "invariant", "chunked-prefill": "invariant", "threads": "invariant"}
+    assert others == {"determinism": "invariant", "chunked-prefill": "invariant", "threads": "invariant",
+                      "verify": "invariant", "process": "invariant"}
     assert result.status == "not invariant"
 
 
@@ -248,7 +251,10 @@ def test_a_server_runs_determinism_on_its_top_k_and_skips_the_rest():
         "batch": "the openai engine does not declare the 'batch' ability",
         "prefill-decode": "the openai engine does not declare the 'sessions' ability",
         "chunked-prefill": "the openai engine does not declare the 'chunked-prefill' ability",
-        "threads": "the openai engine does not declare the 'threads' ability"}
+        "threads": "the openai engine does not declare the 'threads' ability",
+        "verify": "the openai engine does not declare the 'sessions' ability",
+        "process": "the openai engine runs each workload out of process by itself (a command run, a server request): "
+                   "there is no engine process of logitlab's to start fresh or keep warm"}
     (_, check), = axes["determinism"].checks()
     assert isinstance(check.comparison, TopKComparison) and check.word == "bit-exact"
     assert result.status == "invariant" and axes["determinism"].rows == (5 + 3, 5 + 3)
@@ -288,3 +294,86 @@ def test_speed_measures_the_cost_of_the_mode():
     metrics = record_from_result(result, machine="m", commit="0123456789abcdef", commit_date=None).metrics
     assert sorted(metrics) == ["determinism", "speed"] and set(metrics["speed"]) == {"decode", "prefill"}
     assert metrics["speed"]["decode"].value == pytest.approx(decode.ratio) and metrics["speed"]["decode"].samples
+
+
+# -- verify (M=1 vs M=K) and process (a fresh process vs a warm one) ---------------------------------------
+def test_verify_and_process_axes_declare_what_they_need():
+    """verify needs sessions, process full logits from an engine process of logitlab's own; checked on the classes
+    (no model loaded)."""
+    from logitlab.engines.command import CommandEngine
+    from logitlab.engines.ortgenai import OrtGenAiEngine
+
+    assert [a for a in AXES if skip_reason(OrtGenAiEngine, a) is None] == ["determinism", "prefill-decode", "verify",
+                                                                           "process"]
+    assert skip_reason(CommandEngine, "verify") is None  # sessions: one command run per call
+    assert skip_reason(CommandEngine, "process") == (
+        "the cmd engine runs each workload out of process by itself (a command run, a server request): there is no "
+        "engine process of logitlab's to start fresh or keep warm")
+    with pytest.raises(InputError, match=r"--tokens must be at least 2 \(the verify axis scores greedy tokens in "
+                                         r"blocks of K; leave it out of --axes for fewer\), got 1"):
+        matrix("", engine="fake", n_decode=1)
+    matrix("", engine="fake", n_decode=1, axes=("process",))  # fewer tokens without the verify axis
+
+
+@pytest.mark.engine
+def test_llamacpp_verify_and_process_axes_report_their_numbers():
+    """llama.cpp on two prompts, 8 greedy tokens: M=4 verify blocks vs M=1 decode, and a fresh engine process vs one
+    that served another prompt first. Measured on this CPU (AMD EPYC, AVX-512, 2026-12-05): verify bit-exact on the
+    12-token prompt, 3 of 8 rows differ on the 57-token built-in one (the second block's rows 1-3, positions 62-64;
+    max |Δ| 0.79, noise, no argmax flip); process bit-exact on both (20 and 65 rows)."""
+    result = matrix(prompts=(("short", SHORT_PROMPT), ("built-in", DEFAULT_PROMPT)), axes=("verify", "process"),
+                    n_decode=8)
+    axes = by_axis(result)
+    verify, process = axes["verify"], axes["process"]
+    assert [a.axis for a in result.ran] == ["verify", "process"]
+    assert [c.name for _, c in verify.checks()] == ["M=4 vs M=1", "M=4 vs M=1"]
+    assert verify.rows[1] == 8 + 8  # one row per greedy token, per prompt
+    assert all(p.details["k"] == 4 for p in verify.probes) and verify.detection is not None
+    assert [c.name for _, c in process.checks()] == ["warm vs fresh", "warm vs fresh"]
+    assert process.rows == (12 + 8 + 57 + 8, 12 + 8 + 57 + 8)  # every position of both runs, bit-exact
+    assert process.status == "invariant" and process.first_divergence is None
+    (_, short), (_, builtin) = verify.checks()
+    assert short.word == "bit-exact"
+    assert builtin.word in ("bit-exact", "ulp-noise", "noise", "near-tie")  # rounding at most, on every CPU
+    if CPU_AVX512:
+        assert builtin.word == "noise" and builtin.comparison.differing_rows == 3 and not builtin.comparison.flips
+        assert verify.first_divergence == {"prompt": "built-in", "check": "M=4 vs M=1", "position": 5}
+        assert verify.status == "not invariant" and result.worst is verify
+    md = report.markdown(result)
+    assert "| verify | M=4 verify blocks vs M=1 decode calls |" in md
+    assert "| process | a warm engine process (after another prompt's run) vs a freshly started one |" in md
+    if CPU_AVX512:
+        assert "| verify | **noise** | 81.2 % (13/16) |" in md.replace("\\", "")
+        assert "built-in, M=4 vs M=1, pos 62 |" in md  # decode row 5 after the 57-token prompt
+
+
+def test_planted_faults_are_found_on_their_axis_alone():
+    """A verify kernel that moves every 7th logit (fake-verify) is caught by the verify axis alone; state that
+    follows the widest forward an engine process has run (fake-widest) by the process axis alone
+    (tests/planted_engines.py). Both results round-trip through JSON and render again byte for byte."""
+    import planted_engines
+
+    with planted_engines.registered():
+        bumped = matrix("", engine="fake-verify", prompts=(("p", "hello world"),), n_decode=6, runs=2)
+        widest = matrix("", engine="fake-widest", prompts=(("p", "hello world"),), n_decode=6, runs=2)
+    statuses = {a.axis: a.status for a in bumped.ran}
+    assert statuses == {"determinism": "invariant", "prefill-decode": "invariant", "verify": "not invariant",
+                        "process": "invariant"}
+    verify = by_axis(bumped)["verify"]
+    (_, check), = verify.checks()
+    assert check.name == "M=4 vs M=1" and check.comparison.differing_rows == 6  # every verify row moved
+    assert check.comparison.max_abs_diff == pytest.approx(float(planted_engines.BUMP), rel=1e-2)
+    assert verify.first_divergence == {"prompt": "p", "check": "M=4 vs M=1", "position": 0}
+    assert bumped.worst is verify
+    statuses = {a.axis: a.status for a in widest.ran}
+    assert statuses == {"determinism": "invariant", "prefill-decode": "invariant", "verify": "invariant",
+                        "process": "not invariant"}
+    process = by_axis(widest)["process"]
+    (_, check), = process.checks()
+    assert check.comparison.differing_rows == 11 + 6  # every row: the warm process ran a 15-token prompt first
+    assert check.details["warmup_prompt_tokens"] == 11 + 4 and widest.worst is process
+    for result in (bumped, widest):
+        data = result.to_dict()
+        again = report.load_result(json.loads(json.dumps(data)))
+        assert again.to_dict() == data and report.markdown(again) == report.markdown(result)
+        assert report.html(again) == report.html(result)

@@ -213,7 +213,7 @@ def test_plotted_data_of_a_crafted_comparison(context, tmp_path):
 
 
 def test_the_invariance_matrix_figure_draws_one_cell_per_axis(context, tmp_path):
-    """The matrix's figure in a real browser (a fake engine's matrix: two axes ran, three skipped): one visible
+    """The matrix's figure in a real browser (a fake engine's matrix: four axes ran, three skipped): one visible
     cell per axis, at a real size, no console error."""
     from logitlab import report
     from logitlab.engines.variant import parse_variant
