@@ -272,7 +272,8 @@ class AxisResult(_JudgedByWorst):
     @property
     def first_divergence(self) -> dict[str, Any] | None:
         """The earliest differing position over every check: ``prompt``, ``check``, ``position`` (the check's row:
-        in a stacked batch check, row c×n+p is copy c, position p); None where every check is bit-exact."""
+        in a stacked batch check, row c×n+p is copy c, position p; in a ``verify`` check, row i is position
+        ``details["row_offset"]`` + i); None where every check is bit-exact."""
         found = [(c.comparison.first_mismatch["position"], name, c) for name, c in self.checks()
                  if c.comparison.first_mismatch]
         if not found:
@@ -281,7 +282,9 @@ class AxisResult(_JudgedByWorst):
         def order(item: tuple[int, str, Check]) -> tuple[int, int]:  # a stacked batch check: by position, then copy
             position, _, check = item
             stacked = check.details.get("stacked")
-            return tuple(reversed(divmod(position, int(stacked["length"])))) if stacked else (position, 0)
+            if stacked:
+                return tuple(reversed(divmod(position, int(stacked["length"]))))
+            return position + int(check.details.get("row_offset", 0)), 0  # verify: decode row i is n_prompt + i
         position, name, check = min(found, key=order)
         return {"prompt": name, "check": check.name, "position": int(position)}
 
