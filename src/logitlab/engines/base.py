@@ -39,6 +39,8 @@ ABILITIES: dict[str, str] = {
                "compares",
     "chunked-prefill": "its prefill can be cut into chunks (micro-batches) by an option: "
                        "AXIS_SETTINGS['chunked-prefill'] names the settings an invariance matrix compares",
+    "concurrent-requests": "background_requests(count): other requests in flight at the same moment (a server)",
+    "prefix-cache": "greedy_request(..., prefix_cache=): one request with the prompt's prefix from its cache or not",
 }
 
 #: The abilities that an invariance matrix runs as an option sweep: each needs ``Engine.AXIS_SETTINGS[ability]``.
@@ -420,6 +422,36 @@ class Engine:
     def open_recompute_session(self) -> Session:
         """A session that recomputes the whole sequence on every call (the ``recompute`` ability)."""
         self.require("recompute", "a recomputing session")
+        raise NotImplementedError
+
+    def background_requests(self, count: int) -> Any:
+        """A context manager: ``count`` other requests (other prompts) in flight while its block runs, each sent
+        again as it finishes (the ``concurrent-requests`` ability). Entering it returns an object whose
+        ``summary()`` (a dict) says what ran beside the block.
+
+        Raises:
+            InputError: the engine has no such ability, or cannot run ``count`` requests beside one more.
+        """
+        self.require("concurrent-requests", "requests in flight at the same moment")
+        raise NotImplementedError
+
+    def greedy_request(self, prompt_ids: Sequence[int], n_decode: int, *, prefix_cache: bool) -> tuple[list[int], Any]:
+        """One greedy request as the server answers it (the ``prefix-cache`` ability).
+
+        Args:
+            prompt_ids: the prompt's token ids.
+            n_decode: tokens to generate.
+            prefix_cache: False: the server evaluates the whole prompt (a cache miss); True: it may take the
+                prompt's prefix from its cache (a hit, where an earlier request left it there).
+
+        Returns:
+            ``(generated ids, rows)``: rows a :class:`~logitlab.engines.topk.TopKRows`, row t the top-k
+            log-probabilities (nats) of the distribution that chose generated token t (decode step t).
+
+        Raises:
+            InputError: the engine has no such ability, or cannot be asked for a miss.
+        """
+        self.require("prefix-cache", "a request with and without the prefix cache")
         raise NotImplementedError
 
     def close(self) -> None:

@@ -101,7 +101,7 @@ class OpenAIEngine(Engine):
 
     name = "openai"
     TARGET_OPTION = "url"
-    ABILITIES = frozenset({"workload"})
+    ABILITIES = frozenset({"workload", "concurrent-requests", "prefix-cache"})
     EXTRA = "server"  # LIBRARIES: none, an HTTP client of the standard library
     OPTIONS = {
         "url": (_url, "base URL of the API, e.g. http://127.0.0.1:8080/v1 (--engine openai:URL)"),
@@ -316,6 +316,40 @@ class OpenAIEngine(Engine):
                                               "max_tokens": 1, "temperature": 0})
         else:
             self.dialect.step([sequence[0] - 1 if sequence[0] > 0 else sequence[0] + 1])
+
+    def greedy_request(self, prompt_ids: Sequence[int], n_decode: int, *, prefix_cache: bool) -> tuple[list[int], Any]:
+        """One greedy completion with its top-k rows (see :meth:`Engine.greedy_request`); llama-server only
+        (``cache_prompt``: a miss evaluates the whole prompt).
+
+        Raises:
+            InputError: another server (no per-request switch of its prefix cache here).
+        """
+        from logitlab.engines.topk import TopKRows
+
+        if self.server.kind != "llama-server":
+            raise InputError(f"a prefix-cache miss on demand needs llama-server (cache_prompt); the server at "
+                             f"{self.url} is {self.server.text()}")
+        prompt = [int(t) for t in prompt_ids]
+        generation = self.dialect.generate(prompt, n_decode, cache=prefix_cache)
+        return self._generated_ids(prompt, generation), TopKRows.from_mappings(
+            [entry.top for entry in generation.entries], self.k)
+
+    def background_requests(self, count: int) -> Any:
+        """``count`` greedy completions of other prompts in flight while the block runs
+        (:class:`~logitlab.engines.servers.background.BackgroundRequests`; on llama-server pinned to slots
+        1..count).
+
+        Raises:
+            InputError: ``count`` below 1, or a llama-server with fewer than ``count + 1`` slots.
+        """
+        from logitlab.engines.servers.background import BACKGROUND_PROMPTS, BackgroundRequests, check_slots
+
+        check_slots(count, self.server.slots if self.server.kind == "llama-server" else None, self.url)
+        client = self.client
+        prompts = [self._prompt_of(self.tokenize(text)) for text in BACKGROUND_PROMPTS[:count]]
+        return BackgroundRequests(lambda: ServerClient(self.url, timeout=client.timeout, retries=0,
+                                                       api_key=client.api_key), self.server.kind, self.model,
+                                  prompts, count)
 
     def run_workload(self, prompt_ids: Sequence[int], n_decode: int, replay: Sequence[int] | None) -> Any:
         """Generate (reference) or take ``replay``, then score the whole sequence; returns a ``RunOutput``.

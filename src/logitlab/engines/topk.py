@@ -108,6 +108,10 @@ class TopKRows:
     def n_positions(self) -> int:
         return len(self.keys)
 
+    def head(self, n: int) -> "TopKRows":
+        """The first ``n`` positions' rows (all of them when there are fewer)."""
+        return TopKRows(tuple(self.keys[:n]), tuple(self.values[:n]), self.requested_k)
+
     def to_dict(self) -> dict[str, Any]:
         return {"keys": [None if k is None else list(k) for k in self.keys],
                 "values": [None if v is None else list(v) for v in self.values],

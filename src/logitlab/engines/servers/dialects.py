@@ -132,13 +132,14 @@ class LlamaServerDialect(Dialect):
     name = "llama-server"
     endpoint = "POST /completion (llama-server native: n_probs, cache_prompt, id_slot 0)"
 
-    def _native(self, prompt: list[int], n: int) -> tuple[dict, float]:
-        body = {"prompt": [int(t) for t in prompt], "n_predict": n, "n_probs": self.k, "cache_prompt": True,
+    def _native(self, prompt: list[int], n: int, cache: bool = True) -> tuple[dict, float]:
+        body = {"prompt": [int(t) for t in prompt], "n_predict": n, "n_probs": self.k, "cache_prompt": cache,
                 "id_slot": 0, "return_tokens": True, **GREEDY}
         return self.client.post("/completion", body, root=True)
 
-    def generate(self, prompt: list[int], n: int) -> Generation:
-        data, seconds = self._native(prompt, n)
+    def generate(self, prompt: list[int], n: int, cache: bool = True) -> Generation:
+        """``cache`` False: ``cache_prompt`` off, the whole prompt evaluated (a prefix-cache miss)."""
+        data, seconds = self._native(prompt, n, cache)
         entries = llama_native_entries(data)
         tokens = [int(t) for t in data.get("tokens") or []]
         return Generation(tokens, data.get("content") or "", entries, seconds,
