@@ -150,6 +150,7 @@ def test_invariance_matrix_runs_determinism_and_skips_the_axes_a_server_cannot_r
     out, page = tmp_path / "m.json", tmp_path / "m.html"
     proc = subprocess.run([sys.executable, "-m", "logitlab", "invariance", "matrix", "--engine",
                            f"openai:{servers['off']}/v1", "--prompt", SHORT_PROMPT, "--tokens", "3", "--runs", "3",
+                           "--axes", "determinism,batch,prefill-decode,chunked-prefill,threads",
                            "--quiet", "--json", str(out), "--html", str(page), "--require", "bit-exact"],
                           capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -193,3 +194,81 @@ def test_a_prefix_cache_hit_that_changes_the_greedy_text_is_not_invariant(server
     assert data["status"] == "not invariant"
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith(
         "error: not invariant: determinism: 2 unique greedy texts of 3 runs"), proc.stderr
+
+
+#: The 17-token prompt of stop 49 (the first 17 tokens of the built-in prompt).
+PROMPT_17 = "The lighthouse keeper had kept a journal for thirty years. Every evening he wrote down the"
+
+
+@pytest.fixture(scope="module")
+def parallel(model_path, tmp_path_factory):
+    """A llama-server with 4 slots (``-np 4``, 256 tokens of context each): room for 3 requests beside a measured
+    one; its root URL."""
+    with llama_server(model_path, tmp_path_factory.mktemp("llama-server-np4"),
+                      ["-c", "1024", "-np", "4", "-t", "1", "-tb", "1", "-fa", "off"]) as url:
+        yield url
+
+
+def test_server_axes_run_concurrent_requests_and_a_prefix_cache_hit_vs_a_miss(parallel, tmp_path):
+    """``--axes concurrent,prefix-cache`` against a 4-slot llama-server, two prompts, 3 runs each.
+
+    concurrent: run 1 alone, runs 2..3 each while 2 other requests (other prompts, slots 1..2) are in flight; the
+    numbers are reported (measured here: bit-exact, 1 unique array of 3 runs: llama.cpp's CPU kernels gave the
+    same rows for the measured slot's tokens batched with the others').
+    prefix-cache: the stop-49 finding on its own axis: on the 17-token prompt, the request on a miss (the whole
+    prompt evaluated in one batch) generates " number of hours he had spent at the", both hits (16 tokens from the
+    cache, the last one evaluated alone) " number of hours he spent at the lighthouse": a different token at
+    decode step 4, and the generation's rows differ from the first decode step on."""
+    out, md = tmp_path / "m.json", tmp_path / "m.md"
+    proc = subprocess.run([sys.executable, "-m", "logitlab", "invariance", "matrix", "--engine",
+                           f"openai:{parallel}/v1", "--axes", "concurrent,prefix-cache", "--prompt", PROMPT_17,
+                           "--prompt", SHORT_PROMPT, "--tokens", "8", "--runs", "3", "--background", "2", "--quiet",
+                           "--json", str(out), "--markdown", str(md)], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    print(proc.stdout)
+    data = json.loads(out.read_text())
+    summary = {a["axis"]: a for a in data["axes_summary"]}
+    assert [a["axis"] for a in data["axes_summary"]] == ["concurrent", "prefix-cache"]
+    # concurrent: every probe ran 3 runs, the loaded ones beside background requests that were answered
+    concurrent = data["axes"][0]
+    for probe in concurrent["probes"]:
+        assert probe["details"]["runs"] == 3 and probe["details"]["alone"] == [1]
+        assert probe["details"]["under_load"] == [2, 3] and probe["details"]["background"] == 2
+        assert [load["errors"] for load in probe["details"]["loads"]] == [[], []]
+        assert all(load["completed"] >= 1 for load in probe["details"]["loads"]), probe["details"]["loads"]
+        assert probe["checks"] and probe["checks"][0]["comparison"]["scope"] == "top-k"
+    assert summary["concurrent"]["rows"] > 0 and summary["concurrent"]["verdict"] is not None
+    assert [d["runs"] for d in summary["concurrent"]["distinct"]] == [3, 3]
+    # prefix-cache: the 17-token prompt's miss and hits part at decode step 4
+    probe17, probe12 = data["axes"][1]["probes"]
+    assert probe17["details"]["miss"] == [1] and probe17["details"]["hit"] == [2, 3]
+    assert probe17["details"]["text_groups"] == [
+        {"runs": [1], "text": " number of hours he had spent at the"},
+        {"runs": [2, 3], "text": " number of hours he spent at the lighthouse"}]
+    (check,) = probe17["checks"]
+    assert check["name"] == "runs 2, 3" and check["details"]["first_differing_token"] == 4
+    assert check["details"]["rows_compared"] == 5  # decode steps 0..4: the row that chose the other token included
+    assert probe17["status"] == "not invariant" and probe17["verdict"]["word"] != "bit-exact"
+    first = summary["prefix-cache"]["first_divergence"]
+    assert first["prompt"] == "prompt-1" and first["check"] == "runs 2, 3"
+    print(f"prefix-cache, 17 tokens: {probe17['verdict']['word']}, first differing row: decode step "
+          f"{first['position']}; 12 tokens: {probe12['verdict']['word']}, "
+          f"{probe12['details']['distinct_texts']} greedy text(s)")
+    text = md.read_text()
+    assert "| prefix-cache |" in text and "decode step" in text
+    assert "run 1 a prefix-cache miss vs runs 2..3 hits" in text
+
+
+def test_concurrent_is_skipped_with_its_reason_on_a_one_slot_server(servers, tmp_path):
+    """The openai engine declares concurrent requests, but a llama-server with one slot cannot run any beside the
+    measured one: the axis is skipped with the reason (start it with --parallel), nothing is compared."""
+    out = tmp_path / "m.json"
+    proc = subprocess.run([sys.executable, "-m", "logitlab", "invariance", "matrix", "--engine",
+                           f"openai:{servers['off']}/v1", "--axes", "concurrent", "--prompt", SHORT_PROMPT,
+                           "--tokens", "2", "--quiet", "--json", str(out)], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (axis,) = json.loads(out.read_text())["axes_summary"]
+    assert axis["status"] == "skipped" and axis["skipped"] == (
+        f"the server at {servers['off']}/v1 has 1 slot(s): 3 background request(s) beside the measured one need 4 "
+        "(llama-server --parallel 4)")

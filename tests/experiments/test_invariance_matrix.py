@@ -20,6 +20,8 @@ LLAMA = "n_threads=1,n_threads_batch=1"  # 2 batch threads on a busy 2-core mach
 #: The first 17 tokens of the built-in prompt: n_ubatch=4 cuts them 4+4+4+4+1, and the last one-row chunk runs
 #: other kernels than one 17-row forward (measured: 3 of its 19 rows differ with 2 greedy tokens; a 12-, 16-, 20-
 #: or 57-token prompt: none, at 1 and at 2 threads).
+#: The axes an in-process engine can have (the rest are a server's).
+LOCAL_AXES = ("determinism", "batch", "prefill-decode", "chunked-prefill", "threads")
 PROMPT_17 = "The lighthouse keeper had kept a journal for thirty years. Every evening he wrote down the"
 
 
@@ -44,7 +46,7 @@ def test_engines_declare_their_axes():
     from logitlab.engines.hf import HfEngine
     from logitlab.engines.llamacpp import LlamaCppEngine
 
-    assert all(skip_reason(LlamaCppEngine, axis) is None for axis in AXES)
+    assert [a for a in AXES if skip_reason(LlamaCppEngine, a) is None] == list(LOCAL_AXES)
     assert [a for a in AXES if skip_reason(HfEngine, a) is None] == ["determinism", "batch", "prefill-decode",
                                                                       "threads", "verify", "process"]
     assert skip_reason(HfEngine, "chunked-prefill").startswith(
@@ -53,8 +55,12 @@ def test_engines_declare_their_axes():
                                                                          "process"]
     from logitlab.engines.openai import OpenAIEngine
 
-    # a server: whole requests, top-k log-probabilities; determinism only
-    assert [a for a in AXES if skip_reason(OpenAIEngine, a) is None] == ["determinism"]
+    # a server: whole requests, top-k log-probabilities; determinism and the server axes
+    assert [a for a in AXES if skip_reason(OpenAIEngine, a) is None] == ["determinism", "concurrent", "prefix-cache"]
+    # a local engine: the server axes skipped, each with its reason
+    assert skip_reason(LlamaCppEngine, "concurrent") == ("the llamacpp engine does not declare the "
+                                                         "'concurrent-requests' ability")
+    assert skip_reason(HfEngine, "prefix-cache") == "the hf engine does not declare the 'prefix-cache' ability"
     assert skip_reason(OpenAIEngine, "prefill-decode") == "the openai engine does not declare the 'sessions' ability"
     assert skip_reason(OpenAIEngine, "verify") == "the openai engine does not declare the 'sessions' ability"
 
@@ -164,7 +170,7 @@ def test_a_planted_batch_bucket_is_found_on_the_batch_axis_alone(monkeypatch):
     finally:
         bucket_engine.unregister()
     axes = by_axis(result)
-    assert [a.axis for a in result.ran] == list(AXES)  # every axis: the adapter's abilities are llama.cpp's
+    assert [a.axis for a in result.ran] == list(LOCAL_AXES)  # every local axis: the adapter's abilities are llama.cpp's
     batch = axes["batch"]
     words = check_words(batch)
     assert list(words) == ["B=1 again", "B=2", "B=3", "B=4"]
@@ -244,7 +250,7 @@ def test_a_server_runs_determinism_on_its_top_k_and_skips_the_rest():
     from logitlab.numerics.topk import TopKComparison
 
     with stub_server(Stub) as (url, _):
-        result = matrix("", engine=f"openai:{url}", prompts=(("p", "hello"),), runs=3, n_decode=3)
+        result = matrix("", engine=f"openai:{url}", prompts=(("p", "hello"),), runs=3, n_decode=3, axes=LOCAL_AXES)
     axes = by_axis(result)
     assert [a.axis for a in result.ran] == ["determinism"]
     assert {a.axis: a.skipped for a in result.axes if a.skipped} == {
@@ -265,6 +271,34 @@ def test_a_server_runs_determinism_on_its_top_k_and_skips_the_rest():
     md = report.markdown(again)
     assert "determinism: on the returned top-k log-probabilities only (KLD a lower bound)" in md
     assert "the runs are compared on those (not on full logits)" in md
+
+
+@pytest.mark.engine
+def test_a_stub_server_runs_concurrent_and_skips_prefix_cache_without_llama_server():
+    """The server axes against a stub (not llama-server): ``concurrent`` runs (run 1 alone, runs 2..3 beside 2
+    background requests, which the threaded stub answers), bit-exact on the returned top-k; ``prefix-cache`` needs
+    llama-server's per-request switch and is skipped with that reason, not an error."""
+    import sys
+
+    sys.path.insert(0, str(TESTS / "engines"))
+    from server_stubs import Stub, stub_server
+
+    with stub_server(Stub) as (url, _):
+        result = matrix("", engine=f"openai:{url}", prompts=(("p", "hello"),), runs=3, n_decode=3, background=2,
+                        axes=("concurrent", "prefix-cache"))
+    axes = by_axis(result)
+    assert [a.axis for a in result.ran] == ["concurrent"]
+    assert axes["prefix-cache"].skipped.startswith("a prefix-cache miss on demand needs llama-server (cache_prompt)")
+    (probe,) = axes["concurrent"].probes
+    assert probe.details["alone"] == [1] and probe.details["under_load"] == [2, 3]
+    assert [load["count"] for load in probe.details["loads"]] == [2, 2]
+    assert all(load["completed"] >= 1 and not load["errors"] for load in probe.details["loads"])
+    assert axes["concurrent"].verdict_word == "bit-exact" and axes["concurrent"].status == "invariant"
+    assert axes["concurrent"].distinct() == [{"prompt": "p", "runs": 3, "logits": 1, "texts": 1}]
+    md = report.markdown(result)
+    assert "| concurrent | run 1 alone vs runs 2..3 each beside 2 other requests in flight: 1 unique logit array " \
+           "of 3 runs, 1 unique greedy text |" in md
+    assert "- prefix-cache: a prefix-cache miss on demand needs llama-server" in md
 
 
 def test_speed_measures_the_cost_of_the_mode():

@@ -18,7 +18,7 @@ from logitlab.engines.variant import parse_env, parse_variant
 from logitlab.errors import Interrupted
 
 #: The axes, as ``--help`` lists them (the experiment's ``AXES``, kept here so that --help imports no experiment).
-AXES_HELP = "determinism, batch, prefill-decode, chunked-prefill, threads, verify, process"
+AXES_HELP = "determinism, batch, prefill-decode, chunked-prefill, threads, verify, process, concurrent, prefix-cache"
 
 
 def parse_axes(text: str | None) -> tuple[str, ...] | None:
@@ -42,8 +42,9 @@ def matrix_prompts(opts: dict[str, Any]) -> list[Any]:
 
 @click.command("matrix")
 @click.option("--engine", default=DEFAULT_ENGINE, show_default=True,
-              help="Engine: llamacpp (every axis), hf (no chunked-prefill), ortgenai (determinism, "
-                   "prefill-decode, verify, process), openai:URL (determinism, on the server's top-k).")
+              help="Engine: llamacpp (every local axis), hf (no chunked-prefill), ortgenai (determinism, "
+                   "prefill-decode, verify, process), openai:URL (determinism, concurrent, prefix-cache; on the "
+                   "server's top-k).")
 @click.option("--model", default=None, help="Model file or folder (default: the embedded SmolLM2-135M Q4_1 GGUF; "
                                             "hf de-quantises it).")
 @click.option("--variant", "--candidate", "spec", default="",
@@ -54,7 +55,10 @@ def matrix_prompts(opts: dict[str, Any]) -> list[Any]:
 @click.option("--axes", "axes", default=None, metavar="A,B,...",
               help=f"Axes to run (default: every axis the engine supports): {AXES_HELP}.")
 @click.option("--max-batch", type=int, default=4, show_default=True, help="batch: batch sizes 1..B.")
-@click.option("--runs", type=int, default=5, show_default=True, help="determinism: runs of the same greedy workload.")
+@click.option("--runs", type=int, default=5, show_default=True,
+              help="determinism, concurrent, prefix-cache: runs of the same greedy workload.")
+@click.option("--background", type=int, default=3, show_default=True,
+              help="concurrent: other requests in flight beside runs 2..R (llama-server: --parallel N+1 slots).")
 @click.option("--tokens", "n_decode", type=int, default=8, show_default=True,
               help="Greedy tokens after each prompt (every axis but batch, which runs the prompt alone).")
 @threshold_options
@@ -88,6 +92,8 @@ def matrix_command(**opts: Any) -> None:
     threads          1 vs 2 threads (llama.cpp n_threads, hf torch threads)
     verify           M=1 decode vs M=K verify blocks (K=4; needs --tokens >= 2)
     process          a fresh engine process vs a warm one (after another prompt)
+    concurrent       a server request alone vs beside N other requests
+    prefix-cache     a server request on a prefix-cache miss vs hits
 
     \b
     Examples:
@@ -101,7 +107,8 @@ def matrix_command(**opts: Any) -> None:
     variant = parse_variant(opts["spec"], "probe", default_engine=opts["engine"], default_model=opts["model"],
                             env=parse_env(opts["env"]), option="--variant")
     config = MatrixConfig(variant=variant, prompts=tuple(matrix_prompts(opts)), axes=parse_axes(opts["axes"]),
-                          max_batch=opts["max_batch"], runs=opts["runs"], n_decode=opts["n_decode"],
+                          max_batch=opts["max_batch"], runs=opts["runs"], background=opts["background"],
+                          n_decode=opts["n_decode"],
                           top_k=opts["top_k"], thresholds=thresholds_from(opts), detection=opts["detection"],
                           self_check=opts["self_check"], speed_repeats=opts["speed_repeats"],
                           speed=None if opts["speed_spec"] is None else parse_variant(

@@ -63,9 +63,9 @@ from logitlab.experiments.invariance_steps import (
     setting_text,
 )
 from logitlab.experiments.invariance_verify import VerifyAxis
+from logitlab.experiments.invariance_server import ServerProbes
 from logitlab.experiments.inverse_controls import Control, control, planted_token, rows_text, same_shapes
 from logitlab.experiments.isolation import SlotRunner
-from logitlab.engines.topk import TopKRows
 from logitlab.engines.workload import RunOutput, environment, run_workload
 from logitlab.manifest import build_manifest
 from logitlab.numerics import classify, compare_logits
@@ -91,10 +91,7 @@ def _topk_check(name: str, reference_text: str, observed_text: str, reference: R
                 n_rows: int, config: InvarianceConfig, details: dict[str, Any]) -> Check:
     """A check of two runs of an engine that returns only top-k log-probabilities, on their first ``n_rows``
     positions (no detection limit: it needs full logits)."""
-    def head(rows: TopKRows) -> TopKRows:
-        return TopKRows(tuple(rows.keys[:n_rows]), tuple(rows.values[:n_rows]), rows.requested_k)
-
-    comparison = compare_topk(head(reference.topk), head(observed.topk), top_k=config.top_k,
+    comparison = compare_topk(reference.topk.head(n_rows), observed.topk.head(n_rows), top_k=config.top_k,
                               token_ids=list(map(int, reference.input_ids[:n_rows])))
     return Check(name, reference_text, observed_text, comparison, classify(comparison, config.thresholds), details)
 
@@ -104,7 +101,7 @@ def _digest(array: np.ndarray) -> str:
 
 
 # -- probes ------------------------------------------------------------------------------
-class InvarianceProbe(VerifyAxis, ProcessAxis, Experiment):
+class InvarianceProbe(VerifyAxis, ProcessAxis, ServerProbes, Experiment):
     """Runs an :class:`InvarianceConfig`; :func:`run_invariance` is the one-call form."""
 
     KIND = "invariance"
@@ -144,7 +141,8 @@ class InvarianceProbe(VerifyAxis, ProcessAxis, Experiment):
                 else:
                     {"batch": self._batch, "prefill-decode": self._prefill_decode,
                      "determinism": self._determinism, "settings": self._settings, "verify": self._verify,
-                     "process": self._process}[cfg.probe](result, engine)
+                     "process": self._process, "concurrent": self._concurrent,
+                     "prefix-cache": self._prefix_cache}[cfg.probe](result, engine)
                 self._detect(result)
 
             return self.measure(result, body, on_stop=self._compare_runs_so_far, on_crash=self._crashed)

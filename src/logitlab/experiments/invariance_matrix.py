@@ -21,6 +21,10 @@ One variant, one or more prompts, and per **invariance axis** the probe of
     M=1 greedy decode vs M=K verify blocks (K=4; :mod:`~logitlab.experiments.invariance_verify`);
 ``process``
     a fresh engine process vs a warm one (:mod:`~logitlab.experiments.invariance_process`).
+``concurrent``, ``prefix-cache``
+    servers: the same request alone vs while ``background`` other requests are in flight, and on a prefix-cache
+    miss vs hits (:mod:`~logitlab.experiments.invariance_server`; an engine that cannot run them here is skipped
+    with the reason).
 
 An axis runs where the engine declares the ability it needs
 (:data:`AXIS_ABILITY`; the option axes also need the engine's
@@ -47,6 +51,7 @@ from logitlab.errors import InputError, Interrupted, LogitlabError, check_at_lea
 from logitlab.events import Event
 from logitlab.experiments.base import Experiment
 from logitlab.experiments.invariance import Check, InvarianceConfig, InvarianceProbe, InvarianceResult, setting_text
+from logitlab.experiments.invariance_server import SERVER_PROBES, AxisUnavailable
 from logitlab.experiments.prompts import Prompt, check_unique
 from logitlab.jsonio import ResultRecord
 from logitlab.numerics import VERDICTS, Thresholds
@@ -57,13 +62,15 @@ __all__ = ["AXES", "AXIS_ABILITY", "MatrixConfig", "AxisResult", "InvarianceMatr
            "skip_reason", "axis_settings", "run_invariance_matrix"]
 
 #: The invariance axes, in the order they run and are reported.
-AXES = ("determinism", "batch", "prefill-decode", "chunked-prefill", "threads", "verify", "process")
+AXES = ("determinism", "batch", "prefill-decode", "chunked-prefill", "threads", "verify", "process", "concurrent",
+        "prefix-cache")
 #: The engine ability each axis needs (:data:`~logitlab.engines.base.ABILITIES`); ``determinism`` also runs on an
 #: engine that declares ``workload`` (whole runs: ``cmd``, ``openai``), on what it returns (a server: the top-k
 #: log-probabilities of each position).
 AXIS_ABILITY = {"determinism": "logits", "batch": "batch", "prefill-decode": "sessions",
                 "chunked-prefill": "chunked-prefill", "threads": "threads",
-                "verify": "sessions", "process": "logits"}
+                "verify": "sessions", "process": "logits", "concurrent": "concurrent-requests",
+                "prefix-cache": "prefix-cache"}
 
 
 def axis_settings(engine_cls: Any, axis: str) -> tuple[dict[str, str], ...]:
@@ -104,7 +111,8 @@ class MatrixConfig:
         prompts: the prompts, each run on every axis (names unique).
         axes: the axes selected (None: all of :data:`AXES`); those the engine cannot run are skipped.
         max_batch: ``batch``: batch sizes 1..B (>= 2).
-        runs: ``determinism``: runs R (>= 2).
+        runs: ``determinism``, ``concurrent``, ``prefix-cache``: runs R (>= 2).
+        background: ``concurrent``: other requests in flight beside runs 2..R (>= 1).
         n_decode: greedy tokens after the prompt (every axis but ``batch``, which runs the prompt alone; >= 2 with
             ``verify``).
         top_k: k of the top-k set agreement.
@@ -123,6 +131,7 @@ class MatrixConfig:
     axes: tuple[str, ...] | None = None
     max_batch: int = 4
     runs: int = 5
+    background: int = 3
     n_decode: int = 8
     top_k: int = 5
     thresholds: Thresholds = field(default_factory=Thresholds)
@@ -148,6 +157,7 @@ class MatrixConfig:
         if self.max_batch > 256:
             raise InputError(f"--max-batch must be at most 256, got {self.max_batch}")
         check_at_least("--runs", self.runs, 2)
+        check_at_least("--background", self.background, 1)
         check_at_least("--tokens", self.n_decode, 2 if "verify" in self.selected else 0,
                        "the verify axis scores greedy tokens in blocks of K; leave it out of --axes for fewer")
         check_at_least("--top-k", self.top_k, 1)
@@ -164,8 +174,9 @@ class MatrixConfig:
         common = {"prompt": prompt.text, "top_k": self.top_k, "thresholds": self.thresholds,
                   "detection": self.detection, "n_decode": self.n_decode,
                   "self_check": self.self_check and axis in ("determinism", "batch", "prefill-decode")}
-        if axis == "determinism":
-            return InvarianceConfig(probe="determinism", variant=self.variant, runs=self.runs, **common)
+        if axis in ("determinism", *SERVER_PROBES):
+            return InvarianceConfig(probe=axis, variant=self.variant, runs=self.runs, background=self.background,
+                                    **common)
         if axis == "batch":
             return InvarianceConfig(probe="batch", variant=self.variant,
                                     batch_sizes=tuple(range(1, self.max_batch + 1)), **common)
@@ -177,7 +188,7 @@ class MatrixConfig:
     def to_dict(self) -> dict[str, Any]:
         return {"variant": self.variant.to_dict(), "prompts": [p.to_dict() for p in self.prompts],
                 "axes": None if self.axes is None else list(self.axes), "max_batch": self.max_batch,
-                "runs": self.runs, "n_decode": self.n_decode, "top_k": self.top_k,
+                "runs": self.runs, "background": self.background, "n_decode": self.n_decode, "top_k": self.top_k,
                 "thresholds": dataclasses.asdict(self.thresholds), "detection": self.detection,
                 "self_check": self.self_check, "speed": None if self.speed is None else self.speed.to_dict(),
                 "speed_repeats": self.speed_repeats}
@@ -295,11 +306,12 @@ class AxisResult(_JudgedByWorst):
         return None if worst is None else worst.detection
 
     def distinct(self) -> list[dict[str, Any]]:
-        """``determinism``: per prompt, ``prompt``, ``runs``, ``logits`` and ``texts`` (distinct logit arrays and
-        greedy texts); empty for the other axes."""
+        """``determinism`` and the server axes: per prompt, ``prompt``, ``runs``, ``logits`` and ``texts`` (distinct
+        logit arrays, or top-k arrays on a server, and greedy texts); empty for the other axes."""
         return [{"prompt": name, "runs": p.details["runs"], "logits": p.details["distinct_logits"],
                  "texts": p.details["distinct_texts"]}
-                for name, p in zip(self.prompts, self.probes) if p.probe == "determinism" and p.details]
+                for name, p in zip(self.prompts, self.probes) if p.probe in ("determinism", *SERVER_PROBES)
+                and p.details]
 
     def summary(self) -> dict[str, Any]:
         """The axis's numbers as JSON types (the ``axes_summary`` of the result's JSON)."""
@@ -441,6 +453,9 @@ class InvarianceMatrix(Experiment):
                 probe = InvarianceProbe(cfg.probe_config(axis.axis, prompt, axis.settings), on_event=forward)
                 try:
                     probed = probe.run()
+                except AxisUnavailable as exc:  # declared, but not possible here (a server with one slot)
+                    axis.skipped = str(exc)
+                    continue
                 except LogitlabError as exc:  # Interrupted too: keep what the probe measured, then stop
                     if exc.partial is not None:
                         axis.prompts.append(prompt.name)

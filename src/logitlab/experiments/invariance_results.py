@@ -21,7 +21,7 @@ from logitlab.numerics import VERDICTS, LogitComparison, Thresholds, Verdict
 from logitlab.numerics.detection import DetectionLimits
 from logitlab.numerics.topk import TopKComparison
 
-PROBES = ("batch", "prefill-decode", "determinism", "settings", "verify", "process")
+PROBES = ("batch", "prefill-decode", "determinism", "settings", "verify", "process", "concurrent", "prefix-cache")
 PADDINGS = ("right", "left")
 FILLS = ("same", "mixed")
 
@@ -40,7 +40,8 @@ class InvarianceConfig:
         fill: ``batch``: ``same`` or ``mixed``; None: ``mixed`` on engines that pad
             (padding needs other lengths), ``same`` on llama.cpp (parallel sequences).
         n_decode: ``prefill-decode`` and ``determinism``: greedy tokens after the prompt.
-        runs: ``determinism``: runs R (>= 2).
+        runs: ``determinism``, ``concurrent``, ``prefix-cache``: runs R (>= 2).
+        background: ``concurrent``: requests in flight beside runs 2..R (>= 1).
         isolation: ``determinism``: ``session``, ``engine`` or ``process`` per run.
         settings: ``settings``: engine options merged into the variant's, one engine each, every one compared
             with the variant as given (``({"n_ubatch": "4"},)``).
@@ -59,6 +60,7 @@ class InvarianceConfig:
     fill: str | None = None
     n_decode: int = 16
     runs: int = 10
+    background: int = 3
     isolation: str = "session"
     settings: tuple[dict[str, str], ...] = ()
     top_k: int = 5
@@ -83,8 +85,9 @@ class InvarianceConfig:
         if self.fill is not None and self.fill not in FILLS:
             raise InputError(f"unknown --fill {self.fill!r}; valid: {', '.join(FILLS)}")
         check_at_least("--tokens", self.n_decode, 0)
-        if self.probe == "determinism":
+        if self.probe in ("determinism", "concurrent", "prefix-cache"):
             check_at_least("--runs", self.runs, 2)
+        check_at_least("--background", self.background, 1)
         if self.probe == "settings" and not self.settings:
             raise InputError("the settings probe needs at least one setting (engine options) to compare")
         if self.isolation not in ISOLATION_LEVELS:
@@ -137,7 +140,7 @@ class InvarianceResult(ResultRecord):
     inverse controls of ``--self-check`` (:class:`~logitlab.experiments.inverse_controls.Control`), a
     check's ``details["exercised"]`` / ``details["vacuous"]``, the derived ``vacuous`` and ``status``, and
     ``detection`` (the worst check's detection limits); the ``settings`` probe (``config["settings"]``, a check's
-    ``details["setting"]``).
+    ``details["setting"]``); the server probes ``concurrent`` and ``prefix-cache`` (``config["background"]``).
     """
 
     KIND: ClassVar[str] = "invariance"
@@ -198,7 +201,8 @@ class InvarianceResult(ResultRecord):
 
     @property
     def generation_differs(self) -> str | None:
-        """Determinism: why the runs are not invariant although every row compared is bit-exact (None otherwise).
+        """Determinism (and the server probes): why the runs are not invariant although every row compared is
+        bit-exact (None otherwise).
 
         Each run is compared up to its first different greedy token; with full logits a different greedy token
         shows as a differing row. An engine whose generation is not the path its scores come from (a server:
@@ -208,7 +212,7 @@ class InvarianceResult(ResultRecord):
         """
         details = self.details or {}
         texts, runs = details.get("distinct_texts", 1), details.get("runs")
-        if self.probe != "determinism" or texts <= 1 or not self.checks or \
+        if self.probe not in ("determinism", "concurrent", "prefix-cache") or texts <= 1 or not self.checks or \
                 not all(c.word == "bit-exact" for c in self.checks):
             return None
         return (f"{texts} unique greedy texts of {runs} runs, though every row compared (up to each run's first "

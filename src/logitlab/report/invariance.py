@@ -29,8 +29,11 @@ MAX_FLIPS = 10
 
 def position_label(check: Check, position: int) -> str:
     """A compared row as the user knows it: ``pos 33``, or ``copy 1 pos 33`` in a stacked batch check
-    (row c×n+p of B copies of an n-token prompt is copy c, position p); a check whose rows start after the prompt
-    (``verify``: decode row i) adds its ``details["row_offset"]``."""
+    (row c×n+p of B copies of an n-token prompt is copy c, position p), or ``decode step 4`` in a check of a
+    server's generation rows (``prefix-cache``: row t chose decode step t); a check whose rows start after the
+    prompt (``verify``: decode row i) adds its ``details["row_offset"]``."""
+    if check.details.get("decode_steps"):
+        return f"decode step {position}"
     stacked = check.details.get("stacked")
     if not stacked:
         return f"pos {position + int(check.details.get('row_offset', 0))}"

@@ -19,6 +19,9 @@ from logitlab.report.text import engine_rows, host_rows, fmt_num, plural, varian
 
 __all__ = ["matrix_document", "AXIS_HEADER", "axis_rows", "compared_text", "distinct_text", "matrix_figure_data"]
 
+#: What a server axis compares, in words (formatted with the matrix's config).
+SERVER_AXES = {"concurrent": "run 1 alone vs runs 2..{runs} each beside {background} other requests in flight",
+               "prefix-cache": "run 1 a prefix-cache miss vs runs 2..{runs} hits (the generation's rows)"}
 AXIS_HEADER = ("axis", "verdict", "identical rows", "max ULP", "KLD p99 / max", "first divergence", HEADLINE_HEADER)
 #: The columns of :func:`~logitlab.report.invariance.check_rows` the matrix's checks table keeps (name, verdict,
 #: rows differing, max |Δ|, KLD max, flips).
@@ -43,6 +46,8 @@ def compared_text(axis: AxisResult, config: dict[str, Any]) -> str:
     """What the axis compared, in words."""
     if axis.axis == "determinism":
         return distinct_text(axis) or f"{config['runs']} runs"
+    if axis.axis in SERVER_AXES:
+        return f"{SERVER_AXES[axis.axis].format(**config)}: " + (distinct_text(axis) or f"{config['runs']} runs")
     if axis.axis == "batch":
         return f"B = 1..{config['max_batch']} vs the prompt alone"
     if axis.axis == "prefill-decode":
@@ -164,7 +169,7 @@ def _header(result: InvarianceMatrixResult) -> KeyValues:
     ran = [a.axis for a in result.ran]
     workload = [f"{cfg['n_decode']} greedy tokens after each prompt" + (" (batch: the prompt alone)"
                                                                          if "batch" in ran else "")]
-    workload += [f"determinism {cfg['runs']} runs"] if "determinism" in ran else []
+    workload += [f"{axis} {cfg['runs']} runs" for axis in ("determinism", *SERVER_AXES) if axis in ran]
     workload += [f"batch B = 1..{cfg['max_batch']}"] if "batch" in ran else []
     rows.append(("workload", "; ".join(workload)))
     rows.append(("axes run", ", ".join(ran) if ran else "none"))
