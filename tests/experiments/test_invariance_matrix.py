@@ -322,6 +322,19 @@ def test_speed_measures_the_cost_of_the_mode():
     assert "### the mode's cost (--speed)" in md
     assert "candidate: the variant (fake: sleep=0.004); control: without the mode (fake: sleep=0.002)" in md
     assert "| decode |" in md and "slower" in md.split("### the mode's cost")[1]
+    # the cost apart: throughput (decode), latency (prefill time, the inverse of its tokens/s ratio), load time
+    from logitlab.report.invariance_matrix import cost_rows
+
+    rows = dict(cost_rows(again))
+    assert list(rows) == ["throughput", "latency", "load time"]
+    assert rows["throughput"].startswith(f"decode tokens/s, candidate / control: {decode.ratio:.3f} [")
+    prefill = ab.speed["prefill"]
+    assert rows["latency"].startswith(f"prefill time (≈ time to first token), candidate / control: "
+                                      f"{1 / prefill.ratio:.3f} [{1 / prefill.ci_high:.3f}, {1 / prefill.ci_low:.3f}]")
+    loads = ab.manifest["load_seconds"]
+    assert set(loads) == {"control", "candidate"} and all(v >= 0 for v in loads.values())
+    assert rows["load time"].endswith("(one load each: no interval)")
+    assert "| throughput | decode tokens/s" in md and "| load time | control " in md
     # --record: the mode's cost as a history series beside the axes'
     from logitlab.experiments.history.metrics import record_from_result
 

@@ -71,7 +71,7 @@ def matrix_prompts(opts: dict[str, Any]) -> list[Any]:
 @click.option("--speed", "speed_spec", default=None, metavar="SPEC",
               help="The variant without the mode (KEY=VALUE,... or [ENGINE:][MODEL][?...]): also run ab's paired "
                    "speed design, this as the control and --variant as the candidate, on the first prompt, and "
-                   "report the mode's cost (decode and prefill ratios with their 95 % intervals).")
+                   "report the mode's cost: throughput (decode), latency (prefill) and load time apart.")
 @click.option("--speed-repeats", type=int, default=3, show_default=True,
               help="--speed: ABBA/BAAB blocks (4 timed runs each).")
 @output_options()

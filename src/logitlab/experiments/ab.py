@@ -227,6 +227,7 @@ class AbExperiment(Experiment):
         self._probe_describe = probe.describe()
         self._detokenize = probe.detokenize
         manifest = build_manifest(self._probe_describe, cfg.control, cfg.candidate)
+        manifest["load_seconds"] = {label: round(engine.load_seconds, 4) for label, engine in loaded}
         result = AbResult(config=cfg.to_dict(), manifest=manifest, prompt_ids=prompt_ids,
                           generated_ids=[], generated_text="")
         if self._load_crash is not None:

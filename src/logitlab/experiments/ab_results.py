@@ -119,7 +119,7 @@ class AbResult(ResultRecord):
     noise ``floor`` and ``outside``; a run's ``crash`` (its engine died: the verdict ``crashed``);
     ``detection`` (the detection limits of the verdict's run, :mod:`logitlab.numerics.detection`; absent: None);
     ``controls`` (``--self-check``'s inverse control, :mod:`logitlab.experiments.inverse_controls`; absent: empty)
-    and the derived ``vacuous``.
+    and the derived ``vacuous``; ``manifest["load_seconds"]`` (each loaded engine's load wall time, s, by side).
 
     ``fingerprints``: per variant, the SHA-256 of the logits' bits of its first
     measured run (:meth:`~logitlab.engines.workload.RunOutput.fingerprint`):

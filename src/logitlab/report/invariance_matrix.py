@@ -17,7 +17,8 @@ from logitlab.report.document import Block, Bullets, Document, Figure, Heading, 
 from logitlab.report.invariance import check_rows, position_label
 from logitlab.report.text import engine_rows, host_rows, fmt_num, plural, variant_text
 
-__all__ = ["matrix_document", "AXIS_HEADER", "axis_rows", "compared_text", "distinct_text", "matrix_figure_data"]
+__all__ = ["matrix_document", "AXIS_HEADER", "axis_rows", "compared_text", "cost_rows", "distinct_text",
+           "matrix_figure_data"]
 
 #: What a server axis compares, in words (formatted with the matrix's config).
 SERVER_AXES = {"concurrent": "run 1 alone vs runs 2..{runs} each beside {background} other requests in flight",
@@ -193,19 +194,57 @@ def _verdict(result: InvarianceMatrixResult) -> list[Block]:
             Bullets(verdict.evidence, tight=True)]
 
 
+def _ratio_text(ratio: float | None, low: float | None, high: float | None, confidence: float | None) -> str:
+    if ratio is None:
+        return "n/a"
+    ci = f" [{low:.3f}, {high:.3f}] ({100 * confidence:.0f} % CI)" if low is not None and high is not None else ""
+    return f"{ratio:.3f}{ci}"
+
+
+def cost_rows(result: InvarianceMatrixResult) -> list[tuple[str, str]]:
+    """The mode's cost apart, as measured by ``--speed``'s ``ab`` (candidate: the variant; control: without the mode):
+    ``throughput`` (the decode tokens/s ratio, its interval), ``latency`` (the prefill time ratio, i.e. 1 / the prefill
+    tokens/s ratio, the interval's ends inverted; a server's prefill time is its scoring requests', not a time to
+    first token) and ``load time`` (each side's load seconds and their ratio: one load each, no interval). A phase
+    ``ab`` did not measure, or loads it did not record, are left out."""
+    ab = result.speed_result
+    if ab is None:
+        return []
+    rows = []
+    decode, prefill = ab.speed.get("decode"), ab.speed.get("prefill")
+    if decode is not None:
+        rows.append(("throughput", "decode tokens/s, candidate / control: "
+                     + _ratio_text(decode.ratio, decode.ci_low, decode.ci_high, decode.confidence)
+                     + f"; decode tokens/s: {decode.call}"))
+    if prefill is not None and prefill.ratio:
+        inverse = [None if v is None or v <= 0 else 1 / v for v in (prefill.ratio, prefill.ci_high, prefill.ci_low)]
+        rows.append(("latency", "prefill time (≈ time to first token), candidate / control: "
+                     + _ratio_text(*inverse, prefill.confidence) + f"; prefill tokens/s: {prefill.call}"))
+    loads = (ab.manifest or {}).get("load_seconds") or {}
+    if "control" in loads and "candidate" in loads:
+        control, candidate = loads["control"], loads["candidate"]
+        ratio = f"{candidate / control:.3f}" if control > 0 else "n/a"
+        rows.append(("load time", f"control {control:.3g} s, candidate {candidate:.3g} s, candidate / control "
+                                  f"{ratio} (one load each: no interval)"))
+    return rows
+
+
 def _speed(result: InvarianceMatrixResult) -> list[Block]:
-    """``--speed``: the mode's cost, ``ab``'s speed blocks (candidate: the variant; control: without the mode)."""
+    """``--speed``: the mode's cost, throughput, latency and load time apart (:func:`cost_rows`), then ``ab``'s speed
+    blocks (candidate: the variant; control: without the mode)."""
     ab = result.speed_result
     if ab is None:
         return []
     from logitlab.report.ab import speed_section
 
     cfg = result.config
+    rows = cost_rows(result)
     return [Heading("the mode's cost (--speed)", level=2),
             Paragraph(f"candidate: the variant ({variant_text(cfg['variant'])}); control: without the mode "
                       f"({variant_text(cfg['speed'])}); prompt {cfg['prompts'][0]['name']}, {ab.config['n_decode']} "
-                      f"greedy tokens, {plural(ab.config['repeats'], 'ABBA/BAAB block')}; a ratio under 1 is the "
-                      "mode's tax", tone="dim", tight=True),
+                      f"greedy tokens, {plural(ab.config['repeats'], 'ABBA/BAAB block')}; a tokens/s ratio under 1, "
+                      "a time ratio over 1, is the mode's tax", tone="dim", tight=True),
+            *([KeyValues(rows, header=("cost", "candidate / control"), tight=True)] if rows else []),
             *speed_section(ab)]
 
 
