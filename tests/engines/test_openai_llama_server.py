@@ -248,7 +248,8 @@ def test_server_axes_run_concurrent_requests_and_a_prefix_cache_hit_vs_a_miss(pa
     (check,) = probe17["checks"]
     assert check["name"] == "runs 2, 3" and check["details"]["first_differing_token"] == 4
     assert check["details"]["rows_compared"] == 5  # decode steps 0..4: the row that chose the other token included
-    assert probe17["status"] == "not invariant" and probe17["verdict"]["word"] != "bit-exact"
+    # the hits' argmax at decode step 4 flips where the miss's top two were 0.094 apart
+    assert probe17["status"] == "not invariant" and probe17["verdict"]["word"] == "near-tie"
     first = summary["prefix-cache"]["first_divergence"]
     assert first["prompt"] == "prompt-1" and first["check"] == "runs 2, 3"
     print(f"prefix-cache, 17 tokens: {probe17['verdict']['word']}, first differing row: decode step "
