@@ -21,7 +21,7 @@ LLAMA = "n_threads=1,n_threads_batch=1"  # 2 batch threads on a busy 2-core mach
 #: other kernels than one 17-row forward (measured: 3 of its 19 rows differ with 2 greedy tokens; a 12-, 16-, 20-
 #: or 57-token prompt: none, at 1 and at 2 threads).
 #: The axes an in-process engine can have (the rest are a server's).
-LOCAL_AXES = ("determinism", "batch", "prefill-decode", "chunked-prefill", "threads")
+LOCAL_AXES = ("determinism", "batch", "prefill-decode", "chunked-prefill", "threads", "verify", "process")
 PROMPT_17 = "The lighthouse keeper had kept a journal for thirty years. Every evening he wrote down the"
 
 
