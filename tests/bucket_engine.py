@@ -51,6 +51,7 @@ class BucketBatch(BatchRun):
 
 class BucketLlamaCpp(LlamaCppEngine):
     name = NAME
+    BATCH_BUCKETS = (THRESHOLD,)  # the planted bucket: batches of 1..THRESHOLD sequences, then the others
 
     def open_batch(self, max_sequences: int, max_tokens: int) -> BatchRun:
         return BucketBatch(super().open_batch(max_sequences, max_tokens))

@@ -157,8 +157,8 @@ def test_matrix_writes_json_markdown_and_report_renders_it_again(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--axes", "batch,speed"], "error: unknown invariance axis 'speed'; valid: determinism, batch, prefill-decode, "
-                                "chunked-prefill, threads, verify, process"),
+    (["--axes", "batch,speed"], "error: unknown invariance axis 'speed'; valid: determinism, batch, batch-position, "
+                                "prefill-decode, chunked-prefill, threads, verify, process"),
     (["--axes", ","], "error: --axes needs at least one axis"),
     (["--tokens", "1"], "error: --tokens must be at least 2 (the verify axis scores greedy tokens in blocks of K; "
                         "leave it out of --axes for fewer), got 1"),

@@ -21,7 +21,8 @@ LLAMA = "n_threads=1,n_threads_batch=1"  # 2 batch threads on a busy 2-core mach
 #: other kernels than one 17-row forward (measured: 3 of its 19 rows differ with 2 greedy tokens; a 12-, 16-, 20-
 #: or 57-token prompt: none, at 1 and at 2 threads).
 #: The axes an in-process engine can have (the rest are a server's).
-LOCAL_AXES = ("determinism", "batch", "prefill-decode", "chunked-prefill", "threads", "verify", "process")
+LOCAL_AXES = ("determinism", "batch", "batch-position", "prefill-decode", "chunked-prefill", "threads", "verify",
+              "process")
 PROMPT_17 = "The lighthouse keeper had kept a journal for thirty years. Every evening he wrote down the"
 
 
@@ -47,8 +48,8 @@ def test_engines_declare_their_axes():
     from logitlab.engines.llamacpp import LlamaCppEngine
 
     assert [a for a in AXES if skip_reason(LlamaCppEngine, a) is None] == list(LOCAL_AXES)
-    assert [a for a in AXES if skip_reason(HfEngine, a) is None] == ["determinism", "batch", "prefill-decode",
-                                                                      "threads", "verify", "process"]
+    assert [a for a in AXES if skip_reason(HfEngine, a) is None] == ["determinism", "batch", "batch-position",
+                                                                      "prefill-decode", "threads", "verify", "process"]
     assert skip_reason(HfEngine, "chunked-prefill").startswith(
         "the hf engine does not declare the 'chunked-prefill' ability")
     assert [a for a in AXES if skip_reason(FakeEngine, a) is None] == ["determinism", "prefill-decode", "verify",
@@ -79,13 +80,15 @@ def test_axis_settings_are_options_of_their_engine():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"axes": ("batch", "speed")}, "unknown invariance axis 'speed'; valid: determinism, batch, prefill-decode, "
-                                   "chunked-prefill, threads, verify, process"),
+    ({"axes": ("batch", "speed")}, "unknown invariance axis 'speed'; valid: determinism, batch, batch-position, "
+                                   "prefill-decode, chunked-prefill, threads, verify, process"),
     ({"axes": ()}, "--axes needs at least one axis"),
     ({"axes": ("batch", "batch")}, "--axes names 'batch' twice"),
     ({"max_batch": 1}, "--max-batch must be at least 2"),
     ({"runs": 1}, "--runs must be at least 2, got 1"),
     ({"speed_repeats": 0}, "--speed-repeats must be at least 1, got 0"),
+    ({"buckets": (0, 2)}, "--buckets sizes must be at least 1, got 0"),
+    ({"bucket_cap": 256}, "--bucket-cap must be below 256 (a batch runs at most 256 sequences), got 256"),
     ({"prompts": ()}, "the matrix needs at least one prompt"),
     ({"prompts": (Prompt("a", "x"), Prompt("a", "y"))}, "two prompts are named 'a'"),
 ])
@@ -94,6 +97,23 @@ def test_bad_config_is_one_clear_error(kwargs, message):
               **kwargs}
     with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
         run_invariance_matrix(MatrixConfig(**config))
+
+
+def test_batch_sizes_straddle_the_buckets_and_batch_position_holds_the_size():
+    """``batch``: 1..--max-batch and b-1, b, b+1 around every bucket b up to the cap (vLLM's capture sizes give
+    its 15/16/17); ``batch-position``: one batch size, the prompt moved through its slots (the batch probe's
+    ``slots``, on a mixed batch)."""
+    from logitlab.experiments.batch_buckets import engine_buckets, straddling_sizes
+    from logitlab.engines.llamacpp import LlamaCppEngine
+
+    assert straddling_sizes(4, (1, 2, 4, 8, 16, 32), 16) == (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17)
+    assert straddling_sizes(2, (2,), 16) == (1, 2, 3) and straddling_sizes(3, (), 16) == (1, 2, 3)
+    assert engine_buckets(LlamaCppEngine) == ()  # llama.cpp declares none
+    config = MatrixConfig(variant=parse_variant("", "probe", default_engine="fake"), prompts=(Prompt("p", "x"),),
+                          max_batch=2)
+    assert config.probe_config("batch", Prompt("p", "x"), buckets=(8, 64)).batch_sizes == (1, 2, 7, 8, 9)
+    position = config.probe_config("batch-position", Prompt("p", "x"))
+    assert (position.probe, position.batch_sizes, position.slots, position.fill) == ("batch", (2,), True, None)
 
 
 def test_fake_engine_runs_what_it_can_skips_the_rest_and_round_trips(tmp_path):
@@ -188,10 +208,59 @@ def test_a_planted_batch_bucket_is_found_on_the_batch_axis_alone(monkeypatch):
         assert all(c.comparison.max_abs_diff <= 2 * bucket_engine.BUMP for _, c in batch.checks())  # the bump alone
     # the axes that run no batch: llama.cpp's own bits (prefill-decode: its own difference, not planted; measured:
     # 2 of 14 rows on this prompt)
-    others = {a.axis: a.status for a in result.ran if a.axis not in ("batch", "prefill-decode")}
+    # batch-position runs batches of max_batch = 4 > 2 sequences too: every slot moves
+    assert {c.word for _, c in axes["batch-position"].checks()} <= set(moved)
+    others = {a.axis: a.status for a in result.ran if a.axis not in ("batch", "batch-position", "prefill-decode")}
     assert others == {"determinism": "invariant", "chunked-prefill": "invariant", "threads": "invariant",
                       "verify": "invariant", "process": "invariant"}
     assert result.status == "not invariant"
+
+
+@pytest.mark.engine
+def test_the_first_failing_batch_size_is_the_one_just_above_the_bucket(monkeypatch):
+    """The bucket engine declares its bucket (BATCH_BUCKETS = (2,)): with --max-batch 2 the batch axis still runs
+    B=3, and that is where it first differs."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
+    import bucket_engine
+
+    bucket_engine.register()
+    try:
+        result = matrix(engine=bucket_engine.NAME, max_batch=2, axes=("batch",))
+    finally:
+        bucket_engine.unregister()
+    batch = by_axis(result)["batch"]
+    assert result.config["buckets"] == [2] and list(check_words(batch)) == ["B=1 again", "B=2", "B=3"]
+    # the bump moves every row's mean alike (as in the test above): never bit-exact, never divergent
+    assert check_words(batch)["B=3"] in ("noise", "near-tie", "systematic-offset") and \
+        batch.first_divergence["check"] == "B=3"
+    if CPU_AVX512:  # llama.cpp's own B=2 of this prompt is bit-exact there (measured 2026-12-05)
+        assert check_words(batch)["B=2"] == "bit-exact"
+        assert "| batch | B = 1..2 and 3 around the buckets 2 (first differing: B=3) vs the prompt alone |" in \
+            report.markdown(result)
+
+
+@pytest.mark.engine
+def test_llamacpp_batch_position_moves_the_prompt_through_every_slot():
+    """batch-position on llama.cpp (parallel sequences, no padding): B=4, the prompt in slot 0..3 among three
+    other sequences of other lengths; the JSON reads back and renders the same reports byte for byte."""
+    result = matrix(prompts=(("17", PROMPT_17),), axes=("batch-position",), max_batch=4)
+    axis = by_axis(result)["batch-position"]
+    checks = [check for _, check in axis.checks()]
+    assert [c.name for c in checks] == ["B=4, slot 0", "B=4, slot 1", "B=4, slot 2", "B=4, slot 3"]
+    n = len(axis.probes[0].prompt_ids)
+    for slot, check in enumerate(checks):
+        assert check.details["slot"] == slot and check.details["fill"] == "mixed" and check.details["padding"] == "none"
+        assert check.details["lengths"][slot] == n and len(check.details["lengths"]) == 4
+    if CPU_AVX512:  # measured 2026-12-05 (AMD EPYC): slots 1 and 3 differ from the prompt alone (1 of 17 rows
+        # each, the last), 0 and 2 do not; the 12-token SHORT_PROMPT: every slot bit-exact
+        assert [c.comparison.differing_rows for c in checks] == [0, 1, 0, 1]
+        assert axis.first_divergence == {"prompt": "17", "check": "B=4, slot 1", "position": 16}
+    data = result.to_dict()
+    again = report.load_result(json.loads(json.dumps(data)))
+    assert again.to_dict() == data and data["axes_summary"][0]["axis"] == "batch-position"
+    assert report.markdown(again) == report.markdown(result) and report.html(again) == report.html(result)
+    assert "the prompt in each of the 4 slots of a mixed batch of 4 vs the prompt alone; differing: " + (
+        "slot 1, 3" if CPU_AVX512 else "") in report.markdown(result)
 
 
 @pytest.mark.engine
@@ -224,7 +293,7 @@ def test_html_report_draws_the_matrix_figure_one_cell_per_axis():
     assert rows["determinism"]["cells"] == [{"check": "runs 2..3", "verdict": "bit-exact", "severity": 0,
                                              "identical": 29, "rows": 29}]  # both prompts' checks in one cell
     assert rows["batch"]["skipped"].startswith("the fake engine does not declare") and rows["batch"]["cells"] == []
-    assert (rows["prefill-decode"]["identical"], rows["prefill-decode"]["rows"]) == result.axes[2].rows
+    assert (rows["prefill-decode"]["identical"], rows["prefill-decode"]["rows"]) == by_axis(result)["prefill-decode"].rows
     (figure,) = [b for b in report.document(result).blocks if isinstance(b, Figure)]
     assert figure.kind == "invariance-matrix" and figure.data == data and len(figure.caption) > 80
     page = report.html(result)
@@ -255,6 +324,7 @@ def test_a_server_runs_determinism_on_its_top_k_and_skips_the_rest():
     assert [a.axis for a in result.ran] == ["determinism"]
     assert {a.axis: a.skipped for a in result.axes if a.skipped} == {
         "batch": "the openai engine does not declare the 'batch' ability",
+        "batch-position": "the openai engine does not declare the 'batch' ability",
         "prefill-decode": "the openai engine does not declare the 'sessions' ability",
         "chunked-prefill": "the openai engine does not declare the 'chunked-prefill' ability",
         "threads": "the openai engine does not declare the 'threads' ability",

@@ -15,10 +15,11 @@ from logitlab.cli.outputs import check_output_paths, report_paths
 from logitlab.cli.recording import record_options, record_target
 from logitlab.engines import DEFAULT_ENGINE
 from logitlab.engines.variant import parse_env, parse_variant
-from logitlab.errors import Interrupted
+from logitlab.errors import InputError, Interrupted
 
 #: The axes, as ``--help`` lists them (the experiment's ``AXES``, kept here so that --help imports no experiment).
-AXES_HELP = "determinism, batch, prefill-decode, chunked-prefill, threads, verify, process, concurrent, prefix-cache"
+AXES_HELP = ("determinism, batch, batch-position, prefill-decode, chunked-prefill, threads, verify, process, concurrent, "
+             "prefix-cache")
 
 
 def parse_axes(text: str | None) -> tuple[str, ...] | None:
@@ -26,6 +27,20 @@ def parse_axes(text: str | None) -> tuple[str, ...] | None:
     if text is None:
         return None
     return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def parse_buckets(text: str | None) -> tuple[int, ...] | None:
+    """``--buckets 1,2,4`` as a tuple of sizes (None: not given, the engine's; "": none).
+
+    Raises:
+        InputError: a part that is not an integer.
+    """
+    if text is None:
+        return None
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise InputError(f"--buckets takes batch sizes like 1,2,4,8, got {text!r}") from None
 
 
 def matrix_prompts(opts: dict[str, Any]) -> list[Any]:
@@ -54,7 +69,13 @@ def matrix_prompts(opts: dict[str, Any]) -> list[Any]:
 @prompt_options("a built-in prose prompt", many=True)
 @click.option("--axes", "axes", default=None, metavar="A,B,...",
               help=f"Axes to run (default: every axis the engine supports): {AXES_HELP}.")
-@click.option("--max-batch", type=int, default=4, show_default=True, help="batch: batch sizes 1..B.")
+@click.option("--max-batch", type=int, default=4, show_default=True,
+              help="batch: batch sizes 1..B; batch-position: the batch size B.")
+@click.option("--buckets", "buckets", default=None, metavar="B,B,...",
+              help="batch: the engine's batch buckets (e.g. CUDA-graph capture sizes 1,2,4,8,16); the sizes b-1, b, "
+                   "b+1 around each also run (default: the buckets the engine declares, BATCH_BUCKETS; '' for none).")
+@click.option("--bucket-cap", type=int, default=16, show_default=True,
+              help="batch: leave out the buckets above this size.")
 @click.option("--runs", type=int, default=5, show_default=True,
               help="determinism, concurrent, prefix-cache: runs of the same greedy workload.")
 @click.option("--background", type=int, default=3, show_default=True,
@@ -66,8 +87,9 @@ def matrix_prompts(opts: dict[str, Any]) -> list[Any]:
               help="Exit 1 when the worst axis's verdict is worse than this.")
 @detection_option("each probe's worst check", "about a second per probe on the embedded model")
 @click.option("--self-check", is_flag=True,
-              help="Run the inverse controls of the determinism, batch and prefill-decode axes: the same path with "
-                   "one planted input token, which each probe must see; one it misses makes the axis vacuous.")
+              help="Run the inverse controls of the determinism, batch, batch-position and prefill-decode axes: the "
+                   "same path with one planted input token, which each probe must see; one it misses makes the axis "
+                   "vacuous.")
 @click.option("--speed", "speed_spec", default=None, metavar="SPEC",
               help="The variant without the mode (KEY=VALUE,... or [ENGINE:][MODEL][?...]): also run ab's paired "
                    "speed design, this as the control and --variant as the candidate, on the first prompt, and "
@@ -86,7 +108,8 @@ def matrix_command(**opts: Any) -> None:
 
     \b
     determinism      the same greedy run R times: K unique logit arrays of R runs
-    batch            the prompt alone vs in batches of 1..B
+    batch            the prompt alone vs in batches of 1..B (and around the engine's buckets)
+    batch-position   the prompt in every slot of a mixed batch of B, left and right padding
     prefill-decode   position p from one prefill vs from a decode step
     chunked-prefill  the prefill in chunks (llama.cpp n_ubatch 512, 32, 4)
     threads          1 vs 2 threads (llama.cpp n_threads, hf torch threads)
@@ -107,7 +130,8 @@ def matrix_command(**opts: Any) -> None:
     variant = parse_variant(opts["spec"], "probe", default_engine=opts["engine"], default_model=opts["model"],
                             env=parse_env(opts["env"]), option="--variant")
     config = MatrixConfig(variant=variant, prompts=tuple(matrix_prompts(opts)), axes=parse_axes(opts["axes"]),
-                          max_batch=opts["max_batch"], runs=opts["runs"], background=opts["background"],
+                          max_batch=opts["max_batch"], buckets=parse_buckets(opts["buckets"]),
+                          bucket_cap=opts["bucket_cap"], runs=opts["runs"], background=opts["background"],
                           n_decode=opts["n_decode"],
                           top_k=opts["top_k"], thresholds=thresholds_from(opts), detection=opts["detection"],
                           self_check=opts["self_check"], speed_repeats=opts["speed_repeats"],

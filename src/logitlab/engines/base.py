@@ -267,6 +267,11 @@ class Engine:
     #: For each ability of :data:`SETTING_ABILITIES` the engine declares: the option settings an invariance
     #: matrix compares along that axis, the first one the reference (``{"n_ubatch": "512"}``, ...).
     AXIS_SETTINGS: ClassVar[dict[str, tuple[dict[str, str], ...]]] = {}
+    #: For an engine that declares ``batch`` and runs a batch with a kernel or captured graph chosen by its size:
+    #: the largest batch size of each bucket (vLLM's CUDA-graph capture sizes: ``(1, 2, 4, 8, 16, ...)``). An
+    #: invariance matrix's ``batch`` axis then also runs b-1, b and b+1 around each bucket b
+    #: (:mod:`~logitlab.experiments.batch_buckets`); () for an engine without buckets.
+    BATCH_BUCKETS: ClassVar[tuple[int, ...]] = ()
     #: The Python libraries the adapter drives, as (distribution, import name), the engine itself first
     #: (``logitlab doctor`` reports each; a golden records their versions). An adapter imports them inside its
     #: methods, never at module level, so that this class (and these facts) import without them.

@@ -194,25 +194,29 @@ class InvarianceProbe(VerifyAxis, ProcessAxis, ServerProbes, Experiment):
         sizes = sorted(set(int(b) for b in cfg.batch_sizes))
         if not engine_supports(engine, "batch"):
             engine.require("batch", "invariance batch")
-        fill = cfg.fill or ("mixed" if engine_supports(engine, "padded-batch") else "same")
-        batches = {b: [ids] + ([list(ids)] * (b - 1) if fill == "same" else filler_sequences(ids, b - 1))
-                   for b in sizes}
+        fill = cfg.fill or ("mixed" if cfg.slots or engine_supports(engine, "padded-batch") else "same")
+        batches = {}  # (B, the prompt's slot) -> the batch's sequences
+        for b in sizes:
+            others = [list(ids)] * (b - 1) if fill == "same" else filler_sequences(ids, b - 1)
+            for slot in range(b) if cfg.slots and b > 1 else (0,):
+                batches[(b, slot)] = others[:slot] + [list(ids)] + others[slot:]
         self.on_event("start", {"steps": 1})
         batched = call_engine(engine, batch_rows, ids, batches, cfg.padding, phase=f"batches B={sizes}")
         paddings, pads = batched["paddings"], batched["pads"]
         alone = batched["alone"]
         shapes = batched["forward_rows"]
         self.on_event("step", {"what": "batches"})
-        for b, padding, rows in batched["runs"]:
-            seqs = batches[b]
+        for (b, slot), padding, rows in batched["runs"]:
+            seqs = batches[(b, slot)]
             details = {"batch_size": b, "padding": padding, "fill": fill,
                        "lengths": [len(s) for s in seqs], "padded_to": max(len(s) for s in seqs)}
-            reference, observed, token_ids = alone, rows[0], ids
+            reference, observed, token_ids = alone, rows[slot], ids
+            name = f"B={b}" + (f", slot {slot}" if cfg.slots else "") + \
+                (f", {padding} padding" if padding != "none" else "")
             if b == 1:
                 name, text = "B=1 again", "the prompt alone, a second time"
             elif fill == "same":
                 # Every copy is the prompt in a batch: all B are compared, stacked (copy c = rows c*n..).
-                name = f"B={b}" + (f", {padding} padding" if padding != "none" else "")
                 text = (f"all {b} copies of the prompt in one batch, stacked: row c×{len(ids)}+p is copy c, "
                         f"position p")
                 reference, observed, token_ids = np.tile(alone, (b, 1)), np.concatenate(rows), list(ids) * b
@@ -220,10 +224,11 @@ class InvarianceProbe(VerifyAxis, ProcessAxis, ServerProbes, Experiment):
                 details["copies_bit_exact"] = [bool(np.array_equal(alone.view(np.uint32), r.view(np.uint32)))
                                                for r in rows]
             else:
-                name = f"B={b}" + (f", {padding} padding" if padding != "none" else "")
-                text = (f"the prompt as sequence 0 of {b} ({fill}: lengths "
+                text = (f"the prompt as sequence {slot} of {b} ({fill}: lengths "
                         f"{', '.join(str(len(s)) for s in seqs)})")
-            alone_rows, batch_rows_ = shapes["alone"], shapes["batches"][b]
+                if cfg.slots:
+                    details["slot"] = slot
+            alone_rows, batch_rows_ = shapes["alone"], shapes["batches"][(b, slot)]
             details["exercised"] = f"the prompt alone: {rows_text(alone_rows)}; B={b}: {rows_text(batch_rows_)}"
             if b == 1:
                 details["vacuous"] = "B=1 is the prompt alone, run again: no batch was exercised"
@@ -234,26 +239,29 @@ class InvarianceProbe(VerifyAxis, ProcessAxis, ServerProbes, Experiment):
             result.checks.append(self._checked(name, "the prompt alone (B=1)", text, reference, observed, cfg,
                                                token_ids, details))
         result.details = {"fill": fill, "batch_sizes": sizes, "paddings": paddings, "backend": batched["params"]}
+        if cfg.slots:
+            result.details["slots"] = True
         if cfg.self_check:
             self._batch_control(result, engine, batches, batched)
         if not pads and cfg.padding is not None:
             result.notes.append(f"{engine.name} batches sequences without padding: --padding does not apply")
         return result
 
-    def _batch_control(self, result: InvarianceResult, engine: Engine, batches: dict[int, list[list[int]]],
+    def _batch_control(self, result: InvarianceResult, engine: Engine, batches: dict[tuple[int, int], list[list[int]]],
                        batched: dict[str, Any]) -> None:
-        """The largest batch again with the prompt's last token planted in sequence 0 only."""
+        """The last batch run again with the prompt's last token planted in the prompt's sequence only."""
         ids = result.prompt_ids
-        b, padding, rows = batched["runs"][-1]
-        planted = [list(seq) for seq in batches[b]]
+        (b, slot), padding, rows = batched["runs"][-1]
+        planted = [list(seq) for seq in batches[(b, slot)]]
         last = len(ids) - 1
-        planted[0][last] = planted_token(ids[last], rows[0].shape[1])
+        planted[slot][last] = planted_token(ids[last], rows[slot].shape[1])
         self.on_event("step", {"what": f"self-check B={b}"})
-        again = call_engine(engine, batch_rows, ids, {b: planted}, [padding] if padding != "none" else None,
+        again = call_engine(engine, batch_rows, ids, {(b, slot): planted}, [padding] if padding != "none" else None,
                             phase=f"self-check B={b}")
-        name = f"B={b}" + (f", {padding} padding" if padding != "none" else "")
-        result.controls.append(control(name, f"token {ids[last]} → {planted[0][last]} at position {last} of "
-                                       f"sequence 0 in B={b}", rows[0], again["runs"][-1][2][0], last))
+        name = f"B={b}" + (f", slot {slot}" if self.config.slots else "") + \
+            (f", {padding} padding" if padding != "none" else "")
+        result.controls.append(control(name, f"token {ids[last]} → {planted[slot][last]} at position {last} of "
+                                       f"sequence {slot} in B={b}", rows[slot], again["runs"][-1][2][slot], last))
 
     # prefill vs decode ---------------------------------------------------------------------
     def _prefill_decode(self, result: InvarianceResult, engine: Engine) -> InvarianceResult:

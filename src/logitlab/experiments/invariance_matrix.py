@@ -9,7 +9,12 @@ One variant, one or more prompts, and per **invariance axis** the probe of
     greedy texts (SGLang's "Total samples: N, Unique samples: K"); on a server
     (``openai``), its top-k log-probabilities instead of logits;
 ``batch``
-    the prompt alone vs inside batches of 1..B sequences (``--max-batch``);
+    the prompt alone vs inside batches of 1..B sequences (``--max-batch``), and of the sizes b-1, b, b+1 around
+    each batch bucket b of the engine (``BATCH_BUCKETS``, or ``--buckets``; :mod:`~logitlab.experiments.batch_buckets`);
+``batch-position``
+    position in batch and padding: the batch size fixed at B (``--max-batch``), the prompt moved through every
+    slot of a mixed batch (other sequences of other lengths around it), left and right padding on engines that
+    pad; each slot and padding compared with the prompt alone;
 ``prefill-decode``
     each position from one prefill vs from a decode step;
 ``chunked-prefill``
@@ -48,6 +53,7 @@ from typing import Any, ClassVar, Sequence
 from logitlab.engines.base import SETTING_ABILITIES
 from logitlab.engines.variant import Variant
 from logitlab.errors import InputError, Interrupted, LogitlabError, check_at_least
+from logitlab.experiments.batch_buckets import check_buckets, engine_buckets, straddling_sizes
 from logitlab.events import Event
 from logitlab.experiments.base import Experiment
 from logitlab.experiments.invariance import Check, InvarianceConfig, InvarianceProbe, InvarianceResult, setting_text
@@ -62,12 +68,12 @@ __all__ = ["AXES", "AXIS_ABILITY", "MatrixConfig", "AxisResult", "InvarianceMatr
            "skip_reason", "axis_settings", "run_invariance_matrix"]
 
 #: The invariance axes, in the order they run and are reported.
-AXES = ("determinism", "batch", "prefill-decode", "chunked-prefill", "threads", "verify", "process", "concurrent",
-        "prefix-cache")
+AXES = ("determinism", "batch", "batch-position", "prefill-decode", "chunked-prefill", "threads", "verify", "process",
+        "concurrent", "prefix-cache")
 #: The engine ability each axis needs (:data:`~logitlab.engines.base.ABILITIES`); ``determinism`` also runs on an
 #: engine that declares ``workload`` (whole runs: ``cmd``, ``openai``), on what it returns (a server: the top-k
 #: log-probabilities of each position).
-AXIS_ABILITY = {"determinism": "logits", "batch": "batch", "prefill-decode": "sessions",
+AXIS_ABILITY = {"determinism": "logits", "batch": "batch", "batch-position": "batch", "prefill-decode": "sessions",
                 "chunked-prefill": "chunked-prefill", "threads": "threads",
                 "verify": "sessions", "process": "logits", "concurrent": "concurrent-requests",
                 "prefix-cache": "prefix-cache"}
@@ -110,26 +116,31 @@ class MatrixConfig:
         variant: the engine, model and options probed (the option axes override the options they sweep).
         prompts: the prompts, each run on every axis (names unique).
         axes: the axes selected (None: all of :data:`AXES`); those the engine cannot run are skipped.
-        max_batch: ``batch``: batch sizes 1..B (>= 2).
+        max_batch: ``batch``: batch sizes 1..B (>= 2); ``batch-position``: the batch size B.
+        buckets: ``batch``: the engine's batch buckets, whose straddling sizes b-1, b, b+1 also run (None: the
+            engine's ``BATCH_BUCKETS``; (): none).
+        bucket_cap: ``batch``: buckets above this size are left out.
         runs: ``determinism``, ``concurrent``, ``prefix-cache``: runs R (>= 2).
         background: ``concurrent``: other requests in flight beside runs 2..R (>= 1).
-        n_decode: greedy tokens after the prompt (every axis but ``batch``, which runs the prompt alone; >= 2 with
-            ``verify``).
+        n_decode: greedy tokens after the prompt (every axis but the two batch axes, which run the prompt alone;
+            >= 2 with ``verify``).
         top_k: k of the top-k set agreement.
         thresholds: verdict thresholds.
         detection: measure each probe's detection limit (of its worst check).
         speed: the variant without the mode (``--speed``): the paired speed design runs it as the control and
             ``variant`` as the candidate, on the first prompt (None: no speed run).
         speed_repeats: ``speed``: ABBA/BAAB blocks (4 timed runs each).
-        self_check: run the inverse controls of the probe axes (``determinism``, ``batch``, ``prefill-decode``: one
-            planted input token each probe must see; :mod:`~logitlab.experiments.inverse_controls`); a probe that
-            misses its control is vacuous.
+        self_check: run the inverse controls of the probe axes (``determinism``, ``batch``, ``batch-position``,
+            ``prefill-decode``: one planted input token each probe must see;
+            :mod:`~logitlab.experiments.inverse_controls`); a probe that misses its control is vacuous.
     """
 
     variant: Variant
     prompts: tuple[Prompt, ...]
     axes: tuple[str, ...] | None = None
     max_batch: int = 4
+    buckets: tuple[int, ...] | None = None
+    bucket_cap: int = 16
     runs: int = 5
     background: int = 3
     n_decode: int = 8
@@ -156,6 +167,7 @@ class MatrixConfig:
         check_at_least("--max-batch", self.max_batch, 2, "B=1 is the prompt alone")
         if self.max_batch > 256:
             raise InputError(f"--max-batch must be at most 256, got {self.max_batch}")
+        check_buckets(self.buckets, self.bucket_cap)
         check_at_least("--runs", self.runs, 2)
         check_at_least("--background", self.background, 1)
         check_at_least("--tokens", self.n_decode, 2 if "verify" in self.selected else 0,
@@ -168,18 +180,24 @@ class MatrixConfig:
         """The axes selected, in :data:`AXES` order."""
         return tuple(a for a in AXES if self.axes is None or a in self.axes)
 
-    def probe_config(self, axis: str, prompt: Prompt, settings: Sequence[dict[str, str]] = ()) -> InvarianceConfig:
+    def probe_config(self, axis: str, prompt: Prompt, settings: Sequence[dict[str, str]] = (),
+                     buckets: Sequence[int] = ()) -> InvarianceConfig:
         """The :class:`~logitlab.experiments.invariance.InvarianceConfig` of one axis on one prompt
-        (``settings``: an option axis's settings, the first the reference)."""
+        (``settings``: an option axis's settings, the first the reference; ``buckets``: the engine's batch
+        buckets)."""
         common = {"prompt": prompt.text, "top_k": self.top_k, "thresholds": self.thresholds,
                   "detection": self.detection, "n_decode": self.n_decode,
-                  "self_check": self.self_check and axis in ("determinism", "batch", "prefill-decode")}
+                  "self_check": self.self_check and axis in ("determinism", "batch", "batch-position",
+                                                             "prefill-decode")}
         if axis in ("determinism", *SERVER_PROBES):
             return InvarianceConfig(probe=axis, variant=self.variant, runs=self.runs, background=self.background,
                                     **common)
         if axis == "batch":
             return InvarianceConfig(probe="batch", variant=self.variant,
-                                    batch_sizes=tuple(range(1, self.max_batch + 1)), **common)
+                                    batch_sizes=straddling_sizes(self.max_batch, buckets, self.bucket_cap), **common)
+        if axis == "batch-position":
+            return InvarianceConfig(probe="batch", variant=self.variant, batch_sizes=(self.max_batch,), slots=True,
+                                    **common)
         if axis in ("prefill-decode", "verify", "process"):
             return InvarianceConfig(probe=axis, variant=self.variant, **common)
         reference = dataclasses.replace(self.variant, options={**self.variant.options, **settings[0]})
@@ -188,6 +206,7 @@ class MatrixConfig:
     def to_dict(self) -> dict[str, Any]:
         return {"variant": self.variant.to_dict(), "prompts": [p.to_dict() for p in self.prompts],
                 "axes": None if self.axes is None else list(self.axes), "max_batch": self.max_batch,
+                "buckets": None if self.buckets is None else list(self.buckets), "bucket_cap": self.bucket_cap,
                 "runs": self.runs, "background": self.background, "n_decode": self.n_decode, "top_k": self.top_k,
                 "thresholds": dataclasses.asdict(self.thresholds), "detection": self.detection,
                 "self_check": self.self_check, "speed": None if self.speed is None else self.speed.to_dict(),
@@ -436,6 +455,8 @@ class InvarianceMatrix(Experiment):
         axes = [AxisResult(axis, skip_reason(engine_cls, axis), settings=list(axis_settings(engine_cls, axis)))
                 for axis in cfg.selected]
         result = InvarianceMatrixResult(config=cfg.to_dict(), manifest={}, axes=axes)
+        buckets = engine_buckets(engine_cls) if cfg.buckets is None else tuple(cfg.buckets)
+        result.config["buckets"] = list(buckets)  # as run: given, or the engine's
         for axis in axes:
             overridden = sorted({k for s in axis.settings for k in s} & set(cfg.variant.options))
             if overridden and not axis.skipped:
@@ -450,7 +471,7 @@ class InvarianceMatrix(Experiment):
                     if kind == "step":
                         self.on_event("detail", {"what": f"{where}: {data['what']}"})
 
-                probe = InvarianceProbe(cfg.probe_config(axis.axis, prompt, axis.settings), on_event=forward)
+                probe = InvarianceProbe(cfg.probe_config(axis.axis, prompt, axis.settings, buckets), on_event=forward)
                 try:
                     probed = probe.run()
                 except AxisUnavailable as exc:  # declared, but not possible here (a server with one slot)

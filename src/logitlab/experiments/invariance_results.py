@@ -39,6 +39,9 @@ class InvarianceConfig:
             chosen): both, and no note on engines that do not pad.
         fill: ``batch``: ``same`` or ``mixed``; None: ``mixed`` on engines that pad
             (padding needs other lengths), ``same`` on llama.cpp (parallel sequences).
+        slots: ``batch``: move the prompt through every slot (sequence index) of each batch B > 1, the other
+            sequences around it (``fill`` then defaults to ``mixed``; ``same`` is refused: every slot would hold
+            the prompt); one check per size, slot and padding (position in batch and padding).
         n_decode: ``prefill-decode`` and ``determinism``: greedy tokens after the prompt.
         runs: ``determinism``, ``concurrent``, ``prefix-cache``: runs R (>= 2).
         background: ``concurrent``: requests in flight beside runs 2..R (>= 1).
@@ -58,6 +61,7 @@ class InvarianceConfig:
     batch_sizes: tuple[int, ...] = (1, 4)
     padding: tuple[str, ...] | None = None
     fill: str | None = None
+    slots: bool = False
     n_decode: int = 16
     runs: int = 10
     background: int = 3
@@ -84,6 +88,8 @@ class InvarianceConfig:
             raise InputError(f"unknown --padding {unknown[0] if unknown else ''!r}; valid: left, right, both")
         if self.fill is not None and self.fill not in FILLS:
             raise InputError(f"unknown --fill {self.fill!r}; valid: {', '.join(FILLS)}")
+        if self.slots and self.fill == "same":
+            raise InputError("--slots moves the prompt among other sequences: it needs --fill mixed, not same")
         check_at_least("--tokens", self.n_decode, 0)
         if self.probe in ("determinism", "concurrent", "prefix-cache"):
             check_at_least("--runs", self.runs, 2)
@@ -140,7 +146,8 @@ class InvarianceResult(ResultRecord):
     inverse controls of ``--self-check`` (:class:`~logitlab.experiments.inverse_controls.Control`), a
     check's ``details["exercised"]`` / ``details["vacuous"]``, the derived ``vacuous`` and ``status``, and
     ``detection`` (the worst check's detection limits); the ``settings`` probe (``config["settings"]``, a check's
-    ``details["setting"]``); the server probes ``concurrent`` and ``prefix-cache`` (``config["background"]``).
+    ``details["setting"]``); the server probes ``concurrent`` and ``prefix-cache`` (``config["background"]``); the
+    ``batch`` probe's ``slots`` (``config["slots"]``, a check's ``details["slot"]``, ``details["slots"]``).
     """
 
     KIND: ClassVar[str] = "invariance"

@@ -33,27 +33,28 @@ def filler_sequences(ids: Sequence[int], count: int) -> list[list[int]]:
 
 
 
-def batch_rows(engine: Engine, ids: Sequence[int], batches: dict[int, list[list[int]]],
+def batch_rows(engine: Engine, ids: Sequence[int], batches: dict[Any, list[list[int]]],
                padding: Sequence[str] | None) -> dict[str, Any]:
-    """The prompt alone, then every batch at every padding (B=1 once), on one batch backend.
+    """The prompt alone, then every batch at every padding (a batch of one sequence once), on one batch backend.
 
-    Returns ``alone`` (``(len(ids), n_vocab)`` float32 logits), ``runs`` (``(B, padding, rows)`` with one
-    array per sequence), ``paddings``, ``pads`` (whether the backend pads) and ``params``.
+    ``batches``: label (sortable: the batch probe's ``(B, slot)``) -> the batch's sequences.
+    Returns ``alone`` (``(len(ids), n_vocab)`` float32 logits), ``runs`` (``(label, padding, rows)`` with one
+    array per sequence, in label order), ``paddings``, ``pads`` (whether the backend pads) and ``params``.
 
     Raises:
         InputError: the engine has no batches.
     """
     engine.require("batch", "invariance batch")
-    sizes = sorted(batches)
+    labels = sorted(batches)
     max_tokens = max(sum(len(s) for s in seqs) for seqs in batches.values())
-    backend = engine.open_batch(max(sizes), max_tokens)
+    backend = engine.open_batch(max(len(seqs) for seqs in batches.values()), max_tokens)
     try:
         paddings = list(padding or PADDINGS) if backend.pads else ["none"]
         alone = backend.run([list(ids)], paddings[0])[0]
-        runs = [(b, pad, backend.run(batches[b], pad))
-                for b in sizes for pad in (paddings[:1] if b == 1 else paddings)]
+        runs = [(label, pad, backend.run(batches[label], pad))
+                for label in labels for pad in (paddings[:1] if len(batches[label]) == 1 else paddings)]
         shapes = {"alone": backend.forward_rows([list(ids)]),
-                  "batches": {b: backend.forward_rows(batches[b]) for b in sizes}}
+                  "batches": {label: backend.forward_rows(batches[label]) for label in labels}}
         return {"alone": alone, "runs": runs, "paddings": paddings, "pads": backend.pads, "params": backend.params,
                 "forward_rows": shapes}
     finally:

@@ -15,6 +15,7 @@ from logitlab.report.detection_text import HEADLINE_HEADER, headline_cell
 from logitlab.report.document import Block, Bullets, Document, Figure, Heading, KeyValues, Paragraph, Span, Table, \
     rich
 from logitlab.report.invariance import check_rows, position_label
+from logitlab.report.invariance_batch_axes import batch_position_text, batch_sizes_text
 from logitlab.report.text import engine_rows, host_rows, fmt_num, plural, variant_text
 
 __all__ = ["matrix_document", "AXIS_HEADER", "axis_rows", "compared_text", "cost_rows", "distinct_text",
@@ -50,7 +51,9 @@ def compared_text(axis: AxisResult, config: dict[str, Any]) -> str:
     if axis.axis in SERVER_AXES:
         return f"{SERVER_AXES[axis.axis].format(**config)}: " + (distinct_text(axis) or f"{config['runs']} runs")
     if axis.axis == "batch":
-        return f"B = 1..{config['max_batch']} vs the prompt alone"
+        return batch_sizes_text(axis, config)
+    if axis.axis == "batch-position":
+        return batch_position_text(axis, config)
     if axis.axis == "prefill-decode":
         return "decode steps vs one prefill"
     if axis.axis == "verify":
@@ -168,8 +171,9 @@ def _header(result: InvarianceMatrixResult) -> KeyValues:
     rows.append(("prompts", ", ".join(f"{p['name']}" + (f" ({lengths[p['name']]} tokens)" if p["name"] in lengths
                                                           else "") for p in cfg["prompts"])))
     ran = [a.axis for a in result.ran]
-    workload = [f"{cfg['n_decode']} greedy tokens after each prompt" + (" (batch: the prompt alone)"
-                                                                         if "batch" in ran else "")]
+    alone = [a for a in ("batch", "batch-position") if a in ran]  # the batch axes run the prompt alone
+    workload = [f"{cfg['n_decode']} greedy tokens after each prompt" + (f" ({', '.join(alone)}: the prompt alone)"
+                                                                         if alone else "")]
     workload += [f"{axis} {cfg['runs']} runs" for axis in ("determinism", *SERVER_AXES) if axis in ran]
     workload += [f"batch B = 1..{cfg['max_batch']}"] if "batch" in ran else []
     rows.append(("workload", "; ".join(workload)))
