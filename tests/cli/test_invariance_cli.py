@@ -58,6 +58,8 @@ def test_determinism_counts_runs(tmp_path):
     (["invariance", "batch", "--batch", "0"], "error: --batch sizes must be at least 1, got 0"),
     (["invariance", "batch", "--batch", "x"], "error: --batch takes whole numbers (batch sizes), got 'x'"),
     (["invariance", "determinism", "--runs", "1"], "error: --runs must be at least 2, got 1"),
+    (["invariance", "batch", "--batch", "3", "--slots", "--fill", "same"],
+     "error: --slots moves the prompt among other sequences: it needs --fill mixed, not same"),
     (["invariance", "batch", "--engine", "hf", "--model", "{tmp}"], "is not a Hugging Face model folder"),
     (["invariance", "batch", "--engine", "hf", "--variant", "dtype=float8"],
      "error: bad value 'float8' for hf option 'dtype': valid: float32, bfloat16, float16"),

@@ -235,7 +235,7 @@ def test_the_first_failing_batch_size_is_the_one_just_above_the_bucket(monkeypat
         batch.first_divergence["check"] == "B=3"
     if CPU_AVX512:  # llama.cpp's own B=2 of this prompt is bit-exact there (measured 2026-12-05)
         assert check_words(batch)["B=2"] == "bit-exact"
-        assert "| batch | B = 1..2 and 3 around the buckets 2 (first differing: B=3) vs the prompt alone |" in \
+        assert "| batch | B = 1..2 and 3 around the buckets 2 (first differing size: B=3) vs the prompt alone |" in \
             report.markdown(result)
 
 

@@ -87,6 +87,9 @@ def _batch_sizes(values: tuple[str, ...], more: tuple[str, ...]) -> tuple[int, .
 @click.option("--fill", type=click.Choice(("same", "mixed")), default=None,
               help="The other sequences: copies of the prompt (same) or other lengths (mixed). "
                    "Default: mixed on hf (padding needs other lengths), same on llamacpp.")
+@click.option("--slots", is_flag=True,
+              help="Move the prompt through every slot of each batch B > 1 (position in batch), the other "
+                   "sequences mixed around it: one check per size, slot and padding.")
 @common_options
 @handle_errors
 def batch_command(**opts: Any) -> None:
@@ -101,11 +104,12 @@ def batch_command(**opts: Any) -> None:
     Examples:
       logitlab invariance batch --engine hf --batch 1 4 --padding left
       logitlab invariance batch --engine llamacpp --batch 1 2 8 --variant flash_attn=1
+      logitlab invariance batch --engine hf --batch 4 --slots
     """
     choice = opts["padding"]  # None: not given (both sides, and no note on engines that do not pad)
     padding = None if choice is None else ("right", "left") if choice == "both" else (choice,)
     _run("batch", opts, batch_sizes=_batch_sizes(opts["batch"], opts["more_sizes"]), padding=padding,
-         fill=opts["fill"])
+         fill=opts["fill"], slots=opts["slots"])
 
 
 @invariance.command("prefill-decode")

@@ -3,28 +3,39 @@ engine's batch buckets) and ``batch-position`` (which slots and paddings differ 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from logitlab.experiments.invariance_matrix import AxisResult
 
-__all__ = ["batch_sizes_text", "batch_position_text"]
+__all__ = ["batch_sizes_text", "batch_position_text", "batch_workload"]
 
 
 def batch_sizes_text(axis: AxisResult, config: dict[str, Any]) -> str:
     """``B = 1..4 vs the prompt alone``; with buckets, ``B = 1..4 and 7, 8, 9 around the buckets 8 (first
-    differing: B=9) vs the prompt alone``."""
+    differing size: B=9) vs the prompt alone``."""
     text = f"B = 1..{config['max_batch']}"
     buckets = config.get("buckets") or []
-    extra = sorted({int(b) for p in axis.probes for b in p.config.get("batch_sizes", ())} -
-                   set(range(1, int(config["max_batch"]) + 1)))
+    extra = _extra_sizes(axis, config)
     if buckets:
         text += (f" and {', '.join(map(str, extra))}" if extra else "") + \
             f" around the buckets {', '.join(map(str, buckets))}"
         differing = [c.details["batch_size"] for _, c in axis.checks()
                      if c.word != "bit-exact" and "batch_size" in c.details]
         if differing:
-            text += f" (first differing: B={min(differing)})"
+            text += f" (first differing size: B={min(differing)})"
     return text + " vs the prompt alone"
+
+
+def _extra_sizes(axis: AxisResult, config: dict[str, Any]) -> list[int]:
+    """The batch sizes the axis ran beyond 1..``max_batch`` (those around the engine's buckets)."""
+    ran = {int(b) for probe in axis.probes for b in probe.config.get("batch_sizes", ())}
+    return sorted(ran - set(range(1, int(config["max_batch"]) + 1)))
+
+
+def batch_workload(axes: Sequence[AxisResult], config: dict[str, Any]) -> str:
+    """The header's ``batch B = 1..4`` (``batch B = 1..2, 3`` with the sizes around the buckets)."""
+    axis = next(a for a in axes if a.axis == "batch")
+    return f"batch B = 1..{config['max_batch']}" + "".join(f", {b}" for b in _extra_sizes(axis, config))
 
 
 def batch_position_text(axis: AxisResult, config: dict[str, Any]) -> str:

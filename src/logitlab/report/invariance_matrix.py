@@ -15,7 +15,7 @@ from logitlab.report.detection_text import HEADLINE_HEADER, headline_cell
 from logitlab.report.document import Block, Bullets, Document, Figure, Heading, KeyValues, Paragraph, Span, Table, \
     rich
 from logitlab.report.invariance import check_rows, position_label
-from logitlab.report.invariance_batch_axes import batch_position_text, batch_sizes_text
+from logitlab.report.invariance_batch_axes import batch_position_text, batch_sizes_text, batch_workload
 from logitlab.report.text import engine_rows, host_rows, fmt_num, plural, variant_text
 
 __all__ = ["matrix_document", "AXIS_HEADER", "axis_rows", "compared_text", "cost_rows", "distinct_text",
@@ -175,7 +175,7 @@ def _header(result: InvarianceMatrixResult) -> KeyValues:
     workload = [f"{cfg['n_decode']} greedy tokens after each prompt" + (f" ({', '.join(alone)}: the prompt alone)"
                                                                          if alone else "")]
     workload += [f"{axis} {cfg['runs']} runs" for axis in ("determinism", *SERVER_AXES) if axis in ran]
-    workload += [f"batch B = 1..{cfg['max_batch']}"] if "batch" in ran else []
+    workload += [batch_workload(result.ran, cfg)] if "batch" in ran else []
     rows.append(("workload", "; ".join(workload)))
     rows.append(("axes run", ", ".join(ran) if ran else "none"))
     rows += host_rows(result.manifest)
