@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from logitlab.numerics import VERDICTS
+
 pytestmark = pytest.mark.engine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,6 +205,41 @@ def test_local_2x2(local_run, matrix_file, tmp_path):
     assert required.returncode == 1 and required.stderr == (
         "require bit-exact: cells worse or with a control that does not reproduce itself: "
         "flash_attn=1 n_ubatch=4, flash_attn=1 n_ubatch=512\n")
+
+
+def test_local_invariance_matrix_cells(tmp_path):
+    """``kind = "invariance-matrix"``: each cell is the invariance matrix of its variant (here llama.cpp at 1 and 2
+    threads, axes determinism and batch); the summary has per cell and axis the status, worst verdict and
+    bit-identical rows, and the report reads back from the folder the same."""
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text('name = "inv"\nprompts = ["The capital of France is"]\n\n'
+                      '[control]\noptions = { n_threads_batch = 1 }\n\n[axes]\noptions.n_threads = [1, 2]\n\n'
+                      '[experiment]\nkind = "invariance-matrix"\naxes = ["determinism", "batch"]\ntokens = 2\n'
+                      'runs = 2\nmax_batch = 2\n')
+    out = tmp_path / "runs"
+    proc = logitlab("sweep", matrix, "--out", out, "--markdown", tmp_path / "s.md", "-q")
+    assert proc.returncode == 0, proc.stderr
+    jobs = _jobs(out)
+    assert sorted(jobs) == ["n_threads=1--prompt-1", "n_threads=2--prompt-1"]
+    assert all(j["status"] == "ok" and j["result"]["kind"] == "invariance-matrix" for j in jobs.values())
+    assert all(j["logits_hash"] is None for j in jobs.values())  # a matrix keeps comparisons, not logits
+    manifest = json.loads((out / "sweep.json").read_text())
+    for cell in manifest["cells"]:
+        axes = {a["axis"]: a for a in cell["invariance_axes"]}
+        assert list(axes) == ["determinism", "batch"] and cell["logits_hash"] is None
+        assert axes["determinism"]["status"] == "invariant" and axes["determinism"]["verdict"] == "bit-exact"
+        assert axes["determinism"]["rows_identical"] == axes["determinism"]["rows"] > 0
+        assert axes["batch"]["rows"] == 5 + 2 * 5  # the prompt's 5 tokens: B=1 again, B=2's two copies stacked
+        assert cell["verdict"] == max((a["verdict"] for a in axes.values()), key=VERDICTS.index)
+    md = (tmp_path / "s.md").read_text()
+    assert "invariance matrix: determinism, batch; 2 greedy tokens, determinism 2 runs, batch B = 1..2" in md
+    assert "| n_threads | verdict | determinism | batch | jobs |" in md
+    assert "| 1 | " in md and "invariant, 100.0 % | " in md
+    again = logitlab("report", out, "--markdown", tmp_path / "again.md")
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+    assert (tmp_path / "again.md").read_text() == md
+    job = logitlab("report", out / "jobs" / "n_threads=2--prompt-1.json")
+    assert job.returncode == 0 and "logitlab invariance matrix" in job.stdout
 
 
 @pytest.mark.ray

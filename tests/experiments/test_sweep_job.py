@@ -157,3 +157,31 @@ def test_speed_is_pooled_over_the_cells_prompts():
     assert to_jsonable(job_again.to_dict()) == job_data
     assert report.markdown(job_again) == report.markdown(job)
     assert "logitlab ab: **" in report.markdown(job)  # the job's own ab report follows its header
+
+
+def test_invariance_matrix_job_and_its_cell():
+    """``kind = "invariance-matrix"``: a job is the matrix of the cell's variant on one prompt; the cell pools the
+    jobs' axes over the prompts (status, worst verdict, bit-identical rows) and reads back from JSON."""
+    matrix = parse_matrix({"name": "t", "prompts": ["hello world", "another prompt"],
+                           "control": {"engine": "fake"}, "axes": {"options.sleep": ["0"]},
+                           "experiment": {"kind": "invariance-matrix", "tokens": 2, "runs": 2,
+                                          "axes": ["determinism", "batch", "prefill-decode"]}})
+    specs = matrix.jobs()
+    results = {spec.key: run_job(spec) for spec in specs}
+    assert all(r.ok and r.logits_hash is None for r in results.values())
+    summary = summarize("t", matrix.to_dict(), {}, specs, results)
+    (cell,) = summary.cells
+    axes = {a["axis"]: a for a in cell.invariance_axes}
+    assert list(axes) == ["determinism", "batch", "prefill-decode"]
+    assert axes["batch"]["status"] == "skipped" and axes["batch"]["skipped"].startswith("the fake engine does not")
+    assert (axes["prefill-decode"]["status"], axes["prefill-decode"]["verdict"]) == ("invariant", "bit-exact")
+    assert axes["prefill-decode"]["rows_identical"] == axes["prefill-decode"]["rows"] == (11 + 2) + (14 + 2)
+    assert cell.verdict == "bit-exact" and cell.rows_differing == 0 and cell.logits_hash is None
+    assert cell.positions == sum(a["rows"] for a in axes.values())
+    md = report.markdown(summary)
+    assert "| sleep | verdict | determinism | batch | prefill-decode | jobs |" in md
+    assert "| skipped | invariant, 100.0 % | 2/2 |" in md
+    again = report.load_result(json.loads(json.dumps(to_jsonable(summary.to_dict()))))
+    assert isinstance(again, SweepResult) and report.markdown(again) == md
+    job = report.load_result(json.loads(json.dumps(to_jsonable(results[specs[0].key].to_dict()))))
+    assert "logitlab invariance matrix" in report.markdown(job)

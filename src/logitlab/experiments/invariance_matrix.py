@@ -399,6 +399,15 @@ class InvarianceMatrixResult(_JudgedByWorst, ResultRecord):
         return {"verdict": self.verdict_word, "status": self.status,
                 "axes_summary": [a.summary() for a in self.axes]}
 
+    @classmethod
+    def sweep_cell(cls, results: Sequence["InvarianceMatrixResult"], experiment: Any) -> dict[str, Any]:
+        """A sweep's matrix cell from its jobs' matrices (one per prompt): per axis its status, worst verdict and
+        bit-identical rows over the prompts, and the cell's numbers over every check
+        (:func:`~logitlab.experiments.invariance_matrix_cell.matrix_cell`); ``experiment`` adds nothing here."""
+        from logitlab.experiments.invariance_matrix_cell import matrix_cell
+
+        return matrix_cell(results)
+
     def history_metrics(self) -> Metrics:
         """What the history keeps of a matrix (``--record``): axis -> metric name ->
         :class:`~logitlab.perf.metrics.Metric`, one series per axis that ran, so that the build where an axis loses

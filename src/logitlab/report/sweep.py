@@ -3,7 +3,7 @@
 :func:`sweep_document` renders a :class:`~logitlab.experiments.sweep.summary.SweepResult`
 (``logitlab sweep``, ``logitlab report OUT/``); :func:`sweep_job_document`
 one job's result file (``logitlab report OUT/jobs/KEY.json``): its spec and
-place, then the report of its ``ab`` or ``verify`` result.
+place, then the report of its ``ab``, ``verify`` or ``invariance-matrix`` result.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from logitlab.experiments.sweep.summary import CellSummary, SweepResult
 from logitlab.numerics import VERDICTS
 from logitlab.report.detection_text import HEADLINE_HEADER, limit_cell
 from logitlab.report.document import Bullets, Document, Figure, Heading, KeyValues, Paragraph, Span, Table, rich
+from logitlab.report.sweep_invariance import invariance_matrix_table, invariance_matrix_what
 from logitlab.report.text import fmt_num, plural, variant_text
 
 __all__ = ["sweep_document", "sweep_plan_document", "sweep_job_document", "heatmap_data"]
@@ -67,7 +68,9 @@ def sweep_document(result: SweepResult, *, show_error: bool = True) -> Document:
 def _header(result: SweepResult, counts: dict[str, int]) -> KeyValues:
     matrix, manifest = result.matrix, result.manifest
     exp = matrix["experiment"]
-    if exp["kind"] == "verify":
+    if exp["kind"] == "invariance-matrix":
+        what = invariance_matrix_what(exp)
+    elif exp["kind"] == "verify":
         what = f"verify, K = {', '.join(map(str, exp['ks']))}, {exp['tokens']} greedy tokens per prompt"
     elif exp["speed"]:
         repeats = exp["repeats"]
@@ -124,6 +127,8 @@ def _place(where: dict[str, Any], *, lane: bool = True) -> str:
 
 
 def _matrix_table(result: SweepResult) -> Table:
+    if result.kind == "invariance-matrix":
+        return invariance_matrix_table(result)
     verify = result.kind == "verify"
     header = [*result.axes, "verdict"]
     header += ["cause"] if verify else ["A/A"]
@@ -237,7 +242,7 @@ def sweep_plan_document(result: SweepResult) -> Document:
             _header(result, counts))
     shared = any(a["shared"] for a in result.matrix["axes"])
     header = [*result.axes, *(["control"] if shared else []),
-              "variant" if result.kind == "verify" else "candidate", "jobs"]
+              "candidate" if result.kind == "ab" else "variant", "jobs"]
     rows = []
     for cell in result.cells:
         row = [cell.values.get(axis, "") for axis in result.axes]

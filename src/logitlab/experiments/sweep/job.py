@@ -10,7 +10,8 @@ dicts in and out, for the executors' worker processes.
 The logits hash of an ``ab`` job is the SHA-256 of the reference run's and
 the first candidate run's logits bits; of a ``verify`` job, of every M=1 and
 M=K row in run order. Equal hashes mean bit-identical logits, whichever
-worker, node or executor ran the job.
+worker, node or executor ran the job. An ``invariance-matrix`` job has none
+(the matrix keeps its comparisons, not the logits).
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from logitlab.engines.variant import Variant
 from logitlab.engines.workload import RunOutput
 from logitlab.errors import InputError, Interrupted, LogitlabError
 from logitlab.experiments.engine_cache import EngineCache
-from logitlab.experiments.sweep.matrix import JobSpec
+from logitlab.experiments.prompts import Prompt
+from logitlab.experiments.sweep.matrix import ExperimentSettings, JobSpec
 from logitlab.jsonio import ResultRecord, dumps_line
 from logitlab.manifest import now_utc
 
@@ -50,11 +53,11 @@ class SweepJobResult(ResultRecord):
         started_at: UTC start time; ``seconds``: wall time of the job (s).
         attempt: 1 for the first try, more when the executor retried it after its worker died.
         logits_hash: SHA-256 (hex) of the logits bits (see the module docstring); None when
-            the experiment did not finish.
+            the experiment did not finish, and for an ``invariance-matrix`` job (it keeps no logits).
         engines_loaded, engines_kept: engines this job loaded, and engines it found
             loaded by an earlier job on the same worker.
-        result: the experiment's result as saved (``kind`` ``ab`` or ``verify``), partial
-            when it failed; None when nothing was measured.
+        result: the experiment's result as saved (``kind`` ``ab``, ``verify`` or ``invariance-matrix``),
+            partial when it failed; None when nothing was measured.
 
     JSON format history (``schema_version``): 1 — first version.
     """
@@ -145,10 +148,8 @@ def run_job(spec: JobSpec, *, where: dict[str, Any] | None = None, cache: Engine
     result, digest, error = None, None, None
     with cache.job() as scope:
         try:
-            if spec.experiment.kind == "ab":
-                result, digest = _run_ab(spec, cache)
-            else:
-                result, digest = _run_verify(spec, cache)
+            run = {"ab": _run_ab, "verify": _run_verify, "invariance-matrix": _run_matrix}[spec.experiment.kind]
+            result, digest = run(spec, cache)
         except Interrupted:  # the experiment kept its partial result; Ctrl-C stops the sweep, not this job alone
             raise KeyboardInterrupt from None
         except LogitlabError as exc:
@@ -187,6 +188,24 @@ def _run_verify(spec: JobSpec, cache: EngineCache) -> tuple[Any, str | None]:
     experiment = VerifyExperiment(config, engine=cache.load(spec.candidate))
     result = experiment.run()
     return result, experiment.logits_digest.hexdigest()
+
+
+def matrix_config(exp: ExperimentSettings, variant: Variant, prompts: Sequence[Prompt]) -> Any:
+    """The :class:`~logitlab.experiments.invariance_matrix.MatrixConfig` of an ``invariance-matrix`` cell: its
+    variant on ``prompts`` with the ``[experiment]`` settings."""
+    from logitlab.experiments.invariance_matrix import MatrixConfig
+
+    return MatrixConfig(variant=variant, prompts=tuple(prompts), axes=tuple(exp.axes) or None,
+                        max_batch=exp.max_batch, runs=exp.runs, n_decode=exp.tokens, top_k=exp.top_k,
+                        thresholds=exp.thresholds)
+
+
+def _run_matrix(spec: JobSpec, cache: EngineCache) -> tuple[Any, str | None]:
+    """The invariance matrix of the candidate on the job's prompt (its engines its own: supervised, one per
+    probe); no logits hash (the matrix keeps comparisons, not logits)."""
+    from logitlab.experiments.invariance_matrix import InvarianceMatrix
+
+    return InvarianceMatrix(matrix_config(spec.experiment, spec.candidate, (spec.prompt,))).run(), None
 
 
 def execute(spec: Mapping[str, Any], where: Mapping[str, Any], cache: EngineCache | None = None,

@@ -32,7 +32,10 @@ from logitlab.numerics import Thresholds
 __all__ = ["EXPERIMENT_KINDS", "AXIS_KINDS", "Axis", "Cell", "ExperimentSettings", "JobSpec", "Matrix", "Resources"]
 
 #: The experiments a matrix can run per cell.
-EXPERIMENT_KINDS = ("ab", "verify")
+EXPERIMENT_KINDS = ("ab", "verify", "invariance-matrix")
+#: The settings only an ``invariance-matrix`` cell reads (left out of the other kinds' specs, so that their spec
+#: hashes, which ``--resume`` matches, stay as they were).
+MATRIX_SETTINGS = ("axes", "runs", "max_batch")
 #: Kinds of axis: what an axis value changes in a variant.
 AXIS_KINDS = ("options", "env", "model", "engine", "spec")
 
@@ -43,7 +46,7 @@ class ExperimentSettings:
     """What each job runs (``[experiment]``).
 
     Attributes:
-        kind: ``ab`` or ``verify``.
+        kind: ``ab``, ``verify`` or ``invariance-matrix`` (the invariance matrix of the candidate on the prompt).
         speed: ``ab`` only: False = numerics only (one ABBA block, no warmup,
             no speed call); True = ``warmup`` untimed runs per variant and
             ``repeats`` timed ABBA/BAAB blocks.
@@ -52,6 +55,8 @@ class ExperimentSettings:
             (as ``logitlab ab``; ``max_time`` in seconds).
         isolation, escalate: ``ab`` (as ``logitlab ab``).
         ks: ``verify``: the K sweep.
+        axes, runs, max_batch: ``invariance-matrix``: the invariance axes (empty: every axis the engine supports),
+            determinism's runs, the batch axes' B (as ``logitlab invariance matrix``).
         seed, top_k, max_ulp, near_tie_margin, offset_ratio: as the commands' options.
     """
 
@@ -67,6 +72,9 @@ class ExperimentSettings:
     randomize: bool = False
     margin: float | None = None
     ks: tuple[int, ...] = (1, 2, 4, 8)
+    axes: tuple[str, ...] = ()
+    runs: int = 5
+    max_batch: int = 4
     seed: int = 0
     top_k: int = 5
     max_ulp: float = Thresholds().max_ulp
@@ -81,6 +89,10 @@ class ExperimentSettings:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["ks"] = list(self.ks)
+        data["axes"] = list(self.axes)
+        if self.kind != "invariance-matrix":
+            for key in MATRIX_SETTINGS:
+                del data[key]
         return data
 
 
@@ -219,6 +231,7 @@ class JobSpec:
         try:
             experiment = dict(data["experiment"])
             experiment["ks"] = tuple(experiment.get("ks", ()))
+            experiment["axes"] = tuple(experiment.get("axes", ()))
             return cls(sweep=data["sweep"], cell=data["cell"], values=dict(data["values"]),
                        prompt=Prompt(**data["prompt"]), control=Variant(**data["control"]),
                        candidate=Variant(**data["candidate"]), experiment=ExperimentSettings(**experiment))

@@ -29,11 +29,12 @@ The format, in TOML::
     model = ["q4_1.gguf", "q8_0.gguf"]      # e.g. every model: its candidate vs its control
 
     [experiment]
-    kind = "ab"                             # "ab" or "verify"
+    kind = "ab"                             # "ab", "verify" or "invariance-matrix"
     speed = false                           # ab: false = numerics only, true = timed blocks
     tokens = 32                             # greedy decode tokens per prompt
     repeats = 5                             # ab with speed: ABBA/BAAB blocks, or "auto"
     ks = [1, 2, 4, 8]                       # verify: block sizes K
+    axes = ["determinism", "batch"]         # invariance-matrix: its axes (and runs, max_batch)
 
     [resources]                             # per job, read by the executors
     num_cpus = 1
@@ -76,7 +77,8 @@ _TOP_KEYS = ("name", "control", "axes", "shared_axes", "prompts", "experiment", 
 _VARIANT_KEYS = ("engine", "model", "options", "env", "spec")
 #: Settings that only one experiment kind (or ``ab`` with speed) reads.
 _ONLY = {"ks": "verify", "speed": "ab", "repeats": "ab", "max_repeats": "ab", "max_time": "ab", "warmup": "ab",
-         "isolation": "ab", "escalate": "ab", "randomize": "ab", "margin": "ab"}
+         "isolation": "ab", "escalate": "ab", "randomize": "ab", "margin": "ab", "axes": "invariance-matrix",
+         "runs": "invariance-matrix", "max_batch": "invariance-matrix"}
 _SPEED_ONLY = ("repeats", "max_repeats", "max_time", "warmup", "randomize", "margin")
 
 
@@ -285,7 +287,7 @@ def _experiment(table: Any) -> ExperimentSettings:
             raise InputError(f"[experiment] {timed[0]} needs speed = true (numerics only runs one untimed-call "
                              "ABBA block)")
     types = {"speed": bool, "escalate": bool, "randomize": bool, "tokens": int, "max_repeats": int, "warmup": int,
-             "seed": int, "top_k": int, "kind": str, "isolation": str}
+             "seed": int, "top_k": int, "kind": str, "isolation": str, "runs": int, "max_batch": int}
     for key, typ in types.items():
         if key in table and (not isinstance(table[key], typ) or typ is int and isinstance(table[key], bool)):
             raise InputError(f"[experiment] {key} must be {'a' if typ is not int else 'an'} {typ.__name__}, "
@@ -302,6 +304,11 @@ def _experiment(table: Any) -> ExperimentSettings:
         if not isinstance(ks, list) or not all(isinstance(k, int) and not isinstance(k, bool) for k in ks):
             raise InputError(f"[experiment] ks must be a list of integers, got {ks!r}")
         table["ks"] = tuple(ks)
+    if "axes" in table:
+        axes = table["axes"]
+        if not isinstance(axes, list) or not all(isinstance(a, str) for a in axes):
+            raise InputError(f"[experiment] axes must be a list of invariance axes, got {axes!r}")
+        table["axes"] = tuple(axes)
     if table.get("isolation", "session") not in ISOLATION_LEVELS:
         raise InputError(f"[experiment] isolation {table['isolation']!r} is not one of {', '.join(ISOLATION_LEVELS)}")
     settings = ExperimentSettings(**table)
@@ -405,6 +412,10 @@ def _validate(matrix: Matrix) -> None:
                  randomize=exp.randomize, seed=exp.seed, escalate=exp.escalate, top_k=exp.top_k,
                  thresholds=exp.thresholds, margin=exp.margin, max_repeats=exp.max_repeats,
                  max_time=exp.max_time).validate()
-    else:
+    elif exp.kind == "verify":
         VerifyConfig(variant=first.candidate, prompts=matrix.prompts, ks=exp.ks, n_decode=exp.tokens,
                      top_k=exp.top_k, thresholds=exp.thresholds).validate()
+    else:
+        from logitlab.experiments.sweep.job import matrix_config
+
+        matrix_config(exp, first.candidate, matrix.prompts).validate()

@@ -14,7 +14,9 @@ The ``ab`` numbers come from each job's verdict run (its worst candidate
 run); ``verify`` numbers from its K totals (KLD is not kept by ``verify``).
 Each kind's result class pools its own cell (its ``sweep_cell`` classmethod:
 :meth:`~logitlab.experiments.ab_results.AbResult.sweep_cell`,
-:meth:`~logitlab.experiments.verify.results.VerifyResult.sweep_cell`), and a
+:meth:`~logitlab.experiments.verify.results.VerifyResult.sweep_cell`,
+:meth:`~logitlab.experiments.invariance_matrix.InvarianceMatrixResult.sweep_cell`: per invariance axis, its
+status, worst verdict and bit-identical rows over the prompts), and a
 job's verdict is its result's ``verdict_word``.
 
 :class:`SweepResult` is also the sweep manifest (``sweep.json`` under
@@ -85,8 +87,12 @@ class CellSummary:
         detection_measured: how many comparisons measured it (a ``divergent`` one has nothing to measure).
         speed: ``ab`` with speed: per phase (``decode``, ``prefill``), the paired comparison over
             every prompt's blocks.
-        logits_hash: SHA-256 over the jobs' logits hashes in prompt order (None unless every job finished).
+        logits_hash: SHA-256 over the jobs' logits hashes in prompt order (None unless every job finished with
+            one: an ``invariance-matrix`` job has none).
         where: the distinct places its jobs ran (``host device``).
+        invariance_axes: ``invariance-matrix``: per invariance axis, pooled over the prompts, the axis's summary
+            (:meth:`~logitlab.experiments.invariance_matrix.AxisResult.summary`: ``axis``, ``status``, ``verdict``,
+            ``rows_identical`` of ``rows``, ``skipped``, ...); empty for the other kinds.
     """
 
     cell: str
@@ -111,6 +117,7 @@ class CellSummary:
     speed: dict[str, PairedComparison] = field(default_factory=dict)
     logits_hash: str | None = None
     where: list[str] = field(default_factory=list)
+    invariance_axes: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -130,7 +137,8 @@ class SweepResult(ResultRecord):
         error: why the sweep stopped early (interrupted), else None.
 
     JSON format history (``schema_version``): 1 — first version; later in 1 (additive): a cell's
-    ``detection_limit`` and ``detection_measured`` (absent: None and 0).
+    ``detection_limit`` and ``detection_measured`` (absent: None and 0); ``invariance-matrix`` cells and their
+    ``invariance_axes`` (absent: []).
     """
 
     KIND: ClassVar[str] = "sweep"
@@ -147,7 +155,7 @@ class SweepResult(ResultRecord):
 
     @property
     def kind(self) -> str:
-        """The experiment of every cell: ``ab`` or ``verify``."""
+        """The experiment of every cell: ``ab``, ``verify`` or ``invariance-matrix``."""
         return self.matrix["experiment"]["kind"]
 
     @property
@@ -208,10 +216,10 @@ def _cell(specs: Sequence[JobSpec], results: Mapping[str, SweepJobResult], typed
                        candidate=first.candidate.to_dict(), status=status, jobs=len(specs), ok=len(ok),
                        failed=failed)
     cell.where = sorted({f"{r.where.get('host', '?')} {r.where.get('device', '?')}" for r in done})
-    if len(ok) == len(specs):
+    if len(ok) == len(specs) and all(results[s.key].logits_hash for s in specs):
         digest = hashlib.sha256()
         for spec in specs:
-            digest.update((results[spec.key].logits_hash or "none").encode("ascii"))
+            digest.update(results[spec.key].logits_hash.encode("ascii"))
         cell.logits_hash = digest.hexdigest()
     finished = [typed[s.key] for s in specs if s.key in typed]
     if not finished:
