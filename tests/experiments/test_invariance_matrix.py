@@ -293,7 +293,8 @@ def test_html_report_draws_the_matrix_figure_one_cell_per_axis():
     assert rows["determinism"]["cells"] == [{"check": "runs 2..3", "verdict": "bit-exact", "severity": 0,
                                              "identical": 29, "rows": 29}]  # both prompts' checks in one cell
     assert rows["batch"]["skipped"].startswith("the fake engine does not declare") and rows["batch"]["cells"] == []
-    assert (rows["prefill-decode"]["identical"], rows["prefill-decode"]["rows"]) == by_axis(result)["prefill-decode"].rows
+    pd = rows["prefill-decode"]
+    assert (pd["identical"], pd["rows"]) == by_axis(result)["prefill-decode"].rows
     (figure,) = [b for b in report.document(result).blocks if isinstance(b, Figure)]
     assert figure.kind == "invariance-matrix" and figure.data == data and len(figure.caption) > 80
     page = report.html(result)

@@ -18,8 +18,8 @@ from logitlab.engines.variant import parse_env, parse_variant
 from logitlab.errors import InputError, Interrupted
 
 #: The axes, as ``--help`` lists them (the experiment's ``AXES``, kept here so that --help imports no experiment).
-AXES_HELP = ("determinism, batch, batch-position, prefill-decode, chunked-prefill, threads, verify, process, concurrent, "
-             "prefix-cache")
+AXES_HELP = ("determinism, batch, batch-position, prefill-decode, chunked-prefill, threads, verify, process, "
+             "concurrent, prefix-cache")
 
 
 def parse_axes(text: str | None) -> tuple[str, ...] | None:
