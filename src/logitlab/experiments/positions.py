@@ -1,0 +1,134 @@
+"""``--positions``: which rows of a run are compared and stored (the positions of interest).
+
+A run of a prompt of N tokens followed by D decode steps has N + D rows of logits: rows 0 … N-1 come from
+the prefill, rows N … N+D-1 from the decode steps. A spec string names the rows a command keeps; items are
+joined by commas and their rows united:
+
+- ``all``: every row (the default: nothing is selected away);
+- ``prompt``: the prefill's rows, 0 … N-1; ``decode``: the decode steps' rows, N … N+D-1;
+- ``last``: the run's last row, N+D-1 (with no decode steps, the prompt's last row);
+- ``every:K``: every K-th row from row 0 (0, K, 2K, …), K ≥ 1;
+- ``A``, ``A-B``, ``A-``: row A, rows A … B (inclusive), rows A … the last one.
+
+A long-prefill comparison at the frontier (the first source report compared the last row of an 8,192-token
+prefill) is ``--positions last`` (the run's last row) or the prompt's last row by its number: one row a run
+instead of N + D.
+:func:`parse_positions` checks the spelling (before any engine loads); :meth:`Positions.rows` gives the rows
+once N and D are known, and refuses numbers past the run's last row and an empty selection.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from logitlab.errors import InputError
+
+__all__ = ["ALL", "KEYWORDS", "Positions", "parse_positions"]
+
+#: The spec that selects every row.
+ALL = "all"
+#: The named items of a spec, and what each selects.
+KEYWORDS = {"all": "every row", "prompt": "the prompt's rows", "decode": "the decode steps' rows",
+            "last": "the run's last row"}
+
+_RANGE = re.compile(r"(\d+)(-(\d*))?")
+_EVERY = re.compile(r"every:(\d+)")
+_HELP = "valid: all, prompt, decode, last, every:K, A, A-B, A- (comma-separated)"
+
+
+@dataclass(frozen=True)
+class Positions:
+    """A parsed ``--positions`` spec (:func:`parse_positions`).
+
+    Attributes:
+        spec: the spec as given, stripped (``"all"``, ``"last"``, ``"0-15,40,100-"``, ...).
+        items: one tuple per comma-separated item: ``(keyword,)``, ``("every", K)`` or ``("range", A, B)``
+            with ``B`` None for an open end (``A`` alone is ``("range", A, A)``).
+    """
+
+    spec: str
+    items: tuple[tuple, ...]
+
+    @property
+    def is_all(self) -> bool:
+        """Does the spec select every row whatever N and D are (``all``)?"""
+        return any(item == ("all",) for item in self.items)
+
+    def rows(self, n_prompt: int, n_decode: int) -> np.ndarray:
+        """The selected rows of a run of ``n_prompt`` prompt rows and ``n_decode`` decode rows.
+
+        Returns:
+            Sorted, distinct row indices, int64, shape ``(n_selected,)``, each in ``[0, n_prompt + n_decode)``.
+
+        Raises:
+            InputError: a row number or range start past the run's last row, or an empty selection (the
+                message names ``--positions``, the item and the run's rows).
+        """
+        total = n_prompt + n_decode
+        picked = np.zeros(total, dtype=bool)
+        for item in self.items:
+            kind = item[0]
+            if kind == "all":
+                picked[:] = True
+            elif kind == "prompt":
+                picked[:n_prompt] = True
+            elif kind == "decode":
+                picked[n_prompt:] = True
+            elif kind == "last":
+                picked[total - 1:] = True
+            elif kind == "every":
+                picked[::item[1]] = True
+            else:
+                start, stop = item[1], item[2]
+                last = stop if stop is not None else start
+                if last >= total:
+                    text = f"{start}" if stop == start else f"{start}-{'' if stop is None else stop}"
+                    raise InputError(f"--positions {self.spec!r}: {text} is past the run's last row {total - 1} "
+                                     f"({n_prompt} prompt + {n_decode} decode rows)")
+                picked[start:(total if stop is None else stop + 1)] = True
+        rows = np.flatnonzero(picked).astype(np.int64)
+        if rows.size == 0:
+            raise InputError(f"--positions {self.spec!r} selects no row of a run of {n_prompt} prompt + {n_decode} "
+                             "decode rows")
+        return rows
+
+    def describe(self, selected: int, total: int) -> str:
+        """``"compared 1 of 81 positions (last)"``: the line reports print."""
+        return f"compared {selected} of {total} positions ({self.spec})"
+
+
+def parse_positions(spec: str) -> Positions:
+    """Parse a ``--positions`` spec (see the module notes).
+
+    Raises:
+        InputError: an empty spec or item, an unknown word, ``every:0``, a range whose end is before its start
+            (one line naming ``--positions``, the bad item and the valid forms).
+    """
+    text = (spec or "").strip()
+    if not text:
+        raise InputError(f"--positions is empty; {_HELP}")
+    items = []
+    for raw in text.split(","):
+        part = raw.strip().lower()
+        if part in KEYWORDS:
+            items.append((part,))
+            continue
+        if every := _EVERY.fullmatch(part):
+            step = int(every.group(1))
+            if step < 1:
+                raise InputError(f"--positions {text!r}: {part!r} needs a step of at least 1")
+            items.append(("every", step))
+            continue
+        found = _RANGE.fullmatch(part)
+        if found is None:
+            what = repr(part) if part else "an empty item"
+            raise InputError(f"--positions {text!r}: {what} is not a position spec; {_HELP}")
+        start = int(found.group(1))
+        stop = start if found.group(2) is None else (int(found.group(3)) if found.group(3) else None)
+        if stop is not None and stop < start:
+            raise InputError(f"--positions {text!r}: {part!r} ends before it starts")
+        items.append(("range", start, stop))
+    return Positions(text, tuple(items))
