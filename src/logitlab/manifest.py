@@ -51,3 +51,16 @@ def build_manifest(engine: dict[str, Any], *variants: Any) -> dict[str, Any]:
         "host": host_info(),
         "started_at": now_utc(),
     }
+
+
+def busy_machine_note(factor: float = 1.5) -> str | None:
+    """A note when the 1-minute load average exceeds ``factor`` × the logical cores, else None."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return None
+    cores = os.cpu_count() or 1
+    if load <= factor * cores:
+        return None
+    return (f"machine busy: 1-minute load average {load:.1f} on {cores} cores at the end of the run; absolute "
+            "tokens/s are unreliable (the ABBA/BAAB pairing still protects the ratio, at the cost of a wider CI)")

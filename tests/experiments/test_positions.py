@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from logitlab.errors import InputError
-from logitlab.experiments.positions import parse_positions
+from logitlab.experiments.positions import Selected, parse_positions
 
 
 def rows(spec: str, n_prompt: int = 10, n_decode: int = 4) -> list[int]:
@@ -64,5 +64,5 @@ def test_rows_past_the_run_are_refused(spec, text):
         rows(spec)
 
 
-def test_describe():
-    assert parse_positions("last").describe(1, 81) == "compared 1 of 81 positions (last)"
+def test_selected_line():
+    assert Selected("last", 1, 81).line() == "compared 1 of 81 positions (last)"

@@ -9,9 +9,10 @@ import click
 from logitlab.cli.auto_options import sequential_options
 from logitlab.cli.common import (EXIT_CHECK_FAILED, EXIT_OK, REQUIRE_CHOICES, finish, handle_errors, require_exit_code,
                                  run_with_progress)
-from logitlab.cli.options import (check_memory, detection_option, memory_check_option, output_options, prompt_from,
-                                  prompt_inputs, prompt_options, run_log_option, run_log_path, threshold_options,
-                                  thresholds_from, variant_pair, variant_pair_options)
+from logitlab.cli.options import (check_memory, detection_option, memory_check_option, output_options,
+                                  positions_from, positions_option, prompt_from, prompt_inputs, prompt_options,
+                                  run_log_option, run_log_path, threshold_options, thresholds_from, variant_pair,
+                                  variant_pair_options)
 from logitlab.cli.outputs import check_output_paths, report_paths
 from logitlab.cli.recording import record_options, record_target
 from logitlab.errors import InputError, check_at_least
@@ -29,6 +30,7 @@ from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
 @click.option("--candidate-model", default=None, help="Model of the candidate only.")
 @prompt_options("a built-in prose prompt")
 @click.option("--tokens", "n_decode", type=int, default=64, show_default=True, help="Greedy decode steps.")
+@positions_option
 @sequential_options("--repeats", default=5, each="slots", called="decode tokens/s")
 @click.option("--warmup", type=int, default=1, show_default=True, help="Untimed runs per variant first.")
 @click.option("--isolation", type=click.Choice(ISOLATION_LEVELS), default="session", show_default=True,
@@ -81,6 +83,7 @@ def ab(**opts: Any) -> None:
       logitlab ab --engine 'cmd:./my-engine --tokens {tokens} --logits {logits}' --candidate-env MY_KNOB=1
       logitlab ab --engine openai:http://127.0.0.1:8080/v1 --control-model a --candidate-model b
       logitlab ab --engine 'cmd:./build/engine --tokens {tokens} --logits {logits}' --record --repo .
+      logitlab ab --prompt-file long.txt --tokens 1 --positions last
     """
     from logitlab.experiments.ab import AbConfig
 
@@ -96,7 +99,7 @@ def ab(**opts: Any) -> None:
         seed=opts["seed"],
         escalate=not opts["no_escalate"], localize=opts["localize"], top_k=opts["top_k"], margin=opts["margin"],
         explain=opts["explain_positions"] if opts["explain"] else 0, detection=opts["detection"], self_check=opts["self_check"],
-        thresholds=thresholds_from(opts),
+        thresholds=thresholds_from(opts), positions=positions_from(opts),
     )
     log_path = run_log_path(opts, "ab")
     check_output_paths(**report_paths(opts),

@@ -5,7 +5,8 @@ one default for every command); its reader turns the parsed values into the
 typed object the experiment takes: :func:`variant_pair_options` /
 :func:`variant_pair`, :func:`prompt_options` / :func:`prompt_from` / :func:`prompts_from`,
 :func:`threshold_options` /
-:func:`thresholds_from`, :func:`run_log_option` / :func:`run_log_path`, :func:`metric_options` /
+:func:`thresholds_from`, :func:`positions_option` / :func:`positions_from`,
+:func:`run_log_option` / :func:`run_log_path`, :func:`metric_options` /
 :func:`metric_name`, and
 :func:`output_options` (``--json``, ``--markdown``, ``--html``, ``--quiet``).
 """
@@ -204,6 +205,29 @@ def prompts_from(opts: dict[str, Any], default: Callable[[], list[Any]]) -> list
 def prompt_inputs(opts: dict[str, Any]) -> list[str | None]:
     """The files the prompt options read (for :func:`~logitlab.cli.outputs.check_output_paths`' ``inputs``)."""
     return [opts["prompt_file"], opts["prompts_file"]]
+
+
+#: The help of ``--positions``, one text for every command that takes it.
+POSITIONS_HELP = ("The rows of each run compared and stored: all, prompt, decode, last (the run's last row), "
+                  "every:K, and row numbers A, A-B, A- (0 is the first prompt token's row; comma-separated, "
+                  "united). Verdicts and reports say which they rest on.")
+
+
+def positions_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--positions SPEC`` (default ``all``) into ``opts["positions"]`` (read by :func:`positions_from`)."""
+    return click.option("--positions", "positions", default="all", show_default=True, metavar="SPEC",
+                        help=POSITIONS_HELP)(func)
+
+
+def positions_from(opts: dict[str, Any]) -> str:
+    """The ``--positions`` spec of :func:`positions_option`, its spelling checked before any engine loads.
+
+    Raises:
+        InputError: a bad spec (:func:`logitlab.experiments.positions.parse_positions`).
+    """
+    from logitlab.experiments.positions import parse_positions
+
+    return parse_positions(opts["positions"]).spec
 
 
 def memory_check_option(func: Callable[..., Any]) -> Callable[..., Any]:

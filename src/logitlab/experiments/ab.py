@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -30,6 +29,7 @@ from logitlab.experiments import crossengine
 from logitlab.experiments.base import Experiment
 from logitlab.experiments.explain import ExplainConfig, ExplainExperiment
 from logitlab.experiments.inverse_controls import control, planted_token
+from logitlab.experiments.positions import parse_positions, select_rows, selection
 from logitlab.experiments.isolation import (
     ISOLATION_LEVELS,
     SlotRunner,
@@ -37,7 +37,7 @@ from logitlab.experiments.isolation import (
     load_supervised,
     stronger_isolation,
 )
-from logitlab.manifest import build_manifest
+from logitlab.manifest import build_manifest, busy_machine_note  # noqa: F401  (re-exported)
 from logitlab.numerics import LogitComparison, Thresholds, Verdict, classify, compare_logits
 from logitlab.numerics.compare import check_top_k
 from logitlab.numerics.detection import DetectionLimits, detection_limits
@@ -93,6 +93,8 @@ class AbConfig:
         detection: measure the detection limits of the verdict's run (:mod:`logitlab.numerics.detection`:
             faults planted into a copy of the candidate run; about a second on the embedded model);
             full-vocabulary comparisons only.
+        positions: the ``--positions`` spec (:mod:`logitlab.experiments.positions`): the rows of each measured
+            run kept and compared (full logits only); the others are dropped as each run returns.
     """
 
     control: Variant
@@ -119,6 +121,7 @@ class AbConfig:
     explain: int = 0
     detection: bool = True
     self_check: bool = False
+    positions: str = "all"
 
     def validate(self) -> None:
         check_at_least("--tokens", self.n_decode, 1)
@@ -131,6 +134,7 @@ class AbConfig:
             raise InputError(f"unknown --isolation {self.isolation!r}; valid: {', '.join(ISOLATION_LEVELS)}")
         check_slot_timeout(self.slot_timeout, self.isolation, (self.control, self.candidate))
         check_at_least("--top-k", self.top_k, 1)
+        parse_positions(self.positions)
         if self.margin is not None:
             check_margin(self.margin, option="--margin")
         if self.explain < 0:
@@ -173,6 +177,7 @@ class AbExperiment(Experiment):
         self._rekeyed_reference: TopKRows | None = None
         self._rekey_note: str | None = None  # set when an id-keyed side was matched by token text
         self._load_crash: EngineCrashed | None = None  # the candidate's engine crashed while loading
+        self.rows: np.ndarray | None = None  # --positions: the rows of each run kept and compared (None: all)
 
     # -- public -------------------------------------------------------------
     def run(self) -> AbResult:
@@ -230,6 +235,8 @@ class AbExperiment(Experiment):
         manifest["load_seconds"] = {label: round(engine.load_seconds, 4) for label, engine in loaded}
         result = AbResult(config=cfg.to_dict(), manifest=manifest, prompt_ids=prompt_ids,
                           generated_ids=[], generated_text="")
+        self.rows, result.positions = selection(cfg.positions, {CONTROL: probe, CANDIDATE: candidate},
+                                                len(prompt_ids), cfg.n_decode)
         if self._load_crash is not None:
             evidence = self._load_crash.evidence
             result.notes.append(f"the candidate's engine crashed while loading ({evidence.status if evidence else ''}):"
@@ -363,6 +370,7 @@ class AbExperiment(Experiment):
         )
         if slot.is_warmup:
             return record
+        output = select_rows(output, self.rows)
         if self.reference is None:
             self.reference = output
             record.is_reference = True
@@ -428,7 +436,11 @@ class AbExperiment(Experiment):
             reference, observed = crossengine.common_vocab(reference, observed)
         if reference.shape != observed.shape:
             raise EngineError(f"{slot.variant} returned {observed.shape[0]} rows, the reference {reference.shape[0]}")
-        return compare_logits(reference, observed, top_k=self.config.top_k, token_ids=self.reference.input_ids), None
+        ids = self.reference.input_ids
+        if self.rows is None:
+            return compare_logits(reference, observed, top_k=self.config.top_k, token_ids=ids), None
+        return compare_logits(reference, observed, top_k=self.config.top_k,
+                              token_ids=[ids[i] for i in self.rows]).at_positions(self.rows), None
 
     def _topk_key(self, rows: TopKRows) -> Any:
         """How a top-k source names tokens: by id (None: the id itself), or by text (the control's tokenizer)."""
@@ -471,6 +483,7 @@ class AbExperiment(Experiment):
         bad = ~np.isfinite(logits)
         if bad.any():
             row, token = (int(i) for i in np.argwhere(bad)[0])
+            row = row if self.rows is None else int(self.rows[row])
             raise EngineError(f"the reference run (control, slot {slot.index}) produced {int(bad.sum())} NaN/Inf "
                               f"logits, the first at position {row}, token id {token}: nothing can be compared "
                               "against it")
@@ -572,19 +585,6 @@ class AbExperiment(Experiment):
         if record.is_reference:
             self.log_update(generated_ids=list(self.reference.generated),
                             generated_text=self._detokenize(self.reference.generated))
-
-
-def busy_machine_note(factor: float = 1.5) -> str | None:
-    """A note when the 1-minute load average exceeds ``factor`` × the logical cores, else None."""
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        return None
-    cores = os.cpu_count() or 1
-    if load <= factor * cores:
-        return None
-    return (f"machine busy: 1-minute load average {load:.1f} on {cores} cores at the end of the run; absolute "
-            "tokens/s are unreliable (the ABBA/BAAB pairing still protects the ratio, at the cost of a wider CI)")
 
 
 def run_ab(config: AbConfig, **kwargs: Any) -> AbResult:

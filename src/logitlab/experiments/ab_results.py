@@ -18,6 +18,7 @@ from logitlab.jsonio import ResultRecord
 from logitlab.numerics import VERDICTS, LogitComparison, Verdict
 from logitlab.numerics.detection import DetectionLimits, largest_limit
 from logitlab.experiments.inverse_controls import Control
+from logitlab.experiments.positions import Selected
 from logitlab.numerics.topk import TopKComparison
 from logitlab.numerics.topk_offsets import RowOffsets
 from logitlab.perf.design import CANDIDATE, CONTROL, Block
@@ -31,7 +32,7 @@ __all__ = ["LOG_HEADER_FIELDS", "PHASES", "RunRecord", "Escalation", "AbResult",
            "driving_blocks", "analyse_speed"]
 
 #: AbResult fields a run log's header holds; ``runs`` are its lines; the end line holds the rest.
-LOG_HEADER_FIELDS = ("config", "manifest", "prompt_ids", "notes")
+LOG_HEADER_FIELDS = ("config", "manifest", "prompt_ids", "notes", "positions")
 
 
 @dataclass
@@ -119,7 +120,9 @@ class AbResult(ResultRecord):
     noise ``floor`` and ``outside``; a run's ``crash`` (its engine died: the verdict ``crashed``);
     ``detection`` (the detection limits of the verdict's run, :mod:`logitlab.numerics.detection`; absent: None);
     ``controls`` (``--self-check``'s inverse control, :mod:`logitlab.experiments.inverse_controls`; absent: empty)
-    and the derived ``vacuous``; ``manifest["load_seconds"]`` (each loaded engine's load wall time, s, by side).
+    and the derived ``vacuous``; ``manifest["load_seconds"]`` (each loaded engine's load wall time, s, by side);
+    ``positions`` (``--positions``: the spec, the rows compared and a run's rows,
+    :class:`~logitlab.experiments.positions.Selected`; absent or None: every row was compared).
 
     ``fingerprints``: per variant, the SHA-256 of the logits' bits of its first
     measured run (:meth:`~logitlab.engines.workload.RunOutput.fingerprint`):
@@ -148,6 +151,7 @@ class AbResult(ResultRecord):
     fingerprints: dict[str, str] = field(default_factory=dict)
     detection: DetectionLimits | None = None  # of the verdict's run (full-vocabulary comparisons only)
     controls: list[Control] = field(default_factory=list)  # --self-check's inverse control
+    positions: Selected | None = None  # --positions: the rows compared (None: all)
 
     # -- derived views ------------------------------------------------------
     def measured(self, variant: str) -> list[RunRecord]:

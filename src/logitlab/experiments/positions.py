@@ -19,14 +19,17 @@ once N and D are known, and refuses numbers past the run's last row and an empty
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 import numpy as np
 
+from logitlab.engines.workload import RunOutput
 from logitlab.errors import InputError
 
-__all__ = ["ALL", "KEYWORDS", "Positions", "parse_positions"]
+__all__ = ["ALL", "KEYWORDS", "Positions", "Selected", "parse_positions", "select_rows", "selection"]
 
 #: The spec that selects every row.
 ALL = "all"
@@ -95,9 +98,51 @@ class Positions:
                              "decode rows")
         return rows
 
-    def describe(self, selected: int, total: int) -> str:
-        """``"compared 1 of 81 positions (last)"``: the line reports print."""
-        return f"compared {selected} of {total} positions ({self.spec})"
+
+
+@dataclass(frozen=True)
+class Selected:
+    """The positions a result rests on, as its JSON records them (``--positions`` other than ``all``).
+
+    Attributes:
+        spec: the ``--positions`` spec.
+        compared: the rows of each run kept and compared.
+        of: the rows of a whole run (prompt tokens + decode tokens).
+    """
+
+    spec: str
+    compared: int
+    of: int
+
+    def line(self) -> str:
+        """``"compared 1 of 81 positions (last)"``: what reports print."""
+        return f"compared {self.compared} of {self.of} positions ({self.spec})"
+
+
+def select_rows(output: RunOutput, rows: np.ndarray | None) -> RunOutput:
+    """``output`` with only ``rows`` of its logits (a copy: the whole run's array goes with ``output``); itself
+    when ``rows`` is None. ``input_ids`` stay whole (the tokens of the run, replayed by the next runs)."""
+    return output if rows is None else dataclasses.replace(output, logits=output.logits[rows])
+
+
+def selection(spec: str, engines: Mapping[str, Any], n_prompt: int,
+              n_decode: int) -> tuple[np.ndarray | None, Selected | None]:
+    """The rows of every run of ``n_prompt`` + ``n_decode`` rows that ``spec`` keeps, and their record; ``(None,
+    None)`` for ``all`` (nothing is selected away). ``engines``: the variants' engines by label.
+
+    Raises:
+        InputError: a bad spec, rows past the run, an empty selection, or an engine that returns top-k
+            log-probabilities only (rows are selected from full logits).
+    """
+    positions = parse_positions(spec)
+    if positions.is_all:
+        return None, None
+    topk = [label for label, engine in engines.items() if not engine.supports("logits")]
+    if topk:
+        raise InputError(f"--positions selects rows of full logits; the {topk[0]} returns top-k log-probabilities "
+                         "only: drop --positions")
+    rows = positions.rows(n_prompt, n_decode)
+    return rows, Selected(positions.spec, len(rows), n_prompt + n_decode)
 
 
 def parse_positions(spec: str) -> Positions:

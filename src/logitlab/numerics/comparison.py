@@ -14,13 +14,15 @@ JSON format history (``schema_version``):
   data still loads, with ``row_topk_spread`` None (verdicts then use the fixed thresholds).
 - 4: ``row_delta_z`` (the within-row outlier statistic); older data reads with None
   there (the within-row outlier rule then does not apply).
+- 4 (additive): ``positions``, the run position of each compared row when only some
+  rows were compared (``--positions``); absent or None: row i is position i.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from logitlab.errors import InputError
 
@@ -116,6 +118,12 @@ class Comparison:
         (:func:`logitlab.numerics.verdict_rules.row_outlier`).
     token_ids : list[int] or None
         The token fed at each position, if the caller gave it.
+    positions : list[int] or None
+        The run position (row of the whole run) of each compared row, when the
+        rows are a selection of the run (``--positions``,
+        :meth:`at_positions`); None: row i is position i. The ``row_*`` lists
+        are indexed by compared row; ``flips`` and ``first_mismatch`` name run
+        positions (:meth:`position_of`, :meth:`row_of` convert).
     schema_version : int
         :data:`SCHEMA_VERSION`.
     """
@@ -161,6 +169,7 @@ class Comparison:
     row_topk_spread: list | None = None
     row_delta_z: list | None = None
     token_ids: list | None = None
+    positions: list | None = None
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -172,9 +181,11 @@ class Comparison:
             if f.name.startswith("row_") and rows is not None and len(rows) != self.n_positions:
                 raise InputError(f"{name}.{f.name} has {len(getattr(self, f.name))} entries, "
                                  f"expected n_positions = {self.n_positions}")
-        if self.token_ids is not None and len(self.token_ids) != self.n_positions:
-            raise InputError(f"{name}.token_ids has {len(self.token_ids)} entries, "
-                             f"expected n_positions = {self.n_positions}")
+        for listed in ("token_ids", "positions"):
+            values = getattr(self, listed)
+            if values is not None and len(values) != self.n_positions:
+                raise InputError(f"{name}.{listed} has {len(values)} entries, "
+                                 f"expected n_positions = {self.n_positions}")
 
     @property
     def bit_exact(self) -> bool:
@@ -184,14 +195,42 @@ class Comparison:
     def __bool__(self) -> bool:
         return self.bit_exact
 
+    def position_of(self, row: int) -> int:
+        """The run position of compared row ``row`` (``row`` itself unless :attr:`positions` is set)."""
+        return row if self.positions is None else int(self.positions[row])
+
+    def row_of(self, position: int) -> int:
+        """The compared row of run position ``position`` (the inverse of :meth:`position_of`).
+
+        Raises:
+            ValueError: ``position`` was not compared.
+        """
+        return position if self.positions is None else self.positions.index(position)
+
+    def at_positions(self, positions: Sequence[int]) -> "Comparison":
+        """This comparison of selected rows, told which run position each row is: :attr:`positions` set, and the
+        positions of ``flips`` and ``first_mismatch`` (row indices as computed) moved to run positions.
+
+        Raises:
+            InputError: ``positions`` does not have :attr:`n_positions` entries.
+        """
+        at = [int(p) for p in positions]
+        first = self.first_mismatch
+        return dataclasses.replace(
+            self, positions=at, flips=[{**f, "position": at[f["position"]]} for f in self.flips],
+            first_mismatch=None if first is None else {**first, "position": at[first["position"]]})
+
     @property
     def topk_changes(self) -> list[int]:
-        """Positions whose top-k token set differs."""
+        """Compared rows whose top-k token set differs (row indices: :meth:`position_of` gives their positions)."""
         return [i for i, ok in enumerate(self.row_topk_agree) if ok is not None and not ok]
 
     def to_dict(self) -> dict[str, Any]:
-        """``dataclasses.asdict(self)``: plain JSON types only."""
-        return dataclasses.asdict(self)
+        """``dataclasses.asdict(self)``: plain JSON types only (``positions`` only where rows were selected)."""
+        data = dataclasses.asdict(self)
+        if data["positions"] is None:
+            del data["positions"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Comparison":

@@ -405,7 +405,8 @@ def detection_limits(reference: np.ndarray, observed: np.ndarray, comparison: Lo
         float16 or bfloat16). Not modified.
     comparison : LogitComparison, optional
         ``compare_logits(reference, observed)``, if already computed (its
-        ``top_k`` is used).
+        ``top_k`` is used; for selected rows, :meth:`~logitlab.numerics.comparison.Comparison.at_positions`
+        of it: the hardest ``position`` is then a run position).
     thresholds : Thresholds, optional
         The rules' thresholds (default ``Thresholds()``).
     shapes : tuple of str, optional
@@ -456,6 +457,7 @@ def detection_limits(reference: np.ndarray, observed: np.ndarray, comparison: Lo
         below = _full_word(reference, observed, shape, worst, float(limits[worst]) / 2, comparison.top_k,
                            thresholds, judge)
         token = None if shape == "row-noise" else int(_targets(reference[worst:worst + 1], shape)[0])
-        result.shapes.append(ShapeLimit(shape, limit, worst, float(np.median(found)), int(found.size), len(limits),
+        result.shapes.append(ShapeLimit(shape, limit, comparison.position_of(worst), float(np.median(found)),
+                                        int(found.size), len(limits),
                                         above=above, below=below, token=token))
     return result

@@ -108,7 +108,7 @@ def _offset_line(mean: float, sd: float, n: int, t: "Thresholds") -> str:
 # -- the case ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class Finding:
-    """What a rule found: a verdict word, its evidence lines, the positions that made it (``divergent``)."""
+    """What a rule found: a verdict word, its evidence lines, the run positions that made it (``divergent``)."""
 
     word: str
     evidence: list[str]
@@ -179,7 +179,18 @@ class Case:
 
     @cached_property
     def flips(self) -> list[dict]:
-        return list(self.c.flips)
+        """The flips, each ``position`` the compared row (as every ``row_*`` list is indexed)."""
+        c = self.c
+        return list(c.flips) if c.positions is None else [{**f, "position": c.row_of(f["position"])}
+                                                           for f in c.flips]
+
+    def at(self, row: int) -> int:
+        """The run position of compared row ``row``, as evidence names it."""
+        return self.c.position_of(row)
+
+    def where(self, rows: Sequence[int]) -> str:
+        """Compared rows as evidence lists them: by run position, the first few."""
+        return _positions([self.at(i) for i in rows])
 
     @cached_property
     def judged(self) -> list[tuple[int, str, float | None]]:
@@ -275,10 +286,10 @@ def localized_change(case: Case, outside: list[int]) -> tuple[list[str], list[in
     if not local:
         return [], []
     i = max(local, key=lambda j: c.row_max_abs_diff[j])
-    return [f"a change confined to a few entries at {len(local)} position(s) ({_positions(local)}); position "
-            f"{i}: {c.row_differing[i]} of {c.n_vocab} entries differ ({100 * c.row_differing[i] / c.n_vocab:.2g} % "
-            f"< {100 * LOCALIZED_FRACTION:g} %), by up to {_g(c.row_max_abs_diff[i])} "
-            f"({_g(c.row_scaled_ulp[i])} ULP at row scale > max_ulp = {_g(t.max_ulp)}): reassociation moves "
+    return [f"a change confined to a few entries at {len(local)} position(s) ({case.where(local)}); position "
+            f"{case.at(i)}: {c.row_differing[i]} of {c.n_vocab} entries differ "
+            f"({100 * c.row_differing[i] / c.n_vocab:.2g} % < {100 * LOCALIZED_FRACTION:g} %), by up to "
+            f"{_g(c.row_max_abs_diff[i])} ({_g(c.row_scaled_ulp[i])} ULP at row scale > max_ulp = {_g(t.max_ulp)}): reassociation moves "
             "every logit of a row, not a few"], local
 
 
@@ -302,8 +313,8 @@ def outside_floor(case: Case, outside: list[int]) -> tuple[list[str], list[int]]
     at = next((f for f in case.flips if f["position"] == i), None)
     what = (f" (an argmax flip {at['token_ref']!r} → {at['token_obs']!r} at reference margin "
             f"{_g(at['margin_ref'])})" if at else "")
-    return [f"{len(far)} position(s) outside the noise floor ({_positions(far)}); position {i}{what} moved "
-            f"{_g(spreads[i])} ({floor.statistic}), {case.factor(spreads[i])} the pair's p99 {_g(floor.value)} "
+    return [f"{len(far)} position(s) outside the noise floor ({case.where(far)}); position {case.at(i)}{what} "
+            f"moved {_g(spreads[i])} ({floor.statistic}), {case.factor(spreads[i])} the pair's p99 {_g(floor.value)} "
             f"> floor_factor = {_g(t.floor_factor)}"], far
 
 
@@ -332,9 +343,9 @@ def outside_row_floor(case: Case, outside: list[int]) -> tuple[list[str], list[i
         return [], []
     i = max(far, key=lambda j: c.row_std_diff[j])
     ratio = c.row_std_diff[i] / floor.value
-    return [f"{len(far)} position(s) whose whole row moved outside the noise floor ({_positions(far)}); position "
-            f"{i}: Δ sd {_g(c.row_std_diff[i])}, {ratio:.3g}× the pair's p99 {_g(floor.value)} of the Δ sd of a row "
-            f"> floor_factor = {_g(t.floor_factor)}"], far
+    return [f"{len(far)} position(s) whose whole row moved outside the noise floor ({case.where(far)}); position "
+            f"{case.at(i)}: Δ sd {_g(c.row_std_diff[i])}, {ratio:.3g}× the pair's p99 {_g(floor.value)} of the Δ sd "
+            f"of a row > floor_factor = {_g(t.floor_factor)}"], far
 
 
 def row_outlier(case: Case, outside: list[int]) -> tuple[list[str], list[int]]:
@@ -360,9 +371,9 @@ def row_outlier(case: Case, outside: list[int]) -> tuple[list[str], list[int]]:
     if not far:
         return [], []
     i = max(far, key=lambda j: zs[j])
-    return [f"{len(far)} position(s) with one logit far outside its own row's noise ({_positions(far)}); position "
-            f"{i}: an entry {_g(zs[i])} sd of the row's Δ from its mean (sd {_g(c.row_std_diff[i])}, max |Δ| "
-            f"{_g(c.row_max_abs_diff[i])}) > outlier_z = {_g(t.outlier_z)}"], far
+    return [f"{len(far)} position(s) with one logit far outside its own row's noise ({case.where(far)}); position "
+            f"{case.at(i)}: an entry {_g(zs[i])} sd of the row's Δ from its mean (sd {_g(c.row_std_diff[i])}, "
+            f"max |Δ| {_g(c.row_max_abs_diff[i])}) > outlier_z = {_g(t.outlier_z)}"], far
 
 
 def far_without_floor(case: Case, outside: list[int]) -> tuple[list[str], list[int]]:
@@ -378,8 +389,8 @@ def far_without_floor(case: Case, outside: list[int]) -> tuple[list[str], list[i
     if not far:
         return [], []
     i = max(far, key=lambda j: spreads[j])
-    return [f"{len(far)} position(s) moved far without a noise floor to judge them by ({_positions(far)}); "
-            f"position {i} moved {_g(spreads[i])} ({floor.statistic}) > floor_factor × near_tie_margin = "
+    return [f"{len(far)} position(s) moved far without a noise floor to judge them by ({case.where(far)}); "
+            f"position {case.at(i)} moved {_g(spreads[i])} ({floor.statistic}) > floor_factor × near_tie_margin = "
             f"{_g(t.floor_factor)} × {_g(t.near_tie_margin)} (the fixed stand-in for the floor)"], far
 
 
@@ -393,9 +404,9 @@ def confident_flips(case: Case, outside: list[int]) -> tuple[list[str], list[int
         return [], []
     p, _, m = max(bad, key=lambda x: math.inf if x[2] is None else x[2])
     f = next(f for f in case.flips if f["position"] == p)
-    return [f"{len(bad)} argmax flip(s) at confident positions; position {p}: token {f['token_ref']!r} -> "
-            f"{f['token_obs']!r}, reference margin {_g(m)} ≥ near_tie_margin = {_g(t.near_tie_margin)} "
-            f"(fixed threshold: {floor.reason.split(':', 1)[-1].strip()})"], [x[0] for x in bad]
+    return [f"{len(bad)} argmax flip(s) at confident positions; position {case.at(p)}: token "
+            f"{f['token_ref']!r} -> {f['token_obs']!r}, reference margin {_g(m)} ≥ near_tie_margin = "
+            f"{_g(t.near_tie_margin)} (fixed threshold: {floor.reason.split(':', 1)[-1].strip()})"], [x[0] for x in bad]
 
 
 def _unseen_boundary(case: Case, count: int) -> str:
@@ -415,7 +426,8 @@ def confident_topk_changes(case: Case, outside: list[int]) -> tuple[list[str], l
     if clear:
         p, _, gap = max(clear, key=lambda x: x[2])
         lines.append(f"top-{k} set changed at {len(clear)} position(s) with a clear reference boundary; "
-                     f"position {p}: {k}th/{k + 1}th gap {_g(gap)} ≥ near_tie_margin = {_g(t.near_tie_margin)}")
+                     f"position {case.at(p)}: {k}th/{k + 1}th gap {_g(gap)} ≥ near_tie_margin = "
+                     f"{_g(t.near_tie_margin)}")
     unknown = [x for x in bad if x[2] is None]
     if unknown:
         lines.append(_unseen_boundary(case, len(unknown))
@@ -462,7 +474,7 @@ def divergent(case: Case) -> Finding | None:
         outside += [p for p in positions if p not in outside]
     if not lines:
         return None
-    return Finding("divergent", lines + [case.floor.reason], sorted(set(outside)))
+    return Finding("divergent", lines + [case.floor.reason], sorted({case.at(p) for p in outside}))
 
 
 def ulp_noise(case: Case) -> Finding | None:

@@ -79,6 +79,8 @@ def _header(result: AbResult) -> KeyValues:
         ("candidate", variant_text(cfg["candidate"])),
         ("workload", f"{len(result.prompt_ids)} prompt tokens + {cfg['n_decode']} greedy decode tokens, "
                      "replayed in every run"),
+        *([("positions", f"{result.positions.line()}: the other rows of each run are dropped as it returns")]
+          if result.positions else []),
         ("schedule", f"{cfg['warmup']} warmup/variant, {plural(cfg['repeats'], 'ABBA/BAAB block')}, "
                      f"isolation={cfg['isolation']}"),
         ("greedy text", repr(result.generated_text[:120])),
@@ -118,7 +120,8 @@ def _verdict(result: AbResult) -> list:
     word = result.verdict.word
     judged = [r for r in result.runs if r.variant == CANDIDATE and r.verdict is not None]  # crashed warmups too
     head = Paragraph(rich(Span("A/B verdict: ", "strong"), Span(word, f"verdict:{word}"),
-                          f"  (worst of {plural(len(judged), 'candidate run')}; slot {run.slot})"))
+                          f"  (worst of {plural(len(judged), 'candidate run')}; slot {run.slot}"
+                          + (f"; {result.positions.line()})" if result.positions else ")")))
     if run.crash is not None:  # nothing was compared: the crash's evidence, and how many runs crashed
         crashed = [r for r in result.runs if r.crash is not None and r.variant == CANDIDATE]
         return [head, Bullets(result.verdict.evidence, tight=True),

@@ -60,7 +60,8 @@ def comparison_figures(c: Comparison, *, near_tie_margin: float, n_prompt: int |
     """
     if c.bit_exact:
         return []
-    flips = [int(f["position"]) for f in c.flips]
+    flips = [int(f["position"]) for f in c.flips]  # run positions; as rows of the row_* lists: flip_rows
+    flip_rows = [c.row_of(p) for p in flips]
     first = c.first_mismatch["position"] if c.first_mismatch else None
     out: list[Figure] = []
     if c.scope == "full":
@@ -81,7 +82,8 @@ def comparison_figures(c: Comparison, *, near_tie_margin: float, n_prompt: int |
         + ". Read where along the sequence the two runs part, whether the divergence grows with the position "
           "(a KV-cache or accumulation effect) and whether flips sit where the KLD is high."),
         {"kld": [_num(x) for x in c.row_kld], "flips": flips, "first_mismatch": first,
-         "n_prompt": n_prompt, "labels": list(labels) if labels else None}))
+         "n_prompt": n_prompt, "labels": list(labels) if labels else None,
+         **({"positions": list(c.positions)} if c.positions is not None else {})}))
     margins = [_num(x) for x in c.row_margin_ref]
     if any(m is not None for m in margins):
         out.append(Figure("margin-scatter", (
@@ -91,7 +93,7 @@ def comparison_figures(c: Comparison, *, near_tie_margin: float, n_prompt: int |
             f"(margin < {near_tie_margin:g}, --near-tie-margin). Flips (red) inside the band are near-ties; a "
             "flip far right of the band is a real change."),
             {"margin": margins, "change": [_num(x) for x in c.row_max_abs_diff],
-             "differing": [bool(d) for d in c.row_differing], "flips": flips, "near_tie": near_tie_margin}))
+             "differing": [bool(d) for d in c.row_differing], "flips": flip_rows, "near_tie": near_tie_margin}))
     if c.row_top1_prob_ref is not None:
         buckets = kld_by_confidence(c.row_kld, c.row_top1_prob_ref)
         identical = sum(1 for d in c.row_differing if not d)

@@ -46,19 +46,20 @@ def kld_positions(fig: Any, data: dict[str, Any]) -> None:
     """KLD per position (log), flips as red crosses, first mismatch and prompt/decode boundary as lines."""
     ax = fig.add_subplot()
     kld = data["kld"]
-    xs = list(range(len(kld)))
+    xs = list(data.get("positions") or range(len(kld)))  # run positions (selected rows: --positions)
     positive = [v for v in kld if v is not None and 0 < v < math.inf]
     floor = max(min(positive) / 10, KLD_FLOOR) if positive else KLD_FLOOR  # bit-identical positions sit here
     ceiling = max(positive) * 3 if positive else 1.0  # an infinite KLD (a token the candidate rules out) sits here
     ys = [floor if v is None or v <= 0 else ceiling if v == math.inf else max(v, floor) for v in kld]
     ax.plot(xs, ys, color=COLORS["control"], lw=1, marker=".", ms=3, label="KLD (nats)")
-    infinite = [i for i, v in enumerate(kld) if v == math.inf]
+    infinite = [x for x, v in zip(xs, kld) if v == math.inf]
     if infinite:
         ax.scatter(infinite, [ceiling] * len(infinite), marker="^", s=40, color=COLORS["ink"], zorder=6,
                    label=f"infinite KLD ({len(infinite)})")
     flips = data.get("flips") or []
     if flips:
-        points = ax.scatter(flips, [ys[p] for p in flips], marker="X", s=60, color=COLORS["flip"], zorder=5,
+        at = dict(zip(xs, ys))
+        points = ax.scatter(flips, [at[p] for p in flips], marker="X", s=60, color=COLORS["flip"], zorder=5,
                             label=f"argmax flip ({len(flips)})")
         points.set_gid("flips")
     first = data.get("first_mismatch")
@@ -71,7 +72,7 @@ def kld_positions(fig: Any, data: dict[str, Any]) -> None:
         boundary.set_gid("prompt-boundary")
     ax.set_yscale("log")
     ax.set_ylim(bottom=floor / 3)
-    ax.set_xlim(-0.5, len(kld) - 0.5)
+    ax.set_xlim(xs[0] - 0.5 if xs else -0.5, xs[-1] + 0.5 if xs else len(kld) - 0.5)
     ax.set_xlabel("position")
     ax.set_ylabel("KL(P_ref ‖ P_cand), nats")
     labels = data.get("labels")
