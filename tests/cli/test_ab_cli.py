@@ -167,3 +167,39 @@ def test_a_candidate_process_that_cannot_start_is_crashed_and_require_fails_it(t
     data = json.loads(out.read_text())
     assert data["error"] is None and data["verdict"]["word"] == "crashed"
     assert {r["variant"] for r in data["runs"] if r["crash"]} == {"candidate"}
+
+
+def test_positions_last_compares_one_row_a_run_and_says_so(tmp_path):
+    """Issue #31: ``--positions last`` keeps one row of each run; the verdict, the JSON and the reports say which
+    positions it rests on, and the saved result renders again byte for byte."""
+    out, md = tmp_path / "out.json", tmp_path / "out.md"
+    proc = logitlab("ab", *SHORT, "--positions", "last", "--json", str(out), "--markdown", str(md))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["positions"] == {"spec": "last", "compared": 1, "of": 20} and data["config"]["positions"] == "last"
+    compared = [r["comparison"] for r in data["runs"] if r["comparison"] is not None]
+    assert compared and all(c["n_positions"] == 1 and c["positions"] == [19] for c in compared)
+    assert "; compared 1 of 20 positions (last))" in proc.stdout
+    assert "compared 1 of 20 positions (last)" in md.read_text()
+    assert logitlab("report", str(out), "--markdown", str(tmp_path / "again.md"), "--quiet").returncode == 0
+    assert (tmp_path / "again.md").read_text() == md.read_text()
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("frist", "error: --positions 'frist': 'frist' is not a position spec; valid: all, prompt, decode, last, "),
+    ("every:0", "error: --positions 'every:0': 'every:0' needs a step of at least 1"),
+    ("9-3", "error: --positions '9-3': '9-3' ends before it starts"),
+])
+def test_a_bad_positions_spec_is_refused_before_any_engine_loads(spec, message, tmp_path):
+    # the model does not exist: an engine load would have said so first
+    proc = logitlab("ab", *SHORT, "--positions", spec, "--model", "/nonexistent/model.gguf", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(message) and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_positions_past_the_run_are_refused_before_any_run(tmp_path):
+    proc = logitlab("ab", *SHORT, "--positions", "0,25", "--log", str(tmp_path / "runs.jsonl"), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr == ("error: --positions '0,25': 25 is past the run's last row 19 (12 prompt + 8 decode "
+                           "rows)\n"), proc.stderr
+    assert proc.stdout == "" and not (tmp_path / "runs.jsonl").exists()

@@ -381,3 +381,29 @@ def test_the_planted_slowdown_leaves_the_logits_bit_exact(tmp_path):
     assert out["plain"][0].shape == (6, 49152)
     assert out["plain"][0].tobytes() == out["slowed"][0].tobytes()
     assert out["plain"][1] == out["slowed"][1] and len(out["plain"][1]) == 3
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("positions, seen", [("prompt", True), ("8-11,last", True), ("decode", False),
+                                             ("0-9,11-", False)])
+def test_positions_see_a_planted_fault_only_where_they_look(positions, seen):
+    """Issue #31: ``--positions`` compares only the rows it selects. A fault the engine plants at prompt row 10
+    is divergent, at its true position 10, when the selection holds row 10, and not seen when it does not."""
+    candidate = dataclasses.replace(cmd_variant(DECODE_TEMPLATE, "candidate"), env={"LLAMACPP_CMD_PERTURB": "10:1.0"})
+    result = run_ab(AbConfig(control=cmd_variant(DECODE_TEMPLATE), candidate=candidate, prompt=SHORT_PROMPT,
+                             n_decode=N_DECODE, repeats=1, warmup=0, detection=False, positions=positions))
+    n_prompt = len(result.prompt_ids)
+    rows = {"prompt": list(range(n_prompt)), "8-11,last": [8, 9, 10, 11, n_prompt + N_DECODE - 1],
+            "decode": list(range(n_prompt, n_prompt + N_DECODE)),
+            "0-9,11-": [i for i in range(n_prompt + N_DECODE) if i != 10]}[positions]
+    assert (result.positions.spec, result.positions.compared, result.positions.of) == \
+        (positions, len(rows), n_prompt + N_DECODE)
+    run = next(r for r in result.runs if r.slot == result.verdict_slot)
+    assert run.comparison.n_positions == len(rows) and run.comparison.positions == rows
+    v = result.verdict
+    if seen:
+        assert v.word == "divergent" and v.outside == [10], v.evidence
+        assert "(10); position 10 " in v.evidence[0] and run.comparison.first_mismatch["position"] == 10
+    else:
+        assert v.word == "bit-exact" and run.comparison.first_mismatch is None
+    assert result.control_reproducible
