@@ -33,6 +33,7 @@ sys.path.insert(0, SRC)
 #: command -> (its words, the option that sets n_ctx to KEY=VALUE, extra options)
 COMMANDS = {
     "ab": (["ab", "--repeats", "2", "--warmup", "1"], "--control"),
+    "ab --positions last": (["ab", "--repeats", "2", "--warmup", "1", "--positions", "last"], "--control"),
     "verify": (["verify", "--k", "1", "4", "--no-detection-limit"], "--options"),
     "explain": (["explain", "--candidate", "flash_attn=1,n_ctx=2048", "--no-dump"], "--control"),
     "golden record": (["golden", "record"], "--variant"),

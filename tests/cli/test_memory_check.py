@@ -117,3 +117,29 @@ def test_golden_check_counts_the_goldens_positions(tmp_path, monkeypatch):
     assert code == 2
     match = LINE.match(stderr.strip())
     assert match and match["command"] == "golden check" and match["positions"] == "90,000", stderr
+
+
+def test_ab_positions_count_the_rows_kept(tmp_path, monkeypatch):
+    """Issue #31: ``ab --positions last`` holds the run itself and one row a run beyond it: a long prompt that
+    ``ab`` refuses whole fits with it, and the refusal's arrays held at once are fewer."""
+    import logitlab.cli.ab as ab_cli
+    import logitlab.device
+
+    def stop(config, *args, **kwargs):
+        raise InputError(f"would run --positions {config.positions}")
+
+    monkeypatch.setattr(ab_cli, "_run", stop)
+    monkeypatch.setattr(logitlab.device, "available_memory", lambda: 4 * 10 ** 9)
+    (tmp_path / "long.txt").write_text("The lighthouse keeper wrote in his journal. " * 400)  # ~3,600 tokens
+    code, _, stderr = run(["ab", "--prompt-file", "long.txt", "--tokens", "8", "--quiet", "--log", "x.jsonl"],
+                          tmp_path)
+    whole = LINE.match(stderr.strip())
+    assert code == 2 and whole and whole["command"] == "ab", stderr
+    code, _, stderr = run(["ab", "--prompt-file", "long.txt", "--tokens", "8", "--quiet", "--log", "x.jsonl",
+                           "--positions", "last"], tmp_path)
+    assert code == 2 and stderr.splitlines() == ["error: would run --positions last"], stderr
+    code, _, stderr = run(["ab", "--tokens", HUGE, "--positions", "last", "--quiet"], tmp_path)  # the run itself
+    last = LINE.match(stderr.strip())
+    assert code == 2 and last, stderr
+    held = re.search(r"about ([\d.]+) such arrays", stderr).group(1)
+    assert float(held) < float(re.search(r"about ([\d.]+) such arrays", whole.string).group(1))

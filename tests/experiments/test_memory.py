@@ -119,3 +119,30 @@ def test_no_check_where_the_vocabulary_or_the_memory_is_unknown():
     openai = engine_class("openai")  # top-k rows from a server: its logits are not here
     assert check_memory("ab", [(openai, "m", {})], ["x"], 10 ** 9, available=lambda: 1) is None
     assert check_memory("ab", _engines(), ["x"], 10 ** 9, available=lambda: None) is None
+
+
+def test_positions_count_the_rows_kept_beyond_the_run_itself():
+    """Issue #31: with ``--positions`` only the run itself (computed and crossing into the command whole) costs
+    whole runs; what ab keeps across runs is the selected rows."""
+    ab = FOOTPRINTS["ab"]
+    assert ab.whole_run is not None and 1 <= ab.whole_run < ab.runs
+    assert estimate("ab", 1000, 49_152, selected=1000).factor == ab.runs
+    one = estimate("ab", 1000, 49_152, selected=1)
+    assert one.factor == round(ab.whole_run + (ab.runs - ab.whole_run) / 1000, 1) and one.selected == 1
+    half = estimate("ab", 1000, 49_152, selected=500).factor
+    assert one.factor < half < ab.runs
+    assert estimate("verify", 1000, 49_152, selected=1).factor == FOOTPRINTS["verify"].runs  # no --positions there
+
+
+def test_check_memory_with_positions_refuses_or_passes_by_the_rows_kept(monkeypatch):
+    cls = engine_class("llamacpp")
+    monkeypatch.setattr(cls, "token_counter_before_load", classmethod(lambda c, m, o: lambda text: len(text) // 4))
+    prompt = "x" * 400_000  # 100,000 tokens
+    whole = estimate("ab", 100_008, 49_152, default_model_path().stat().st_size)
+    room = int(estimate("ab", 100_008, 49_152, default_model_path().stat().st_size, selected=1).peak_bytes
+               / HEADROOM) + 1
+    assert room < whole.peak_bytes / HEADROOM
+    e = check_memory("ab", _engines(), [prompt], 8, available=lambda: room, selected=lambda n: 1)
+    assert e.fits and e.selected == 1
+    with pytest.raises(InputError, match=r"\(100,008 positions × 49,152 vocabulary"):
+        check_memory("ab", _engines(), [prompt], 8, available=lambda: room)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from logitlab.errors import InputError
-from logitlab.experiments.positions import Selected, parse_positions
+from logitlab.experiments.positions import Selected, parse_positions, row_counter
 
 
 def rows(spec: str, n_prompt: int = 10, n_decode: int = 4) -> list[int]:
@@ -66,3 +66,16 @@ def test_rows_past_the_run_are_refused(spec, text):
 
 def test_selected_line():
     assert Selected("last", 1, 81).line() == "compared 1 of 81 positions (last)"
+
+
+def test_count_for_estimates_ignores_rows_past_the_run():
+    assert parse_positions("0-3,40").count(10, 4) == 4 and parse_positions("last").count(10, 4) == 1
+    assert parse_positions("decode").count(5, 0) == 0 and parse_positions("every:2").count(10, 4) == 7
+
+
+def test_row_counter():
+    assert row_counter(None, 8) is None and row_counter("all", 8) is None
+    count = row_counter("prompt,last", 8)
+    assert count(20) == 13 and count(3) == 1  # 12 prompt rows + the last; a run shorter than its decode steps
+    with pytest.raises(InputError, match="--positions 'x'"):
+        row_counter("x", 8)

@@ -102,6 +102,20 @@ def test_comparison_figures_carry_the_data_they_plot():
                               near_tie_margin=0.5) == []
 
 
+def test_figures_of_selected_rows_plot_run_positions():
+    """Issue #31: a comparison of selected rows (``--positions``) plots its rows at their run positions; the
+    margin scatter, indexed like the rows, gets the flips' rows."""
+    c = crafted_comparison()
+    rows = list(range(100, 100 + c.n_positions))
+    selected = c.at_positions(rows)
+    figs = {f.kind: f for f in comparison_figures(selected, near_tie_margin=0.5, what="selected")}
+    assert figs["kld-positions"].data["positions"] == rows and figs["kld-positions"].data["flips"] == [103, 107, 110]
+    assert figs["kld-positions"].data["first_mismatch"] == 101 and figs["margin-scatter"].data["flips"] == [3, 7, 10]
+    svg = figures.figure_svg(figs["kld-positions"], "figure-1")
+    assert re.search(r'<g id="figure-1-flips">(.*?)</g>\s*</g>', svg, re.S).group(1).count("<use ") == 3
+    assert "positions" not in {f.kind: f for f in comparison_figures(c, near_tie_margin=0.5)}["kld-positions"].data
+
+
 def test_figure_svg_draws_every_registered_kind_of_a_comparison_with_unique_ids():
     c = crafted_comparison()
     svgs = [figures.figure_svg(f, f"figure-{i}") for i, f in

@@ -105,7 +105,7 @@ def ab(**opts: Any) -> None:
     check_output_paths(**report_paths(opts),
                        log=log_path,
                        inputs=[control.model, candidate.model, *prompt_inputs(opts)])
-    check_memory(opts, "ab", [control, candidate], [config.prompt], config.n_decode)
+    check_memory(opts, "ab", [control, candidate], [config.prompt], config.n_decode, selected=config.positions)
     target = record_target(opts)
     result, error = _run(config, log_path, opts["quiet"])
     finish(result, error, opts, target=target, log_path=log_path,

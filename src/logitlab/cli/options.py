@@ -240,11 +240,12 @@ def memory_check_option(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def check_memory(opts: dict[str, Any], command: str, variants: Any, prompts: Any, n_decode: int, *,
-                 positions: int | None = None, units: int = 0) -> None:
+                 positions: int | None = None, units: int = 0, selected: str | None = None) -> None:
     """The memory check of :func:`memory_check_option` (:func:`logitlab.experiments.memory.check_memory`):
     ``variants`` are the engines the command loads, ``prompts`` the prompt texts, ``n_decode`` the decode tokens
     after each (or ``positions``: the longest run's, where the token ids are known); ``units``: the runs an option
-    multiplies (:attr:`logitlab.experiments.memory.Footprint.units`).
+    multiplies (:attr:`logitlab.experiments.memory.Footprint.units`); ``selected``: the ``--positions`` spec (the
+    rows of each run kept count for what the command holds beyond the run itself).
 
     Raises:
         InputError: the run would not fit the available memory (one line: the expected peak, the available
@@ -254,9 +255,10 @@ def check_memory(opts: dict[str, Any], command: str, variants: Any, prompts: Any
         return
     from logitlab.engines import engine_class
     from logitlab.experiments.memory import check_memory as check
+    from logitlab.experiments.positions import row_counter
 
     check(command, [(engine_class(v.engine), v.model, dict(v.options)) for v in variants], list(prompts), n_decode,
-          positions=positions, units=units)
+          positions=positions, units=units, selected=row_counter(selected, n_decode))
 
 
 def detection_option(what: str, cost: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

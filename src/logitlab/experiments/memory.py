@@ -54,6 +54,10 @@ class Footprint:
             batch``: per sequence of the --batch sizes together).
         units: what ``per`` counts, for the docs.
         fewer: the options that lower N, for the refusal's advice.
+        whole_run: for a command that takes ``--positions``, F with one row of each run kept (``--positions
+            last``): what the run itself costs while the engine computes it and it crosses into the command,
+            whatever is selected; the rest of F scales with the rows kept (:func:`estimate`). None: no
+            ``--positions``.
     """
 
     runs: float
@@ -61,6 +65,7 @@ class Footprint:
     per: float = 0.0
     units: str = ""
     fewer: str = "a shorter prompt or fewer --tokens"
+    whole_run: float | None = None
 
     def factor(self, units: int = 0) -> float:
         """F for ``units`` of :attr:`units` (at least 1: a run is held once)."""
@@ -113,6 +118,7 @@ class MemoryEstimate:
         exact: whether N comes from the tokenizer (else a bound: from above, UTF-8 bytes + 2, on a run that fits;
             from below, the decode tokens alone, on one refused).
         available_bytes: what the machine has available (None: unknown).
+        selected: the rows of each run kept (``--positions``; None: all of them).
     """
 
     command: str
@@ -122,6 +128,7 @@ class MemoryEstimate:
     base_bytes: int
     exact: bool
     available_bytes: int | None = None
+    selected: int | None = None
 
     @property
     def run_bytes(self) -> int:
@@ -149,7 +156,7 @@ class MemoryEstimate:
 
 
 def estimate(command: str, positions: int, n_vocab: int, model_bytes: int = 0, *, exact: bool = True,
-             available_bytes: int | None = None, units: int = 0) -> MemoryEstimate:
+             available_bytes: int | None = None, units: int = 0, selected: int | None = None) -> MemoryEstimate:
     """The expected peak of ``command`` on runs of ``positions`` × ``n_vocab`` logits.
 
     Args:
@@ -160,6 +167,8 @@ def estimate(command: str, positions: int, n_vocab: int, model_bytes: int = 0, *
         exact: N comes from the tokenizer.
         available_bytes: the machine's available memory, for :attr:`MemoryEstimate.fits`.
         units: what :attr:`Footprint.units` counts (``--runs``, the --batch sizes together).
+        selected: S, the rows of each run kept (``--positions``); for a command with a
+            :attr:`Footprint.whole_run`, F is then ``whole_run + (F - whole_run) × S / N``.
 
     Raises:
         KeyError: an unknown command.
@@ -169,8 +178,12 @@ def estimate(command: str, positions: int, n_vocab: int, model_bytes: int = 0, *
         >>> round(e.run_bytes / 1e9, 2), round(e.peak_bytes / 1e9, 1), e.fits
         (4.24, 39.3, False)
     """
-    return MemoryEstimate(command, positions, n_vocab, round(FOOTPRINTS[command].factor(units), 1),
-                          BASE_BYTES + model_bytes, exact, available_bytes)
+    footprint = FOOTPRINTS[command]
+    factor = footprint.factor(units)
+    if selected is not None and footprint.whole_run is not None and positions > 0:
+        factor = footprint.whole_run + (factor - footprint.whole_run) * min(selected, positions) / positions
+    return MemoryEstimate(command, positions, n_vocab, round(factor, 1), BASE_BYTES + model_bytes, exact,
+                          available_bytes, selected)
 
 
 def refusal(e: MemoryEstimate) -> str:
@@ -191,7 +204,8 @@ def refusal(e: MemoryEstimate) -> str:
 
 def check_memory(command: str, engines: Sequence[tuple[type, str | None, dict]], prompts: Sequence[str],
                  n_decode: int, *, positions: int | None = None, units: int = 0,
-                 available: Callable[[], int | None] | None = None) -> MemoryEstimate | None:
+                 available: Callable[[], int | None] | None = None,
+                 selected: Callable[[int], int] | None = None) -> MemoryEstimate | None:
     """Refuse, before any engine loads, a workload whose expected peak would not fit the available memory.
 
     Args:
@@ -204,6 +218,7 @@ def check_memory(command: str, engines: Sequence[tuple[type, str | None, dict]],
             ``prompts`` and ``n_decode`` are not used.
         units: what :attr:`Footprint.units` counts.
         available: the available memory in bytes (default :func:`logitlab.device.available_memory`).
+        selected: ``--positions``: the rows kept of a run of N positions (None: all).
 
     Returns:
         The estimate (None: no check, as the vocabulary or the available memory is unknown).
@@ -230,25 +245,28 @@ def check_memory(command: str, engines: Sequence[tuple[type, str | None, dict]],
     models = {str(cls.model_file(model)) for cls, model, _ in engines if cls.model_file(model) is not None}
     model_bytes = sum(_size(m) for m in models)
     n_vocab = max(vocabs)  # type: ignore[type-var]
+
+    def at(n: int, exact: bool = True) -> MemoryEstimate:
+        return estimate(command, n, n_vocab, model_bytes, exact=exact, available_bytes=have, units=units,
+                        selected=None if selected is None else selected(n))
+
     if positions is not None:
-        e = estimate(command, positions, n_vocab, model_bytes, available_bytes=have, units=units)
+        e = at(positions)
         if e.fits is False:
             raise InputError(refusal(e))
         return e
     longest = max((len(p.encode("utf-8")) for p in prompts), default=0)
-    upper = estimate(command, longest + 2 + n_decode, n_vocab, model_bytes, exact=False, available_bytes=have,
-                     units=units)
+    upper = at(longest + 2 + n_decode, exact=False)
     if upper.fits:
         return upper
-    lower = estimate(command, 1 + n_decode, n_vocab, model_bytes, exact=False, available_bytes=have, units=units)
+    lower = at(1 + n_decode, exact=False)
     if lower.fits is False:  # the decode tokens alone do not fit: no need to count the prompt's
         raise InputError(refusal(lower))
     cls, model, options = engines[0]
     counter = cls.token_counter_before_load(model, options)
     if counter is None:
         return lower
-    e = estimate(command, max(counter(p) for p in prompts) + n_decode, n_vocab, model_bytes,
-                 available_bytes=have, units=units)
+    e = at(max(counter(p) for p in prompts) + n_decode)
     if e.fits is False:
         raise InputError(refusal(e))
     return e

@@ -22,14 +22,15 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from logitlab.engines.workload import RunOutput
 from logitlab.errors import InputError
 
-__all__ = ["ALL", "KEYWORDS", "Positions", "Selected", "parse_positions", "select_rows", "selection"]
+__all__ = ["ALL", "KEYWORDS", "Positions", "Selected", "parse_positions", "row_counter", "select_rows",
+           "selection"]
 
 #: The spec that selects every row.
 ALL = "all"
@@ -70,6 +71,20 @@ class Positions:
             InputError: a row number or range start past the run's last row, or an empty selection (the
                 message names ``--positions``, the item and the run's rows).
         """
+        rows = np.flatnonzero(self._picked(n_prompt, n_decode, strict=True)).astype(np.int64)
+        if rows.size == 0:
+            raise InputError(f"--positions {self.spec!r} selects no row of a run of {n_prompt} prompt + {n_decode} "
+                             "decode rows")
+        return rows
+
+    def count(self, n_prompt: int, n_decode: int) -> int:
+        """How many rows :meth:`rows` would select, without its checks (numbers past the run count for nothing):
+        for an estimate made before the prompt is tokenized (:mod:`logitlab.experiments.memory`)."""
+        return int(self._picked(n_prompt, n_decode, strict=False).sum())
+
+    def _picked(self, n_prompt: int, n_decode: int, *, strict: bool) -> np.ndarray:
+        """Boolean mask of the selected rows, shape ``(n_prompt + n_decode,)``; ``strict``: refuse numbers past the
+        run (InputError)."""
         total = n_prompt + n_decode
         picked = np.zeros(total, dtype=bool)
         for item in self.items:
@@ -81,23 +96,18 @@ class Positions:
             elif kind == "decode":
                 picked[n_prompt:] = True
             elif kind == "last":
-                picked[total - 1:] = True
+                picked[max(total - 1, 0):] = True
             elif kind == "every":
                 picked[::item[1]] = True
             else:
                 start, stop = item[1], item[2]
                 last = stop if stop is not None else start
-                if last >= total:
+                if last >= total and strict:
                     text = f"{start}" if stop == start else f"{start}-{'' if stop is None else stop}"
                     raise InputError(f"--positions {self.spec!r}: {text} is past the run's last row {total - 1} "
                                      f"({n_prompt} prompt + {n_decode} decode rows)")
                 picked[start:(total if stop is None else stop + 1)] = True
-        rows = np.flatnonzero(picked).astype(np.int64)
-        if rows.size == 0:
-            raise InputError(f"--positions {self.spec!r} selects no row of a run of {n_prompt} prompt + {n_decode} "
-                             "decode rows")
-        return rows
-
+        return picked
 
 
 @dataclass(frozen=True)
@@ -143,6 +153,19 @@ def selection(spec: str, engines: Mapping[str, Any], n_prompt: int,
                          "only: drop --positions")
     rows = positions.rows(n_prompt, n_decode)
     return rows, Selected(positions.spec, len(rows), n_prompt + n_decode)
+
+
+def row_counter(spec: str | None, n_decode: int) -> Callable[[int], int] | None:
+    """For a memory estimate (:func:`logitlab.experiments.memory.check_memory`): the rows ``spec`` keeps of a run
+    of N positions, its last ``n_decode`` the decode steps' (:meth:`Positions.count`); None for ``all`` or no spec.
+
+    Raises:
+        InputError: a bad spec.
+    """
+    if spec is None or parse_positions(spec).is_all:
+        return None
+    positions = parse_positions(spec)
+    return lambda n: positions.count(max(n - n_decode, 0), min(n_decode, n))
 
 
 def parse_positions(spec: str) -> Positions:
