@@ -129,8 +129,8 @@ def test_ab_positions_count_the_rows_kept(tmp_path, monkeypatch):
         raise InputError(f"would run --positions {config.positions}")
 
     monkeypatch.setattr(ab_cli, "_run", stop)
-    monkeypatch.setattr(logitlab.device, "available_memory", lambda: 4 * 10 ** 9)
-    (tmp_path / "long.txt").write_text("The lighthouse keeper wrote in his journal. " * 400)  # ~3,600 tokens
+    monkeypatch.setattr(logitlab.device, "available_memory", lambda: 48 * 10 ** 8)  # whole: 5.3 GB needed, last: 4.4
+    (tmp_path / "long.txt").write_text("The lighthouse keeper wrote in his journal. " * 400)  # 3,201 tokens
     code, _, stderr = run(["ab", "--prompt-file", "long.txt", "--tokens", "8", "--quiet", "--log", "x.jsonl"],
                           tmp_path)
     whole = LINE.match(stderr.strip())

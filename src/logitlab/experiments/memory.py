@@ -78,8 +78,12 @@ class Footprint:
 #: (73 positions), over the difference of one run's logits (988 × 49,152 × 4 bytes = 0.194 GB). Re-measured
 #: after the llamacpp engine stopped keeping llama-cpp-python's copy of every row (``logits_all=False``);
 #: ``golden check`` and ``invariance prefill-decode`` were not, and keep their earlier (larger) F.
+#: ``ab``'s ``whole_run``: ``ab --positions last`` the same way, 1.54 vs 0.49 GB, F 5.45 (the run itself, computed and
+#: returned whole; what ab keeps across runs is the selected rows).
 FOOTPRINTS: dict[str, Footprint] = {
-    "ab": Footprint(6.9, "A/A, 2 blocks + 1 warmup, detection limit on: 1.94 vs 0.60 GB (a second run: F 6.4)"),
+    "ab": Footprint(6.9, "A/A, 2 blocks + 1 warmup, detection limit on: 1.94 vs 0.60 GB (a second run: F 6.4; "
+                         "a third, beside --positions last: 1.85 vs 0.48 GB, F 7.08)",
+                    whole_run=5.5),
     "verify": Footprint(2.4, "--k 1 4, one prompt (prompts run one at a time: the longest counts): 0.83 vs 0.36 GB"),
     "explain": Footprint(10.0, "--candidate flash_attn=1 --no-dump (two engines and the controls' runs): "
                                 "2.86 vs 0.93 GB"),
