@@ -167,21 +167,6 @@ def pytest_runtest_makereport(item, call):
 _LOADS_KEY = pytest.StashKey[list]()
 
 
-# -- the llama.cpp builds, built ahead ---------------------------------------------------------------------
-def pytest_collection_modifyitems(session, config, items):
-    """Run the two-builds tests last and build their libraries meanwhile, at nice 19 (tests/llama_builds.py)."""
-    import llama_builds
-
-    if llama_builds.last(items) and not config.option.collectonly:
-        llama_builds.start()
-
-
-def pytest_unconfigure(config):
-    import llama_builds
-
-    llama_builds.stop()
-
-
 # -- no silent skips -------------------------------------------------------------------------------------------
 #: Skip reasons that are facts of the machine, not of its setup: only the full-disk tests, which mount a real
 #: tmpfs and so need root (or a container allowed to mount). The missing-device paths use a device that exists

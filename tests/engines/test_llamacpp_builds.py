@@ -3,9 +3,7 @@ llama-cpp-python release vendors), loaded with ``lib=DIR``, compared with the in
 
 The builds are real and cached (:mod:`logitlab.engines.llamacpp_build`: about 1.5-2.5 min each on 2 cores,
 once; later runs are cache hits): the installed release's llama.cpp and the previous release's (whose C API
-differs from the installed bindings), both with generic flags (``GGML_NATIVE=OFF``: AVX2, no AVX-512). A test
-session that runs this module builds both in the background from its start and runs this module last
-(tests/llama_builds.py), so a cold run builds them on the CPU the other tests leave idle.
+differs from the installed bindings), both with generic flags (``GGML_NATIVE=OFF``: AVX2, no AVX-512).
 """
 
 from __future__ import annotations
@@ -28,10 +26,12 @@ from logitlab.errors import EngineError, InputError
 from logitlab.tools import llama_cpp_python_version
 
 from conftest import SHORT_PROMPT
-from llama_builds import GENERIC, PREVIOUS, wait
 
 pytestmark = pytest.mark.engine
 
+#: The release before the installed one: its llama.cpp's C API differs from the installed bindings'.
+PREVIOUS = "0.3.35"
+GENERIC = ["-DGGML_NATIVE=OFF"]
 
 
 def logitlab(*args, cwd=None):
@@ -41,7 +41,6 @@ def logitlab(*args, cwd=None):
 @pytest.fixture(scope="module")
 def generic():
     """The installed release's llama.cpp built with generic flags, with that release's bindings."""
-    wait()  # the session builds both in the background (tests/llama_builds.py)
     result = build_library(release_source(llama_cpp_python_version()), GENERIC)
     return result.folder
 
@@ -49,7 +48,6 @@ def generic():
 @pytest.fixture(scope="module")
 def previous():
     """The previous release's llama.cpp, generic flags, with its own bindings."""
-    wait()
     return build_library(release_source(PREVIOUS), GENERIC).folder
 
 
