@@ -15,7 +15,7 @@ from logitlab.errors import InputError, check_at_least
 
 __all__ = ["MAX_BATCH_SIZE", "engine_buckets", "straddling_sizes", "check_buckets"]
 
-#: The largest batch size a probe runs (:class:`~logitlab.experiments.invariance_results.InvarianceConfig`).
+#: The largest batch size a probe runs (InvarianceConfig's --batch and the matrix's --max-batch check it).
 MAX_BATCH_SIZE = 256
 
 

@@ -53,7 +53,7 @@ from typing import Any, ClassVar, Sequence
 from logitlab.engines.base import SETTING_ABILITIES
 from logitlab.engines.variant import Variant
 from logitlab.errors import InputError, Interrupted, LogitlabError, check_at_least
-from logitlab.experiments.batch_buckets import check_buckets, engine_buckets, straddling_sizes
+from logitlab.experiments.batch_buckets import MAX_BATCH_SIZE, check_buckets, engine_buckets, straddling_sizes
 from logitlab.events import Event
 from logitlab.experiments.base import Experiment
 from logitlab.experiments.invariance import Check, InvarianceConfig, InvarianceProbe, InvarianceResult, setting_text
@@ -165,8 +165,8 @@ class MatrixConfig:
             raise InputError("the matrix needs at least one prompt")
         check_unique(self.prompts)
         check_at_least("--max-batch", self.max_batch, 2, "B=1 is the prompt alone")
-        if self.max_batch > 256:
-            raise InputError(f"--max-batch must be at most 256, got {self.max_batch}")
+        if self.max_batch > MAX_BATCH_SIZE:
+            raise InputError(f"--max-batch must be at most {MAX_BATCH_SIZE}, got {self.max_batch}")
         check_buckets(self.buckets, self.bucket_cap)
         check_at_least("--runs", self.runs, 2)
         check_at_least("--background", self.background, 1)

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.variant import Variant
 from logitlab.errors import InputError, check_at_least
+from logitlab.experiments.batch_buckets import MAX_BATCH_SIZE
 from logitlab.experiments.inverse_controls import Control
 from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
 from logitlab.jsonio import ResultRecord
@@ -81,8 +82,8 @@ class InvarianceConfig:
         bad = [b for b in self.batch_sizes if int(b) < 1]
         if bad:
             raise InputError(f"--batch sizes must be at least 1, got {bad[0]}")
-        if max(self.batch_sizes) > 256:
-            raise InputError(f"--batch sizes must be at most 256, got {max(self.batch_sizes)}")
+        if max(self.batch_sizes) > MAX_BATCH_SIZE:
+            raise InputError(f"--batch sizes must be at most {MAX_BATCH_SIZE}, got {max(self.batch_sizes)}")
         unknown = [p for p in self.padding or PADDINGS if p not in PADDINGS]
         if unknown or self.padding == ():
             raise InputError(f"unknown --padding {unknown[0] if unknown else ''!r}; valid: left, right, both")
