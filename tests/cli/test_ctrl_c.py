@@ -106,14 +106,22 @@ def left_running(pgid: int, marker: str | None = None) -> list[str]:
 
 
 class FifoInput:
-    """A FIFO as a command's input: the command blocks reading it until a writer opens it, so ``opened()`` turns
-    true exactly while the command reads its input. The write end stays open (nothing written) until
-    :meth:`close`, so the read stays blocked."""
+    """A FIFO as a command's input: the command blocks reading it until a writer opens it. The write end stays
+    open (nothing written) until :meth:`close`, so the read stays blocked.
+
+    ``reading(pid)`` turns true once the command waits in the read itself, not merely when the FIFO is open: a
+    SIGINT that lands between the open and the read, in C code that checks for signals only when its read is
+    interrupted, would leave a Python program blocked in a read nothing ends (the race failed a CI run under
+    load: the command never saw the Ctrl-C). The kernel's wait channel (``/proc/PID/wchan``) names the pipe
+    read (``pipe_read``, ``anon_pipe_read``, older kernels ``pipe_wait``); where it does not show (a kernel that
+    hides it), the command counts as reading 2 s after the FIFO opened.
+    """
 
     def __init__(self, path: Path):
         self.path = path
         os.mkfifo(path)
         self.fd: int | None = None
+        self.opened_at: float | None = None
 
     def opened(self) -> bool:
         if self.fd is None:
@@ -121,7 +129,17 @@ class FifoInput:
                 self.fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO until a reader has it open
             except OSError:
                 return False
+            self.opened_at = time.monotonic()
         return True
+
+    def reading(self, pid: int) -> bool:
+        if not self.opened():
+            return False
+        try:
+            channel = Path(f"/proc/{pid}/wchan").read_text()
+        except OSError:
+            channel = ""
+        return "pipe" in channel or time.monotonic() - self.opened_at > 2.0
 
     def close(self) -> None:
         if self.fd is not None:
@@ -478,7 +496,7 @@ def test_file_commands_while_they_read_their_input(name, tmp_path):
             "golden export-kld": ["golden", "export-kld", "g", "-o", "out.kld"]}[name]
     before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     try:
-        run = interrupt(args, tmp_path, lambda pid: fifo.opened())
+        run = interrupt(args, tmp_path, fifo.reading)
     finally:
         fifo.close()
     aborted(run)
