@@ -235,7 +235,8 @@ def test_bad_input_is_an_input_error(series, kw, match):
 def test_a_step_after_builds_that_wobble_more_than_the_builds_after_it_is_found():
     """Measured by tests/report/test_round_trip_history.py when it timed sleep 0.01 then sleep 0.1, 4 builds
     each: the tight builds after the step set the noise sd so low that the Hampel filter flagged all 4 builds
-    before it, which left that segment empty and the step unseen (about 1 run in 6). A run of min_size flagged builds is a level."""
+    before it, which left that segment empty and the step unseen (about 1 run in 6).
+    A run of min_size flagged builds is a level."""
     values = [0.014281681984587789, 0.013953693239752873, 0.013583462051013498, 0.013575399926724418,
               0.10365863559078035, 0.10366138518120963, 0.1036, 0.1037]
     found = detect_change_points(values, kind="lower-is-better", labels=[f"build{i}" for i in range(8)])
