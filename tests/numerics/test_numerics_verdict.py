@@ -78,6 +78,20 @@ def test_bit_exact():
     assert v.evidence == ["all 16000 entries (8 positions × 2000 vocab) have identical bits"]
 
 
+def test_one_compared_position_is_worded_in_the_singular():
+    """A ``--positions last`` comparison has one row: "the 1 position", not "all 1 positions"."""
+    a = logits(1)
+    assert classify(compare_logits(a, a.copy())).evidence == [
+        "all 2000 entries (1 position × 2000 vocab) have identical bits"]
+    v = verdict(a, ulp_noise(a))
+    assert v.word == "ulp-noise" and "argmax and top-5 set agree at the 1 position" in v.evidence[2]
+    assert "of 1 position; largest" in v.evidence[1]
+    b = noisy(a, 1e-3, seed=4)
+    v = classify(compare_logits(a, b))
+    assert v.word == "noise"
+    assert "no argmax flips (argmax agrees at the 1 position); top-5 set agrees at the 1 position" in v.evidence
+
+
 def test_ulp_noise():
     a = logits()
     v = verdict(a, ulp_noise(a))

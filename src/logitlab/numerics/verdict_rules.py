@@ -240,7 +240,7 @@ class Case:
     def flip_line(self) -> str:
         margins = [m for _, kind, m in self.judged if kind == "flip" and m is not None]
         return (f"{len(margins)} argmax flip(s), largest reference margin {_g(max(margins))}"
-                if margins else f"no argmax flips (argmax agrees at all {self.n} positions)")
+                if margins else f"no argmax flips (argmax agrees at {_all_positions(self.n)})")
 
     @cached_property
     def topk_line(self) -> str:
@@ -452,13 +452,23 @@ DIVERGENCE_CHECKS: tuple[Check, ...] = (nonfinite_mismatch, localized_change, ou
 
 
 # -- the rules ----------------------------------------------------------------------
+def _count_positions(n: int) -> str:
+    """``"1 position"``, ``"5 positions"``."""
+    return f"{n} position" if n == 1 else f"{n} positions"
+
+
+def _all_positions(n: int) -> str:
+    """``"the 1 position"``, ``"all 5 positions"`` (a ``--positions last`` comparison has one)."""
+    return "the 1 position" if n == 1 else f"all {n} positions"
+
+
 def bit_exact(case: Case) -> Finding | None:
     """1. **bit-exact** — ``differing_entries == 0`` (for top-k data: over the returned entries)."""
     c, n = case.c, case.n
     if not c.bit_exact:
         return None
     if case.full:
-        return Finding("bit-exact", [f"all {n * c.n_vocab} entries ({n} positions × {c.n_vocab} vocab) "
+        return Finding("bit-exact", [f"all {n * c.n_vocab} entries ({_count_positions(n)} × {c.n_vocab} vocab) "
                                      "have identical bits"])
     return Finding("bit-exact", [f"bit-exact on the returned top-k: all {len(c.positions_compared)} compared "
                                  "positions return the same tokens in the same order with identical bits"])
@@ -484,10 +494,10 @@ def ulp_noise(case: Case) -> Finding | None:
         return None
     return Finding("ulp-noise", [
         case.scale_line,
-        f"{c.differing_entries} of {n * c.n_vocab} entries differ in {c.differing_rows} of {n} positions; "
+        f"{c.differing_entries} of {n * c.n_vocab} entries differ in {c.differing_rows} of {_count_positions(n)}; "
         f"largest element-wise distance {c.max_ulp} ULP",
-        (f"argmax and top-{k} set agree at all {n} positions" if case.judge_topk
-         else f"argmax agrees at all {n} positions"),
+        (f"argmax and top-{k} set agree at {_all_positions(n)}" if case.judge_topk
+         else f"argmax agrees at {_all_positions(n)}"),
     ])
 
 
@@ -534,7 +544,7 @@ def noise(case: Case) -> Finding:
     floor = case.floor
     return Finding("noise", [
         case.scale_line,
-        case.flip_line + (f"; top-{case.k} set agrees at all {case.n} positions" if case.judge_topk else ""),
+        case.flip_line + (f"; top-{case.k} set agrees at {_all_positions(case.n)}" if case.judge_topk else ""),
         case.offset_line,
         floor.reason + (f"; no position beyond floor_factor = {_g(case.t.floor_factor)} × it"
                         if floor.measured else ""),
