@@ -216,7 +216,7 @@ def test_report_json_round_trip_and_twenty_lines_per_position(tmp_path):
 @pytest.mark.parametrize("kwargs, message", [
     ({"k": 1}, "--k must be at least 2"),
     ({"n": 0}, "--tokens must be at least 1"),
-    ({"max_positions": 0}, "--positions must be at least 1"),
+    ({"max_positions": 0}, "--max-positions must be at least 1"),
 ])
 def test_bad_config(kwargs, message):
     with pytest.raises(InputError, match=message):

@@ -88,7 +88,7 @@ def ab(**opts: Any) -> None:
     from logitlab.experiments.ab import AbConfig
 
     control, candidate = variant_pair(opts)
-    check_at_least("--explain-positions", opts["explain_positions"], 1)  # as explain --positions, --explain or not
+    check_at_least("--explain-positions", opts["explain_positions"], 1)  # as explain --max-positions, --explain or not
     config = AbConfig(
         control=control,
         candidate=candidate,

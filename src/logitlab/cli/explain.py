@@ -27,8 +27,9 @@ from logitlab.errors import Interrupted, LogitlabError
 @click.option("--width-k", type=int, default=4, show_default=True, help="K of the M=1 vs M=K control.")
 @click.option("--batch", type=int, default=4, show_default=True,
               help="Sequences of the alone-vs-in-a-batch control.")
-@click.option("--positions", "max_positions", type=int, default=8, show_default=True,
-              help="Explain at most this many positions (the first flipped or divergent ones).")
+@click.option("--max-positions", "max_positions", type=int, default=8, show_default=True,
+              help="Explain at most this many positions (the first flipped or divergent ones). "
+                   "(A count; ab's --positions SPEC selects rows.)")
 @click.option("--no-dump", is_flag=True, help="Do not dump tensors to find each position's first divergent tensor.")
 @memory_check_option
 @threshold_options

@@ -71,7 +71,7 @@ class ExplainConfig:
             raise InputError("explain needs a candidate (--candidate) or a verify width (--k)")
         check_at_least("--width-k", self.width_k, 2)
         check_at_least("--batch", self.batch, 2)
-        check_at_least("--positions", self.max_positions, 1)
+        check_at_least("--max-positions", self.max_positions, 1)
         check_at_least("--top-k", self.top_k, 1)
 
     def to_dict(self) -> dict[str, Any]:
