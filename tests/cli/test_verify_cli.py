@@ -85,6 +85,52 @@ def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+def test_positions_last_compares_one_row_a_prompt_and_says_so(tmp_path):
+    """Issue #31: ``--positions last`` compares each prompt's last decode row (run position 12 prompt + 4 decode
+    - 1 = 15); the classification, the JSON and the reports say which positions it rests on, and the saved
+    result renders again byte for byte."""
+    out, md = tmp_path / "v.json", tmp_path / "v.md"
+    proc = logitlab("verify", *SHORT[:2], "--tokens", "4", *SHORT[4:], "--k", "1", "2", "--positions", "last",
+                    "--no-detection-limit", "--json", str(out), "--markdown", str(md), "--log", str(tmp_path / "v.jsonl"))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["positions"] == {"spec": "last", "compared": 1, "of": 4} and data["config"]["positions"] == "last"
+    assert [(t["k"], t["rows"]) for t in data["totals"]] == [(1, 1), (2, 1)]
+    assert [[r["row"] for r in t["in_block"]] for t in data["totals"]] == [[0], [1]]  # output index 3
+    assert "; compared 1 of 4 positions (last))" in proc.stdout
+    assert "compared 1 of 4 positions (last)" in md.read_text()
+    again = tmp_path / "again.md"
+    assert logitlab("report", str(out), "--markdown", str(again), "--quiet").returncode == 0
+    assert again.read_text() == md.read_text()
+    from_log = tmp_path / "log.md"  # the run log holds the selection too
+    assert logitlab("report", str(tmp_path / "v.jsonl"), "--markdown", str(from_log), "--quiet").returncode == 0
+    assert "compared 1 of 4 positions (last)" in from_log.read_text()
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("frist", "error: --positions 'frist': 'frist' is not a position spec; valid: all, prompt, decode, last, "),
+    ("9-3", "error: --positions '9-3': '9-3' ends before it starts"),
+])
+def test_a_bad_positions_spec_is_refused_before_any_engine_loads(spec, message, tmp_path):
+    # the model does not exist: an engine load would have said so first
+    proc = logitlab("verify", *SHORT, "--positions", spec, "--model", "/nonexistent/model.gguf", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(message) and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("prompt", "error: --positions 'prompt' selects no decode row of prompt 'prompt-1': the rows compared are the "
+               "decode steps', positions 12-19 (12 prompt tokens)\n"),
+    ("0,25", "error: --positions '0,25': 25 is past the run's last row 19 (12 prompt + 8 decode rows)\n"),
+])
+def test_positions_with_no_decode_row_or_past_the_run_are_refused_before_any_run(spec, message, tmp_path):
+    proc = logitlab("verify", *SHORT, "--positions", spec, "--log", str(tmp_path / "runs.jsonl"), "--json",
+                    str(tmp_path / "v.json"), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr == message and proc.stdout == ""
+    assert not (tmp_path / "runs.jsonl").exists() and not (tmp_path / "v.json").exists()
+
+
 def test_bad_jsonl_line_is_named(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "fine"}\n{"text": oops}\n')

@@ -107,6 +107,19 @@ def test_verify_round_trip_with_guard(tmp_path):
     assert row.split(" | ")[5] == "n/a"  # the extra rows cell
 
 
+@pytest.mark.engine
+def test_verify_round_trip_with_positions(tmp_path):
+    """Issue #31: a verify of a selection (``--positions``) records it, typed, and renders it again."""
+    from logitlab.experiments.positions import Selected
+
+    result, data = run_and_render_again(
+        tmp_path, "verify", "--k", "1", "2", "--tokens", "4", "--prompt", SHORT_PROMPT, "--prompt", "One, two, three,",
+        "--options", LLAMA_THREADS, "--positions", "last,7")
+    # 12 + 4 rows: 7 is a prompt row, not verify's (the last row only); 6 + 4 rows: decode steps 1 and 3
+    assert result.positions == Selected("last,7", 3, 8) and data["positions"]["of"] == 8
+    assert [t.rows for t in result.totals] == [data["positions"]["compared"]] * 2
+
+
 # -- invariance ------------------------------------------------------------------------------------
 def _typed_checks(result, data):
     from logitlab.experiments.invariance import Check

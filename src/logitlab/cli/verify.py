@@ -9,8 +9,8 @@ import click
 from logitlab.cli.common import (EXIT_CHECK_FAILED, REQUIRE_CHOICES, finish, handle_errors, require_exit_code,
                                  run_with_progress)
 from logitlab.cli.options import (MODEL_HELP, check_memory, detection_option, memory_check_option, output_options,
-                                  prompt_inputs, prompt_options, prompts_from, run_log_option, run_log_path,
-                                  threshold_options, thresholds_from)
+                                  positions_from, positions_option, prompt_inputs, prompt_options, prompts_from,
+                                  run_log_option, run_log_path, threshold_options, thresholds_from)
 from logitlab.cli.outputs import check_output_paths, report_paths
 from logitlab.cli.recording import record_options, record_target
 from logitlab.engines import DEFAULT_ENGINE
@@ -76,6 +76,7 @@ def _guard(value: str | None) -> float | str | None:
               help="Verify block sizes of the K sweep.  [default: 1 2 4 8]")
 @click.option("--tokens", "n_decode", type=int, default=64, show_default=True, help="Greedy M=1 tokens per prompt.")
 @prompt_options("the 9 built-in prompts: prose, code, lists, numbers, dialogue, JSON", many=True)
+@positions_option
 @click.option("--guard", "guard", default=None, metavar="TAU|auto|off",
               help="Also run a speculative greedy loop under the near-tie guard: accept a verify row's argmax "
                    "when its top1–top2 margin ≥ TAU (logits), else decide that position by M=1. 'auto': TAU from "
@@ -119,6 +120,11 @@ def verify(**opts: Any) -> None:
       logitlab verify --k 1 2 4 8 16 --tokens 128 --prompts prompts.jsonl --json v.json
       logitlab verify --guard auto
       logitlab verify --options n_ubatch=1 --k 2 4
+      logitlab verify --tokens 8 --positions last
+
+    --positions: verify compares only the decode steps' rows (M=1 vs M=K), run
+    positions N … N+D-1 of an N-token prompt: 'prompt' selects none of them,
+    'last' each prompt's last decode step.
     """
     from logitlab.experiments.prompts import builtin_prompts, load_prompts
     from logitlab.experiments.verify.run import DEFAULT_KS, FALLBACKS, VerifyConfig
@@ -139,14 +145,15 @@ def verify(**opts: Any) -> None:
                        log=log_path,
                        inputs=[variant.model, *prompt_inputs(opts), opts["calibration_prompts"]])
     checked = [*prompts, *(calibration if _guard(opts["guard"]) == "auto" else ())]
-    check_memory(opts, "verify", [variant], [p.text for p in checked], opts["n_decode"])
+    positions = positions_from(opts)
+    check_memory(opts, "verify", [variant], [p.text for p in checked], opts["n_decode"], selected=positions)
     target = record_target(opts)
     config = VerifyConfig(
         variant=variant,
         prompts=tuple(prompts), ks=_ks(opts["ks"]) or DEFAULT_KS, n_decode=opts["n_decode"], top_k=opts["top_k"],
         thresholds=thresholds_from(opts), guard=_guard(opts["guard"]), guard_k=opts["guard_k"],
         guard_safety=opts["guard_safety"], guard_fallbacks=FALLBACKS if fallback == "both" else (fallback,),
-        calibration_prompts=tuple(calibration), detection=opts["detection"],
+        calibration_prompts=tuple(calibration), detection=opts["detection"], positions=positions,
     )
     result, error = _run(config, opts["quiet"], log_path)
     finish(result, error, opts, target=target, log_path=log_path,

@@ -29,8 +29,8 @@ import numpy as np
 from logitlab.engines.workload import RunOutput
 from logitlab.errors import InputError
 
-__all__ = ["ALL", "KEYWORDS", "Positions", "Selected", "parse_positions", "row_counter", "select_rows",
-           "selection"]
+__all__ = ["ALL", "KEYWORDS", "Positions", "Selected", "decode_selection", "parse_positions", "row_counter",
+           "select_rows", "selection"]
 
 #: The spec that selects every row.
 ALL = "all"
@@ -153,6 +153,30 @@ def selection(spec: str, engines: Mapping[str, Any], n_prompt: int,
                          "only: drop --positions")
     rows = positions.rows(n_prompt, n_decode)
     return rows, Selected(positions.spec, len(rows), n_prompt + n_decode)
+
+
+def decode_selection(spec: str, n_prompt: int, n_decode: int, *, name: str) -> np.ndarray | None:
+    """For a command that compares only the decode steps' rows (``verify``: M=K vs M=1): the decode steps
+    ``spec`` keeps of a run of ``n_prompt`` prompt rows and ``n_decode`` decode rows, as decode-step indices
+    (output index i is run position ``n_prompt + i``); None for ``all``. ``name``: the prompt, for messages.
+
+    Returns:
+        Sorted, distinct int64 indices in ``[0, n_decode)``, shape ``(n_selected,)``, or None.
+
+    Raises:
+        InputError: a bad spec, rows past the run, or a selection with no decode row (``prompt``, or row numbers
+            inside the prompt only).
+    """
+    positions = parse_positions(spec)
+    if positions.is_all:
+        return None
+    rows = positions.rows(n_prompt, n_decode)
+    steps = rows[rows >= n_prompt] - n_prompt
+    if steps.size == 0:
+        raise InputError(f"--positions {positions.spec!r} selects no decode row of prompt {name!r}: the rows "
+                         f"compared are the decode steps', positions {n_prompt}-{n_prompt + n_decode - 1} "
+                         f"({n_prompt} prompt tokens)")
+    return steps
 
 
 def row_counter(spec: str | None, n_decode: int) -> Callable[[int], int] | None:

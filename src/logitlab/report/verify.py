@@ -285,6 +285,8 @@ def _header(result: VerifyResult) -> KeyValues:
         ("variant", variant_text(cfg["variant"])),
         ("workload", f"{plural(len(cfg['prompts']), 'prompt')} × {cfg['n_decode']} greedy M=1 tokens, "
                      f"replayed as M=K verify blocks, K = {' '.join(map(str, cfg['ks']))}"),
+        *([("positions", f"{result.positions.line()}: the decode rows of all prompts; the others are not "
+                         "compared")] if result.positions else []),
         ("near-tie margin", f"{fmt_num(cfg['thresholds']['near_tie_margin'])} logits (--near-tie-margin)"),
     ]
     rows += host_rows(result.manifest)
@@ -297,7 +299,8 @@ def _classification(result: VerifyResult) -> list[Block]:
         return [Paragraph("no classification (the run stopped early)", tone="warning")]
     return [
         Heading(rich("classification: ", Span(c.cause, f"verdict:{c.word}"), "  (verdict ",
-                     Span(c.word, f"verdict:{c.word}"), ")"), level=2),
+                     Span(c.word, f"verdict:{c.word}"),
+                     f"; {result.positions.line()})" if result.positions else ")"), level=2),
         Paragraph(c.summary, tight=True),
         Bullets([*c.evidence, f"scaling: {c.scaling}"], tight=True),
     ]

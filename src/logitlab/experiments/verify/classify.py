@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from logitlab.errors import InputError
 from logitlab.experiments.verify.results import FlipRecord, InBlockRow, SweepEntry, VerifyClassification
@@ -20,17 +20,35 @@ from logitlab.numerics.verdict import is_offset, offset_statistics
 from logitlab.numerics.verdict_rules import Case
 
 
-def in_block_rows(c: LogitComparison, k: int, thresholds: Thresholds) -> list[InBlockRow]:
+class Part(NamedTuple):
+    """One prompt's M=K vs M=1 comparison at one K: the comparison, the prompt's name and tokens, and the output
+    index of each compared row (``--positions``: a selection of the decode rows; else 0 … N-1)."""
+
+    comparison: LogitComparison
+    prompt: str
+    n_prompt: int
+    outputs: list[int]
+
+    def owner(self, row: int) -> tuple[int, int]:
+        """``(output_index, position)`` of compared row ``row``."""
+        return self.outputs[row], self.n_prompt + self.outputs[row]
+
+
+def in_block_rows(c: LogitComparison, k: int, thresholds: Thresholds,
+                  outputs: Sequence[int] | None = None) -> list[InBlockRow]:
     """Per in-block row index j (``output_index % k``): rows, bit-exact rows, flips, mean Δ and its spreads.
 
     ``mean_diff`` is the mean over the differing rows of their mean Δ, ``std_diff``
     the pooled std of Δ over their entries, ``position_sd`` the sd across those
     rows of their mean Δ (what the offset rule compares the mean with).
+    ``outputs``: the output index of each compared row (``--positions``: a selection of the decode rows);
+    None: row i is output index i. Only the in-block rows j that some compared row falls on are listed.
     """
     flips_at = {f["position"] for f in c.flips}
+    output = list(range(c.n_positions)) if outputs is None else [int(i) for i in outputs]
     out = []
-    for j in range(min(k, c.n_positions)):
-        idx = list(range(j, c.n_positions, k))
+    for j in sorted({i % k for i in output}):
+        idx = [i for i in range(c.n_positions) if output[i] % k == j]
         differing = [i for i in idx if c.row_differing[i]]
         mean, position_sd, n = offset_statistics([c.row_mean_diff[i] for i in differing])
         std = 0.0
@@ -98,14 +116,17 @@ VERIFY_JUDGE = Judge(verify_verdict, judge_topk=False, checks=(outside_topk_flip
 
 
 def sweep_entry(prompt: str, k: int, c: LogitComparison, n_prompt: int | None, thresholds: Thresholds,
-                seconds: float = 0.0, index_of: Callable[[int], tuple[int, int]] | None = None) -> SweepEntry:
+                seconds: float = 0.0, index_of: Callable[[int], tuple[int, int]] | None = None,
+                outputs: Sequence[int] | None = None) -> SweepEntry:
     """Summarise one comparison of N verify rows at block size K.
 
     ``index_of(row) -> (output_index, position)`` maps a row of a merged
-    comparison back to its prompt; default: ``(row, n_prompt + row)``.
+    comparison back to its prompt; default: ``(row, n_prompt + row)``, or with ``outputs`` (the output index of
+    each compared row, ``--positions``) ``(outputs[row], n_prompt + outputs[row])``.
     """
     per_prompt = index_of is None
-    index_of = index_of or (lambda i: (i, (n_prompt or 0) + i))
+    output = (lambda i: i) if outputs is None else (lambda i: int(outputs[i]))
+    index_of = index_of or (lambda i: (output(i), (n_prompt or 0) + output(i)))
     verdict = verify_verdict(c, thresholds)
     margins = [f["margin_ref"] for f in c.flips if f["margin_ref"] is not None]
     first = next((i for i, d in enumerate(c.row_differing) if d), None)
@@ -113,7 +134,7 @@ def sweep_entry(prompt: str, k: int, c: LogitComparison, n_prompt: int | None, t
     if first is not None:
         out, pos = index_of(first)
         first_div = {"output_index": out, "position": pos, "block_start": out - out % k, "row": out % k}
-    blocks = in_block_rows(c, k, thresholds) if per_prompt else []
+    blocks = in_block_rows(c, k, thresholds, outputs) if per_prompt else []
     return SweepEntry(
         prompt=prompt, k=k, rows=c.n_positions, bit_exact_rows=c.n_positions - c.differing_rows,
         flips=len(c.flips), first_divergence=first_div, max_abs_diff=c.max_abs_diff,

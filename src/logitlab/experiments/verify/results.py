@@ -12,6 +12,8 @@ JSON format history (``schema_version`` of :class:`VerifyResult`):
   Later in 3 (additive): ``detection``, per K the detection limits of the pooled comparison its verdict is
   judged on (:class:`VerifyDetection`: every shape for the K the classification is judged on, ``argmax-up``
   for the others; absent: empty, not measured).
+  Later in 3 (additive): ``positions`` (``--positions``: the spec, the decode rows compared over all prompts and
+  all the decode rows, :class:`~logitlab.experiments.positions.Selected`; absent or None: every decode row).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
 
+from logitlab.experiments.positions import Selected
 from logitlab.jsonio import PlainRecord, ResultRecord
 from logitlab.numerics.detection import DetectionLimits, largest_limit
 from logitlab.perf.metrics import FINGERPRINT, HIGHER, LOWER, Metric, Metrics, digest, put_crash, put_metric
@@ -244,6 +247,7 @@ class VerifyResult(ResultRecord):
     crash: dict[str, Any] | None = None
     error: str | None = None
     detection: list[VerifyDetection] = field(default_factory=list)
+    positions: Selected | None = None  # --positions: the decode rows compared (None: all)
 
     def total(self, k: int) -> SweepEntry | None:
         return next((t for t in self.totals if t.k == k), None)
@@ -311,6 +315,8 @@ class VerifyResult(ResultRecord):
                                 "kind": cls.KIND, "schema_version": cls.SCHEMA_VERSION,
                                 "prompts": [], "sweep": [], "flips": []}
         guard = log.header.get("guard")
+        if isinstance(log.header.get("positions"), dict):  # the decode rows compared (--positions)
+            data["positions"] = log.header["positions"]
         results: list[Any] = []
         notes = []
         for i, record in enumerate(log.records, start=1):

@@ -37,10 +37,11 @@ from logitlab.engines.variant import Variant
 from logitlab.errors import EngineCrashed, InputError, check_at_least
 from logitlab.events import Event
 from logitlab.experiments.base import Experiment
+from logitlab.experiments.positions import Selected, decode_selection, parse_positions
 from logitlab.experiments.prompts import Prompt, builtin_prompts, check_unique
 from logitlab.experiments.verify import guard as G
 from logitlab.experiments.verify import guard_calibration as GC
-from logitlab.experiments.verify.classify import classify_verify, in_block_rows, pool_rows, sweep_entry
+from logitlab.experiments.verify.classify import Part, classify_verify, in_block_rows, pool_rows, sweep_entry
 from logitlab.experiments.verify.detection import VerifyRows, k_detection, verdict_k
 from logitlab.experiments.verify.results import (
     FlipRecord,
@@ -88,6 +89,9 @@ class VerifyConfig:
             (:mod:`logitlab.experiments.verify.detection`: every prompt's rows are kept in a temporary
             folder until the end): every fault shape for the K the classification is judged on (about 80
             comparisons of its rows), the ``argmax-up`` shape for the others (about 17).
+        positions: the ``--positions`` spec (:mod:`logitlab.experiments.positions`): the decode rows compared
+            (verify compares only the decode steps' rows: run positions N … N+D-1 of an N-token prompt; ``prompt``
+            selects none of them, ``last`` the last decode step's).
     """
 
     variant: Variant
@@ -102,9 +106,11 @@ class VerifyConfig:
     guard_fallbacks: tuple[str, ...] = FALLBACKS
     calibration_prompts: tuple[Prompt, ...] = field(default_factory=lambda: tuple(builtin_prompts("calibration")))
     detection: bool = True
+    positions: str = "all"
 
     def validate(self) -> None:
         """Raise InputError naming the bad value."""
+        parse_positions(self.positions)
         if not self.ks:
             raise InputError("--k needs at least one block size")
         bad = [k for k in self.ks if isinstance(k, bool) or not isinstance(k, int) or k < 1]
@@ -151,10 +157,10 @@ class VerifyConfig:
             "guard_fallbacks": list(self.guard_fallbacks),
             "calibration_prompts": [p.to_dict() for p in self.calibration_prompts] if self.guard == "auto" else [],
             "detection": self.detection,
+            **({"positions": self.positions} if self.positions != "all" else {}),
         }
 
 
-# -- result records --------------------------------------------------------------
 # -- the replay ------------------------------------------------------------------
 @dataclass
 class GreedyRun:
@@ -211,7 +217,7 @@ class VerifyExperiment(Experiment):
     """Runs a :class:`VerifyConfig`; :func:`run_verify` is the one-call form."""
 
     KIND = VerifyResult.KIND
-    LOG_END_EXCLUDE = ("config", "manifest", "prompts", "sweep", "flips", "kind", "schema_version")
+    LOG_END_EXCLUDE = ("config", "manifest", "prompts", "sweep", "flips", "kind", "schema_version", "positions")
 
     def __init__(self, config: VerifyConfig, *, on_event: Event | None = None, engine: Engine | None = None,
                  log_path: str | Path | None = None):
@@ -219,9 +225,11 @@ class VerifyExperiment(Experiment):
         self._engine = engine
         #: SHA-256 over the bits of every M=1 and M=K logit row, in run order (a sweep's logits hash)
         self.logits_digest = hashlib.sha256()
-        self._parts: dict[int, list[tuple[LogitComparison, str, int]]] = {k: [] for k in config.ks}
+        self._parts: dict[int, list[Part]] = {k: [] for k in config.ks}
         #: every prompt's rows, for the detection limits at the end (None: not measured)
         self._rows = VerifyRows(config.ks, len(config.prompts) * config.n_decode) if config.detection else None
+        #: --positions: per prompt, the output indices of the decode rows compared (absent: every row)
+        self._selected: dict[str, np.ndarray | None] = {}
 
     def run(self) -> VerifyResult:
         """Run the probe (and the guard).
@@ -239,11 +247,14 @@ class VerifyExperiment(Experiment):
                 described = engine.describe()
             except EngineCrashed as exc:  # the engine under test died while loading: a result
                 described, crash = {"engine": cfg.variant.engine, "supervised": True}, exc
-            result = VerifyResult(config=cfg.to_dict(), manifest=build_manifest(described, cfg.variant))
+            positions = None if crash is not None else self._select(engine)  # refused before any run or log
+            result = VerifyResult(config=cfg.to_dict(), manifest=build_manifest(described, cfg.variant),
+                                  positions=positions)
             self._result = result
 
             def body() -> None:
-                self.open_log({"config": result.config, "manifest": result.manifest})
+                self.open_log({"config": result.config, "manifest": result.manifest,
+                               **({"positions": dataclasses.asdict(positions)} if positions else {})})
                 if crash is not None:
                     raise crash
                 self._run(engine, result)
@@ -254,6 +265,21 @@ class VerifyExperiment(Experiment):
                 self._rows.close()
             self.close_engines()
             self.close_log()
+
+    def _select(self, engine: Engine) -> Selected | None:
+        """``--positions``: each prompt's decode rows compared (:attr:`_selected`, by prompt name) and their record;
+        None for ``all``.
+
+        Raises:
+            InputError: a spec that selects rows past a prompt's run or no decode row of a prompt.
+        """
+        cfg = self.config
+        if parse_positions(cfg.positions).is_all:
+            return None
+        self._selected = {p.name: decode_selection(cfg.positions, len(engine.tokenize(p.text)), cfg.n_decode,
+                                                   name=p.name) for p in cfg.prompts}
+        return Selected(cfg.positions, sum(len(rows) for rows in self._selected.values()),
+                        len(cfg.prompts) * cfg.n_decode)
 
     def _log_prompt(self, result: VerifyResult, name: str) -> None:
         """One run-log line per finished prompt: its M=1 run, sweep entries, flips and guarded runs."""
@@ -302,20 +328,27 @@ class VerifyExperiment(Experiment):
             self.logits_digest.update(np.ascontiguousarray(ref.rows, dtype=np.float32).tobytes())
             result.prompts.append(PromptRecord(prompt.name, prompt.kind, len(ids), ref.tokens,
                                                engine.detokenize(ref.tokens), ref.decode_seconds))
+            rows = self._selected.get(prompt.name)
+            outputs = list(range(cfg.n_decode)) if rows is None else [int(i) for i in rows]
+            ref_rows = ref.decode_rows if rows is None else ref.decode_rows[rows]
             if self._rows is not None:
-                self._rows.add(None, ref.decode_rows)
+                self._rows.add(None, ref_rows)
             for k in cfg.ks:
                 self.on_event("step", {"description": f"{prompt.name}: M={k} verify"})
                 obs, seconds = call_engine(engine, replay_mk, ids, ref.tokens, k,
                                            phase=f"verify blocks M={k} (prompt {prompt.name})")
                 self.logits_digest.update(np.ascontiguousarray(obs, dtype=np.float32).tobytes())
-                c = compare_logits(ref.decode_rows, obs, top_k=cfg.top_k, token_ids=ref.tokens)
-                result.sweep.append(sweep_entry(prompt.name, k, c, len(ids), cfg.thresholds, seconds))
-                result.flips += self._flips(engine, prompt.name, k, len(ids), c, ref.decode_rows, obs)
-                parts[k].append((c, prompt.name, len(ids)))
+                part = self._compare(prompt.name, len(ids), ref_rows, obs if rows is None else obs[rows],
+                                     [ref.tokens[i] for i in outputs], outputs)
+                c = part.comparison
+                result.sweep.append(sweep_entry(prompt.name, k, c, len(ids), cfg.thresholds, seconds,
+                                                outputs=outputs))
+                result.flips += self._flips(engine, k, part, ref_rows, obs if rows is None else obs[rows])
+                parts[k].append(part)
                 if self._rows is not None:
-                    self._rows.add(k, obs)
-                replays[k] = (seconds, [f["position"] for f in c.flips])
+                    self._rows.add(k, obs if rows is None else obs[rows])
+                if rows is None:  # the guard's unguarded baseline follows from every row's flips
+                    replays[k] = (seconds, [f["position"] for f in c.flips])
                 if k >= 2:
                     if first_batched is None:
                         first_batched = obs
@@ -340,11 +373,16 @@ class VerifyExperiment(Experiment):
                 self.on_event("step", {"description": f"K={k}: detection limit"})
                 result.detection.append(self._detection(k, parts[k], SHAPES if k == every else (HEADLINE,)))
 
-    def _detection(self, k: int, parts: list[tuple[LogitComparison, str, int]],
-                   shapes: tuple[str, ...]) -> VerifyDetection:
+    def _compare(self, name: str, n_prompt: int, ref: np.ndarray, obs: np.ndarray, tokens: list[int],
+                 outputs: list[int]) -> Part:
+        """Compare M=1 rows ``ref`` with M=K rows ``obs`` (both ``(len(outputs), n_vocab)`` float32), the decode
+        rows ``outputs`` of prompt ``name``."""
+        return Part(compare_logits(ref, obs, top_k=self.config.top_k, token_ids=tokens), name, n_prompt, outputs)
+
+    def _detection(self, k: int, parts: list[Part], shapes: tuple[str, ...]) -> VerifyDetection:
         """The detection limits of K's pooled comparison (the one its total's verdict is judged on)."""
-        merged = merge_comparisons([c for c, _, _ in parts])
-        owners = [(name, i, n_prompt + i) for c, name, n_prompt in parts for i in range(c.n_positions)]
+        merged = merge_comparisons([p.comparison for p in parts])
+        owners = [(p.prompt, *p.owner(i)) for p in parts for i in range(p.comparison.n_positions)]
         return k_detection(k, self._rows, merged, owners, self.config.thresholds, shapes)
 
     # -- pieces ---------------------------------------------------------------
@@ -382,13 +420,14 @@ class VerifyExperiment(Experiment):
         return GC.calibrate(pairs, k=cfg.guard_k, safety=safety, top_k=cfg.top_k, prompts=list(cal_ids),
                            min_positions=cfg.thresholds.min_positions, floor_factor=cfg.thresholds.floor_factor)
 
-    def _flips(self, engine: Engine, prompt: str, k: int, n_prompt: int, c: LogitComparison,
-               ref: np.ndarray, obs: np.ndarray) -> list[FlipRecord]:
+    def _flips(self, engine: Engine, k: int, part: Part, ref: np.ndarray, obs: np.ndarray) -> list[FlipRecord]:
+        """The flips of ``part``; ``ref``/``obs``: its compared rows."""
         out = []
-        for f in c.flips:
+        for f in part.comparison.flips:
             i, a, b = f["position"], f["token_ref"], f["token_obs"]
+            at, position = part.owner(i)
             out.append(FlipRecord(
-                prompt=prompt, k=k, output_index=i, position=n_prompt + i, block_start=i - i % k, row=i % k,
+                prompt=part.prompt, k=k, output_index=at, position=position, block_start=at - at % k, row=at % k,
                 token_ref=a, token_obs=b, text_ref=engine.detokenize([a]), text_obs=engine.detokenize([b]),
                 logit_ref_at_ref=float(ref[i, a]), logit_ref_at_obs=float(ref[i, b]),
                 logit_obs_at_ref=float(obs[i, a]), logit_obs_at_obs=float(obs[i, b]),
@@ -397,21 +436,22 @@ class VerifyExperiment(Experiment):
             ))
         return out
 
-    def _total(self, k: int, parts: list[tuple[LogitComparison, str, int]]) -> SweepEntry:
-        merged = merge_comparisons([c for c, _, _ in parts])
-        owners = [(i, n_prompt + i) for c, _, n_prompt in parts for i in range(c.n_positions)]
+    def _total(self, k: int, parts: list[Part]) -> SweepEntry:
+        merged = merge_comparisons([p.comparison for p in parts])
+        owners = [p.owner(i) for p in parts for i in range(p.comparison.n_positions)]
         entry = sweep_entry("all", k, merged, None, self.config.thresholds, index_of=lambda r: owners[r])
         # in-block statistics pooled over prompts (each prompt's blocks start at its output index 0)
-        per_prompt = [in_block_rows(c, k, self.config.thresholds) for c, _, _ in parts]
-        entry.in_block = [pool_rows([rows[j] for rows in per_prompt if j < len(rows)], self.config.thresholds,
-                                    tests=k)
-                          for j in range(max(map(len, per_prompt)))]
+        by_row: dict[int, list] = {}
+        for p in parts:
+            for row in in_block_rows(p.comparison, k, self.config.thresholds, p.outputs):
+                by_row.setdefault(row.row, []).append(row)
+        entry.in_block = [pool_rows(by_row[j], self.config.thresholds, tests=k) for j in sorted(by_row)]
         entry.first_divergence = None
-        for c, name, n_prompt in parts:
-            first = next((i for i, d in enumerate(c.row_differing) if d), None)
+        for p in parts:
+            first = next((p.outputs[i] for i, d in enumerate(p.comparison.row_differing) if d), None)
             if first is not None and (entry.first_divergence is None
                                       or first < entry.first_divergence["output_index"]):
-                entry.first_divergence = {"prompt": name, "output_index": first, "position": n_prompt + first,
+                entry.first_divergence = {"prompt": p.prompt, "output_index": first, "position": p.n_prompt + first,
                                           "block_start": first - first % k, "row": first % k}
         entry.decode_seconds = sum(e.decode_seconds for e in self._sweep_entries(k))
         return entry
