@@ -170,3 +170,38 @@ def test_check_record_adds_the_golden_numerics_to_the_history(golden, tmp_path):
     assert ("golden:prompt-1", "kld_mean") in metrics and ("golden:prompt-1", "bit_exact_share") in metrics
     share = record["metrics"]["golden:prompt-1"]["bit_exact_share"]["value"]
     assert 0 <= share < 100  # flash attention changes the logits against the golden
+
+
+def test_a_golden_of_the_last_positions_is_small_checks_bit_exact_and_refuses_rows_it_lacks(golden, tmp_path):
+    """Issue #31: ``golden record --positions last`` stores one row a prompt (the manifest names the spec and the
+    run positions), a check compares those and says so, and a check asking rows it did not store is one error
+    line before any engine loads; a golden of every row checks any selection of them."""
+    root = tmp_path / "last"
+    rec = logitlab("golden", "record", *PROMPTS, "--tokens", 8, "--positions", "last", "-o", root, "--json",
+                   tmp_path / "rec.json", "--markdown", tmp_path / "rec.md")
+    assert rec.returncode == 0, rec.stderr
+    assert rec.stderr.startswith("golden: 2 prompts, 2 positions × 49152 vocab, store full: 393.2 kB")
+    assert "stores 2 of 28 positions (last): a check compares those" in rec.stdout
+    again = logitlab("report", tmp_path / "rec.json", "--markdown", tmp_path / "rec-again.md")
+    assert again.returncode == 0 and (tmp_path / "rec-again.md").read_text() == (tmp_path / "rec.md").read_text()
+    manifest = json.loads(next(root.glob("*/manifest.json")).read_text())
+    assert manifest["positions"] == "last" and [p["positions"] for p in manifest["prompts"]] == [[12], [14]]
+    assert manifest["logits_bytes"] < 2 * 49152 * 4 + 4096  # two rows of logits, not 28
+    ok = logitlab("golden", "check", root, "--json", tmp_path / "ok.json", "--markdown", tmp_path / "ok.md")
+    assert ok.returncode == 0, ok.stderr
+    assert "logitlab golden check: PASS (bit-exact)" in ok.stdout
+    assert "(worst of 2 prompts: prompt-1; compared 2 of 28 positions (last))" in ok.stdout
+    data = json.loads((tmp_path / "ok.json").read_text())
+    assert data["positions"] == {"spec": "last", "compared": 2, "of": 28}
+    assert [p["comparison"]["positions"] for p in data["prompts"]] == [[12], [14]]
+    again = logitlab("report", tmp_path / "ok.json", "--markdown", tmp_path / "again.md")
+    assert again.returncode == 0 and (tmp_path / "again.md").read_text() == (tmp_path / "ok.md").read_text()
+
+    # the model does not exist: an engine load would have said so first
+    line = one_error_line(logitlab("golden", "check", root, "--positions", "0-3", "--model", "/nonexistent/m.gguf"))
+    assert line.startswith(f"error: --positions '0-3' asks for position 0 of prompt 'prompt-1', which golden "
+                           f"{next(root.iterdir())} did not store (recorded with --positions 'last': position 12)")
+
+    every = logitlab("golden", "check", golden, "--positions", "last", "--quiet", "--json", tmp_path / "all.json")
+    assert every.returncode == 0, every.stderr
+    assert json.loads((tmp_path / "all.json").read_text())["positions"] == {"spec": "last", "compared": 2, "of": 28}

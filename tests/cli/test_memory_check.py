@@ -105,7 +105,7 @@ def test_golden_check_counts_the_goldens_positions(tmp_path, monkeypatch):
     def golden(rows: int) -> SimpleNamespace:
         prompt = SimpleNamespace(input_ids=list(range(rows)))
         return SimpleNamespace(prompts=[prompt], provenance=SimpleNamespace(engine="llamacpp", model=None, options={},
-                                                                            env={}))
+                                                                            env={}), n_decode=0, positions=None)
 
     import logitlab.dumps.golden_format as golden_format
 

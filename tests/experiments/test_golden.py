@@ -304,3 +304,32 @@ def test_a_topk_store_that_reaches_the_vocabulary_is_refused_before_any_run(tmp_
     with pytest.raises(InputError, match=r"^--store topk:49152: K reaches the vocabulary of 49152 tokens"):
         record_golden(config, tmp_path / "golden")
     assert not (tmp_path / "golden").exists() or not any((tmp_path / "golden").iterdir())
+
+
+def test_the_rows_a_golden_stores_and_a_check_compares():
+    """Issue #31 (``golden --positions``): an older golden (no positions) stores every row; a check compares the
+    rows stored, or the spec's within them, by their index among the stored rows; rows not stored are refused."""
+    from types import SimpleNamespace
+
+    from logitlab.dumps.golden_format import GoldenPrompt
+    from logitlab.experiments.golden.rows import check_rows, record_rows, stored_selection
+    from logitlab.experiments.positions import Selected
+
+    assert record_rows("all", [[1, 2, 3]], 2) == [None]
+    assert [r.tolist() for r in record_rows("last,0", [[1, 2, 3], [4]], 2)] == [[0, 4], [0, 2]]
+    old = SimpleNamespace(folder="g/x", positions=None, n_positions=5,
+                          prompts=[GoldenPrompt("p", "text", [1, 2, 3], [7, 8])])
+    rows = check_rows(old, None)
+    assert rows[0].run is None and rows[0].stored is None and stored_selection(old, None, rows) is None
+    rows = check_rows(old, "every:2")
+    assert rows[0].run.tolist() == rows[0].stored.tolist() == [0, 2, 4]
+    assert stored_selection(old, "every:2", rows) == Selected("every:2", 3, 5)
+    new = SimpleNamespace(folder="g/x", positions="1,3-", n_positions=5,
+                          prompts=[GoldenPrompt("p", "text", [1, 2, 3], [7, 8], positions=[1, 3, 4])])
+    rows = check_rows(new, None)
+    assert rows[0].run.tolist() == [1, 3, 4] and rows[0].stored.tolist() == [0, 1, 2]
+    assert stored_selection(new, None, rows) == Selected("1,3-", 3, 5)
+    assert check_rows(new, "last")[0].stored.tolist() == [2]
+    with pytest.raises(InputError, match=r"^--positions 'all' asks for position 0 of prompt 'p', which golden g/x "
+                                         r"did not store \(recorded with --positions '1,3-': positions 1, 3, 4\)"):
+        check_rows(new, "all")

@@ -9,8 +9,8 @@ import click
 
 from logitlab.cli.common import EXIT_CHECK_FAILED, EXIT_OK, REQUIRE_CHOICES, handle_errors, make_progress
 from logitlab.cli.options import (MODEL_HELP, SPEC_HELP, apply_options, check_memory, detection_option,
-                                  memory_check_option, output_options, prompt_inputs, prompt_options, prompts_from,
-                                  threshold_options, thresholds_from)
+                                  memory_check_option, output_options, positions_from, positions_option,
+                                  prompt_inputs, prompt_options, prompts_from, threshold_options, thresholds_from)
 from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
 from logitlab.cli.recording import record_options, record_result, record_target
 from logitlab.errors import InputError
@@ -95,6 +95,7 @@ def golden() -> None:
 @click.option("-o", "--out", "out", required=True, help="Golden root folder: the golden goes to OUT/<device-key>/.")
 @click.option("--store", default="full", show_default=True,
               help="full: every logit (engine dtype); topk:K: the K largest per position and the log-sum-exp.")
+@positions_option
 @click.option("--build-commit", default=None, help="Source commit of the engine build (recorded as provenance).")
 @memory_check_option
 @output_options(json_help="Write the manifest (the result) as JSON too.")
@@ -112,12 +113,12 @@ def record(**opts: Any) -> None:
     prompts = prompts_from(opts, builtin_prompts)
     check_unique(prompts)
     config = RecordConfig(variant=_variant(opts), prompts=prompts, n_decode=opts["n_decode"], store=opts["store"],
-                          build_commit=opts["build_commit"])
+                          build_commit=opts["build_commit"], positions=positions_from(opts))
     config.validate()
     check_output_paths(**report_paths(opts), inputs=prompt_inputs(opts),
                        folders={"out": opts["out"]})
     check_memory(opts, "golden record" if config.store == "full" else "golden record --store topk", [config.variant],
-                 [p.text for p in prompts], config.n_decode)
+                 [p.text for p in prompts], config.n_decode, selected=config.positions)
     with make_progress(opts["quiet"]) as progress:
         task = progress.add_task("loading", total=len(prompts))
 
@@ -159,6 +160,8 @@ def _topk_bytes(data: dict[str, Any]) -> int:
               help="Required same-top-1 rate, judged by its Wilson 95 %% lower bound (e.g. 0.95).")
 @click.option("--strict-device", is_flag=True, help="Refuse a golden recorded under another device key (exit 2).")
 @click.option("--build-commit", default=None, help="Source commit of this engine build (compared with the golden's).")
+@positions_option(default=None, default_help="Default: the positions the golden stores (all, unless it was "
+                                             "recorded with --positions); rows it did not store are refused.")
 @detection_option("each prompt's run (a golden of --store full)", "the argmax-up shape per prompt, every shape "
                   "for the verdict's prompt; 7-26 s for the 9 built-in prompts × 64 tokens on the embedded model")
 @memory_check_option
@@ -181,16 +184,17 @@ def check(golden_dir: str | None, **opts: Any) -> None:
     if opts["kld_file"] is not None:
         _check_kld(opts)
         return
-    from logitlab.experiments.golden.run import CheckConfig, check_golden
+    from logitlab.experiments.golden.run import CheckConfig, check_golden, check_servable
 
     bar = Bar(allow=opts["allow"], max_kld_mean=opts["max_kld_mean"], max_kld_p99=opts["max_kld_p99"],
               min_top1=opts["min_top1"])
     config = CheckConfig(root=golden_dir, overrides=_overrides(opts), bar=bar, thresholds=thresholds_from(opts),
                          top_k=opts["top_k"], strict_device=opts["strict_device"], build_commit=opts["build_commit"],
-                         detection=opts["detection"])
+                         detection=opts["detection"], positions=positions_from(opts))
     check_output_paths(**report_paths(opts), inputs=[golden_dir])
+    check_servable(golden_dir, config.positions)  # rows no golden stored: refused before any engine loads
     if opts["memory_check"]:
-        _check_memory(golden_dir, config.overrides, opts)
+        _check_memory(golden_dir, config.overrides, opts, config.positions)
     target = record_target(opts)
     with make_progress(opts["quiet"]) as progress:
         task = progress.add_task("loading", total=None)
@@ -199,8 +203,9 @@ def check(golden_dir: str | None, **opts: Any) -> None:
     _finish(result, opts)
 
 
-def _check_memory(golden_dir: str, overrides: Any, opts: dict[str, Any]) -> None:
-    """``golden check``'s memory check: the golden of the most positions, replayed on its variant."""
+def _check_memory(golden_dir: str, overrides: Any, opts: dict[str, Any], spec: str | None) -> None:
+    """``golden check``'s memory check: the golden of the most positions, replayed on its variant, keeping the rows
+    of ``spec`` (None: those the golden stores)."""
     from logitlab.dumps.golden_format import golden_folders
     from logitlab.experiments.golden.provenance import read_goldens
 
@@ -209,7 +214,8 @@ def _check_memory(golden_dir: str, overrides: Any, opts: dict[str, Any]) -> None
         return
     rows = {id(m): max((len(p.input_ids) for p in m.prompts), default=0) for m in manifests}
     largest = max(manifests, key=lambda m: rows[id(m)])
-    check_memory(opts, "golden check", [overrides.apply(largest)], [], 0, positions=rows[id(largest)])
+    check_memory(opts, "golden check", [overrides.apply(largest)], [], largest.n_decode, positions=rows[id(largest)],
+                 selected=spec if spec is not None else largest.positions)
 
 
 def _check_kld(opts: dict[str, Any]) -> None:

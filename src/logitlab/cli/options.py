@@ -213,21 +213,28 @@ POSITIONS_HELP = ("The rows of each run compared and stored: all, prompt, decode
                   "united). Verdicts and reports say which they rest on.")
 
 
-def positions_option(func: Callable[..., Any]) -> Callable[..., Any]:
-    """``--positions SPEC`` (default ``all``) into ``opts["positions"]`` (read by :func:`positions_from`)."""
-    return click.option("--positions", "positions", default="all", show_default=True, metavar="SPEC",
-                        help=POSITIONS_HELP)(func)
+def positions_option(func: Callable[..., Any] | None = None, *, default: str | None = "all",
+                     default_help: str = "") -> Any:
+    """``--positions SPEC`` (default ``all``) into ``opts["positions"]`` (read by :func:`positions_from`); as
+    ``@positions_option(default=None, default_help=TEXT)`` a command whose default is not a spec says what it
+    is (``golden check``: the golden's own)."""
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        return click.option("--positions", "positions", default=default, show_default=default is not None,
+                            metavar="SPEC", help=f"{POSITIONS_HELP} {default_help}".strip())(f)
+
+    return decorate if func is None else decorate(func)
 
 
-def positions_from(opts: dict[str, Any]) -> str:
-    """The ``--positions`` spec of :func:`positions_option`, its spelling checked before any engine loads.
+def positions_from(opts: dict[str, Any]) -> str | None:
+    """The ``--positions`` spec of :func:`positions_option`, its spelling checked before any engine loads (None:
+    not given, where the option has no default).
 
     Raises:
         InputError: a bad spec (:func:`logitlab.experiments.positions.parse_positions`).
     """
     from logitlab.experiments.positions import parse_positions
 
-    return parse_positions(opts["positions"]).spec
+    return None if opts["positions"] is None else parse_positions(opts["positions"]).spec
 
 
 def memory_check_option(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -20,14 +20,21 @@ by its device key (:mod:`logitlab.device`). Tensors of prompt ``i`` (``pNNNN``
     those tokens, engine dtype) and ``pNNNN.logsumexp`` float64
     ``(n_positions,)``, so that log-probabilities are ``logit - logsumexp``.
 
+A golden recorded with ``--positions`` stores only the selected rows of each
+prompt's run: ``pNNNN.ids`` stays whole (every token fed), the logits tensors
+hold one row per stored position, and the manifest lists those run positions
+(:attr:`GoldenPrompt.positions`) and the spec (:attr:`GoldenManifest.positions`).
+
 The manifest stores the SHA-256 of ``logits.safetensors``; a golden whose
 file no longer matches is refused as corrupt.
 
-JSON format history (``schema_version``): 1 — first version.
+JSON format history (``schema_version``): 1 — first version; later in 1 (additive): ``positions`` of the
+manifest and of each prompt (absent: every position is stored).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -126,6 +133,7 @@ class GoldenPrompt:
         prompt_ids: its token ids (as the engine tokenized it).
         generated_ids: the greedy decode ids that followed on the recording build.
         greedy_text: ``generated_ids`` detokenized.
+        positions: the run positions whose logits are stored, ascending (``--positions``); None: every position.
     """
 
     name: str
@@ -133,11 +141,24 @@ class GoldenPrompt:
     prompt_ids: list[int]
     generated_ids: list[int]
     greedy_text: str = ""
+    positions: list[int] | None = None
 
     @property
     def input_ids(self) -> list[int]:
-        """The token fed at each stored position (prompt, then decode)."""
+        """The token fed at each position of the run (prompt, then decode)."""
         return list(self.prompt_ids) + list(self.generated_ids)
+
+    @property
+    def n_stored(self) -> int:
+        """Rows of logits stored: ``len(positions)``, or every position of the run."""
+        return len(self.input_ids) if self.positions is None else len(self.positions)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON types; ``positions`` only where a selection is stored (older goldens: absent)."""
+        data = dataclasses.asdict(self)
+        if data["positions"] is None:
+            del data["positions"]
+        return data
 
 
 @dataclass
@@ -177,7 +198,8 @@ class GoldenManifest(ResultRecord):
     It is also the result of ``golden record`` and ``golden update``
     (``logitlab report manifest.json`` shows it).
 
-    JSON format history (``schema_version``): 1 — first version.
+    JSON format history (``schema_version``): 1 — first version; later in 1 (additive): ``positions``, the
+    ``--positions`` spec of the rows stored (absent or None: every row).
     """
 
     KIND: ClassVar[str] = "golden"
@@ -193,10 +215,24 @@ class GoldenManifest(ResultRecord):
     logits_bytes: int
     history: list[HistoryEntry] = field(default_factory=list)
     folder: str = ""
+    positions: str | None = None
 
     @property
     def n_positions(self) -> int:
+        """Positions of the prompts' runs (prompt + decode tokens), stored or not."""
         return sum(len(p.input_ids) for p in self.prompts)
+
+    @property
+    def n_stored(self) -> int:
+        """Rows of logits stored (:attr:`n_positions` unless recorded with ``--positions``)."""
+        return sum(p.n_stored for p in self.prompts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """:meth:`ResultRecord.to_dict`; ``positions`` only where a selection is stored (older goldens: absent)."""
+        data = super().to_dict()
+        if data["positions"] is None:
+            del data["positions"]
+        return data
 
     @property
     def top_k(self) -> int | None:
@@ -277,10 +313,12 @@ class GoldenWriter:
         self._writer = StepWriter(self.folder / LOGITS_FILE)
         self.n = 0
 
-    def add(self, input_ids: list[int], logits: np.ndarray) -> None:
-        """Store one prompt: ``input_ids`` (n_positions,) and ``logits`` (n_positions, n_vocab)."""
-        if logits.ndim != 2 or logits.shape[0] != len(input_ids):
-            raise InputError(f"prompt {self.n}: {len(input_ids)} token ids for logits of shape {logits.shape}")
+    def add(self, input_ids: list[int], logits: np.ndarray, positions: list[int] | None = None) -> None:
+        """Store one prompt: ``input_ids`` (n_positions,) and ``logits`` (n_positions, n_vocab), or with
+        ``positions`` (the run positions stored) ``logits`` of those rows only, ``(len(positions), n_vocab)``."""
+        rows = len(input_ids) if positions is None else len(positions)
+        if logits.ndim != 2 or logits.shape[0] != rows:
+            raise InputError(f"prompt {self.n}: {rows} rows to store for logits of shape {logits.shape}")
         self._writer.add(_key(self.n, "ids"), np.asarray(input_ids, dtype=np.int32))
         if self.kind == "full":
             self._writer.add(_key(self.n, "logits"), logits)
@@ -401,11 +439,14 @@ def _check_prompts(folder: Path, manifest: GoldenManifest, header: dict[str, Any
             ids = prompt.input_ids if isinstance(prompt, GoldenPrompt) else None
             if ids is None or not all(is_int(t) for t in ids):
                 raise InputError(f"{folder / MANIFEST_FILE}: prompt {i} does not list its token ids as integers")
+            _check_positions(folder, i, prompt.positions, len(ids))
             for name in names:
                 shape = header.get(_key(i, name), {}).get("shape")
-                if not shape or shape[0] != len(ids):
+                rows = len(ids) if name == "ids" else prompt.n_stored
+                if not shape or shape[0] != rows:
                     raise InputError(f"golden {folder} is corrupt: {LOGITS_FILE} has no {_key(i, name)} with one "
-                                     f"row per position of prompt {i} ({len(ids)} in its manifest)")
+                                     f"row per {'' if rows == len(ids) else 'stored '}position of prompt {i} "
+                                     f"({rows} in its manifest)")
             try:
                 stored = files.get(folder / LOGITS_FILE, _key(i, "ids")).tolist()
             except InputError as exc:  # a cut or damaged file: say so, as the SHA-256 check would
@@ -415,6 +456,17 @@ def _check_prompts(folder: Path, manifest: GoldenManifest, header: dict[str, Any
                                  f"not those its manifest lists")
     finally:
         files.close()
+
+
+def _check_positions(folder: Path, index: int, positions: Any, n_positions: int) -> None:
+    """A prompt's stored positions are None or distinct ascending integers inside its run (InputError)."""
+    if positions is None:
+        return
+    if not (isinstance(positions, list) and positions and all(is_int(p) for p in positions)
+            and all(a < b for a, b in zip(positions, positions[1:])) and 0 <= positions[0]
+            and positions[-1] < n_positions):
+        raise InputError(f"{folder / MANIFEST_FILE}: prompt {index}'s positions are not ascending integers in "
+                         f"0-{n_positions - 1}")
 
 
 def write_manifest(manifest: GoldenManifest, folder: str | Path) -> Path:

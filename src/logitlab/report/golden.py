@@ -62,7 +62,10 @@ def golden_document(manifest: GoldenManifest, **_: Any) -> Document:
                          ("store", f"{manifest.store}, {manifest.dtype}, {format_bytes(manifest.logits_bytes)} "
                                    f"(sha256 {manifest.logits_sha256[:12]}…)"),
                          ("workload", f"{plural(len(manifest.prompts), 'prompt')}, {manifest.n_positions} positions "
-                                      f"(prompt + {manifest.n_decode} greedy decode tokens each)")]
+                                      f"(prompt + {manifest.n_decode} greedy decode tokens each)"),
+                         *([("positions", f"stores {manifest.n_stored} of {manifest.n_positions} positions "
+                                          f"({manifest.positions}): a check compares those")]
+                           if manifest.positions is not None else [])]
     doc.add(KeyValues(rows + _provenance_rows(manifest.provenance), boxed=True))
     doc.add(Table(("prompt", "prompt tokens", "decode tokens", "greedy text"),
                   [(p.name, len(p.prompt_ids), len(p.generated_ids), repr(p.greedy_text[:60]))
@@ -117,6 +120,7 @@ def golden_check_document(result: GoldenCheckResult, **_: Any) -> Document:
         ("this device", f"{result.device.key} ({result.device.name})"),
         ("goldens there", ", ".join(result.match.available)),
         ("recorded", f"{result.golden_created_at}, store {result.store}"),
+        *([("positions", result.positions.line())] if result.positions else []),
         ("variant", variant_text(result.variant)),
         ("engine", p.engine_version),
     ], boxed=True))
@@ -130,7 +134,8 @@ def golden_check_document(result: GoldenCheckResult, **_: Any) -> Document:
                   align=("left",) + ("right",) * (len(PROMPT_HEADER) - 1)))
     worst = next(c for c in result.prompts if c.name == result.verdict_prompt)
     doc.add(Paragraph(rich(Span("verdict: ", "strong"), Span(word, f"verdict:{word}"),
-                           f"  (worst of {plural(len(result.prompts), 'prompt')}: {worst.name})")),
+                           f"  (worst of {plural(len(result.prompts), 'prompt')}: {worst.name}"
+                           + (f"; {result.positions.line()})" if result.positions else ")"))),
             Bullets(result.verdict.evidence, tight=True))
     if worst.comparison is None:
         doc.add(Paragraph(f"the engine crashed on prompt {worst.name!r}: the prompts after it were not run",

@@ -210,11 +210,16 @@ def export_kld_base(manifest: GoldenManifest, path: str | Path, *, n_ctx: int | 
         n_ctx: tokens per chunk (default: the shortest prompt's positions, so every prompt is one chunk).
 
     Raises:
-        InputError: a top-k golden; ``n_ctx`` below 3 or beyond the shortest prompt.
+        InputError: a top-k golden, one of selected positions (``--positions``); ``n_ctx`` below 3 or beyond
+            the shortest prompt.
     """
     if manifest.top_k is not None:
         raise InputError(f"golden {manifest.folder} stores only the top-{manifest.top_k} logits ({manifest.store}); "
                          "a llama.cpp base file needs the whole vocabulary: record with --store full")
+    if manifest.positions is not None:
+        raise InputError(f"golden {manifest.folder} stores only the positions {manifest.positions!r} of each run "
+                         "(recorded with --positions); a llama.cpp base file needs every position: record without "
+                         "--positions")
     shortest = min(len(p.input_ids) for p in manifest.prompts)
     n_ctx = shortest if n_ctx is None else int(n_ctx)
     if not 3 <= n_ctx <= shortest:

@@ -15,6 +15,7 @@ from logitlab.dumps.golden_format import GoldenManifest, Provenance, parse_store
 from logitlab.engines.variant import Variant
 from logitlab.errors import InputError, check_at_least
 from logitlab.experiments.golden.provenance import GoldenMatch, ProvenanceChange
+from logitlab.experiments.positions import Selected, parse_positions
 from logitlab.experiments.prompts import Prompt
 from logitlab.jsonio import ResultRecord
 from logitlab.numerics import LogitComparison, Thresholds, Verdict
@@ -37,6 +38,8 @@ class RecordConfig:
         n_decode: greedy decode tokens after each prompt.
         store: ``full`` or ``topk:K``.
         build_commit: the engine build's source commit (recorded as provenance), if known.
+        positions: the ``--positions`` spec (:mod:`logitlab.experiments.positions`): the rows of each prompt's
+            run stored (the others are dropped as each run returns).
     """
 
     variant: Variant
@@ -44,12 +47,14 @@ class RecordConfig:
     n_decode: int = 64
     store: str = "full"
     build_commit: str | None = None
+    positions: str = "all"
 
     def validate(self) -> None:
         check_at_least("--tokens", self.n_decode, 0)
         if not self.prompts:
             raise InputError("a golden needs at least one prompt")
         parse_store(self.store)
+        parse_positions(self.positions)
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,8 @@ class CheckConfig:
             ``--store full`` only: top-k data has none): per prompt the ``argmax-up`` shape
             (:data:`~logitlab.numerics.detection.HEADLINE`, the report's column), and for the prompt the
             verdict names every shape (about 17 and 80 comparisons of the prompt's run).
+        positions: the ``--positions`` spec of the rows compared; None: the rows the golden stores (every row of
+            a golden recorded without ``--positions``).
     """
 
     root: str
@@ -111,6 +118,7 @@ class CheckConfig:
     strict_device: bool = False
     build_commit: str | None = None
     detection: bool = True
+    positions: str | None = None
 
 
 # -- results -------------------------------------------------------------------------------------
@@ -120,7 +128,7 @@ class PromptCheck:
 
     Attributes:
         name: the prompt's name.
-        n_positions: positions compared (prompt + decode).
+        n_positions: positions compared (prompt + decode; with ``--positions``, those selected).
         verdict: the prompt's verdict (``crashed``: the engine died on this prompt).
         comparison: golden (reference) against this run (observed); None when the engine crashed.
         crash: the crash's evidence (:meth:`logitlab.engines.supervised.CrashEvidence.to_dict`), else None.
@@ -144,7 +152,9 @@ class GoldenCheckResult(ResultRecord):
     JSON format history (``schema_version``): 1 — first version; later in 1 (additive): a prompt's ``crash``
     (its verdict ``crashed``, no comparison; the prompts after it are not run); a prompt's ``detection`` (the
     detection limits of its comparison, :mod:`logitlab.numerics.detection`: the ``argmax-up`` shape, every
-    shape for the verdict's prompt; absent: None).
+    shape for the verdict's prompt; absent: None); ``positions`` (the rows compared, when not every row of
+    every prompt: a golden recorded with ``--positions`` or a check given one,
+    :class:`~logitlab.experiments.positions.Selected`; absent: None).
     """
 
     KIND: ClassVar[str] = "golden-check"
@@ -165,6 +175,7 @@ class GoldenCheckResult(ResultRecord):
     verdict: Verdict
     verdict_prompt: str
     gate: GateResult
+    positions: Selected | None = None
 
     @property
     def passed(self) -> bool:

@@ -69,6 +69,7 @@ from logitlab.experiments.golden.results import (
     RecordConfig,
     VariantOverrides,
 )
+from logitlab.experiments.golden.rows import CheckRows, check_rows, record_rows, stored_selection
 from logitlab.experiments.isolation import load_supervised
 from logitlab.experiments.prompts import Prompt
 from logitlab.manifest import now_utc
@@ -110,14 +111,19 @@ def _topk_rows(ids: np.ndarray, values: np.ndarray, lse: np.ndarray, k: int) -> 
 
 
 def _compare(reader: GoldenLogits, manifest: GoldenManifest, index: int, observed: np.ndarray, top_k: int,
-             thresholds: Thresholds) -> tuple[TopKComparison | LogitComparison, Verdict, np.ndarray | None]:
-    """The golden's prompt ``index`` (reference) against ``observed`` logits; also the golden's logits
-    ``(n_positions, n_vocab)`` (None for a top-k golden)."""
+             thresholds: Thresholds, rows: CheckRows = CheckRows(None, None)
+             ) -> tuple[TopKComparison | LogitComparison, Verdict, np.ndarray | None, np.ndarray]:
+    """The golden's prompt ``index`` (reference) against the run's ``observed`` logits ``(n_positions,
+    n_vocab)``, at ``rows`` (:func:`~logitlab.experiments.golden.rows.check_rows`: the comparison then names their
+    run positions); also the golden's logits of those rows (None for a top-k golden) and the run's."""
     from logitlab.dumps.golden_format import logits_topk
 
     input_ids = manifest.prompts[index].input_ids
+    if rows.run is not None:
+        observed, input_ids = observed[rows.run], [input_ids[i] for i in rows.run]
     if manifest.top_k is None:
         reference = reader.logits(index)
+        reference = reference if rows.stored is None else reference[rows.stored]
         if reference.shape != observed.shape or reference.dtype != observed.dtype:
             raise EngineError(f"prompt {manifest.prompts[index].name!r}: the golden holds {reference.dtype} "
                               f"{reference.shape} logits, this run returned {observed.dtype} {observed.shape}")
@@ -125,25 +131,34 @@ def _compare(reader: GoldenLogits, manifest: GoldenManifest, index: int, observe
     else:
         reference = None
         k = manifest.top_k
-        ref = _topk_rows(*reader.topk(index), k)
+        ids, values, lse = reader.topk(index)
+        if rows.stored is not None:
+            ids, values, lse = ids[rows.stored], values[rows.stored], lse[rows.stored]
+        ref = _topk_rows(ids, values, lse, k)
         obs = _topk_rows(*logits_topk(observed, k), k)
         c = compare_topk(ref, obs, top_k=min(top_k, k), token_ids=input_ids)
-    return c, classify(c, thresholds), reference
+    if rows.run is not None:
+        c = c.at_positions(rows.run)
+    return c, classify(c, thresholds), reference, observed
 
 
 def _write(folder: Path, store: str, engine: Engine, variant: Variant, prompts: Sequence[Prompt],
            prompt_ids: Sequence[Sequence[int]], n_decode: int, on_event: Event,
-           outputs: list[tuple[np.ndarray, list[int]]] | None = None) -> tuple[list[GoldenPrompt], str, int, str]:
-    """Run (greedy) every prompt into ``folder``'s logits file; returns prompts, sha256, bytes, dtype."""
+           outputs: list[tuple[np.ndarray, list[int]]] | None = None,
+           rows: Sequence[np.ndarray | None] | None = None) -> tuple[list[GoldenPrompt], str, int, str]:
+    """Run (greedy) every prompt into ``folder``'s logits file, each prompt's ``rows`` only (None: every row);
+    returns prompts, sha256, bytes, dtype."""
     writer = GoldenWriter(folder, store)
     recorded, dtype = [], "float32"
+    rows = rows if rows is not None else [None] * len(prompt_ids)
     try:
         for i, (prompt, ids) in enumerate(zip(prompts, prompt_ids)):
             logits, generated = outputs[i] if outputs is not None else _run(engine, variant, ids, n_decode)
             dtype = str(logits.dtype)
-            writer.add(list(ids) + generated, logits)
+            kept = None if rows[i] is None else [int(r) for r in rows[i]]
+            writer.add(list(ids) + generated, logits if kept is None else logits[kept], kept)
             recorded.append(GoldenPrompt(prompt.name, prompt.text, list(map(int, ids)), generated,
-                                         engine.detokenize(generated)))
+                                         engine.detokenize(generated), kept))
             on_event("prompt", {"name": prompt.name, "index": i})
         sha, size = writer.close()
     except BaseException:
@@ -215,17 +230,18 @@ def record_golden(config: RecordConfig, root: str | Path, *, on_event: Event | N
         if kind == "topk" and k >= engine.n_vocab:
             raise InputError(f"--store {config.store}: K reaches the vocabulary of {engine.n_vocab} tokens, so the "
                              f"top-k store would be larger than --store full; give K below {engine.n_vocab}, or full")
-        positions = sum(len(ids) + config.n_decode for ids in prompt_ids)
+        rows = record_rows(config.positions, prompt_ids, config.n_decode)  # refused before any run
+        positions = sum(len(ids) + config.n_decode if r is None else len(r) for ids, r in zip(prompt_ids, rows))
         on_event("size", {"bytes": store_bytes(config.store, positions, engine.n_vocab), "positions": positions,
                           "n_vocab": engine.n_vocab, "store": config.store, "prompts": len(prompt_ids),
                           "full_bytes": store_bytes("full", positions, engine.n_vocab)})
         tmp = _fresh_folder(root, provenance.device.key)
         try:
             prompts, sha, size, dtype = _write(tmp, config.store, engine, config.variant, config.prompts, prompt_ids,
-                                               config.n_decode, on_event)
+                                               config.n_decode, on_event, rows=rows)
             manifest = GoldenManifest(created_at=now_utc(), provenance=provenance, store=config.store, dtype=dtype,
                                       n_decode=config.n_decode, prompts=prompts, logits_sha256=sha,
-                                      logits_bytes=size)
+                                      logits_bytes=size, positions=None if rows[0] is None else config.positions)
             write_manifest(manifest, tmp)
             tmp.rename(folder)
         except BaseException:
@@ -322,9 +338,11 @@ def check_golden(config: CheckConfig, *, on_event: Event | None = None) -> Golde
         EngineError: the engine failed or returned logits of another shape.
     """
     on_event = on_event or ignore_event
+    check_servable(config.root, config.positions)  # before the engine loads
     engine, variant, manifest, match, device = open_check_engine(config.root, config.overrides,
                                                                  strict=config.strict_device)
     try:
+        rows = check_rows(manifest, config.positions)
         prompts = [Prompt(p.name, p.text) for p in manifest.prompts]
         current = collect_provenance(engine, variant, prompts, [p.prompt_ids for p in manifest.prompts],
                                      config.build_commit)
@@ -346,8 +364,8 @@ def check_golden(config: CheckConfig, *, on_event: Event | None = None) -> Golde
                     checks.append(_crashed_check(prompt.name, len(prompt.input_ids), crash))
                     on_event("prompt", {"name": prompt.name, "index": i, "verdict": "crashed"})
                     break
-                comparison, verdict, reference = _compare(reader, manifest, i, logits, config.top_k,
-                                                          config.thresholds)
+                comparison, verdict, reference, logits = _compare(reader, manifest, i, logits, config.top_k,
+                                                                  config.thresholds, rows[i])
                 limits = None
                 if config.detection and reference is not None:
                     limits = detection_limits(reference, logits, comparison, thresholds=config.thresholds,
@@ -355,7 +373,7 @@ def check_golden(config: CheckConfig, *, on_event: Event | None = None) -> Golde
                     if not checks or _worst_key(verdict, comparison) > max(_worst_key(c.verdict, c.comparison)
                                                                            for c in checks):
                         kept = (len(checks), (reference, logits, comparison, limits))
-                checks.append(PromptCheck(prompt.name, len(prompt.input_ids), verdict, comparison, detection=limits))
+                checks.append(PromptCheck(prompt.name, comparison.n_positions, verdict, comparison, detection=limits))
                 on_event("prompt", {"name": prompt.name, "index": i, "verdict": verdict.word})
             index = _worst([(c.verdict, c.comparison) for c in checks])
             if kept is not None and kept[0] == index and kept[1][3].shapes:  # the verdict's prompt: every shape
@@ -368,7 +386,27 @@ def check_golden(config: CheckConfig, *, on_event: Event | None = None) -> Golde
         root=str(config.root), match=match, device=device, variant=variant.to_dict(), store=manifest.store,
         golden_created_at=manifest.created_at, golden_provenance=manifest.provenance, provenance=current,
         changes=changes, bar=bar, bar_reason=reason, prompts=checks, verdict=worst.verdict,
-        verdict_prompt=worst.name, gate=gate)
+        verdict_prompt=worst.name, gate=gate, positions=stored_selection(manifest, config.positions, rows))
+
+
+def check_servable(root: str | Path, spec: str | None) -> None:
+    """Refuse, before any engine loads, a ``--positions`` spec that no golden under ``root`` can serve (rows
+    none of them stored; the golden picked is known only once the engine names its device).
+
+    Raises:
+        InputError: the first golden's refusal (:func:`~logitlab.experiments.golden.rows.check_rows`).
+    """
+    if spec is None:
+        return
+    errors = []
+    for manifest in read_goldens(golden_folders(root)):
+        try:
+            check_rows(manifest, spec)
+            return
+        except InputError as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]
 
 
 # -- update --------------------------------------------------------------------------------------
@@ -410,6 +448,7 @@ def update_golden(root: str | Path, reason: str, *, overrides: VariantOverrides 
         current = collect_provenance(engine, variant, prompts, prompt_ids, build_commit)
         _check_tokenizer(engine, old, current)  # another model is allowed: the history says so
         on_event("start", {"prompts": len(prompts), "golden": str(folder)})
+        kept = check_rows(old, None)  # the rows the old golden stores: compared, and stored again
         outputs, parts, verdicts, greedy_changed = [], [], [], []
         with GoldenLogits(old) as reader:
             for i, prompt in enumerate(old.prompts):
@@ -418,13 +457,13 @@ def update_golden(root: str | Path, reason: str, *, overrides: VariantOverrides 
                 if generated != list(prompt.generated_ids):
                     greedy_changed.append(prompt.name)
                     logits, _ = _run(engine, variant, prompt.prompt_ids, old.n_decode, prompt.generated_ids)
-                comparison, verdict, _ = _compare(reader, old, i, logits, top_k, thresholds)
+                comparison, verdict, _, _ = _compare(reader, old, i, logits, top_k, thresholds, kept[i])
                 parts.append(comparison)
                 verdicts.append(verdict)
         tmp = _fresh_folder(folder.parent, folder.name)
         try:
             new_prompts, sha, size, dtype = _write(tmp, old.store, engine, variant, prompts, prompt_ids, old.n_decode,
-                                                   on_event, outputs)
+                                                   on_event, outputs, [r.run for r in kept])
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -440,7 +479,7 @@ def update_golden(root: str | Path, reason: str, *, overrides: VariantOverrides 
                          summary=_summary(parts))
     manifest = GoldenManifest(created_at=now_utc(), provenance=current, store=old.store, dtype=dtype,
                               n_decode=old.n_decode, prompts=new_prompts, logits_sha256=sha, logits_bytes=size,
-                              history=[*old.history, entry])
+                              history=[*old.history, entry], positions=old.positions)
     try:
         write_manifest(manifest, tmp)
         retired = folder.with_name(f".{folder.name}.old")
