@@ -91,7 +91,8 @@ def test_positions_last_compares_one_row_a_prompt_and_says_so(tmp_path):
     result renders again byte for byte."""
     out, md = tmp_path / "v.json", tmp_path / "v.md"
     proc = logitlab("verify", *SHORT[:2], "--tokens", "4", *SHORT[4:], "--k", "1", "2", "--positions", "last",
-                    "--no-detection-limit", "--json", str(out), "--markdown", str(md), "--log", str(tmp_path / "v.jsonl"))
+                    "--no-detection-limit", "--json", str(out), "--markdown", str(md),
+                    "--log", str(tmp_path / "v.jsonl"))
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert data["positions"] == {"spec": "last", "compared": 1, "of": 4} and data["config"]["positions"] == "last"

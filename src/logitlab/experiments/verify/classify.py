@@ -244,9 +244,9 @@ def classify_verify(totals: Sequence[SweepEntry], flips: Sequence[FlipRecord],
 
     if all(t.bit_exact_rows == t.rows for t in totals):
         ks = ", ".join(str(t.k) for t in totals)
+        rows = [f"K={t.k}: {'the 1 row' if t.rows == 1 else f'all {t.rows} rows'} bit-exact" for t in totals]
         return VerifyClassification("bit-exact", "bit-exact",
-                                    f"M=K verify is bit-exact with M=1 greedy at K = {ks}",
-                                    [f"K={t.k}: all {t.rows} rows bit-exact" for t in totals], scaling, tau)
+                                    f"M=K verify is bit-exact with M=1 greedy at K = {ks}", rows, scaling, tau)
 
     for t in totals:
         state = "bit-exact" if t.bit_exact_rows == t.rows else (
