@@ -318,7 +318,8 @@ class GoldenWriter:
         ``positions`` (the run positions stored) ``logits`` of those rows only, ``(len(positions), n_vocab)``."""
         rows = len(input_ids) if positions is None else len(positions)
         if logits.ndim != 2 or logits.shape[0] != rows:
-            raise InputError(f"prompt {self.n}: {rows} rows to store for logits of shape {logits.shape}")
+            what = "token ids" if positions is None else "stored positions"
+            raise InputError(f"prompt {self.n}: {rows} {what} for logits of shape {logits.shape}")
         self._writer.add(_key(self.n, "ids"), np.asarray(input_ids, dtype=np.int32))
         if self.kind == "full":
             self._writer.add(_key(self.n, "logits"), logits)
