@@ -55,6 +55,9 @@ DIVERGENT_TRUTH: dict[tuple[str, str], str] = {
         "planted: position 7's top two logits swapped (the swap engine)",
     ("tests/docs/test_python_pages.py", "test_the_python_api_page_runs"):
         "planted: the page's crafted pair, one entry of one row moved by 0.5",
+    ("tests/engines/test_command.py",
+     "test_a_golden_of_selected_positions_sees_a_planted_fault_only_where_it_stored_rows"):
+        "planted: position 10 perturbed by N(0, 1) (LLAMACPP_CMD_PERTURB=10:1.0), in the golden's stored rows",
     ("tests/experiments/test_verify_positions.py",
      "test_a_fault_outside_the_selection_is_not_seen_and_one_inside_is_at_its_run_position"):
         "planted: decode step 1's lowest M=K logit raised 10 above its argmax (the planted llama.cpp verify path)",

@@ -407,3 +407,27 @@ def test_positions_see_a_planted_fault_only_where_they_look(positions, seen):
     else:
         assert v.word == "bit-exact" and run.comparison.first_mismatch is None
     assert result.control_reproducible
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("positions, seen", [("8-11", True), ("last", False)])
+def test_a_golden_of_selected_positions_sees_a_planted_fault_only_where_it_stored_rows(positions, seen, tmp_path):
+    """Issue #31: ``golden record --positions`` stores only the selected rows and ``golden check`` compares
+    those: a fault the engine plants at prompt row 10 fails the check, at its true position 10, when the golden
+    stored row 10, and is not seen when it did not."""
+    from logitlab.experiments.golden.run import (CheckConfig, RecordConfig, VariantOverrides, check_golden,
+                                                 record_golden)
+    from logitlab.experiments.prompts import Prompt
+
+    record_golden(RecordConfig(variant=cmd_variant(DECODE_TEMPLATE), prompts=(Prompt("p", SHORT_PROMPT),),
+                               n_decode=N_DECODE, positions=positions), tmp_path)
+    result = check_golden(CheckConfig(root=str(tmp_path), overrides=VariantOverrides(
+        env={"LLAMACPP_CMD_PERTURB": "10:1.0"}), detection=False))
+    comparison = result.prompts[0].comparison
+    assert result.positions.spec == positions and result.positions.compared == comparison.n_positions
+    if seen:
+        assert comparison.positions == [8, 9, 10, 11] and comparison.first_mismatch["position"] == 10
+        assert result.verdict.word == "divergent" and result.verdict.outside == [10] and not result.passed
+    else:
+        assert comparison.n_positions == 1 and comparison.first_mismatch is None
+        assert result.verdict.word == "bit-exact" and result.passed
