@@ -29,7 +29,7 @@ from logitlab.errors import Interrupted, LogitlabError
               help="Sequences of the alone-vs-in-a-batch control.")
 @click.option("--max-positions", "max_positions", type=int, default=8, show_default=True,
               help="Explain at most this many positions (the first flipped or divergent ones). "
-                   "(A count; ab's --positions SPEC selects rows.)")
+                   "(A count; --positions SPEC of ab, verify and golden selects rows.)")
 @click.option("--no-dump", is_flag=True, help="Do not dump tensors to find each position's first divergent tensor.")
 @memory_check_option
 @threshold_options
