@@ -122,6 +122,12 @@ def read_text(path: str | Path, *, what: str = "file") -> str:
             raise InputError(f"{what} {path} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
 
 
+def json_error_text(exc: json.JSONDecodeError) -> str:
+    """Where and why ``json`` refused a text, as one phrase: ``"Expecting value at line 1, column 1"``,
+    ``"Unterminated string starting at line 89, column 5"`` (its messages that end in "at" get no second one)."""
+    return f"{exc.msg.removesuffix(' at')} at line {exc.lineno}, column {exc.colno}"
+
+
 def read_json(path: str | Path, *, what: str = "JSON file") -> Any:
     """Parse a JSON file logitlab wrote: strict JSON, as :func:`write_json` writes it.
 
@@ -137,8 +143,7 @@ def read_json(path: str | Path, *, what: str = "JSON file") -> Any:
         raise InputError(f"{what} {path} is not strict JSON: it holds {exc}, which logitlab never writes (was the "
                          "file edited?)") from None
     except json.JSONDecodeError as exc:
-        raise InputError(f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") \
-            from None
+        raise InputError(f"{what} {path} is not valid JSON: {json_error_text(exc)}") from None
     except RecursionError:
         raise InputError(f"{what} {path} nests JSON arrays or objects too deeply to be read") from None
 

@@ -124,6 +124,8 @@ def test_hyperfine_compare(tmp_path):
      "--metric 'x=[0-9]+' has no capture group"),
     (["run", "--control", "true", "--aa", "--blocks", "auto", "--max-blocks", "101"],
      "--max-blocks must be an integer from 3 (the first look) to 100, got 101"),
+    (["run", "--control", "true", "--aa", "--blocks", "auto", "--max-blocks", "0"],  # not "--blocks must be ..."
+     "--max-blocks must be an integer from 3 (the first look) to 100, got 0"),
     (["run", "--control", "true", "--aa", "--blocks", "4", "--max-blocks", "8"],
      "--max-blocks is the budget of --blocks auto; with --blocks 4 drop it"),
     (["run", "--control", "true", "--aa", "--max-time", "1m"], "--max-time is the budget of --blocks auto"),

@@ -228,3 +228,28 @@ def test_verify_with_guard_auto_on_a_history_engine_reports_what_is_exact(tmp_pa
     report.display(result, console)
     text = console.export_text()
     assert "K sweep — all prompts" in text and "guarded speculative greedy, K = 4" in text
+
+
+def test_a_bit_exact_guarded_run_says_bit_exact_and_names_a_given_tau():
+    """M=K rows equal to M=1's, τ given (``--guard 0.5``, no calibration): the report says the logits ARE
+    bit-exact and that τ bounds the accepted rows by itself; the K scaling says the batched path computes
+    rows the way M=1 does (a new user's report read "not bit-exact ... 4/4 rows bit-exact" and "just not the
+    way M=1 does" on such a run)."""
+    from logitlab.experiments.verify.run import VerifyExperiment
+    from logitlab.report.verify import guard_guarantee_lines
+    from test_verify import PROMPTS
+
+    engine = ToyEngine(model="toy", options={"mode": "exact"})
+    config = VerifyConfig(variant=Variant("verify", "toy"), prompts=PROMPTS, ks=(1, 2, 4), n_decode=8,
+                          guard=0.5, guard_k=2)
+    result = VerifyExperiment(config, engine=engine).run()
+    assert result.guard.calibration is None
+    lines = guard_guarantee_lines(result)
+    exact = [line for line in lines if "bit-exact with M=1 greedy:" in line]
+    assert len(exact) == 2 and all("logits are bit-exact with M=1" in line for line in exact), lines
+    assert all("not bit-exact" not in line for line in lines)
+    bounded = [line for line in lines if "rows over τ" in line]
+    assert bounded and all("bounded by the given τ only (set with --guard, not calibrated)" in line
+                           for line in bounded)
+    scaling = result.classification.scaling
+    assert "batch-size invariant), and the way M=1 does" in scaling and "just not" not in scaling, scaling

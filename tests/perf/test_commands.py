@@ -84,6 +84,14 @@ def test_command_failing_every_time_stops_early():
     assert len(runner.calls) < 8
 
 
+def test_a_failing_command_of_an_aa_is_named_the_control():
+    """An A/A (``--aa``) runs the control command on both sides: its failure names the control, not a
+    "candidate" the user never gave."""
+    runner = FakeRunner(fail=lambda n, cmd: True)
+    with pytest.raises(InputError, match=r"^control command 'ctl' failed .* on each of its first 2 runs"):
+        bench_run(BenchRunConfig(control="ctl", candidate="ctl", aa=True, blocks=4, warmup=0), runner=runner)
+
+
 def test_aa_mode_reports_false_positive_rate_and_suggests_margin():
     result = bench_run(BenchRunConfig(control="ctl", candidate="ctl", aa=True, blocks=6, warmup=0, n_bootstrap=200),
                        runner=FakeRunner())

@@ -164,15 +164,15 @@ class BenchRunConfig:
                 raise InputError(f"--{name} is empty: give a shell command")
         if self.aa and self.candidate != self.control:
             raise InputError("A/A mode runs the control on both sides: drop --candidate or --aa")
-        if isinstance(self.blocks, bool) or not isinstance(self.blocks, int) or self.blocks < 1:
+        if self.auto:  # --blocks auto: ``blocks`` is the budget, --max-blocks
+            check_auto_budget(self.blocks, self.max_time, flag="--max-blocks")
+        elif isinstance(self.blocks, bool) or not isinstance(self.blocks, int) or self.blocks < 1:
             raise InputError(f"--blocks must be at least 1 (2 or more for a CI), got {self.blocks!r}")
         if self.timeout is not None and not self.timeout > 0:
             raise InputError(f"--timeout must be positive seconds, got {self.timeout!r}")
         if self.margin is not None:
             check_margin(self.margin, option="--margin")
-        if self.auto:
-            check_auto_budget(self.blocks, self.max_time, flag="--max-blocks")
-        elif self.max_time is not None:
+        if not self.auto and self.max_time is not None:
             raise InputError("--max-time is the budget of --blocks auto; with a fixed number of blocks drop it")
         compile_metric(self.metric_regex)
 
@@ -425,11 +425,12 @@ def bench_run(
             attempts[slot.variant].append(run.ok)
             if not run.ok:
                 tail = run.stderr_tail.strip().splitlines()[-1:] or [""]
-                what = f"{slot.variant} command {commands[slot.variant]!r} failed ({run.error})" + (
+                who = CONTROL if config.aa else slot.variant  # an A/A runs the control command on both sides
+                what = f"{who} command {commands[slot.variant]!r} failed ({run.error})" + (
                     f": {tail[0][:200]}" if tail[0] else "")
                 regex_fault = metric_regex_fault(run.error)  # the regex's, not the command's
                 if regex_fault:
-                    what = f"{run.error} (in the output of the {slot.variant} command)"
+                    what = f"{run.error} (in the output of the {who} command)"
                 if run.is_warmup:
                     error = what if regex_fault else f"{what} in a warmup run"
                 elif len(attempts[slot.variant]) >= 2 and not any(attempts[slot.variant]):

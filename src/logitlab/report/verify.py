@@ -184,7 +184,9 @@ def guard_guarantee_lines(result: VerifyResult) -> list[str]:
     for fallback, t in g.totals.items():
         head = f"{fallback}: {t['identical_prompts']}/{t['prompts']} prompts token-identical to M=1 greedy; "
         bound = (f"accepted verify rows: max top-k spread {fmt_num(t['max_topk_spread_verify'])} vs τ = "
-                 f"{fmt_num(g.tau)} ({t['verify_rows_over_tau']} rows over τ) — bounded by the calibration only")
+                 f"{fmt_num(g.tau)} ({t['verify_rows_over_tau']} rows over τ) — "
+                 + ("bounded by the calibration only" if g.calibration is not None
+                    else "bounded by the given τ only (set with --guard, not calibrated)"))
         if fallback == "redecode":
             lines.append(
                 head + f"the M=1 re-decode was bit-identical to the M=K row in {t['triggers_fallback_exact']}/"
@@ -197,8 +199,10 @@ def guard_guarantee_lines(result: VerifyResult) -> list[str]:
                 head + f"every flagged row is the M=1 greedy row itself (M=1 replay from the last M=1-written "
                 f"position), {t['corrections']} accepted tokens corrected by the replay; {bound}; cost "
                 f"{_pct(t['extra_rows'])} extra forward rows")
-        lines.append(f"{fallback}: logits are not bit-exact with M=1 greedy: {t['bit_exact_rows']}/"
-                     f"{t['rows_compared']} deciding rows bit-exact, max |Δ| {fmt_num(t['max_abs_diff'])}")
+        exact = t["bit_exact_rows"] == t["rows_compared"]
+        lines.append(f"{fallback}: logits are {'' if exact else 'not '}bit-exact with M=1 greedy: "
+                     f"{t['bit_exact_rows']}/{t['rows_compared']} deciding rows bit-exact, max |Δ| "
+                     f"{fmt_num(t['max_abs_diff'])}")
     return lines + guard_target_lines(result)
 
 

@@ -69,7 +69,7 @@ from logitlab.experiments.isolation import ISOLATION_LEVELS
 from logitlab.experiments.sweep.matrix import (AXIS_KINDS, EXPERIMENT_KINDS, PLACEMENT_STRATEGIES, Axis,
                                          ExperimentSettings, Matrix, Resources, absolute_path)
 from logitlab.experiments.prompts import DEFAULT_PROMPT, Prompt, builtin_prompts, check_unique, load_prompts
-from logitlab.jsonio import read_text
+from logitlab.jsonio import json_error_text, read_text
 
 __all__ = ["load_matrix", "parse_matrix"]
 
@@ -105,8 +105,7 @@ def _parse_text(text: str, path: Path) -> dict[str, Any]:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise InputError(f"matrix file {path} is not valid JSON: {exc.msg} at line {exc.lineno}, "
-                             f"column {exc.colno}") from None
+            raise InputError(f"matrix file {path} is not valid JSON: {json_error_text(exc)}") from None
     else:
         try:
             data = tomllib.loads(text)

@@ -178,8 +178,10 @@ def flip_scaling(totals: Sequence[SweepEntry], batch_invariant: bool | None = No
             trend = f"flips go from {lo.flips} at K={lo.k} to {hi.flips} at K={hi.k}"
     if batch_invariant:
         ks = ", ".join(str(t.k) for t in multi)
+        same_as_m1 = all(t.bit_exact_rows == t.rows for t in multi)
         trend += (f"; the M=K rows are bit-identical for K = {ks}: the batched path computes each row the same "
-                  "way whatever K is (batch-size invariant), just not the way M=1 does")
+                  "way whatever K is (batch-size invariant)" + (", and the way M=1 does" if same_as_m1
+                                                                 else ", just not the way M=1 does"))
     elif batch_invariant is False:
         trend += "; the M=K rows themselves change with K (not batch-size invariant)"
     return "; ".join(parts) + (f" — {trend.lstrip('; ')}" if trend else "")

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from logitlab.errors import InputError
+from logitlab.jsonio import json_error_text
 
 __all__ = ["Scenario", "BenchmarkFile", "TIME_UNITS", "load_json_text", "positive_values", "mapping", "items",
            "number", "integer"]
@@ -130,7 +131,8 @@ def load_json_text(path: str | Path, text: str | None = None) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}): give the file the tool wrote") from None
+        raise InputError(f"{path} is not valid JSON ({json_error_text(exc)}): give the file the tool wrote") \
+            from None
     except RecursionError:
         raise InputError(f"{path} nests JSON arrays or objects too deeply to read: not a benchmark tool's file") \
             from None
