@@ -87,6 +87,11 @@ def test_bad_sources_and_flags_are_refused_in_one_line(tmp_path):
     assert proc.returncode == 2 and proc.stderr.strip().startswith("error:") and len(proc.stderr.splitlines()) == 1
     proc = logitlab("ab", "--candidate", f"lib={tmp_path}", "--tokens", "2", "--repeats", "1")
     assert proc.returncode == 2 and "no libllama.so" in proc.stderr, proc.stderr
+    for sources, said in (([], "or --llama-cpp-python VERSION\n"), ([str(tmp_path), "--llama-cpp-python", "0.3.35"],
+                                                                     "VERSION, not both\n")):
+        proc = logitlab("build", "llamacpp", *sources)  # neither, or both: the message says which
+        assert proc.returncode == 2 and proc.stderr.startswith("error: give the sources: ") \
+            and proc.stderr.endswith(said), proc.stderr
 
 
 def test_build_cli_of_sources_built_before_exits_0_and_copies_the_cached_folder(generic, tmp_path):

@@ -215,6 +215,7 @@ def test_report_json_round_trip_and_twenty_lines_per_position(tmp_path):
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"k": 1}, "--k must be at least 2"),
+    ({"k": 8, "n": 4}, "--k 8 exceeds --tokens 4: a verify block of K rows replays K decoded tokens"),
     ({"n": 0}, "--tokens must be at least 1"),
     ({"max_positions": 0}, "--max-positions must be at least 1"),
 ])

@@ -54,7 +54,7 @@ def build(**opts: Any) -> None:
 
     if (opts["source"] is None) == (opts["release"] is None):
         raise InputError("give the sources: SRC (a llama.cpp or llama-cpp-python tree) or --llama-cpp-python "
-                         "VERSION, not both")
+                         + ("VERSION, not both" if opts["source"] is not None else "VERSION"))
     flags = normalize_flags(opts["defines"])
     output = Path(opts["output"]).expanduser() if opts["output"] else None
     if output is not None and output.exists() and not _is_library_folder(output):

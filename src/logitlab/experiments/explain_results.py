@@ -65,6 +65,9 @@ class ExplainConfig:
         check_at_least("--tokens", self.n_decode, 1)
         if self.k is not None:
             check_at_least("--k", self.k, 2, "M=1 vs M=K")
+            if self.k > self.n_decode:  # as verify --k
+                raise InputError(f"--k {self.k} exceeds --tokens {self.n_decode}: a verify block of K rows replays "
+                                 "K decoded tokens; give K <= --tokens")
         if self.k is not None and self.candidate is not None:
             raise InputError("--k explains M=1 vs M=K of one variant: give --control only, not --candidate")
         if self.k is None and self.candidate is None:

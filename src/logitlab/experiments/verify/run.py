@@ -136,6 +136,9 @@ class VerifyConfig:
             elif not (isinstance(self.guard, (int, float)) and self.guard >= 0 and math.isfinite(self.guard)):
                 raise InputError(f"--guard margin must be a number >= 0 (logits), got {self.guard!r}")
             check_at_least("--guard-k", self.guard_k, 1)
+            if isinstance(self.n_decode, int) and self.n_decode >= 1 and self.guard_k > self.n_decode:
+                raise InputError(f"--guard-k {self.guard_k} exceeds --tokens {self.n_decode}: a guarded verify "
+                                 "block of K rows replays K decoded tokens; give K <= --tokens")
             if self.guard_safety is not None and not self.guard_safety > 0:
                 raise InputError(f"--guard-safety must be > 0, got {self.guard_safety}")
             unknown = [f for f in self.guard_fallbacks if f not in FALLBACKS]
