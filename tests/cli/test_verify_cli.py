@@ -84,6 +84,8 @@ def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     assert proc.returncode == 2, proc.stdout
     assert message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    # refused before any run: no empty report, no run log (a prompt past the context once got both)
+    assert proc.stdout == "" and not (tmp_path / "logitlab-runs").exists(), proc.stdout
 
 
 def test_positions_last_compares_one_row_a_prompt_and_says_so(tmp_path):

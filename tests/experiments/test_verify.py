@@ -292,7 +292,7 @@ def test_context_too_small_names_the_prompt_and_keeps_no_partial_work():
                                          r"of 45 tokens; shorten the prompt or --tokens, or pass a larger n_ctx=") \
             as info:
         VerifyExperiment(config, engine=engine).run()
-    assert info.value.partial.sweep == []
+    assert info.value.partial is None  # refused before any run: no result, no report, no log
 
 
 @pytest.mark.engine

@@ -109,6 +109,7 @@ def record(**opts: Any) -> None:
     key is never overwritten: use `golden update`.
     """
     from logitlab.dumps.sizes import format_bytes
+    from logitlab.report.text import plural
     from logitlab.experiments.golden.run import RecordConfig, record_golden
     from logitlab.experiments.prompts import builtin_prompts, check_unique
 
@@ -129,7 +130,8 @@ def record(**opts: Any) -> None:
                 other = "" if data["store"] != "full" else \
                     f"; --store topk:64 would be {format_bytes(_topk_bytes(data))}"
                 progress.console.print(
-                    f"golden: {data['prompts']} prompts, {data['positions']} positions × {data['n_vocab']} vocab, "
+                    f"golden: {plural(data['prompts'], 'prompt')}, {plural(data['positions'], 'position')} × "
+                    f"{data['n_vocab']} vocab, "
                     f"store {data['store']}: {format_bytes(data['bytes'])}{other}", highlight=False, soft_wrap=True)
                 progress.update(task, description="recording")
             elif kind == "prompt":

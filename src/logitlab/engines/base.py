@@ -78,7 +78,7 @@ def check_fits(engine: Any, n_prompt: int, n_decode: int = 0, *, what: str = "th
     total = n_prompt + n_decode + extra
     if n_ctx is None or total <= n_ctx:
         return
-    parts = [f"{what}{f' {name!r}' if name is not None else ''} ({n_prompt} tokens)"]
+    parts = [f"{what}{f' {name!r}' if name is not None else ''} ({n_prompt} token{'' if n_prompt == 1 else 's'})"]
     if n_decode:
         parts.append(f"--tokens {n_decode}")
     if extra:

@@ -250,6 +250,8 @@ class VerifyExperiment(Experiment):
                 described = engine.describe()
             except EngineCrashed as exc:  # the engine under test died while loading: a result
                 described, crash = {"engine": cfg.variant.engine, "supervised": True}, exc
+            if crash is None:  # refused before any run, report or log, as ab refuses it
+                self._check_contexts(engine)
             positions = None if crash is not None else self._select(engine)  # refused before any run or log
             result = VerifyResult(config=cfg.to_dict(), manifest=build_manifest(described, cfg.variant),
                                   positions=positions)
@@ -300,8 +302,6 @@ class VerifyExperiment(Experiment):
         cfg = self.config
         prompt_ids = {p.name: engine.tokenize(p.text) for p in cfg.prompts}
         cal_ids = {p.name: engine.tokenize(p.text) for p in cfg.calibration_prompts} if cfg.guard == "auto" else {}
-        self._check_context(engine, prompt_ids, "the prompt")
-        self._check_context(engine, cal_ids, "the calibration prompt")
         engine.require("sessions", "verify (decode of K tokens in a session)")
         call_engine(engine, check_sessions, cfg.guard is not None, phase="opening a session")
         n_guard = len(cfg.guard_fallbacks) + (cfg.guard_k not in cfg.ks) if cfg.guard is not None else 0
@@ -389,6 +389,13 @@ class VerifyExperiment(Experiment):
         return k_detection(k, self._rows, merged, owners, self.config.thresholds, shapes)
 
     # -- pieces ---------------------------------------------------------------
+    def _check_contexts(self, engine: Engine) -> None:
+        """Each prompt (and ``--guard auto`` calibration prompt) fits the context (else :meth:`_check_context`)."""
+        cfg, ids = self.config, lambda prompts: {p.name: engine.tokenize(p.text) for p in prompts}
+        self._check_context(engine, ids(cfg.prompts), "the prompt")
+        if cfg.guard == "auto":
+            self._check_context(engine, ids(cfg.calibration_prompts), "the calibration prompt")
+
     def _check_context(self, engine: Engine, ids: dict[str, list[int]], what: str) -> None:
         check_top_k(self.config.top_k, engine.n_vocab)
         for name, tokens in ids.items():
