@@ -83,6 +83,16 @@ def test_unknown_command_is_a_usage_error():
     assert result.exit_code == 2 and "No such command 'abb'" in result.output
 
 
+@pytest.mark.parametrize("words", [[], ["bench"], ["history"]])
+def test_a_group_without_its_command_prints_its_help_not_an_error(words):
+    """``logitlab`` or ``logitlab bench`` alone: the group's usage and commands on stderr, exit 2, without an
+    ``error:`` prefix or a "(see ... --help)" glued to its last line (a new user's report)."""
+    proc = subprocess.run([sys.executable, "-m", "logitlab", *words], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(f"Usage: {' '.join(['logitlab', *words])} [OPTIONS] COMMAND"), proc.stderr
+    assert "error:" not in proc.stderr and "(see '" not in proc.stderr and "Commands:" in proc.stderr
+
+
 def test_a_new_command_is_one_registry_line(tmp_path, monkeypatch):
     """A command registered only by its target: listed with its line, loaded when run."""
     (tmp_path / "extra_cmd.py").write_text(

@@ -98,6 +98,9 @@ class LazyGroup(click.Group):
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:  # a group without its subcommand: its help, not an error
+            click.echo(exc.format_message(), err=True)
+            sys.exit(exc.exit_code)
         except click.UsageError as exc:
             where = exc.ctx.command_path if exc.ctx is not None else (prog_name or "logitlab")
             click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)
