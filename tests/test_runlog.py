@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from logitlab.errors import InputError
-from logitlab.runlog import RunLog, read_run_log
+from logitlab.runlog import RunLog, check_appendable, read_run_log
 
 
 def write_log(path, runs=3, end="complete"):
@@ -79,3 +79,21 @@ def test_an_unwritable_log_is_one_input_error(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(InputError, match="cannot write the run log .*file/r.jsonl"):
         RunLog(tmp_path / "file" / "r.jsonl", "ab", {})
+
+
+def test_a_run_log_is_appended_only_to_a_run_log(tmp_path):
+    """``check_appendable``: a missing or empty file, a run log, or an ``ab`` log older than the header line may
+    get more runs; a file that holds anything else is refused (appending would damage it)."""
+    check_appendable(tmp_path / "missing.jsonl")
+    (tmp_path / "empty.jsonl").write_text("")
+    check_appendable(tmp_path / "empty.jsonl")
+    with RunLog(tmp_path / "log.jsonl", "ab", {"config": {}}) as log:
+        log.run({"slot": 0})
+    check_appendable(tmp_path / "log.jsonl")
+    (tmp_path / "old.jsonl").write_text(json.dumps({"slot": 0, "variant": "control", "is_reference": True}) + "\n")
+    check_appendable(tmp_path / "old.jsonl")
+    for name, text in (("notes.txt", "hello\n"), ("result.json", json.dumps({"kind": "ab"}) + "\n"),
+                       ("bin.jsonl", "\x00\x01")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(InputError, match=rf"^--log {tmp_path / name} exists and is not a logitlab run log"):
+            check_appendable(tmp_path / name)

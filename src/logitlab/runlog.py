@@ -216,6 +216,37 @@ def _is_header(value: Any) -> bool:
     return isinstance(value, dict) and value.get("log") == LOG_FORMAT
 
 
+def _starts_a_run_log(value: Any) -> bool:
+    """Is ``value`` (a file's first line, parsed) a run log's header, or an ``ab`` run line of a log written
+    before the header line existed?"""
+    return _is_header(value) or isinstance(value, dict) and {"slot", "variant", "is_reference"} <= set(value)
+
+
+def check_appendable(path: str | Path, option: str = "--log") -> None:
+    """Refuse to append a run log to a file that holds something else.
+
+    A run log is appended to (a second run's header and runs follow the first's); a file that exists, is not
+    empty and does not start as a run log (a header line, or an ``ab`` run line of a log older than the header)
+    would be damaged, so it is refused before any work.
+
+    Raises:
+        InputError: naming ``option`` and the file.
+    """
+    path = Path(path)
+    try:
+        if not path.is_file() or path.stat().st_size == 0:
+            return
+        with open(path, "rb") as f:
+            value = json.loads(f.readline(1 << 24))
+    except OSError:
+        return  # the writer says why it cannot write
+    except (ValueError, RecursionError):
+        value = None
+    if not _starts_a_run_log(value):
+        raise InputError(f"{option} {path} exists and is not a logitlab run log: runs are appended to it, which "
+                         "would damage it; give a new path")
+
+
 def looks_like_run_log(path: str | Path) -> bool:
     """True when the file is named ``*.jsonl``, or its first line is a run log header or an ``ab`` run line (a log
     written before the header line existed)."""
@@ -230,7 +261,7 @@ def looks_like_run_log(path: str | Path) -> bool:
         value = json.loads(first)
     except (ValueError, RecursionError):
         return False
-    return _is_header(value) or isinstance(value, dict) and {"slot", "variant", "is_reference"} <= set(value)
+    return _starts_a_run_log(value)
 
 
 def read_run_log(path: str | Path) -> RunLogContents:

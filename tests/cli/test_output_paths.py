@@ -128,3 +128,15 @@ def test_explain_and_golden_refuse_an_html_page_over_their_inputs(tmp_path):
     one_error_line(logitlab("golden", "record", "--prompts", str(prompts), "--tokens", "2", "-o", str(prompts),
                             cwd=tmp_path), "exists and is not a folder")
     assert prompts.read_text() == "The capital of France is\n" and model.read_bytes() == b"GGUF stand-in"
+
+
+@pytest.mark.engine  # the commands run models when the log passes (here it never does)
+@pytest.mark.parametrize("command", [["ab"], ["verify"], ["bench", "run", "--control", "true", "--candidate", "true"]])
+def test_a_log_file_that_holds_something_else_is_refused_and_kept(command, tmp_path):
+    """Runs are appended to ``--log``: a file that is not a run log (notes, another JSON) is refused before any
+    work and left as it was (a new user's notes file once got run lines appended)."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello\n")
+    one_error_line(logitlab(*command, "--log", str(notes), cwd=tmp_path),
+                   f"--log {notes} exists and is not a logitlab run log: runs are appended to it")
+    assert notes.read_text() == "hello\n" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]

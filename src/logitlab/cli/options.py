@@ -84,10 +84,18 @@ def run_log_option(command: str) -> Callable[[Callable[..., Any]], Callable[...,
 
 
 def run_log_path(opts: dict[str, Any], command: str) -> str:
-    """``--log``, else ``X.runs.jsonl`` next to ``--json X.json``, else ``logitlab-runs/COMMAND-TIMESTAMP.jsonl``."""
+    """``--log``, else ``X.runs.jsonl`` next to ``--json X.json``, else ``logitlab-runs/COMMAND-TIMESTAMP.jsonl``.
+
+    Raises:
+        InputError: ``--log`` names a file that holds something else than a run log
+            (:func:`logitlab.runlog.check_appendable`).
+    """
     from datetime import datetime
 
+    from logitlab.runlog import check_appendable
+
     if opts.get("log_path"):
+        check_appendable(opts["log_path"])
         return opts["log_path"]
     if opts.get("json_path"):
         return str(Path(opts["json_path"]).with_suffix(".runs.jsonl"))
