@@ -355,6 +355,12 @@ def test_bench_compare_record_and_history_add_of_saved_results(engine, tmp_path)
                    "stopped early")
     one_line_error(in_process("history", "add", str(tmp_path / "none.json"), "--dir", str(history), "--commit",
                               "x", cwd=tmp_path), "does not exist")
+    # a missing file is named first, even without a commit (not "--record needs the engine's commit"); then a
+    # result without a commit names history add, not a --record it does not have
+    one_line_error(in_process("history", "add", str(tmp_path / "none.json"), "--dir", str(history), cwd=tmp_path),
+                   "result file " + str(tmp_path / "none.json") + " does not exist")
+    one_line_error(in_process("history", "add", str(saved), "--dir", str(history), cwd=tmp_path),
+                   "history add needs the engine's commit: pass --commit REV, or --repo PATH")
 
 
 def test_history_show_gives_a_unitless_bench_metric_as_a_number_not_a_hash(engine, tmp_path):

@@ -95,8 +95,8 @@ def record_target(opts: dict[str, Any]) -> Any:
         try:
             repo_path = require_repository(".", option="the current folder")
         except InputError:
-            raise InputError("--record needs the engine's commit: pass --commit REV, or --repo PATH (the current "
-                             "folder is not a git repository)") from None
+            raise InputError(f"{opts.get('record_what', '--record')} needs the engine's commit: pass --commit REV, "
+                             "or --repo PATH (the current folder is not a git repository)") from None
     elif repo is not None:
         repo_path = require_repository(repo)
     else:
