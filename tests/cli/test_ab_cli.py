@@ -96,6 +96,8 @@ def test_missing_prompt_file(tmp_path):
                                   "variant"),
     (["--json", "."], "error: --json . is a folder; give a file path"),
     (["--markdown", "/proc/report.md"], "error: --markdown /proc/report.md cannot be written"),
+    (["--max-ulp", "-1"], "error: --max-ulp must be a number >= 0, got -1.0"),  # the option, not "threshold max_ulp"
+    (["--min-positions", "0"], "error: --min-positions must be an integer >= 2, got 0"),
 ])
 def test_bad_input_is_rejected_before_any_run(args, message, tmp_path):
     proc = logitlab("ab", *SHORT, *args, "--log", str(tmp_path / "runs.jsonl"), cwd=tmp_path)

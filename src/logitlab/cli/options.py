@@ -319,6 +319,14 @@ def thresholds_from(opts: dict[str, Any]) -> Thresholds:
     Raises:
         InputError: a threshold out of range (the message names it).
     """
-    return Thresholds(max_ulp=opts["max_ulp"], near_tie_margin=opts["near_tie_margin"],
-                      offset_ratio=opts["offset_ratio"], floor_factor=opts["floor_factor"],
-                      outlier_z=opts["outlier_z"], min_positions=opts["min_positions"], calibrate=not opts["fixed_thresholds"])
+    from logitlab.errors import InputError
+
+    names = ("max_ulp", "near_tie_margin", "offset_ratio", "floor_factor", "outlier_z", "min_positions")
+    try:
+        return Thresholds(**{name: opts[name] for name in names}, calibrate=not opts["fixed_thresholds"])
+    except InputError as exc:  # "threshold max_ulp must be ..." -> "--max-ulp must be ...", the option typed
+        message = str(exc).removeprefix("threshold ")
+        name = next((n for n in names if message.startswith(n + " ")), None)
+        if name is None:
+            raise
+        raise InputError("--" + name.replace("_", "-") + message[len(name):]) from None
