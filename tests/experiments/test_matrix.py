@@ -141,10 +141,11 @@ def test_verify_and_speed_settings(tmp_path):
     ({"axes": {"options.flash_attn": [1]}, "experiment": {"kind": "bench"}}, "kind 'bench' is not one of ab, verify"),
     ({"axes": {"options.flash_attn": [1]}, "experiment": {"ks": [1, 2]}}, "[experiment] ks is a setting of verify"),
     ({"axes": {"options.flash_attn": [1]}, "experiment": {"repeats": 3}}, "[experiment] repeats needs speed = true"),
-    ({"axes": {"options.flash_attn": [1]}, "experiment": {"tokens": 0}}, "--tokens must be at least 1, got 0"),
+    ({"axes": {"options.flash_attn": [1]}, "experiment": {"tokens": 0}},
+     "matrix [experiment]: tokens must be at least 1, got 0"),  # the matrix's key, not the CLI's --tokens
     ({"axes": {"options.flash_attn": [1]}, "experiment": {"tokens": "8"}}, "[experiment] tokens must be an int"),
     ({"axes": {"options.flash_attn": [1]}, "experiment": {"kind": "verify", "ks": [0]}},
-     "--k values must be integers >= 1, got 0"),
+     "matrix [experiment]: ks values must be integers >= 1, got 0"),
     ({"axes": {"options.flash_attn": [1]}, "experiment": {"isolation": "vm"}}, "isolation 'vm' is not one of"),
     ({"axes": {"options.flash_attn": [1]}, "resources": {"num_gpus": -1}}, "num_gpus must be a number >= 0"),
     ({"axes": {"options.flash_attn": [1]}, "resources": {"num_gpus": 1, "bundles": [{"CPU": 1}]}},

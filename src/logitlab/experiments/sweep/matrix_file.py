@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -382,9 +383,6 @@ def _prompts(value: Any, base: Path) -> list[Prompt]:
 
 def _validate(matrix: Matrix) -> None:
     """What the experiments would reject, found before any job runs (exit 2, nothing started)."""
-    from logitlab.experiments.ab import AbConfig
-    from logitlab.experiments.verify.run import VerifyConfig
-
     exp = matrix.experiment
     cells = matrix.cells()
     checked: set[tuple[str, tuple]] = set()
@@ -404,17 +402,37 @@ def _validate(matrix: Matrix) -> None:
                 cls.validate_options(variant.options)
             except InputError as exc:
                 raise InputError(f"cell {cell.label!r}: {exc}") from None
-    first = cells[0]
+    try:
+        _validate_experiment(exp, cells[0], matrix.prompts)
+    except InputError as exc:  # the experiments name their CLI options (--tokens, --k); a matrix has keys
+        def key(option: re.Match) -> str:
+            name = "ks" if option.group(1) == "k" else option.group(1).replace("-", "_")
+            return name if name in _EXPERIMENT_KEYS else option.group(0)
+
+        raise InputError(f"matrix [experiment]: {re.sub(r'--([a-z][a-z-]*)', key, str(exc))}") from None
+
+
+#: The ``[experiment]`` keys an experiment's message may name as its CLI option (``--tokens`` -> ``tokens``,
+#: ``--k`` -> ``ks``).
+_EXPERIMENT_KEYS = ("tokens", "repeats", "warmup", "top_k", "max_repeats", "max_time", "margin", "seed", "runs",
+                    "max_batch", "ks")
+
+
+def _validate_experiment(exp: Any, first: Any, prompts: Any) -> None:
+    """The experiment's own checks of its configuration, on the first cell's variants (raise InputError)."""
+    from logitlab.experiments.ab import AbConfig
+    from logitlab.experiments.verify.run import VerifyConfig
+
     if exp.kind == "ab":
-        AbConfig(control=first.control, candidate=first.candidate, prompt=matrix.prompts[0].text,
+        AbConfig(control=first.control, candidate=first.candidate, prompt=prompts[0].text,
                  n_decode=exp.tokens, repeats=exp.repeats, warmup=exp.warmup, isolation=exp.isolation,
                  randomize=exp.randomize, seed=exp.seed, escalate=exp.escalate, top_k=exp.top_k,
                  thresholds=exp.thresholds, margin=exp.margin, max_repeats=exp.max_repeats,
                  max_time=exp.max_time).validate()
     elif exp.kind == "verify":
-        VerifyConfig(variant=first.candidate, prompts=matrix.prompts, ks=exp.ks, n_decode=exp.tokens,
+        VerifyConfig(variant=first.candidate, prompts=prompts, ks=exp.ks, n_decode=exp.tokens,
                      top_k=exp.top_k, thresholds=exp.thresholds).validate()
     else:
         from logitlab.experiments.sweep.job import matrix_config
 
-        matrix_config(exp, first.candidate, matrix.prompts).validate()
+        matrix_config(exp, first.candidate, prompts).validate()
