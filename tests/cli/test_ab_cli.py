@@ -58,6 +58,7 @@ def test_aa_passes_require_bit_exact(tmp_path):
     (["--tokens", "0"], "error: --tokens must be at least 1"),
     (["--top-k", "100000"], "error: --top-k 100000 reaches the vocabulary of 49152 tokens: the top-k set would be"),
     (["--explain", "--explain-positions", "0"], "error: --explain-positions must be at least 1, got 0"),
+    (["--explain-positions", "3"], "error: --explain-positions is a setting of --explain: add --explain"),
     (["--prompt", "a", "--prompt-file", "p.txt"], "error: give one of --prompt, --prompt-file and --prompts, not --prompt and --prompt-file"),
     (["--candidate", "nosuch:"], "error: unknown engine 'nosuch' in --candidate spec 'nosuch:' (engines: cmd, "),
     (["--candidate", "flash_attn=1,flash_attn=0"], "error: option 'flash_attn' given twice in "),

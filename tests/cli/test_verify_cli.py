@@ -71,6 +71,7 @@ def test_prompts_file_jsonl(tmp_path):
     (["--model", "/nonexistent/m.gguf"], "error: model file /nonexistent/m.gguf does not exist"),
     (["--k", "1", "100000"], "error: --k 100000 exceeds --tokens 8: a verify block of K rows replays K decoded"),
     (["--k", "1", "--guard", "0.5", "--guard-k", "100"], "error: --guard-k 100 exceeds --tokens 8: a guarded verify"),
+    (["--guard-k", "0"], "error: --guard-k is the block size of the guarded loop: add --guard TAU or --guard auto"),
     (["--top-k", "49152"], "error: --top-k 49152 reaches the vocabulary of 49152 tokens"),
     (["--require-identical"], "error: --require-identical checks a guarded run: add --guard TAU or --guard auto"),
     (["--guard", "off", "--require-identical"], "error: --require-identical checks a guarded run"),

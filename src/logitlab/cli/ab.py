@@ -50,8 +50,8 @@ from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
               help="When the A/B flips a token or moves a position outside its noise floor, run the controls of "
                    "`logitlab explain` on the pair and name one cause per position (with --localize: also the "
                    "first divergent tensor).")
-@click.option("--explain-positions", type=int, default=8, show_default=True,
-              help="--explain: at most this many positions.")
+@click.option("--explain-positions", type=int, default=None,
+              help="--explain: at most this many positions (default 8).")
 @click.option("--self-check", is_flag=True,
               help="After the blocks, run the candidate once more with the prompt's last token planted: its logits "
                    "must change there and nowhere before; if not, the A/B is vacuous (exit 1 with --require).")
@@ -88,7 +88,10 @@ def ab(**opts: Any) -> None:
     from logitlab.experiments.ab import AbConfig
 
     control, candidate = variant_pair(opts)
-    check_at_least("--explain-positions", opts["explain_positions"], 1)  # as explain --max-positions, --explain or not
+    if opts["explain_positions"] is not None and not opts["explain"]:  # as --max-repeats without --repeats auto
+        raise InputError("--explain-positions is a setting of --explain: add --explain, or drop it")
+    explain_positions = 8 if opts["explain_positions"] is None else opts["explain_positions"]
+    check_at_least("--explain-positions", explain_positions, 1)  # as explain --max-positions
     config = AbConfig(
         control=control,
         candidate=candidate,
@@ -98,7 +101,7 @@ def ab(**opts: Any) -> None:
         isolation=opts["isolation"], slot_timeout=opts["slot_timeout"], randomize=opts["randomize"],
         seed=opts["seed"],
         escalate=not opts["no_escalate"], localize=opts["localize"], top_k=opts["top_k"], margin=opts["margin"],
-        explain=opts["explain_positions"] if opts["explain"] else 0, detection=opts["detection"], self_check=opts["self_check"],
+        explain=explain_positions if opts["explain"] else 0, detection=opts["detection"], self_check=opts["self_check"],
         thresholds=thresholds_from(opts), positions=positions_from(opts),
     )
     log_path = run_log_path(opts, "ab")

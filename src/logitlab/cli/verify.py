@@ -65,6 +65,14 @@ def _guard(value: str | None) -> float | str | None:
         raise InputError(f"--guard takes a margin in logits (e.g. 0.5), 'auto' or 'off', got {value!r}") from None
 
 
+def _guard_k(opts: dict) -> int:
+    """``--guard-k`` (default 4); given without ``--guard``: InputError, as ``--require-identical`` is."""
+    if opts["guard_k"] is not None and _guard(opts["guard"]) is None:
+        raise InputError("--guard-k is the block size of the guarded loop: add --guard TAU or --guard auto, or "
+                         "drop it")
+    return 4 if opts["guard_k"] is None else opts["guard_k"]
+
+
 @click.command()
 @click.option("--model", type=str, default=None, help=MODEL_HELP)
 @click.option("--engine", default=DEFAULT_ENGINE, show_default=True,
@@ -81,7 +89,7 @@ def _guard(value: str | None) -> float | str | None:
               help="Also run a speculative greedy loop under the near-tie guard: accept a verify row's argmax "
                    "when its top1–top2 margin ≥ TAU (logits), else decide that position by M=1. 'auto': TAU from "
                    "a calibration replay on held-out prompts.")
-@click.option("--guard-k", type=int, default=4, show_default=True, help="Verify block size of the guarded loop.")
+@click.option("--guard-k", type=int, default=None, help="Verify block size of the guarded loop (default 4).")
 @click.option("--guard-safety", type=float, default=None,
               help="auto: TAU = this × the noise floor of the calibration verify rows (p99 of their top-k Δ "
                    "spread). Default: --floor-factor, the factor beyond which a verdict calls a row divergent.")
@@ -151,7 +159,7 @@ def verify(**opts: Any) -> None:
     config = VerifyConfig(
         variant=variant,
         prompts=tuple(prompts), ks=_ks(opts["ks"]) or DEFAULT_KS, n_decode=opts["n_decode"], top_k=opts["top_k"],
-        thresholds=thresholds_from(opts), guard=_guard(opts["guard"]), guard_k=opts["guard_k"],
+        thresholds=thresholds_from(opts), guard=_guard(opts["guard"]), guard_k=_guard_k(opts),
         guard_safety=opts["guard_safety"], guard_fallbacks=FALLBACKS if fallback == "both" else (fallback,),
         calibration_prompts=tuple(calibration), detection=opts["detection"], positions=positions,
     )
