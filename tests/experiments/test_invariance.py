@@ -216,6 +216,7 @@ def test_nondeterminism_is_counted_grouped_and_located():
 # -- config, reports ------------------------------------------------------------------------------
 @pytest.mark.parametrize("kwargs, message", [
     ({"probe": "batch", "batch_sizes": (1, 0)}, "--batch sizes must be at least 1, got 0"),
+    ({"probe": "batch", "batch_sizes": (1, 4, 1)}, r"--batch lists a batch size twice: \[1, 4, 1\]"),
     ({"probe": "batch", "batch_sizes": ()}, "--batch needs at least one batch size"),
     ({"probe": "determinism", "runs": 1}, "--runs must be at least 2, got 1"),
     ({"probe": "batch", "padding": ("up",)}, "unknown --padding 'up'"),

@@ -84,6 +84,8 @@ class InvarianceConfig:
             raise InputError(f"--batch sizes must be at least 1, got {bad[0]}")
         if max(self.batch_sizes) > MAX_BATCH_SIZE:
             raise InputError(f"--batch sizes must be at most {MAX_BATCH_SIZE}, got {max(self.batch_sizes)}")
+        if len(set(self.batch_sizes)) != len(self.batch_sizes):  # as verify --k
+            raise InputError(f"--batch lists a batch size twice: {list(self.batch_sizes)}")
         unknown = [p for p in self.padding or PADDINGS if p not in PADDINGS]
         if unknown or self.padding == ():
             raise InputError(f"unknown --padding {unknown[0] if unknown else ''!r}; valid: left, right, both")
