@@ -121,3 +121,12 @@ def test_require_ready_exits_1_when_the_default_engine_cannot_import_and_bad_out
     bad = subprocess.run([sys.executable, "-m", "logitlab", "doctor", "--no-engines", "--markdown", str(tmp_path)],
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert (bad.returncode, bad.stderr) == (2, f"error: --markdown {tmp_path} is a folder; give a file path\n")
+
+
+def test_require_ready_without_the_engines_is_refused(tmp_path):
+    """``--no-engines`` does not import them, so it cannot vouch that a default run works: with
+    ``--require-ready`` it is one error line (it printed "ready" and exited 0)."""
+    proc = subprocess.run([sys.executable, "-m", "logitlab", "doctor", "--no-engines", "--require-ready"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == "error: --require-ready needs the engines imported: drop --no-engines\n"

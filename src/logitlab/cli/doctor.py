@@ -10,6 +10,7 @@ import click
 from logitlab.cli.common import handle_errors
 from logitlab.cli.options import output_options
 from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
+from logitlab.errors import InputError
 
 
 @click.command()
@@ -41,6 +42,8 @@ def doctor(**opts: Any) -> None:
     from logitlab.experiments.doctor import run_doctor
     from logitlab.jsonio import to_jsonable
 
+    if opts["require_ready"] and opts["no_engines"]:  # a gate that did not import the engines cannot say "ready"
+        raise InputError("--require-ready needs the engines imported: drop --no-engines")
     to_stdout = opts["json_path"] == "-"
     if to_stdout:
         opts["json_path"] = None
