@@ -78,6 +78,7 @@ def test_nothing_aligned_exits_2_with_one_line_per_problem(tmp_path):
     assert f"A: {empty}: empty folder (no dump files)" in proc.stdout
     assert f"B: {tmp_path / 'missing'}: no such file or folder" in proc.stdout
     assert proc.stderr.strip().startswith("error: nothing could be compared between")
+    assert proc.stderr.strip().endswith("(2 problems, listed in the report)")
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
@@ -212,4 +213,7 @@ def test_dump_diff_of_a_dump_with_a_cut_short_manifest(tmp_path):
     proc = logitlab("dump-diff", str(a), str(b), "-q")
     one_error_line(proc, "error: nothing could be compared between")
     assert f"B: manifest.json of {b} is not valid JSON (" in proc.stdout
+    # one problem: the error line says it (it said "1 problem(s) listed above", printed below it when piped)
+    assert proc.stderr.startswith(f"error: nothing could be compared between {a} and {b}: B: manifest.json of {b} "
+                                  "is not valid JSON ("), proc.stderr
     assert "not a readable logitlab dump" in proc.stdout and "shapes" not in proc.stdout

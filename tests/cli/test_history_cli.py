@@ -314,7 +314,10 @@ def test_bisect_bad_input_is_one_error_line(engine, tmp_path):
 
 def test_record_and_history_bad_input_is_one_error_line(engine, tmp_path):
     repo, _ = engine
-    one_line_error(in_process("history", "show", "--dir", str(tmp_path / "none"), cwd=tmp_path), "holds no records")
+    one_line_error(in_process("history", "show", "--dir", str(tmp_path / "none"), cwd=tmp_path),
+                   f"the history folder {tmp_path / 'none'} does not exist")  # not "holds no records": a typo
+    (tmp_path / "empty").mkdir()
+    one_line_error(in_process("history", "show", "--dir", str(tmp_path / "empty"), cwd=tmp_path), "holds no records")
     one_line_error(in_process("bench", "run", "--control", "true", "--aa", "--blocks", "2", "--record",
                               str(tmp_path / "h"), "--repo", str(tmp_path), cwd=tmp_path), "is not a git repository")
     one_line_error(in_process("bench", "run", "--control", "true", "--aa", "--blocks", "2", "--record",

@@ -190,8 +190,9 @@ def dump_diff(**opts: Any) -> None:
     write_reports(result, opts, **shown)
     show_report(result, **shown)
     if result.verdict == "nothing-aligned":
-        click.echo(f"error: nothing could be compared between {opts['dump_a']} and {opts['dump_b']} "
-                   f"({len(result.problems)} problem(s) listed above)", err=True)
+        why = (f": {result.problems[0]}" if len(result.problems) == 1 else
+               f" ({len(result.problems)} problems, listed in the report)")  # stdout: not always "above" stderr
+        click.echo(f"error: nothing could be compared between {opts['dump_a']} and {opts['dump_b']}{why}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     if opts["require"] == "bit-exact" and result.verdict != "bit-exact":
         click.echo(f"require bit-exact: the dump-diff verdict is {result.verdict}", err=True)

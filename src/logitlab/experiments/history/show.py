@@ -157,6 +157,9 @@ def show_history(
     """
     if last is not None and (isinstance(last, bool) or not isinstance(last, int) or last < 1):
         raise InputError(f"--last must be a number of builds >= 1, got {last!r}")
+    if not Path(root).exists():
+        raise InputError(f"the history folder {root} does not exist: give --dir the folder that --record or "
+                         "history add wrote")
     store = HistoryStore(Path(root))
     index = store.index()
     if not index:
