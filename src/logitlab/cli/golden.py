@@ -8,7 +8,7 @@ from typing import Any, Callable
 import click
 
 from logitlab.cli.common import EXIT_CHECK_FAILED, EXIT_OK, REQUIRE_CHOICES, handle_errors, make_progress
-from logitlab.cli.options import (MODEL_HELP, SPEC_HELP, apply_options, check_memory, detection_option,
+from logitlab.cli.options import (MODEL_HELP, SPEC_HELP, FiniteRange, apply_options, check_memory, detection_option,
                                   memory_check_option, output_options, positions_from, positions_option,
                                   prompt_inputs, prompt_options, prompts_from, threshold_options, thresholds_from)
 from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
@@ -158,9 +158,9 @@ def _topk_bytes(data: dict[str, Any]) -> int:
 @click.option("--allow", type=click.Choice(ALLOW_CHOICES), default="bit-exact", show_default=True,
               help="Worst verdict allowed when the device key, build or options changed (same ones: bit-exact "
                    "always).")
-@click.option("--max-kld-mean", type=float, default=None, help="Limit on the mean per-position KLD (nats).")
-@click.option("--max-kld-p99", type=float, default=None, help="Limit on the 99th percentile of the KLD (nats).")
-@click.option("--min-top1", type=float, default=None,
+@click.option("--max-kld-mean", type=FiniteRange(min=0), default=None, help="Limit on the mean per-position KLD (nats).")
+@click.option("--max-kld-p99", type=FiniteRange(min=0), default=None, help="Limit on the 99th percentile of the KLD (nats).")
+@click.option("--min-top1", type=FiniteRange(0, 1), default=None,
               help="Required same-top-1 rate, judged by its Wilson 95 %% lower bound (e.g. 0.95).")
 @click.option("--strict-device", is_flag=True, help="Refuse a golden recorded under another device key (exit 2).")
 @click.option("--build-commit", default=None, help="Source commit of this engine build (compared with the golden's).")

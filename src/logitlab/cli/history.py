@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from logitlab.cli.common import EXIT_CHECK_FAILED, EXIT_OK, handle_errors
-from logitlab.cli.options import output_options
+from logitlab.cli.options import FiniteRange, output_options
 from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
 from logitlab.cli.recording import (DEFAULT_HISTORY, HISTORY_ENV, history_folder, record_options, record_result,
                                     record_target)
@@ -41,9 +41,10 @@ def history() -> None:
               help="Report change points among the last N builds of each series (the detection sees them all).")
 @click.option("--regressions-only", is_flag=True,
               help="Only series with a regression or a numerics (fingerprint) change; exit 1 if there is one (CI).")
-@click.option("--max-pvalue", type=float, default=DEFAULT_MAX_PVALUE, show_default=True,
+@click.option("--max-pvalue", type=FiniteRange(0, 1, min_open=True, max_open=True),
+              default=DEFAULT_MAX_PVALUE, show_default=True,
               help="Significance level of a change point (Welch t test of the levels either side).")
-@click.option("--min-size", type=int, default=DEFAULT_MIN_SIZE, show_default=True,
+@click.option("--min-size", type=click.IntRange(min=2), default=DEFAULT_MIN_SIZE, show_default=True,
               help="Builds a new level needs before it is reported.")
 @output_options(json_help="Write the series and change points as JSON.",
                 quiet_help="Do not print the report on the terminal (only write the files).")

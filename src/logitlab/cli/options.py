@@ -13,6 +13,7 @@ typed object the experiment takes: :func:`variant_pair_options` /
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -23,6 +24,17 @@ from logitlab.formats import FORMATS
 from logitlab.numerics.verdict import Thresholds
 
 MODEL_HELP = "Model file (default: the embedded SmolLM2-135M Q4_1 GGUF)."
+
+
+class FiniteRange(click.FloatRange):
+    """``click.FloatRange`` that also refuses ``nan`` and ``inf`` (which pass its range checks: every comparison
+    with nan is false), so a bad limit is click's one line naming the option, never a field name further down."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
 SPEC_HELP = "KEY=VALUE[,KEY=VALUE] engine options, or [ENGINE:][MODEL][?KEY=VALUE&...]"
 
 
