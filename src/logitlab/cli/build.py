@@ -67,7 +67,11 @@ def build(**opts: Any) -> None:
         def on_progress(done: int, total: int, line: str) -> None:
             progress.update(task, completed=done, total=total)
 
-        result = build_library(tree, flags, jobs=opts["jobs"], on_progress=on_progress)
+        def on_wait() -> None:
+            progress.update(task, description=f"waiting for another process building llama.cpp ({tree.origin}) "
+                                              "with these flags")
+
+        result = build_library(tree, flags, jobs=opts["jobs"], on_progress=on_progress, on_wait=on_wait)
     folder = result.folder
     if output is not None:
         if output.exists():
@@ -76,13 +80,14 @@ def build(**opts: Any) -> None:
         folder = output.resolve()
     if opts["json_path"]:
         data = json.dumps(to_jsonable({"folder": str(folder), "cache": str(result.folder), "key": result.key,
-                                       "cached": result.cached, "seconds": round(result.seconds, 1),
-                                       "meta": result.meta}), indent=1)
+                                       "cached": result.cached, "waited": result.waited,
+                                       "seconds": round(result.seconds, 1), "meta": result.meta}), indent=1)
         if opts["json_path"] == "-":
             click.echo(data)
             return
         Path(opts["json_path"]).write_text(data + "\n")
-    how = ("cached, built before" if result.cached
+    how = ("built by another process meanwhile (this one waited for it)" if result.waited
+           else "cached, built before" if result.cached
            else f"built in {int(result.seconds // 60)} min {result.seconds % 60:.0f} s")
     if not opts["quiet"]:
         click.echo(f"llama.cpp library ({tree.origin}, {' '.join(flags) or 'default flags'}): {how}", err=True)

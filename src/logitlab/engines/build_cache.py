@@ -4,22 +4,24 @@ The hf engine de-quantises a GGUF into a Hugging Face model folder, the ORT GenA
 model from that; both are slow, so each is built once under :func:`cache_root` and found again by its
 ``logitlab.json``. A folder is built in a temporary sibling (:func:`building`) and moved into place in
 one ``os.replace`` (:func:`publish`), so a killed build leaves no half-written folder behind and two
-concurrent builds do not mix their files.
+concurrent builds do not mix their files. Where a build takes minutes (llama.cpp's), :func:`exclusive`
+makes a second process wait for the first one's folder instead of building it again.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from logitlab.errors import EngineError
 
-__all__ = ["META", "cache_root", "read_meta", "building", "publish"]
+__all__ = ["META", "cache_root", "read_meta", "building", "exclusive", "publish"]
 
 #: The file in a built folder that says what built it (JSON).
 META = "logitlab.json"
@@ -37,6 +39,42 @@ def read_meta(folder: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return meta if isinstance(meta, dict) else None
+
+
+@contextmanager
+def exclusive(folder: Path, what: str, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold the build lock of ``folder`` for the block: one process at a time builds it.
+
+    An advisory ``flock`` on the hidden file ``.<name>.lock`` beside ``folder`` (kept; released by the
+    kernel when the holder exits, killed or not). A second process blocks until the first leaves the
+    block, then finds the folder published and uses it. Locks are per host (``flock`` on a network file
+    system may not be shared between hosts: builds there can still run twice, as before).
+
+    Args:
+        folder: the folder about to be built (its parent is created).
+        what: names the cache in the error.
+        on_wait: called once, before blocking, when another process holds the lock.
+
+    Raises:
+        EngineError: the lock file cannot be created (a full or read-only disk).
+    """
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(folder.parent / f".{folder.name}.lock", "a+b")
+    except OSError as exc:
+        raise EngineError(f"cannot write {what} under {folder.parent}: {exc}; "
+                          "set LOGITLAB_CACHE to a writable folder") from exc
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @contextmanager

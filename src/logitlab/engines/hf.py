@@ -34,7 +34,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from logitlab.engines.build_cache import building, cache_root, publish, read_meta
+from logitlab.engines.build_cache import building, cache_root, exclusive, publish, read_meta
 from logitlab.engines.base import BatchRun, Engine, Session
 from logitlab.engines.options import choice, positive_int, to_bool
 from logitlab.errors import EngineError, InputError
@@ -438,7 +438,8 @@ def _forward_parameters(model: Any) -> set[str]:
 
 
 def dequantised_folder(gguf: Path) -> tuple[Path, dict[str, Any]]:
-    """Folder with the GGUF's de-quantised float32 weights, built on the first call.
+    """Folder with the GGUF's de-quantised float32 weights, built on the first call (one process at a time:
+    a second one waits for the first one's folder, :func:`~logitlab.engines.build_cache.exclusive`).
 
     A Hugging Face model folder (``config.json`` naming its ``architectures``,
     ``model.safetensors``, tokenizer files) in ``cache_root()/hf-gguf/<GGUF sha256>/``,
@@ -458,16 +459,27 @@ def dequantised_folder(gguf: Path) -> tuple[Path, dict[str, Any]]:
 
     sha = file_sha256(str(gguf.resolve()))
     folder = cache_root() / "hf-gguf" / sha
-    meta = read_meta(folder)
-    if meta and meta.get("transformers") == transformers.__version__ and meta.get("format") == CACHE_FORMAT:
-        _name_architectures(folder)
-        return folder, {"cache": str(folder), "hit": True, "build_seconds": meta.get("build_seconds")}
-    start = time.perf_counter()
-    with building(folder, f".{sha[:12]}-", "the de-quantised weights cache") as tmp:
-        _dequantise(gguf, tmp, transformers, torch)
-        build = round(time.perf_counter() - start, 2)
-        publish(tmp, folder, {"format": CACHE_FORMAT, "gguf": str(gguf), "gguf_sha256": sha,
-                              "transformers": transformers.__version__, "build_seconds": build})
+
+    def cached() -> tuple[Path, dict[str, Any]] | None:
+        meta = read_meta(folder)
+        if meta and meta.get("transformers") == transformers.__version__ and meta.get("format") == CACHE_FORMAT:
+            _name_architectures(folder)
+            return folder, {"cache": str(folder), "hit": True, "build_seconds": meta.get("build_seconds")}
+        return None
+
+    hit = cached()
+    if hit is not None:
+        return hit
+    with exclusive(folder, "the de-quantised weights cache"):  # another process building it: wait for it
+        hit = cached()
+        if hit is not None:
+            return hit
+        start = time.perf_counter()
+        with building(folder, f".{sha[:12]}-", "the de-quantised weights cache") as tmp:
+            _dequantise(gguf, tmp, transformers, torch)
+            build = round(time.perf_counter() - start, 2)
+            publish(tmp, folder, {"format": CACHE_FORMAT, "gguf": str(gguf), "gguf_sha256": sha,
+                                  "transformers": transformers.__version__, "build_seconds": build})
     return folder, {"cache": str(folder), "hit": False, "build_seconds": build}
 
 

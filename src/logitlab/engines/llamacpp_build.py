@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from logitlab.engines.build_cache import building, cache_root, publish, read_meta
+from logitlab.engines.build_cache import building, cache_root, exclusive, publish, read_meta
 from logitlab.errors import EngineError, InputError
 from logitlab.tools import llama_tools_cache
 
@@ -82,6 +82,8 @@ class BuildResult:
         cached: True when no build ran (the folder was in the cache).
         seconds: wall time of the build (s); 0.0 when cached.
         meta: the folder's ``logitlab.json``.
+        waited: True when another process was building the same key and this one waited for its folder
+            (then ``cached`` is True too: this process built nothing).
     """
 
     folder: Path
@@ -89,6 +91,7 @@ class BuildResult:
     cached: bool
     seconds: float
     meta: dict
+    waited: bool = False
 
 
 def builds_root() -> Path:
@@ -140,29 +143,36 @@ def release_source(version: str, *, python: str | None = None) -> SourceTree:
     root = builds_root()
     unpacked = root / "src" / version
     if read_meta(unpacked) is None:
-        sdist_dir = root / "sdist"
-        sdist = sdist_dir / f"llama_cpp_python-{version}.tar.gz"
-        tools_sdist = llama_tools_cache() / "sdist" / sdist.name  # make tools downloads the installed release's
-        if not sdist.is_file() and tools_sdist.is_file():
-            sdist = tools_sdist
-        if not sdist.is_file():
-            sdist_dir.mkdir(parents=True, exist_ok=True)
-            proc = subprocess.run([python or sys.executable, "-m", "pip", "download", "--quiet", "--no-binary",
-                                   ":all:", "--no-deps", f"llama-cpp-python=={version}", "-d", str(sdist_dir)],
-                                  capture_output=True, text=True, errors="replace")
-            if proc.returncode != 0 or not sdist.is_file():
-                said = " ".join((proc.stderr or proc.stdout).split())[-300:]
-                raise InputError(f"could not download the llama-cpp-python {version} sources: {said}")
-        with building(unpacked, f".src-{version}-", "the llama.cpp build cache") as tmp:
-            with tarfile.open(sdist) as tar:
-                prefix = f"llama_cpp_python-{version}/"
-                members = [m for m in tar.getmembers() if m.name.startswith(prefix) and (m.isfile() or m.isdir())]
-                for member in members:
-                    member.name = member.name[len(prefix):]
-                tar.extractall(tmp, members=[m for m in members if m.name], filter="data")
-            publish(tmp, unpacked, {"llama-cpp-python": version, "sdist": str(sdist)})
+        with exclusive(unpacked, "the llama.cpp build cache"):
+            if read_meta(unpacked) is None:  # not unpacked by a process this one waited for
+                _unpack_release(version, root, unpacked, python)
     tree = find_source(unpacked)
     return SourceTree(tree.llama_cpp, tree.bindings, version, f"llama-cpp-python=={version}")
+
+
+def _unpack_release(version: str, root: Path, unpacked: Path, python: str | None) -> None:
+    """:func:`release_source`'s download and unpacking, under its lock."""
+    sdist_dir = root / "sdist"
+    sdist = sdist_dir / f"llama_cpp_python-{version}.tar.gz"
+    tools_sdist = llama_tools_cache() / "sdist" / sdist.name  # make tools downloads the installed release's
+    if not sdist.is_file() and tools_sdist.is_file():
+        sdist = tools_sdist
+    if not sdist.is_file():
+        sdist_dir.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run([python or sys.executable, "-m", "pip", "download", "--quiet", "--no-binary",
+                               ":all:", "--no-deps", f"llama-cpp-python=={version}", "-d", str(sdist_dir)],
+                              capture_output=True, text=True, errors="replace")
+        if proc.returncode != 0 or not sdist.is_file():
+            said = " ".join((proc.stderr or proc.stdout).split())[-300:]
+            raise InputError(f"could not download the llama-cpp-python {version} sources: {said}")
+    with building(unpacked, f".src-{version}-", "the llama.cpp build cache") as tmp:
+        with tarfile.open(sdist) as tar:
+            prefix = f"llama_cpp_python-{version}/"
+            members = [m for m in tar.getmembers() if m.name.startswith(prefix) and (m.isfile() or m.isdir())]
+            for member in members:
+                member.name = member.name[len(prefix):]
+            tar.extractall(tmp, members=[m for m in members if m.name], filter="data")
+        publish(tmp, unpacked, {"llama-cpp-python": version, "sdist": str(sdist)})
 
 
 def _files(folder: Path) -> list[Path]:
@@ -223,7 +233,7 @@ def normalize_flags(flags: Sequence[str]) -> list[str]:
 
 
 def build_library(tree: SourceTree, flags: Sequence[str] = (), *, jobs: int | None = None,
-                  on_progress: OnProgress | None = None) -> BuildResult:
+                  on_progress: OnProgress | None = None, on_wait: Callable[[], None] | None = None) -> BuildResult:
     """The library folder of ``tree`` built with ``flags``: from the cache, else built now and cached.
 
     Args:
@@ -231,6 +241,8 @@ def build_library(tree: SourceTree, flags: Sequence[str] = (), *, jobs: int | No
         flags: CMake flags added after :data:`BASE_FLAGS` (``-DGGML_NATIVE=OFF``; see :func:`normalize_flags`).
         jobs: parallel compile jobs (default: the CPUs).
         on_progress: called with (steps done, steps in all, the step's line) as the build tool reports them.
+        on_wait: called once when another process is building the same key: this one waits for it
+            (:func:`~logitlab.engines.build_cache.exclusive`) and then returns its folder, cached.
 
     Raises:
         InputError: a malformed flag.
@@ -245,6 +257,23 @@ def build_library(tree: SourceTree, flags: Sequence[str] = (), *, jobs: int | No
     meta = read_meta(folder)
     if meta is not None and (folder / "lib" / "libllama.so").exists():
         return BuildResult(folder, key, True, 0.0, meta)
+    waited = []
+
+    def waiting() -> None:
+        waited.append(True)
+        if on_wait is not None:
+            on_wait()
+
+    with exclusive(folder, "the llama.cpp build cache", waiting):
+        meta = read_meta(folder)  # built by the process this one waited for
+        if meta is not None and (folder / "lib" / "libllama.so").exists():
+            return BuildResult(folder, key, True, 0.0, meta, waited=bool(waited))
+        return _build(tree, flags, digest, compiler, key, folder, jobs, on_progress)
+
+
+def _build(tree: SourceTree, flags: list[str], digest: str, compiler: str, key: str, folder: Path,
+           jobs: int | None, on_progress: OnProgress | None) -> BuildResult:
+    """:func:`build_library`'s build itself, under its lock: configure, compile, copy the libraries, publish."""
     start = time.monotonic()
     with building(folder, f".build-{key}-", "the llama.cpp build cache") as tmp:
         log_path = Path(tempfile.gettempdir()) / f"logitlab-build-{key}.log"

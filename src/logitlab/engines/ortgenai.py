@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from logitlab.engines.build_cache import building, cache_root, publish, read_meta
+from logitlab.engines.build_cache import building, cache_root, exclusive, publish, read_meta
 from logitlab.engines.base import Engine, Session
 from logitlab.engines.options import choice, positive_int, to_bool
 from logitlab.errors import EngineError, InputError
@@ -117,7 +117,9 @@ def built_model(gguf: Path, options: dict[str, Any]) -> tuple[Path, dict[str, An
     through ORT GenAI's model builder in a subprocess (offline). The result lives in
     ``cache_root()/ort-genai/<GGUF sha256>-<build_tag(options)>/`` with a
     ``logitlab.json`` that records the builder command, the onnxruntime-genai
-    version, the build time (s) and the folder's hash.
+    version, the build time (s) and the folder's hash. One process builds it at a
+    time: a second one waits for the first one's folder
+    (:func:`~logitlab.engines.build_cache.exclusive`).
 
     Returns:
         The folder and ``{"cache": folder, "hit": bool, "build_seconds": s, ...}``.
@@ -127,20 +129,34 @@ def built_model(gguf: Path, options: dict[str, Any]) -> tuple[Path, dict[str, An
             convert this model (its last error line is quoted).
         EngineError: the cache folder is not writable.
     """
-    from logitlab.engines.hf import dequantised_folder
-
     sha = file_sha256(str(gguf.resolve()))
     tag = build_tag(options)
     folder = cache_root() / "ort-genai" / f"{sha}-{tag}"
     genai_version = package_version("onnxruntime-genai")
-    meta = read_meta(folder)
-    if meta and meta.get("onnxruntime_genai") == genai_version and meta.get("format") == CACHE_FORMAT:
-        return folder, {"cache": str(folder), "hit": True, "build_seconds": meta.get("build_seconds"),
-                        "folder_sha256": meta.get("folder_sha256")}
+
+    def cached() -> tuple[Path, dict[str, Any]] | None:
+        meta = read_meta(folder)
+        if meta and meta.get("onnxruntime_genai") == genai_version and meta.get("format") == CACHE_FORMAT:
+            return folder, {"cache": str(folder), "hit": True, "build_seconds": meta.get("build_seconds"),
+                            "folder_sha256": meta.get("folder_sha256")}
+        return None
+
+    hit = cached()
+    if hit is not None:
+        return hit
     missing = [pip for module, pip in BUILDER_MODULES if importlib.util.find_spec(module) is None]
     if missing:
         raise InputError(f"building an ORT GenAI model from {gguf.name} needs {', '.join(missing)}: "
                          "pip install 'logitlab[ortgenai]'")
+    with exclusive(folder, "the ORT GenAI model cache"):  # another process building it: wait for it
+        return cached() or _build_model(gguf, options, sha, tag, folder, genai_version)
+
+
+def _build_model(gguf: Path, options: dict[str, Any], sha: str, tag: str, folder: Path,
+                 genai_version: str) -> tuple[Path, dict[str, Any]]:
+    """:func:`built_model`'s build, under its lock: de-quantise (cached), run the builder, publish."""
+    from logitlab.engines.hf import dequantised_folder
+
     start = time.perf_counter()
     try:
         source, _ = dequantised_folder(gguf)
