@@ -194,9 +194,23 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(f"{count:4d}  {reason}" + ("" if allowed else "   <- must not skip in CI"))
 
 
+def pytest_collection_finish(session):
+    """With LOGITLAB_WARM_CACHES=1 (``make test`` sets it), build the slow caches in the background at idle
+    priority while the first tests run (``tests/warm_caches.py``)."""
+    import warm_caches
+
+    if session.items:
+        warm_caches.start()
+
+
 def pytest_sessionfinish(session, exitstatus):
-    """With LOGITLAB_NO_SKIPS=1 (``make test`` sets it), a skip that is not a fact of the machine fails the run."""
+    """With LOGITLAB_NO_SKIPS=1 (``make test`` sets it), a skip that is not a fact of the machine fails the run.
+    The cache warm-up, if still running, is ended."""
     import os
+
+    import warm_caches
+
+    warm_caches.stop()
 
     if os.environ.get("LOGITLAB_NO_SKIPS") != "1":
         return

@@ -2,7 +2,8 @@
 llama-cpp-python release vendors), loaded with ``lib=DIR``, compared with the installed build.
 
 The builds are real and cached (:mod:`logitlab.engines.llamacpp_build`: about 1.5-2.5 min each on 2 cores,
-once; later runs are cache hits): the installed release's llama.cpp and the previous release's (whose C API
+once; later runs are cache hits; under ``make test``, ``tests/warm_caches.py`` starts them in the background at
+idle priority when collection ends): the installed release's llama.cpp and the previous release's (whose C API
 differs from the installed bindings), both with generic flags (``GGML_NATIVE=OFF``: AVX2, no AVX-512).
 """
 
@@ -26,12 +27,9 @@ from logitlab.errors import EngineError, InputError
 from logitlab.tools import llama_cpp_python_version
 
 from conftest import SHORT_PROMPT
+from warm_caches import GENERIC, PREVIOUS
 
 pytestmark = pytest.mark.engine
-
-#: The release before the installed one: its llama.cpp's C API differs from the installed bindings'.
-PREVIOUS = "0.3.35"
-GENERIC = ["-DGGML_NATIVE=OFF"]
 
 
 def logitlab(*args, cwd=None):

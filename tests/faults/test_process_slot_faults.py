@@ -74,12 +74,12 @@ def test_a_hanging_candidate_is_killed_at_the_slot_timeout_with_every_process_it
     monkeypatch.setenv("CRASHY_CHILD_PID_FILE", str(pid_file))
     log = tmp_path / "runs.jsonl"
     start = time.monotonic()
-    result = run_ab(dataclasses.replace(crashy_config("hang-child", slot_timeout=20), repeats=1), log_path=log)
-    assert time.monotonic() - start < 2 * 20 + 60  # two hung candidate slots of 20 s each: no hour-long sleep
+    result = run_ab(dataclasses.replace(crashy_config("hang-child", slot_timeout=12), repeats=1), log_path=log)
+    assert time.monotonic() - start < 2 * 12 + 60  # two hung candidate slots of 12 s each: no hour-long sleep
     assert result.verdict.word == "crashed"
     hung = [r.crash for r in result.runs if r.crash]
     assert [c["slot"] for c in hung] == [1, 2]
-    assert hung[0]["status"] == "hung: killed after --slot-timeout 20 s with every process it started", hung[0]
+    assert hung[0]["status"] == "hung: killed after --slot-timeout 12 s with every process it started", hung[0]
     assert hung[0]["phase"] == "decode step 0" and hung[0]["signal"] is None
     child = int(pid_file.read_text())
     deadline = time.monotonic() + 10
