@@ -185,6 +185,16 @@ def test_empty_and_unknown_files_exit_2(tmp_path):
     one_line_error(in_process("compare", "other.json", "other.json", cwd=tmp_path), "not a known benchmark format")
 
 
+def test_a_bench_run_result_given_to_compare_is_named_as_one(tmp_path):
+    """A user compared two ``bench run --json`` files: the error said only 'not a known benchmark format'."""
+    r = logitlab("run", "--control", "true", "--aa", "--blocks", "3", "--warmup", "0", "-q", "--json", "run.json",
+                 cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    one_line_error(in_process("compare", "run.json", "run.json", cwd=tmp_path),
+                   "run.json is a logitlab bench-run result, not a benchmark tool's output (expected one of gbench, ")
+    assert "logitlab report shows it again" in in_process("compare", "run.json", "run.json", cwd=tmp_path).stderr
+
+
 def test_one_sided_scenarios_only_exit_2(tmp_path):
     rows = json.loads((DATA / "llama-bench-base.json").read_text())
     (tmp_path / "pr.json").write_text(json.dumps([{**r, "n_gen": r["n_gen"] * 2, "n_prompt": r["n_prompt"] * 2}

@@ -66,6 +66,15 @@ def _load(path: Path) -> tuple[str | None, object]:
     return None, data
 
 
+def _unknown(path: Path, data: object) -> InputError:
+    """The error for a file of no known format; a logitlab result (``kind`` + ``schema_version``) is named as one."""
+    known = f"expected one of {', '.join(FORMATS)}"
+    if isinstance(data, dict) and isinstance(data.get("kind"), str) and "schema_version" in data:
+        return InputError(f"{path} is a logitlab {data['kind']} result, not a benchmark tool's output ({known}): "
+                          "it holds its own comparison already (logitlab report shows it again)")
+    return InputError(f"{path} is not a known benchmark format: {known}")
+
+
 def detect_format(path: str | Path) -> str:
     """The benchmark tool that wrote ``path``.
 
@@ -93,9 +102,9 @@ def detect_format(path: str | Path) -> str:
             return criterion.FORMAT
         raise InputError(f"{path} is a folder without criterion estimates.json files: give a benchmark file or "
                          f"target/criterion")
-    fmt, _ = _load(path)
+    fmt, data = _load(path)
     if fmt is None:
-        raise InputError(f"{path} is not a known benchmark format: expected one of {', '.join(FORMATS)}")
+        raise _unknown(path, data)
     return fmt
 
 
@@ -150,7 +159,7 @@ def read_benchmark_file(path: str | Path, *, format: str | None = None, baseline
         raise InputError(f"{path} is a file: criterion's output is a folder (target/criterion)")
     detected, data = _load(path)
     if detected is None:
-        raise InputError(f"{path} is not a known benchmark format: expected one of {', '.join(FORMATS)}")
+        raise _unknown(path, data)
     if format is not None and format != detected:
         raise InputError(f"{path} looks like {detected} output, not {format}: drop --format or fix it")
     _check_cpu(time, detected, path)
