@@ -120,6 +120,23 @@ def test_report_of_a_folder_without_a_sweep(tmp_path):
                            "or a result file\n")
 
 
+def test_report_of_a_golden_folder_names_its_manifest(tmp_path):
+    """A user gave ``report`` the folder ``golden record -o`` wrote; the error spoke of sweeps only. The manifests
+    here say only their kind: the hint reads nothing else (a dump's manifest, of another kind, is no golden)."""
+    for machine in ("cpu-a", "cpu-b"):
+        (tmp_path / "gold" / machine).mkdir(parents=True)
+        (tmp_path / "gold" / machine / "manifest.json").write_text('{"kind": "golden", "schema_version": 1}')
+    proc = logitlab("report", tmp_path / "gold")
+    assert proc.returncode == 2
+    assert proc.stderr == (f"error: {tmp_path}/gold is a folder of golden logits, not a sweep: give one of its 2 "
+                           f"manifests, e.g. {tmp_path}/gold/cpu-a/manifest.json\n")
+    proc = logitlab("report", tmp_path / "gold" / "cpu-b")
+    assert proc.stderr.endswith(f"give its manifest, {tmp_path}/gold/cpu-b/manifest.json\n"), proc.stderr
+    (tmp_path / "dump").mkdir()
+    (tmp_path / "dump" / "manifest.json").write_text('{"kind": "logit-dump"}')
+    assert "holds no sweep" in logitlab("report", tmp_path / "dump").stderr
+
+
 @pytest.mark.ray
 def test_no_cluster_at_the_address(matrix, tmp_path):
     import socket

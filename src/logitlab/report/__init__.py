@@ -17,6 +17,8 @@ option read it).
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -85,6 +87,24 @@ def load_result(data: Mapping[str, Any]) -> ResultRecord:
     return result_class(kind).from_dict(data)
 
 
+def _refuse_golden_folder(folder: Path) -> None:
+    """A golden's folder given for a sweep's: say which file is the result (its ``manifest.json``).
+
+    Raises:
+        InputError: ``folder`` or a subfolder holds a manifest of kind ``golden``.
+    """
+    manifests = []
+    for candidate in sorted([*folder.glob("manifest.json"), *folder.glob("*/manifest.json")]):
+        try:
+            if json.loads(candidate.read_text()).get("kind") == "golden":
+                manifests.append(candidate)
+        except (OSError, ValueError, AttributeError):
+            continue
+    if manifests:
+        which = f"one of its {len(manifests)} manifests, e.g." if len(manifests) > 1 else "its manifest,"
+        raise InputError(f"{folder} is a folder of golden logits, not a sweep: give {which} {manifests[0]}")
+
+
 def read_result(path: str | Path) -> ResultRecord:
     """Read a result: a ``--json`` file, the result embedded in a page written with ``--html``,
     the run log (``--log``, JSONL) of ab, verify or bench run, or a sweep's ``--out`` folder
@@ -100,8 +120,10 @@ def read_result(path: str | Path) -> ResultRecord:
     from logitlab.runlog import looks_like_run_log, read_run_log
 
     if Path(path).is_dir():
-        from logitlab.experiments.sweep.run import load_sweep
+        from logitlab.experiments.sweep.run import MANIFEST, load_sweep
 
+        if not (Path(path) / MANIFEST).exists():
+            _refuse_golden_folder(Path(path))
         result = load_sweep(path)
     elif looks_like_run_log(path):
         log = read_run_log(path)
