@@ -351,6 +351,18 @@ def test_bench_compare_record_and_history_add_of_saved_results(engine, tmp_path)
         added = in_process("history", "add", str(saved), "--dir", str(history), "--repo", str(repo), cwd=tmp_path)
     assert added.returncode == 0 and f"commit {shas[-1][:12]}, machine ci-1" in added.stderr, added.stderr
     assert len(list((history / "ci-1").glob("*.json"))) == 2
+    # the same file again (or twice in one call) is refused before anything is recorded: it would weigh twice
+    (recorded,) = [p for p in (history / "ci-1").glob(f"{shas[-1][:12]}-*.json")]
+    copy = tmp_path / "copy.json"
+    copy.write_text(saved.read_text())
+    for given, said in (((saved,), f"{saved} is recorded already in {history} (ci-1/{recorded.name}: same commit"),
+                        ((copy, saved), f"{saved} is the same run as {copy}, given before it: a run is recorded once")):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("LOGITLAB_MACHINE", "ci-1")
+            again = in_process("history", "add", *map(str, given), "--dir", str(history),
+                               "--commit", "v1.0" if len(given) == 2 else shas[-1], cwd=tmp_path)
+        one_line_error(again, said)
+    assert len(list((history / "ci-1").glob("*.json"))) == 2
     # a run that stopped early is not recorded
     assert in_process("bench", "run", "--control", "true", "--candidate", "exit 3", "--blocks", "2", "-q",
                       "--json", str(failed), cwd=tmp_path).returncode == 2

@@ -28,6 +28,30 @@ def history() -> None:
     """
 
 
+def _refuse_runs_recorded_before(paths: Any, results: list[Any], target: Any) -> None:
+    """A result already in the history for this commit and machine (or given twice) is refused before any is
+    recorded: a run recorded twice would weigh twice in its series.
+
+    Raises:
+        InputError: naming the file and the record it repeats.
+    """
+    from logitlab.experiments.history.metrics import record_from_result
+    from logitlab.experiments.history.store import HistoryStore, same_run
+
+    store, given = HistoryStore(target.root), []
+    for path, result in zip(paths, results):
+        record = record_from_result(result, machine=target.machine, commit=target.commit,
+                                    commit_date=target.commit_date)
+        same = store.find_same_run(record)
+        if same is not None:
+            raise InputError(f"{path} is recorded already in {target.root} ({same}: same commit, machine, run and "
+                             "values): a run is recorded once")
+        for earlier, earlier_record in given:
+            if same_run(earlier_record, record):
+                raise InputError(f"{path} is the same run as {earlier}, given before it: a run is recorded once")
+        given.append((path, record))
+
+
 @history.command("show")
 @click.option("--dir", "root", default=None, metavar="DIR", help=_DIR_HELP)
 @click.option("--repo", default=None, metavar="PATH",
@@ -111,6 +135,7 @@ def add_cmd(**opts: Any) -> None:
     for path, result in zip(opts["results"], results):
         if getattr(result, "error", None):
             raise InputError(f"{path} is a run that stopped early ({result.error}): a partial run is not recorded")
+    _refuse_runs_recorded_before(opts["results"], results, target)
     for result in results:
         record_result(result, opts, target)
     sys.exit(EXIT_OK)

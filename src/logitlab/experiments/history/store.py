@@ -276,6 +276,14 @@ def _summary(rec: HistoryRecord) -> dict[str, Any]:
     }
 
 
+def same_run(a: HistoryRecord, b: HistoryRecord) -> bool:
+    """Whether two records hold the same run: machine, commit, run manifest and metric values equal (only
+    ``recorded_at`` may differ). Two real runs differ in their manifests (timestamps): a match is one result
+    recorded twice."""
+    summary_a, summary_b = _summary(a), _summary(b)
+    return all(summary_a[k] == summary_b[k] for k in ("machine", "commit", "metrics")) and a.manifest == b.manifest
+
+
 def _entry_digest(entry: Mapping[str, Any]) -> str:
     """SHA-256 (hex) of an index entry without its ``digest``: an entry edited or damaged since it was
     written no longer matches and is rebuilt from its record."""
@@ -383,6 +391,16 @@ class HistoryStore:
             return HistoryRecord.from_dict(data)
         except InputError as exc:
             raise InputError(f"history record {path} is not valid: {exc}") from None
+
+    def find_same_run(self, record: HistoryRecord) -> str | None:
+        """``MACHINE/FILE.json`` of a record of the same run as ``record`` (:func:`same_run`), or None.
+        The index narrows the search; only records whose commit and values match are read."""
+        wanted = _summary(record)
+        for rel, entry in sorted(self.index().items()):
+            if all(entry.get(k) == wanted[k] for k in ("machine", "commit", "metrics")) and \
+                    same_run(self.read(rel), record):
+                return rel
+        return None
 
     def machines(self) -> list[str]:
         """Machine keys with at least one record."""
