@@ -219,7 +219,7 @@ def _load_json(path: str) -> Any:
 
 @bench.command("calibrate")
 @click.argument("runs", nargs=-1, required=True)
-@click.option("--out", "--json", "json_path", required=True,
+@click.option("-o", "--out", "--json", "json_path", required=True,
               help="Noise profile to write (JSON), for compare --noise.")
 @click.option("--baseline", "baselines", multiple=True,
               help="criterion: read these saved baselines of one folder as the runs (repeat the option).")

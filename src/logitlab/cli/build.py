@@ -21,9 +21,9 @@ from logitlab.errors import InputError
                    "index, downloaded once), with that release's bindings; instead of SRC.")
 @click.option("-D", "--define", "defines", multiple=True, metavar="NAME=VALUE",
               help="A CMake flag, as for cmake -D (repeatable), e.g. -D GGML_NATIVE=OFF.")
-@click.option("-o", "--output", default=None, metavar="DIR",
+@click.option("-o", "--out", "--output", "output", default=None, metavar="DIR",
               help="Also copy the built library folder to DIR (replacing a library folder there); "
-                   "default: print the cached folder only.")
+                   "default: print the cached folder only. (--output: the same, its former name.)")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: CPUs).")
 @click.option("--json", "json_path", default=None, metavar="PATH",
               help="Write what was built (folder, cache key, seconds, flags, source digest) as JSON ('-': stdout).")
@@ -58,7 +58,7 @@ def build(**opts: Any) -> None:
     flags = normalize_flags(opts["defines"])
     output = Path(opts["output"]).expanduser() if opts["output"] else None
     if output is not None and output.exists() and not _is_library_folder(output):
-        raise InputError(f"--output {opts['output']} exists and is not a library folder of logitlab build: "
+        raise InputError(f"--out {opts['output']} exists and is not a library folder of logitlab build: "
                          "give a new folder")
     tree = release_source(opts["release"]) if opts["release"] else find_source(opts["source"])
     with make_progress(opts["quiet"]) as progress:

@@ -29,7 +29,7 @@ from logitlab.cli.outputs import check_output_paths, report_paths, show_report, 
 @click.option("--max-bytes", default="2GB", show_default=True,
               help="Stop storing tensors past this size per variant (e.g. 500MB, 4GiB); the dump is marked "
                    "incomplete.")
-@click.option("--out", "out_dir", required=True, type=str,
+@click.option("-o", "--out", "out_dir", required=True, type=str,
               help="Dump folder. With --candidate: OUT/control and OUT/candidate.")
 @click.option("--force", is_flag=True, help="Replace an earlier logitlab dump in the folder.")
 @output_options(json_help="Write a summary of the capture(s) as JSON.", markdown=False,

@@ -18,7 +18,7 @@ from logitlab.numerics import VERDICTS
 
 @click.command()
 @click.argument("matrix_file", metavar="MATRIX")
-@click.option("--out", "out", type=str, default=None,
+@click.option("-o", "--out", "out", type=str, default=None,
               help="Folder of the sweep: sweep.json (manifest and summary), sweep-events.jsonl, jobs/<cell>--<prompt>.json.")
 @click.option("--executor", type=click.Choice(("local", "ray")), default="local", show_default=True,
               help="local: worker processes on this machine (one per visible GPU; one without GPUs). ray: Ray actors "
