@@ -4,13 +4,15 @@ llama-cpp-python release vendors), loaded with ``lib=DIR``, compared with the in
 The builds are real and cached (:mod:`logitlab.engines.llamacpp_build`: about 1.5-2.5 min each on 2 cores,
 once; later runs are cache hits; under ``make test``, ``tests/warm_caches.py`` starts them in the background at
 idle priority when collection ends): the installed release's llama.cpp and the previous release's (whose C API
-differs from the installed bindings), both with generic flags (``GGML_NATIVE=OFF``: AVX2, no AVX-512).
+differs from the installed bindings), both with generic flags (``GGML_NATIVE=OFF``: AVX2, no AVX-512) at ``-O1``
+(``warm_caches.GENERIC``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -56,7 +58,7 @@ def _cpu_flags() -> set[str]:
 
 def test_a_second_build_is_a_cache_hit_and_the_key_follows_sources_and_flags(generic, tmp_path):
     tree = release_source(llama_cpp_python_version())
-    again = build_library(tree, ["GGML_NATIVE=OFF"])  # the same flag, spelled without -D
+    again = build_library(tree, [flag[2:] for flag in GENERIC])  # the same flags, spelled without -D
     assert again.cached and again.folder == generic and again.seconds == 0.0
     meta = json.loads((generic / "logitlab.json").read_text())
     assert meta["source_sha256"] == source_digest(tree) and "-DGGML_NATIVE=OFF" in meta["flags"]
@@ -96,7 +98,7 @@ def test_build_cli_of_sources_built_before_exits_0_and_copies_the_cached_folder(
     """``logitlab build`` of the sources and flags the ``generic`` fixture built: exit 0, a cache hit (nothing
     compiled), the folder copied to ``-o`` byte for byte, its path the one line on stdout without ``--json``."""
     out = tmp_path / "generic"
-    release = ("--llama-cpp-python", llama_cpp_python_version(), "-D", "GGML_NATIVE=OFF")
+    release = ("--llama-cpp-python", llama_cpp_python_version(), *(w for flag in GENERIC for w in ("-D", flag[2:])))
     proc = logitlab("build", "llamacpp", *release, "-q", "-o", str(out), "--json", "-")
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     data = json.loads(proc.stdout)
@@ -123,7 +125,7 @@ def test_the_generic_build_runs_in_its_worker_with_its_identity(generic):
             assert hashlib.sha256((generic / "lib" / name).read_bytes()).hexdigest() == digest
         assert set(library["sha256"]) >= {n for n in ("libllama.so.0.5.0",) if (generic / "lib" / n).exists()}
         assert described["build_identity"]["library_sha256"] == library["digest"]
-        assert library["built"]["flags"][-1] == "-DGGML_NATIVE=OFF"
+        assert library["built"]["flags"][-len(GENERIC):] == GENERIC
         assert installed.describe()["library"]["digest"] != library["digest"]
         assert "AVX512 = 1" not in described["system_info"]  # GGML_NATIVE=OFF: AVX2 at most
         if "avx512f" in _cpu_flags():
@@ -221,7 +223,8 @@ def test_bisect_over_real_release_history_builds_each_step_with_logitlab_build(p
     assert made.returncode == 0, made.stderr
     tags = subprocess.run(["git", "-C", str(repo), "tag"], capture_output=True, text=True).stdout.split()
     assert tags == [f"v{PREVIOUS}", f"v{llama_cpp_python_version()}"]
-    build = f"{sys.executable} -m logitlab build llamacpp . -q -D GGML_NATIVE=OFF -o .logitlab-lib"
+    build = " ".join([sys.executable, "-m", "logitlab", "build", "llamacpp", ".", "-q",
+                      *(w for flag in GENERIC for w in ("-D", shlex.quote(flag[2:]))), "-o", ".logitlab-lib"])
     out = tmp_path / "bisect.json"
     proc = logitlab("bisect", f"v{PREVIOUS}..v{llama_cpp_python_version()}", "--repo", str(repo), "--build", build,
                     "--probe", "numerics", "--tokens", "4", "--quiet", "--json", str(out), "--", "lib=.logitlab-lib")
