@@ -17,6 +17,7 @@ from logitlab.perf.sequential import (
     sequential_decision,
     sequential_step,
 )
+from logitlab.perf.prereg import DEFAULT_SEQUENTIAL_MARGIN, PreregisteredMargin, calibrated_margin, preregister
 from logitlab.perf.simulate import simulate_blocks
 from logitlab.perf.simulate_sequential import simulate_sequential
 from logitlab.perf.spending import spending_boundaries, spent_alpha
@@ -106,8 +107,10 @@ def test_single_look_reproduces_paired_comparison():
     rng = np.random.default_rng(3)
     for effect in (1.0, 1.01, 1.05):
         blocks = simulate_blocks(8, effect=effect, noise_sd=0.02, seed=rng)
-        fixed = paired_comparison(blocks, higher_is_better=True, metric="m", unit="u", n_bootstrap=0)
-        seq = sequential_decision(blocks, higher_is_better=True, min_blocks=8, max_blocks=8)
+        # One margin for both: a sequential run's delta is pre-registered, a fixed one's comes from its A/A.
+        fixed = paired_comparison(blocks, higher_is_better=True, metric="m", unit="u", n_bootstrap=0,
+                                  margin=0.02)
+        seq = sequential_decision(blocks, higher_is_better=True, min_blocks=8, max_blocks=8, margin=0.02)
         assert seq.critical_t == pytest.approx(stats.t.isf(0.025, 7), rel=0.01)
         assert seq.ci_low == pytest.approx(fixed.ci_low, rel=1e-3)
         assert seq.ci_high == pytest.approx(fixed.ci_high, rel=1e-3)
@@ -115,13 +118,55 @@ def test_single_look_reproduces_paired_comparison():
         assert seq.call == fixed.call and seq.stop
 
 
-def test_margin_is_the_aa_margin_of_the_blocks_so_far():
+def test_margin_is_fixed_before_the_first_look_never_the_blocks_aa():
+    # Issue 36: delta from the blocks' own A/A shrinks like the repeated CI, so an A/A could reach "equivalent"
+    # only about half the time whatever the budget; a sequential run's delta is now pre-registered: --margin,
+    # else a calibration file, else the 2 % default, the same at every look.
     rng = np.random.default_rng(4)
     blocks = simulate_blocks(7, noise_sd=0.03, seed=rng)
     d = sequential_decision(blocks, higher_is_better=True)
-    assert d.margin == aa_margin(blocks) and d.margin_source == "a/a"
-    assert sequential_decision(blocks[:2], higher_is_better=True).margin_source == "default"
+    assert (d.margin, d.margin_source) == (DEFAULT_SEQUENTIAL_MARGIN, "default") and d.margin != aa_margin(blocks)
+    assert sequential_decision(blocks[:2], higher_is_better=True).margin == d.margin
     assert sequential_decision(blocks, higher_is_better=True, margin=0.03).margin_source == "option"
+    cal = PreregisteredMargin(0.031, "calibration", file="aa.json", basis="ab A/A, 8 blocks")
+    d = sequential_decision(blocks, higher_is_better=True, margin=cal)
+    assert (d.margin, d.margin_source, d.margin_file, d.margin_basis) == (0.031, "calibration", "aa.json",
+                                                                          "ab A/A, 8 blocks")
+    assert "from the calibration aa.json (ab A/A, 8 blocks), fixed before the first look" in sequential_reason(d)
+    assert preregister(0.04, cal) == PreregisteredMargin(0.04, "option")  # --margin overrides --noise
+    assert preregister(None, cal) == cal and preregister(None).source == "default"
+
+
+def test_a_sequential_aa_with_a_preregistered_margin_reaches_equivalent():
+    # Crafted A/A blocks: control and candidate alternate around the same level, block log ratios within ±1 %.
+    rng = np.random.default_rng(5)
+    blocks = []
+    for i, r in enumerate([0.006, -0.008, 0.004, -0.003, 0.007, -0.005, 0.002, -0.006, 0.005, -0.004, 0.003, -0.002]):
+        a1, a2 = 1.0 + rng.uniform(-0.02, 0.02), 1.0 + rng.uniform(-0.02, 0.02)
+        b = math.exp(r + (math.log(a1) + math.log(a2)) / 2)
+        blocks.append(Block("ABBA", (a1, b, b, a2)) if i % 2 == 0 else Block("BAAB", (b, a1, a2, b)))
+    for n in range(1, 13):
+        d = sequential_decision(blocks[:n], higher_is_better=True, margin=0.02)
+        if d.stop:
+            break
+    assert (d.call, d.stop_reason, d.margin_source) == ("equivalent", "decided", "option") and d.n_blocks < 12
+    assert d.margin == 0.02 and d.ci_low > 1 / 1.02 and d.ci_high < 1.02
+
+
+def test_simulated_aa_reaches_equivalent_with_a_preregistered_margin_not_with_the_aa_one():
+    pre = simulate_sequential(200, design="auto", effect=1.0, noise_sd=0.015, seed=12)
+    old = simulate_sequential(200, design="auto", effect=1.0, noise_sd=0.015, margin="a/a", seed=12)
+    assert pre["equivalent"] >= 0.85 and old["equivalent"] <= 0.75 and pre["flagged"] <= 0.05 + 0.031
+
+
+def test_calibrated_margin_is_per_block_noise_floored_and_capped():
+    assert calibrated_margin(0.01, 8, file="f", basis="b").margin == pytest.approx(math.expm1(1.959964 * 0.01))
+    assert calibrated_margin(0.0, 3, file="f", basis="b").margin == 0.01
+    assert calibrated_margin(0.2, 3, file="f", basis="b").margin == 0.05
+    with pytest.raises(InputError, match="at least 3"):
+        calibrated_margin(0.01, 2, file="f", basis="b")
+    with pytest.raises(InputError, match="names its file"):
+        PreregisteredMargin(0.02, "calibration")
 
 
 def test_clear_effect_stops_early_and_faster():
@@ -236,6 +281,14 @@ def test_json_round_trip():
     d = sequential_step([0.01, 0.02, 0.015, 0.012], margin=0.02, metric="decode", unit="tokens/s")
     text = json.dumps(d.to_dict(), allow_nan=False)
     assert SequentialDecision.from_dict(json.loads(text)) == d
+    cal = sequential_step([0.01, 0.02, 0.015], margin=0.03, margin_source="calibration", margin_file="aa.json",
+                          margin_basis="ab A/A")
+    assert SequentialDecision.from_dict(json.loads(json.dumps(cal.to_dict()))) == cal
+    # version 2 (before margin_file and margin_basis) still loads, as version 3 with the two None
+    old = {k: v for k, v in d.to_dict().items() if k not in ("margin_file", "margin_basis")}
+    assert SequentialDecision.from_dict({**old, "schema_version": 2}) == d
+    with pytest.raises(InputError, match="schema_version"):
+        SequentialDecision.from_dict({**d.to_dict(), "schema_version": 1})
     with pytest.raises(InputError, match="unknown keys"):
         SequentialDecision.from_dict({**d.to_dict(), "extra": 1})
     with pytest.raises(InputError, match="call"):

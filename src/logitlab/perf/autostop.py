@@ -4,7 +4,9 @@ The statistics are :mod:`logitlab.perf.sequential` (group-sequential design,
 repeated CIs valid at any stopping time). This module adds what a run loop
 needs around it: the budget of blocks, a wall-clock budget, and, when the
 run is over, the fixed-size comparisons restated with the sequential call
-and the CI valid at the stop (:func:`~logitlab.perf.sequential.sequential_comparison`). Nothing here prints.
+and the CI valid at the stop (:func:`~logitlab.perf.sequential.sequential_comparison`). Its
+equivalence margin δ is fixed when it is built (:func:`~logitlab.perf.prereg.preregister`:
+``--margin``, else ``--noise``'s calibration, else the default), before the first look. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Callable, Sequence
 
 from logitlab.errors import InputError
 from logitlab.perf.paired import Block, PairedComparison
+from logitlab.perf.prereg import PreregisteredMargin, preregister
 from logitlab.perf.sequential import SequentialDecision, sequential_comparison, sequential_decision
 from logitlab.perf.spending import DEFAULT_MAX_BLOCKS, DEFAULT_MIN_BLOCKS, MAX_BUDGET
 
@@ -45,7 +48,10 @@ class AutoStop:
         max_time: wall-clock budget in seconds from construction, or None. The
             run stops at a look when one more block (at the mean block time so
             far) would end past it.
-        margin: equivalence margin δ; None: from the A/A slots of the blocks so far.
+        margin: equivalence margin δ (``--margin``), or None.
+        calibration: δ read from a calibration file (``--noise``), used when ``margin`` is None.
+        prereg: the δ of every look, fixed at construction (:func:`~logitlab.perf.prereg.preregister` of
+            ``margin`` and ``calibration``; the default when both are None); never from the blocks' A/A.
         higher_is_better: direction of the metric that drives the stop.
         metric, unit: its names, for the reasons.
         clock: seconds, monotonic (tests replace it).
@@ -61,11 +67,14 @@ class AutoStop:
     unit: str = ""
     clock: Callable[[], float] = time.monotonic
     budget_flag: str = "--max-repeats"
+    calibration: PreregisteredMargin | None = None
+    prereg: PreregisteredMargin = field(init=False)
     decision: SequentialDecision | None = field(default=None, init=False)
     time_up: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         check_auto_budget(self.max_blocks, self.max_time, flag=self.budget_flag)
+        self.prereg = preregister(self.margin, self.calibration)
         self._started = self.clock()
 
     def look(self, blocks: Sequence[Block], *, blocks_run: int) -> SequentialDecision:
@@ -78,7 +87,7 @@ class AutoStop:
         elapsed = self.clock() - self._started
         per_block = elapsed / max(blocks_run, 1)
         self.time_up = self.max_time is not None and elapsed + per_block > self.max_time
-        self.decision = sequential_decision(blocks, higher_is_better=self.higher_is_better, margin=self.margin,
+        self.decision = sequential_decision(blocks, higher_is_better=self.higher_is_better, margin=self.prereg,
                                             max_blocks=self.max_blocks, time_up=self.time_up, metric=self.metric,
                                             unit=self.unit)
         return self.decision
@@ -91,7 +100,7 @@ class AutoStop:
         decision that stopped the run; another metric gets its own repeated CI,
         valid at this stop too (the repeated CIs hold under any stopping rule).
         """
-        decision = sequential_decision(blocks, higher_is_better=comparison.higher_is_better, margin=self.margin,
+        decision = sequential_decision(blocks, higher_is_better=comparison.higher_is_better, margin=self.prereg,
                                        max_blocks=self.max_blocks, time_up=self.time_up, metric=comparison.metric,
                                        unit=comparison.unit)
         return sequential_comparison(comparison, decision), decision

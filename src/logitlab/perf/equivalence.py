@@ -62,8 +62,9 @@ STATUSES = ("regressed", "inconclusive", "unchanged", "improved")
 STATUS_OF_CALL = {"faster": "improved", "slower": "regressed", "equivalent": "unchanged",
                   "inconclusive": "inconclusive"}
 #: Where an equivalence margin came from: ``option``; ``a/a`` (the A/A blocks of the same
-#: experiment); ``noise`` (a ``bench calibrate`` profile); ``default``.
-MARGIN_SOURCES = ("option", "a/a", "noise", "default")
+#: experiment); ``noise`` (a ``bench calibrate`` profile); ``calibration`` (a sequential run's δ
+#: pre-registered from a calibration file, :mod:`logitlab.perf.prereg`); ``default``.
+MARGIN_SOURCES = ("option", "a/a", "noise", "calibration", "default")
 #: Relative equivalence margin used when neither an option nor A/A data give one.
 DEFAULT_MARGIN = 0.02
 #: Floor of a calibrated margin (a relative change of 1 %).

@@ -270,7 +270,8 @@ class PairedComparison(PlainRecord):
         lower-is-better metrics).
     margin : float
         Relative equivalence margin delta (0.02 = 2 %).
-    margin_source : {'option', 'a/a', 'default'}
+    margin_source : {'option', 'a/a', 'default', 'calibration'}
+        ``'calibration'``: restated by a sequential run whose δ came from a calibration file.
     call : {'faster', 'slower', 'equivalent', 'inconclusive'}
         "faster" means better in the metric's direction
         (:func:`logitlab.perf.equivalence.three_way_call`).

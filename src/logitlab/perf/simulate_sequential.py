@@ -5,7 +5,8 @@ Three designs run on the same simulated machine model
 per-block level, drift over the budget, first-slot penalty):
 
 - ``'auto'``: :func:`logitlab.perf.sequential.sequential_decision` after
-  every block, stop at its first call (``--repeats auto``);
+  every block, stop at its first call (``--repeats auto``; δ pre-registered,
+  or ``margin='a/a'``: from the blocks' A/A, the rule it replaced);
 - ``'fixed'``: all ``max_blocks`` blocks, then
   :func:`logitlab.perf.paired.paired_comparison`;
 - ``'peek'``: the naive design: after every block from ``min_blocks`` on, a
@@ -23,10 +24,10 @@ import numpy as np
 from scipy import stats
 
 from logitlab.errors import check_choice
-from logitlab.perf.block_ratios import block_log_ratios
-from logitlab.perf.equivalence import CALLS
+from logitlab.perf.block_ratios import aa_margin, block_log_ratios
+from logitlab.perf.equivalence import CALLS, DEFAULT_MARGIN
 from logitlab.perf.paired import paired_comparison
-from logitlab.perf.sequential import sequential_decision
+from logitlab.perf.sequential import sequential_decision, sequential_step
 from logitlab.perf.simulate import check_experiments, simulate_blocks
 from logitlab.perf.spending import DEFAULT_MAX_BLOCKS, DEFAULT_MIN_BLOCKS
 
@@ -42,7 +43,7 @@ def simulate_sequential(
     design: str = "auto",
     max_blocks: int = DEFAULT_MAX_BLOCKS,
     min_blocks: int = DEFAULT_MIN_BLOCKS,
-    margin: float | None = None,
+    margin: float | str | None = None,
     alpha: float = 0.05,
     spending: str = "obrien-fleming",
     higher_is_better: bool = True,
@@ -59,9 +60,12 @@ def simulate_sequential(
         See the module docstring. Defaults to ``'auto'``.
     max_blocks, min_blocks : int, optional
         Budget (the fixed design's size) and first look. Defaults 12 and 3.
-    margin : float, optional
-        Equivalence margin; None: calibrated from the A/A slots of the blocks
-        analysed (``aa_margin``), as in a real run.
+    margin : float or 'a/a', optional
+        Equivalence margin. None: as in a real run (``'fixed'`` and ``'peek'``:
+        ``aa_margin`` of the blocks analysed; ``'auto'``: the pre-registered
+        default, :data:`~logitlab.perf.prereg.DEFAULT_SEQUENTIAL_MARGIN`).
+        ``'a/a'``: ``aa_margin`` of the blocks so far for ``'auto'`` too (the
+        rule before issue 36, for comparison; the default below 3 blocks).
     alpha, spending : optional
         Of the ``'auto'`` design (:func:`logitlab.perf.sequential.sequential_step`).
     higher_is_better : bool, optional
@@ -110,9 +114,15 @@ def _run_one(blocks: list, *, design: str, max_blocks: int, min_blocks: int, mar
              spending: str, higher_is_better: bool) -> tuple[str, int]:
     if design == "auto":
         for n in range(1, max_blocks + 1):
-            decision = sequential_decision(blocks[:n], higher_is_better=higher_is_better, margin=margin,
-                                           alpha=alpha, min_blocks=min_blocks, max_blocks=max_blocks,
-                                           spending=spending)
+            if margin == "a/a":
+                delta = aa_margin(blocks[:n], confidence=1.0 - alpha) or DEFAULT_MARGIN
+                decision = sequential_step(block_log_ratios(blocks[:n]), margin=delta, margin_source="a/a",
+                                           higher_is_better=higher_is_better, alpha=alpha, min_blocks=min_blocks,
+                                           max_blocks=max_blocks, spending=spending)
+            else:
+                decision = sequential_decision(blocks[:n], higher_is_better=higher_is_better, margin=margin,
+                                               alpha=alpha, min_blocks=min_blocks, max_blocks=max_blocks,
+                                               spending=spending)
             if decision.stop:
                 return decision.call, n
         raise AssertionError("the sequential rule must stop at max_blocks")  # pragma: no cover
@@ -124,5 +134,5 @@ def _run_one(blocks: list, *, design: str, max_blocks: int, min_blocks: int, mar
                 better = float(np.mean(x)) > 0.0 if higher_is_better else float(np.mean(x)) < 0.0
                 return ("faster" if better else "slower"), n
     result = paired_comparison(blocks, higher_is_better=higher_is_better, metric="simulated", unit="",
-                               margin=margin, n_bootstrap=0)
+                               margin=None if margin == "a/a" else margin, n_bootstrap=0)
     return result.call, max_blocks

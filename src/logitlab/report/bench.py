@@ -77,7 +77,8 @@ def _codes(names: list[str]) -> Rich:
 RUN_HEADER = ("metric", "control", "candidate", "ratio (95% CI)", "call", "δ", "MDE", "slot position")
 RUN_METHOD = ("Per block, log(candidate/control) over its ABBA/BAAB slots, so linear drift and a fixed slot bias "
               "cancel; geometric-mean ratio over blocks with a paired-t 95% CI (bootstrap as a cross-check); call "
-              "against δ (faster/slower/equivalent, else inconclusive), δ from the control's A/A slots unless given.")
+              "against δ (faster/slower/equivalent, else inconclusive), δ from the control's A/A slots unless given "
+              "(--blocks auto: fixed before the first look: --margin, else --noise's calibration, else 2 %).")
 
 
 def _p(p_value: float | None) -> str:

@@ -18,7 +18,7 @@ from logitlab.perf.sequential import SequentialDecision
 from logitlab.perf.spending import SPENDING_NAMES
 from logitlab.report.text import plural
 
-__all__ = ["paired_reason", "scenario_reason", "sequential_reason", "stopping_note"]
+__all__ = ["paired_reason", "scenario_reason", "sequential_reason", "margin_origin", "stopping_note"]
 
 
 def _pct(x: float) -> str:
@@ -114,7 +114,7 @@ def sequential_reason(d: SequentialDecision) -> str:
     """One paragraph with the numbers behind a sequential call (``--repeats auto``, ``--blocks auto``)."""
     call, stop_reason, n, min_blocks, max_blocks = d.call, d.stop_reason, d.n_blocks, d.min_blocks, d.max_blocks
     look, n_looks, alpha, spending, nominal = d.look, d.n_looks, d.alpha, d.spending, d.nominal_confidence
-    mean, sd, delta, margin_source = d.mean_log_ratio, d.sd_log_ratio, d.margin, d.margin_source
+    mean, sd, delta = d.mean_log_ratio, d.sd_log_ratio, d.margin
     metric, unit, higher_is_better = d.metric, d.unit, d.higher_is_better
     lo, hi = _log(d.ci_low), _log(d.ci_high)
     label = f"{metric} ({unit})" if metric and unit else (metric or unit or "metric")
@@ -134,7 +134,7 @@ def sequential_reason(d: SequentialDecision) -> str:
     ci = f"{100 * (1 - alpha):g}% repeated CI {math.exp(lo):.4g}-{math.exp(hi):.4g}"
     stats_text = (f"candidate/control geometric-mean {label} ratio {math.exp(mean):.4g}, {ci} (look {look} of "
                   f"{n_looks}: paired t at nominal {100 * nominal:.4g}%, df {n - 1}; valid at any stopping time)")
-    region = f"equivalence region {1 / (1 + delta):.4g}-{1 + delta:.4g} (delta {_pct(delta)}, from {margin_source})"
+    region = f"equivalence region {1 / (1 + delta):.4g}-{1 + delta:.4g} ({margin_origin(d)})"
     side = "above" if higher_is_better else "below"
     other = "below" if higher_is_better else "above"
     if call == "equivalent":
@@ -155,6 +155,18 @@ def sequential_reason(d: SequentialDecision) -> str:
 
 
 
+def margin_origin(d: SequentialDecision) -> str:
+    """Where a sequential decision's δ came from, as a phrase: ``"delta 2.0%, the default of a sequential run,
+    fixed before the first look"``; a calibration names its file and what it was measured on."""
+    origin = {"option": "from --margin, fixed before the first look",
+              "default": "the default of a sequential run, fixed before the first look",
+              "calibration": f"from the calibration {d.margin_file}"
+                             + (f" ({d.margin_basis})" if d.margin_basis else "") + ", fixed before the first look",
+              "a/a": "from the A/A slots of the blocks so far (a decision saved before δ was pre-registered)",
+              }.get(d.margin_source, f"from {d.margin_source}")
+    return f"delta {_pct(d.margin)}, {origin}"
+
+
 def stopping_note(d: SequentialDecision | None, blocks_run: int, mode_flag: str) -> str:
     """One line: the blocks run against the budget, why the run stopped, and what the CIs shown are."""
     if d is None:
@@ -165,4 +177,6 @@ def stopping_note(d: SequentialDecision | None, blocks_run: int, mode_flag: str)
            None: "stopped before a call"}[d.stop_reason]
     return (f"{mode_flag}: ran {blocks_run} of at most {d.max_blocks} blocks ({why}); sequential design with "
             f"{SPENDING_NAMES[d.spending]} alpha spending, looks after every block from {d.min_blocks}: the CIs "
-            f"and calls shown are {100 * (1 - d.alpha):g}% repeated CIs, valid at this stopping time")
+            f"and calls shown are {100 * (1 - d.alpha):g}% repeated CIs, valid at this stopping time; "
+            + (margin_origin(d) if d.margin_source == "a/a" else
+               f"delta {_pct(d.margin)} fixed before the first look ({d.margin_source})"))
