@@ -1,6 +1,7 @@
 """``python -m logitlab ab`` as a user runs it: exit codes, one-line errors, reports on disk."""
 
 import json
+import math
 import signal
 import subprocess
 import sys
@@ -206,3 +207,41 @@ def test_positions_past_the_run_are_refused_before_any_run(tmp_path):
     assert proc.stderr == ("error: --positions '0,25': 25 is past the run's last row 19 (12 prompt + 8 decode "
                            "rows)\n"), proc.stderr
     assert proc.stdout == "" and not (tmp_path / "runs.jsonl").exists()
+
+
+def test_repeats_auto_margin_is_preregistered_default_or_from_a_saved_aa(tmp_path):
+    """--repeats auto fixes δ before the first look: 2 % by default, or from a saved ab A/A given as --noise (the
+    real engine, the default control on both sides); a bad --noise file is one error line before any run."""
+    auto = ["--prompt", SHORT_PROMPT, "--tokens", "4", "--repeats", "auto", "--max-repeats", "3", "--warmup", "0",
+            "--quiet"]
+    first = logitlab("ab", *auto, "--json", "aa.json", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    data = json.loads((tmp_path / "aa.json").read_text())
+    decode = data["sequential"]["decode"]
+    assert (decode["margin"], decode["margin_source"], decode["margin_file"]) == (0.02, "default", None)
+    assert data["speed"]["decode"]["margin_source"] == "default"
+    assert "delta 2.0%, the default of a sequential run, fixed before the first look" in first.stdout
+    second = logitlab("ab", *auto, "--noise", "aa.json", "--json", "auto.json", "--markdown", "auto.md", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    decode = json.loads((tmp_path / "auto.json").read_text())["sequential"]["decode"]
+    sd = data["speed"]["decode"]["sd_log_ratio"]
+    assert (decode["margin_source"], decode["margin_file"]) == ("calibration", "aa.json")
+    assert decode["margin"] == pytest.approx(min(0.05, max(0.01, math.expm1(1.959964 * sd))), rel=1e-5)
+    assert decode["margin_basis"].startswith("ab A/A of llamacpp SmolLM2-135M-Instruct.Q4_1.gguf, 4 tokens, "
+                                             "session isolation, ")
+    assert "from the calibration aa.json (ab A/A of llamacpp" in (tmp_path / "auto.md").read_text()
+    two = {**data, "config": {**data["config"], "candidate": {**data["config"]["candidate"],
+                                                              "options": {"flash_attn": "1"}}}}
+    (tmp_path / "two.json").write_text(json.dumps(two))
+    (tmp_path / "bench.json").write_text(json.dumps({"kind": "bench-run", "schema_version": 2}))
+    for args, message in [
+        (["--noise", "missing.json"], "error: --noise file missing.json does not exist"),
+        (["--noise", "bench.json"], "error: --noise file bench.json holds a result of kind 'bench-run': ab is "),
+        (["--noise", "two.json"], "error: --noise file two.json is an ab of two different variants, not an A/A"),
+    ]:
+        proc = logitlab("ab", *auto, *args, "--log", "runs.jsonl", cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.startswith(message), proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs.jsonl").exists()
+    fixed = logitlab("ab", *SHORT, "--noise", "aa.json", cwd=tmp_path)
+    assert fixed.returncode == 2 and fixed.stderr == ("error: --noise is the pre-registered δ of --repeats auto; "
+                                                      "with --repeats 1 drop it (or give --margin)\n")

@@ -255,3 +255,71 @@ def test_run_decode_at_two_thread_counts(tmp_path):
     assert primary["call"] == expected, (primary["call"], lo, hi, bound)
     assert all(run["metric"] > 0 and run["max_rss_bytes"] > 50_000_000 for run in data["runs"])  # model loaded
     assert "logitlab bench run" in md.read_text()
+
+
+# --- --blocks auto: δ fixed before the first look (--margin, --noise FILE, else the 2 % default) ------------------
+
+
+def _noise_profile(path, *, time="real", scenarios=("sleep 0.01",)):
+    from logitlab.perf.calibration import NoiseProfile, ScenarioNoise
+
+    profile = NoiseProfile(runs=["r1.json", "r2.json"], format="hyperfine", confidence=0.95, time=time, scenarios={
+        name: ScenarioNoise(name=name, n_runs=3, aa_ratios=[1.01, 0.99], between_sd_log=0.01, within_sd_log=None,
+                            ratio_sd_log=0.0141, margin=0.028) for name in scenarios})
+    path.write_text(json.dumps(profile.to_dict()))
+
+
+def test_run_blocks_auto_takes_its_margin_from_a_saved_aa_or_the_default(tmp_path):
+    aa = in_process("run", "--control", "sleep 0.01", "--aa", "--blocks", "3", "--warmup", "0", "--quiet", "--json",
+                    "aa.json", cwd=tmp_path)
+    assert aa.returncode == 0, aa.stderr
+    r = in_process("run", "--control", "sleep 0.01", "--aa", "--blocks", "auto", "--max-blocks", "4", "--warmup",
+                   "0", "--quiet", "--noise", "aa.json", "--json", "auto.json", "--markdown", "auto.md", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    wall = json.loads((tmp_path / "auto.json").read_text())["sequential"]["wall"]
+    sd = json.loads((tmp_path / "aa.json").read_text())["comparisons"]["wall"]["sd_log_ratio"]
+    assert (wall["margin_source"], wall["margin_file"], wall["schema_version"]) == ("calibration", "aa.json", 3)
+    assert wall["margin"] == pytest.approx(min(0.05, max(0.01, np.expm1(1.959964 * sd))), rel=1e-5)
+    assert wall["margin_basis"].startswith("bench run --aa of 'sleep 0.01', 3 blocks, wall block sd ")
+    md = (tmp_path / "auto.md").read_text()
+    assert "from the calibration aa.json (bench run --aa of 'sleep 0.01'" in md and "fixed before the first look" in md
+    d = in_process("run", "--control", "sleep 0.01", "--aa", "--blocks", "auto", "--max-blocks", "3", "--warmup",
+                   "0", "--quiet", "--json", "default.json", cwd=tmp_path)
+    wall = json.loads((tmp_path / "default.json").read_text())["sequential"]["wall"]
+    assert (wall["margin"], wall["margin_source"], wall["margin_file"]) == (0.02, "default", None)
+    assert "delta 2.0%, the default of a sequential run, fixed before the first look" in d.stdout
+    _noise_profile(tmp_path / "noise.json")
+    p = in_process("run", "--control", "sleep 0.01", "--aa", "--blocks", "auto", "--max-blocks", "3", "--warmup",
+                   "0", "--quiet", "--noise", "noise.json", "--json", "profile.json", cwd=tmp_path)
+    wall = json.loads((tmp_path / "profile.json").read_text())["sequential"]["wall"]
+    assert (wall["margin"], wall["margin_source"]) == (0.028, "calibration"), p.stderr
+    assert "bench calibrate profile, scenario 'sleep 0.01' over 3 hyperfine runs, real time" == wall["margin_basis"]
+
+
+def test_bad_noise_files_are_refused_before_any_run(tmp_path):
+    aa = in_process("run", "--control", "true", "--aa", "--blocks", "3", "--warmup", "0", "--quiet", "--json",
+                    "aa.json", cwd=tmp_path)
+    assert aa.returncode == 0, aa.stderr
+    data = json.loads((tmp_path / "aa.json").read_text())
+    data["config"]["candidate"] = "false"
+    (tmp_path / "ab.json").write_text(json.dumps(data))
+    (tmp_path / "kind.json").write_text(json.dumps({"kind": "ab", "schema_version": 2}))
+    (tmp_path / "bad.json").write_text("{not json")
+    _noise_profile(tmp_path / "cpu.json", time="cpu")
+    _noise_profile(tmp_path / "many.json", scenarios=("a", "b"))
+    run = ["run", "--control", "touch ran", "--aa", "--warmup", "0", "--quiet"]
+    auto = [*run, "--blocks", "auto"]
+    for args, message in [
+        ([*auto, "--noise", "missing.json"], "error: --noise file missing.json does not exist"),
+        ([*auto, "--noise", "bad.json"], "error: --noise file bad.json is not valid JSON"),
+        ([*auto, "--noise", "kind.json"], "error: --noise file kind.json holds a result of kind 'ab': bench run is"),
+        ([*auto, "--noise", "ab.json"], "error: --noise file ab.json is a bench run of two different commands, not an"),
+        ([*auto, "--noise", "aa.json", "--metric", "t=([0-9.]+)", "--higher-is-better"],
+         "error: --noise file aa.json has no A/A of the metric 't'"),
+        ([*auto, "--noise", "cpu.json"], "error: --noise file cpu.json was calibrated on cpu time; bench run decides"),
+        ([*auto, "--noise", "many.json"], "error: --noise file many.json has 2 scenarios and none is named 'touch"),
+        ([*run, "--blocks", "4", "--noise", "aa.json"],
+         "error: --noise is the pre-registered δ of --blocks auto; with --blocks 4 drop it"),
+    ]:
+        one_line_error(in_process(*args, cwd=tmp_path), message)
+        assert not (tmp_path / "ran").exists(), args

@@ -31,7 +31,8 @@ from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
 @prompt_options("a built-in prose prompt")
 @click.option("--tokens", "n_decode", type=int, default=64, show_default=True, help="Greedy decode steps.")
 @positions_option
-@sequential_options("--repeats", default=5, each="slots", called="decode tokens/s")
+@sequential_options("--repeats", default=5, each="slots", called="decode tokens/s",
+                    noise="a saved ab A/A (ab --json, no --candidate)")
 @click.option("--warmup", type=int, default=1, show_default=True, help="Untimed runs per variant first.")
 @click.option("--isolation", type=click.Choice(ISOLATION_LEVELS), default="session", show_default=True,
               help="session: fresh session per slot on one engine per variant; engine: fresh engine object per "
@@ -59,7 +60,8 @@ from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
 @memory_check_option
 @threshold_options
 @click.option("--margin", type=float, default=None,
-              help="Equivalence margin δ for the speed call, as a fraction (0.02 = 2 %). Default: from the A/A.")
+              help="Equivalence margin δ for the speed call, as a fraction (0.02 = 2 %). Default: from the A/A "
+                   "(--repeats auto: --noise, else 2 %).")
 @click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
               help="Exit 1 when the A/B verdict (or the A/A) is worse than this.")
 @output_options()
@@ -117,14 +119,20 @@ def ab(**opts: Any) -> None:
 
 
 def _auto_budget(opts: dict[str, Any]) -> dict[str, Any]:
-    """--max-repeats / --max-time, which only --repeats auto takes."""
+    """--max-repeats / --max-time / --noise, which only --repeats auto takes (--noise's file read and checked)."""
+    from logitlab.experiments.ab_calibration import ab_calibration
+
     if opts["repeats"] != "auto":
         for flag, key in (("--max-repeats", "max_repeats"), ("--max-time", "max_time")):
             if opts[key] is not None:
                 raise InputError(f"{flag} is the budget of --repeats auto; with --repeats {opts['repeats']} "
                                  f"drop it")
+        if opts["noise_path"] is not None:
+            raise InputError(f"--noise is the pre-registered δ of --repeats auto; with --repeats {opts['repeats']} "
+                             "drop it (or give --margin)")
         return {}
-    return {"max_repeats": 12 if opts["max_repeats"] is None else opts["max_repeats"], "max_time": opts["max_time"]}
+    return {"max_repeats": 12 if opts["max_repeats"] is None else opts["max_repeats"], "max_time": opts["max_time"],
+            "calibration": ab_calibration(opts["noise_path"]) if opts["noise_path"] else None}
 
 
 def _run(config: Any, log_path: str, quiet: bool) -> tuple[Any, BaseException | None]:

@@ -43,13 +43,14 @@ class Duration(click.ParamType):
         return seconds
 
 
-def sequential_options(flag: str, *, default: int, each: str, called: str) -> Callable[[Any], Any]:
+def sequential_options(flag: str, *, default: int, each: str, called: str, noise: str) -> Callable[[Any], Any]:
     """The options of a run of ABBA/BAAB blocks that may stop sequentially, as one decorator: ``flag`` (a
     :class:`CountOrAuto` of blocks, ``default`` of them, each 4 timed ``each``; ``auto``: stop as soon as
     ``called`` is called faster, slower or equivalent), ``--max-<flag>`` (the budget of blocks of auto, 12 when
-    not given) and ``--max-time`` (a :class:`Duration`, the wall-clock budget of auto). What each command does
-    with them is its own (``ab`` refuses a budget without auto; ``bench run`` takes ``--max-time`` for fixed
-    blocks too)."""
+    not given), ``--max-time`` (a :class:`Duration`, the wall-clock budget of auto) and ``--noise FILE`` (auto's
+    equivalence margin δ, fixed before the first look, from a calibration of this machine: ``noise`` names the
+    files it takes; :mod:`logitlab.perf.prereg`). What each command does with them is its own (``ab`` refuses a
+    budget without auto; ``bench run`` takes ``--max-time`` for fixed blocks too)."""
     options = [
         click.option(flag, type=CountOrAuto(), default=default, show_default=True,
                      help=f"ABBA/BAAB blocks (4 timed {each} each), or 'auto': after each block a sequential rule "
@@ -59,6 +60,9 @@ def sequential_options(flag: str, *, default: int, each: str, called: str) -> Ca
                      help=f"Budget of blocks of {flag} auto.  [default: 12]"),
         click.option("--max-time", type=Duration(), default=None,
                      help=f"Wall-clock budget of {flag} auto, e.g. 10m: no block starts that would end past it."),
+        click.option("--noise", "noise_path", default=None, metavar="FILE",
+                     help=f"{flag} auto: δ fixed before the first look from a calibration of this machine, {noise} "
+                          "(--margin overrides it). Default δ of auto: 2 %, never the run's own A/A."),
     ]
 
     def decorate(func: Any) -> Any:

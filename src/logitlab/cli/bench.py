@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -35,13 +36,15 @@ def bench() -> None:
 @click.option("--candidate", default=None, metavar="CMD", help="Shell command of the candidate (B).")
 @click.option("--aa", is_flag=True, help="A/A: run the control on both sides; reports the false-positive rate "
                                          "and suggests δ.")
-@sequential_options("--blocks", default=10, each="runs", called="the primary metric")
+@sequential_options("--blocks", default=10, each="runs", called="the primary metric",
+                    noise="a saved bench run --aa --json result or a bench calibrate profile")
 @click.option("--warmup", type=int, default=1, show_default=True, help="Untimed runs per variant first.")
 @click.option("--randomize", is_flag=True, help="Seeded, balanced random order of block patterns.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --randomize and the bootstrap.")
 @metric_options(example="tokens_per_second=([0-9.]+)")
 @click.option("--margin", type=float, default=None,
-              help="Equivalence margin δ as a fraction (0.02 = 2 %). Default: from the control's A/A slots.")
+              help="Equivalence margin δ as a fraction (0.02 = 2 %). Default: from the control's A/A slots "
+                   "(--blocks auto: --noise, else 2 %).")
 @click.option("--timeout", type=float, default=None, help="Seconds per run; a run past it is killed and fails.")
 @click.option("--fail-on", type=click.Choice(["slower", "not-faster"]), default=None,
               help="Exit 1 when the call is slower (or anything but faster).")
@@ -88,6 +91,13 @@ def run_cmd(**opts: Any) -> None:
         metric_unit=opts["metric_unit"], higher_is_better=bool(opts["higher_is_better"]), aa=opts["aa"],
         margin=opts["margin"], timeout=opts["timeout"],
     )
+    if opts["noise_path"] is not None:  # read and checked before any run
+        from logitlab.perf.run_calibration import bench_run_calibration
+
+        if not config.auto:
+            raise InputError(f"--noise is the pre-registered δ of --blocks auto; with --blocks {config.blocks} drop "
+                             "it (or give --margin)")
+        config = dataclasses.replace(config, calibration=bench_run_calibration(opts["noise_path"], config))
     result, error = run_with_progress(lambda on_event: bench_run(config, on_event=on_event, log_path=log_path),
                                       quiet=opts["quiet"], first="bench run", describe=_run_progress)
     finish(result, error, opts, target=target, log_path=log_path,

@@ -46,6 +46,7 @@ from logitlab.numerics.topk_offsets import RowOffsets, on_normaliser, row_offset
 from logitlab.perf.autostop import AutoStop, check_auto_budget
 from logitlab.perf.design import CANDIDATE, CONTROL, Slot, ab_schedule
 from logitlab.perf.equivalence import check_margin
+from logitlab.perf.prereg import PreregisteredMargin
 
 from logitlab.experiments.ab_results import (  # noqa: F401  (re-exported)
     LOG_HEADER_FIELDS,
@@ -82,7 +83,9 @@ class AbConfig:
         escalate: repeat a failing A/A at stronger isolation levels.
         top_k: k of the top-k set agreement.
         thresholds: verdict thresholds.
-        margin: equivalence margin δ for the speed call (relative); None: from the A/A.
+        margin: equivalence margin δ for the speed call (relative); None: from the A/A (fixed repeats), else
+            ``calibration`` or the default (auto: fixed before the first look, :mod:`logitlab.perf.prereg`).
+        calibration: with auto, δ read from ``--noise FILE`` (:mod:`~logitlab.experiments.ab_calibration`).
         localize: when the A/A or A/B is not bit-exact, dump both sides of the first differing
             pair up to the first differing position and attach the dump-diff summary (llamacpp, hf).
         explain: when the A/B has flips or positions outside its noise floor, run
@@ -114,6 +117,7 @@ class AbConfig:
     max_repeats: int = 12
     max_time: float | None = None
     slot_timeout: float | None = None
+    calibration: PreregisteredMargin | None = None
 
     @property
     def auto(self) -> bool:
@@ -137,6 +141,9 @@ class AbConfig:
         parse_positions(self.positions)
         if self.margin is not None:
             check_margin(self.margin, option="--margin")
+        if self.calibration is not None and not self.auto:
+            raise InputError(f"--noise is the pre-registered δ of --repeats auto; with --repeats {self.repeats} "
+                             "drop it")
         if self.explain < 0:
             raise InputError(f"--explain-positions must be at least 1, got {self.explain}")
         if self.localize:
@@ -286,6 +293,7 @@ class AbExperiment(Experiment):
         for slot in slots:
             if cfg.auto and self.autostop is None and not slot.is_warmup:  # the clock starts with the blocks
                 self.autostop = AutoStop(max_blocks=cfg.max_repeats, max_time=cfg.max_time, margin=cfg.margin,
+                                         calibration=cfg.calibration,
                                          metric="decode tokens/s", unit="tokens/s")
             # Every run after the reference replays its tokens (a server may return fewer, merged tokens).
             n_decode = self.config.n_decode if self.reference is None else len(self.reference.generated)

@@ -37,6 +37,7 @@ from logitlab.perf.design import CANDIDATE, CONTROL, Block, ab_schedule
 from logitlab.perf.equivalence import check_margin
 from logitlab.perf.metrics import HIGHER, LOWER, Metrics, put_metric, ratio_metric, speed_metric
 from logitlab.perf.paired import PairedComparison, paired_comparison
+from logitlab.perf.prereg import PreregisteredMargin
 from logitlab.perf.process import compile_metric, metric_regex_fault, run_command
 from logitlab.perf.sequential import SequentialDecision
 from logitlab.runlog import RunLog, RunLogContents
@@ -127,7 +128,8 @@ class BenchRunConfig:
     aa : bool
         A/A mode: the control command on both sides.
     margin : float or None
-        Equivalence margin δ; None: calibrated from the control's A/A slots.
+        Equivalence margin δ; None: calibrated from the control's A/A slots (fixed blocks), else the
+        ``calibration`` or the default (``auto``: δ fixed before the first look, :mod:`logitlab.perf.prereg`).
     timeout : float or None
         Seconds per run.
     confidence : float
@@ -137,6 +139,9 @@ class BenchRunConfig:
         (:mod:`logitlab.perf.sequential`) on the primary metric says whether to stop.
     max_time : float or None
         With ``auto``: wall-clock budget in seconds (no block starts that would end past it).
+    calibration : PreregisteredMargin or None
+        With ``auto``: δ read from ``--noise FILE`` (:func:`logitlab.perf.run_calibration.bench_run_calibration`),
+        used when ``margin`` is None.
     """
 
     control: str
@@ -156,8 +161,13 @@ class BenchRunConfig:
     n_bootstrap: int = 9999
     auto: bool = False
     max_time: float | None = None
+    calibration: PreregisteredMargin | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.calibration, dict):  # read back from a run log's header
+            object.__setattr__(self, "calibration", PreregisteredMargin.from_dict(self.calibration))
+        if self.calibration is not None and not self.auto:
+            raise InputError(f"--noise is the pre-registered δ of --blocks auto; with --blocks {self.blocks} drop it")
         for name in ("control", "candidate"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
@@ -337,7 +347,9 @@ def _value(run: CommandRun, metric: str) -> float:
             "max_rss": float(run.max_rss_bytes)}.get(metric, run.metric)  # type: ignore[return-value]
 
 
-def _aa_report(blocks: list[list[CommandRun]], primary: PairedComparison, metric: str) -> AaReport:
+def _aa_report(blocks: list[list[CommandRun]], primary: PairedComparison, metric: str,
+               fixed: PairedComparison) -> AaReport:
+    """The A/A report; ``fixed``: the primary comparison before a sequential restatement (its A/A margin)."""
     log_ratios = []
     for slots in blocks:
         a = [_value(r, metric) for r in slots if r.variant == CONTROL]
@@ -346,7 +358,7 @@ def _aa_report(blocks: list[list[CommandRun]], primary: PairedComparison, metric
     arr = np.abs(np.array(log_ratios))
     fpr = {f"{100 * t:g}%": float(np.mean(arr >= math.log1p(t))) if arr.size else float("nan")
            for t in AA_THRESHOLDS}
-    suggested = primary.margin if primary.margin_source == "a/a" else None
+    suggested = fixed.margin if fixed.margin_source == "a/a" else None
     return AaReport(false_positive=primary.call in ("faster", "slower"), suggested_margin=suggested,
                     single_run_fpr=fpr, n_pairs=int(arr.size))
 
@@ -408,6 +420,7 @@ def bench_run(
     autostop = None
     if config.auto:
         autostop = AutoStop(max_blocks=config.blocks, max_time=config.max_time, margin=config.margin,
+                            calibration=config.calibration,
                             higher_is_better=_direction(config, config.primary), metric=config.primary,
                             unit=_unit(config, config.primary), budget_flag="--max-blocks")
     log = RunLog(log_path, BenchRunResult.KIND, {"config": dataclasses.asdict(config), "host": host}) \
@@ -546,6 +559,7 @@ def _analyse(config: BenchRunConfig, runs: list[CommandRun], host: dict[str, Any
                                            for r, v in zip(slots, row) if r.variant == variant])))
             for variant in (CONTROL, CANDIDATE)}
     sequential: dict[str, SequentialDecision] = {}
+    fixed_primary = comparisons.get(config.primary)
     if autostop is not None:
         for metric, comparison in list(comparisons.items()):
             comparisons[metric], sequential[metric] = autostop.restate(
@@ -553,7 +567,7 @@ def _analyse(config: BenchRunConfig, runs: list[CommandRun], host: dict[str, Any
     aa = None
     primary = comparisons.get(config.primary)
     if config.aa and primary is not None:
-        aa = _aa_report(valid, primary, config.primary)
+        aa = _aa_report(valid, primary, config.primary, fixed_primary)
     return BenchRunResult(config=dataclasses.asdict(config), runs=runs, failed_blocks=failed,
                           comparisons=comparisons, skipped_metrics=skipped, summaries=summaries, aa=aa, host=host,
                           error=error, sequential=sequential)
