@@ -1,7 +1,6 @@
 """``python -m logitlab ab`` as a user runs it: exit codes, one-line errors, reports on disk."""
 
 import json
-import math
 import signal
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import pytest
 
 from conftest import SHORT_PROMPT
 from logitlab.experiments.ab_results import analyse_speed
+from logitlab.perf.prereg import calibrated_margin
 from logitlab.report import read_result
 from logitlab.runlog import read_run_log
 
@@ -226,7 +226,7 @@ def test_repeats_auto_margin_is_preregistered_default_or_from_a_saved_aa(tmp_pat
     decode = json.loads((tmp_path / "auto.json").read_text())["sequential"]["decode"]
     sd = data["speed"]["decode"]["sd_log_ratio"]
     assert (decode["margin_source"], decode["margin_file"]) == ("calibration", "aa.json")
-    assert decode["margin"] == pytest.approx(min(0.05, max(0.01, math.expm1(1.959964 * sd))), rel=1e-5)
+    assert decode["margin"] == calibrated_margin(sd, 3, max_blocks=3, file="aa.json", basis="").margin
     assert decode["margin_basis"].startswith("ab A/A of llamacpp SmolLM2-135M-Instruct.Q4_1.gguf, 4 tokens, "
                                              "session isolation, ")
     assert "from the calibration aa.json (ab A/A of llamacpp" in (tmp_path / "auto.md").read_text()

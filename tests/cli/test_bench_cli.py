@@ -261,6 +261,7 @@ def test_run_decode_at_two_thread_counts(tmp_path):
 
 
 def _noise_profile(path, *, time="real", scenarios=("sleep 0.01",)):
+    """A bench calibrate profile (as it writes one) of hyperfine runs of these commands."""
     from logitlab.perf.calibration import NoiseProfile, ScenarioNoise
 
     profile = NoiseProfile(runs=["r1.json", "r2.json"], format="hyperfine", confidence=0.95, time=time, scenarios={
@@ -270,6 +271,8 @@ def _noise_profile(path, *, time="real", scenarios=("sleep 0.01",)):
 
 
 def test_run_blocks_auto_takes_its_margin_from_a_saved_aa_or_the_default(tmp_path):
+    from logitlab.perf.prereg import calibrated_margin
+
     aa = in_process("run", "--control", "sleep 0.01", "--aa", "--blocks", "3", "--warmup", "0", "--quiet", "--json",
                     "aa.json", cwd=tmp_path)
     assert aa.returncode == 0, aa.stderr
@@ -279,7 +282,7 @@ def test_run_blocks_auto_takes_its_margin_from_a_saved_aa_or_the_default(tmp_pat
     wall = json.loads((tmp_path / "auto.json").read_text())["sequential"]["wall"]
     sd = json.loads((tmp_path / "aa.json").read_text())["comparisons"]["wall"]["sd_log_ratio"]
     assert (wall["margin_source"], wall["margin_file"], wall["schema_version"]) == ("calibration", "aa.json", 3)
-    assert wall["margin"] == pytest.approx(min(0.05, max(0.01, np.expm1(1.959964 * sd))), rel=1e-5)
+    assert wall["margin"] == calibrated_margin(sd, 3, max_blocks=4, file="aa.json", basis="").margin
     assert wall["margin_basis"].startswith("bench run --aa of 'sleep 0.01', 3 blocks, wall block sd ")
     md = (tmp_path / "auto.md").read_text()
     assert "from the calibration aa.json (bench run --aa of 'sleep 0.01'" in md and "fixed before the first look" in md

@@ -157,14 +157,25 @@ def test_simulated_aa_reaches_equivalent_with_a_preregistered_margin_not_with_th
     pre = simulate_sequential(200, design="auto", effect=1.0, noise_sd=0.015, seed=12)
     old = simulate_sequential(200, design="auto", effect=1.0, noise_sd=0.015, margin="a/a", seed=12)
     assert pre["equivalent"] >= 0.85 and old["equivalent"] <= 0.75 and pre["flagged"] <= 0.05 + 0.031
+    # a margin calibrated from an A/A of the same noise: about 90 % of A/As equivalent, 2 % changes still called
+    cal = calibrated_margin(0.02, 12, max_blocks=12, file="aa.json", basis="simulated").margin
+    aa = simulate_sequential(200, design="auto", effect=1.0, noise_sd=0.02, margin=cal, seed=13)
+    two = simulate_sequential(200, design="auto", effect=1.02, noise_sd=0.02, margin=cal, seed=14)
+    assert aa["equivalent"] >= 0.8 and two["faster"] >= 0.7 and two["equivalent"] <= 0.15
 
 
-def test_calibrated_margin_is_per_block_noise_floored_and_capped():
-    assert calibrated_margin(0.01, 8, file="f", basis="b").margin == pytest.approx(math.expm1(1.959964 * 0.01))
-    assert calibrated_margin(0.0, 3, file="f", basis="b").margin == 0.01
-    assert calibrated_margin(0.2, 3, file="f", basis="b").margin == 0.05
+def test_calibrated_margin_is_what_the_budget_resolves_floored_and_capped():
+    # (c_K + z_0.95) block sds / sqrt(K): c_K the last look's boundary, so an A/A of that noise ends equivalent
+    # when its mean is within 1.645 standard errors of 0
+    c12 = spending_boundaries(min_blocks=3, max_blocks=12, statistic="t")[-1]
+    d = calibrated_margin(0.02, 8, max_blocks=12, file="f", basis="b")
+    assert d.margin == pytest.approx(math.expm1((c12 + 1.644854) * 0.02 / math.sqrt(12)))
+    assert (d.source, d.file, d.basis) == ("calibration", "f", "b") and 0.023 < d.margin < 0.025
+    assert calibrated_margin(0.0, 3, max_blocks=12, file="f", basis="b").margin == 0.01
+    assert calibrated_margin(0.2, 3, max_blocks=12, file="f", basis="b").margin == 0.05
+    assert calibrated_margin(0.02, 8, max_blocks=20, file="f", basis="b").margin < d.margin  # a larger budget
     with pytest.raises(InputError, match="at least 3"):
-        calibrated_margin(0.01, 2, file="f", basis="b")
+        calibrated_margin(0.01, 2, max_blocks=12, file="f", basis="b")
     with pytest.raises(InputError, match="names its file"):
         PreregisteredMargin(0.02, "calibration")
 

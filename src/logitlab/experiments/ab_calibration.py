@@ -4,7 +4,7 @@ The file is an ``ab --json`` result whose candidate is the control (an A/A:
 ``ab`` without ``--candidate``) with 3 or more blocks of decode tokens/s, the
 metric ``--repeats auto`` decides on. δ is
 :func:`~logitlab.perf.prereg.calibrated_margin` of its decode block log-ratio
-sd (1.96 block sds, 1 %-5 %); the record names the file and what it measured
+sd (the change the run's budget resolves at that noise, 1 %-5 %); the record names the file and what it measured
 (engine, variant, tokens, isolation, blocks, host). ``bench run`` results and
 ``bench calibrate`` profiles (times of commands and benchmark files, not an
 engine's tokens/s) are refused, as is an ``ab`` of two different variants.
@@ -24,13 +24,15 @@ from logitlab.perf.prereg import PreregisteredMargin, calibrated_margin, host_te
 __all__ = ["ab_calibration"]
 
 
-def ab_calibration(path: str) -> PreregisteredMargin:
+def ab_calibration(path: str, max_repeats: int) -> PreregisteredMargin:
     """δ for ``ab --repeats auto`` from the saved ``ab`` A/A ``path``.
 
     Parameters
     ----------
     path : str
         An ``ab --json`` result of an A/A.
+    max_repeats : int
+        The budget of blocks of the ``--repeats auto`` run to calibrate.
 
     Returns
     -------
@@ -61,7 +63,7 @@ def ab_calibration(path: str) -> PreregisteredMargin:
     basis = (f"ab A/A of {engine.get('engine', '?')}{' ' + model if model else ''}, {aa.config.get('n_decode')} "
              f"tokens, {aa.config.get('isolation')} isolation, {decode.n_blocks} blocks, decode block sd "
              f"{100 * (decode.sd_log_ratio or 0.0):.2f} %, {host_text(aa.manifest.get('host'))}")
-    return calibrated_margin(decode.sd_log_ratio, decode.n_blocks, file=path, basis=basis)
+    return calibrated_margin(decode.sd_log_ratio, decode.n_blocks, max_blocks=max_repeats, file=path, basis=basis)
 
 
 def _spec(variant: object) -> object:

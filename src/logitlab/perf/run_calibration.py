@@ -5,7 +5,8 @@ Two kinds of file calibrate a ``bench run`` (:mod:`logitlab.perf.prereg` has the
 - a saved ``bench run --aa --json`` result (kind ``'bench-run'``, the control
   command on both sides, 3 or more blocks): δ from the block log-ratio sd of the
   metric this run decides on (:func:`~logitlab.perf.prereg.calibrated_margin`:
-  1.96 block sds, 1 %-5 %); the metric must be in the file;
+  the change this run's budget resolves at that noise, 1 %-5 %); the metric
+  must be in the file;
 - a ``bench calibrate`` profile (kind ``'logitlab-bench-noise'``): the margin of
   the scenario named exactly as the control command (hyperfine names its
   scenarios by command), or of its only scenario, capped at 5 %; only for the
@@ -34,7 +35,7 @@ def bench_run_calibration(path: str, config: BenchRunConfig) -> PreregisteredMar
     path : str
         A ``bench run --aa --json`` result or a ``bench calibrate`` profile.
     config : BenchRunConfig
-        The run to calibrate: its primary metric (``config.primary``) and control command.
+        The run to calibrate: its primary metric (``config.primary``), control command and budget (``blocks``).
 
     Returns
     -------
@@ -71,7 +72,8 @@ def _from_aa_run(path: str, aa: BenchRunResult, config: BenchRunConfig) -> Prere
                          "--higher-is-better/--lower-is-better")
     basis = (f"bench run --aa of {aa.config.get('control')!r}, {comparison.n_blocks} blocks, "
              f"{metric} block sd {100 * (comparison.sd_log_ratio or 0.0):.2f} %, {host_text(aa.host)}")
-    return calibrated_margin(comparison.sd_log_ratio, comparison.n_blocks, file=path, basis=basis)
+    return calibrated_margin(comparison.sd_log_ratio, comparison.n_blocks, max_blocks=config.blocks, file=path,
+                             basis=basis)
 
 
 def _from_profile(path: str, profile: NoiseProfile, config: BenchRunConfig) -> PreregisteredMargin:
