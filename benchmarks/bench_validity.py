@@ -29,7 +29,12 @@ rate of each call and the blocks run (mean, 90th percentile). Targets: the
 sequential A/A false-positive rate <= 5 % (peeking must show the inflation);
 its power at the MDE >= the fixed design's (same power); on average >= 30 %
 fewer blocks than the fixed design at twice the MDE; the A/A called
-"equivalent" (not left inconclusive) in >= 80 % of runs.
+"equivalent" (not left inconclusive) in >= 80 % of runs with δ pre-registered at
+3 % (1.5x the fixed design's MDE). The sequential design's δ is fixed before the
+first look (logitlab.perf.prereg; default 2 %); a last table sets that beside δ
+from the A/A of the blocks so far (the rule before issue 36): the A/A
+"equivalent" rate, and at a true 2 % change the power and the share called
+"equivalent" (the price of a wider δ).
 
     python benchmarks/bench_validity.py [--experiments 1000] [--blocks 10] [--seed 0]
                                         [--part all|anchors|sequential] [--budget 12]
@@ -43,6 +48,7 @@ import time
 
 from logitlab.perf.anchors import METHODS, VALIDITY_SCENARIOS, score_methods
 from logitlab.perf.power import minimum_detectable_effect
+from logitlab.perf.prereg import calibrated_margin
 from logitlab.perf.simulate_sequential import simulate_sequential
 
 SHORT = ("logitlab", "MWU gbench", "t pyperf", "15% CI")
@@ -132,7 +138,8 @@ def sequential_part(args: argparse.Namespace) -> bool:
     print(f"\nbench_validity, optional stopping: {n} experiments per row; noise 2%/slot + 2%/block "
           f"(block log-ratio sd 2%); fixed design {fixed_n} blocks (MDE {100 * mde:.1f}% at 80% power); "
           f"auto = O'Brien-Fleming-type spending, looks after blocks 3..{budget}; peek = paired t after every "
-          f"block from 3, stop at the first p < 0.05, budget {budget}; margin from the A/A unless said")
+          f"block from 3, stop at the first p < 0.05, budget {budget}; fixed and peek: margin from the A/A; auto: "
+          f"margin pre-registered, 2% (the default)")
     print("rate = faster-or-slower share (FPR on A/A rows, power on effect rows); eq = 'equivalent' share; "
           "blocks = mean / 90th percentile blocks run\n")
     header = (f"{'scenario':28s} {'rate':5s} | {'fixed-' + str(fixed_n):>13s} | {'peek':>13s} {'blocks':>9s} | "
@@ -154,13 +161,7 @@ def sequential_part(args: argparse.Namespace) -> bool:
               f"{100 * p['flagged']:5.1f}% {100 * p['equivalent']:5.1f}% {p['mean_blocks']:5.1f}/{p['p90_blocks']:<3.0f} | "
               f"{100 * a['flagged']:5.1f}% {100 * a['equivalent']:5.1f}% {a['mean_blocks']:5.1f}/{a['p90_blocks']:<3.0f}",
               flush=True)
-    extra_rows = {}
-    for label, kw in (("A/A, --margin 2%", {"margin": 0.02}), ("A/A, --margin 3%", {"margin": 0.03})):
-        extra_rows[label] = simulate_sequential(n, design="auto", max_blocks=budget, effect=1.0,
-                                                seed=args.seed + 200, **SEQ_NOISE, **kw)
-        a = extra_rows[label]
-        print(f"{label:28s} {'FPR':5s} | {'':13s} | {'':13s} {'':9s} | {100 * a['flagged']:5.1f}% "
-              f"{100 * a['equivalent']:5.1f}% {a['mean_blocks']:5.1f}/{a['p90_blocks']:<3.0f}")
+    margins = margin_table(args, n, budget)
     pocock = {label: simulate_sequential(n, design="auto", max_blocks=budget, effect=effect, spending="pocock",
                                          seed=args.seed + 100 + i, **SEQ_NOISE, **extra)
               for i, (label, effect, extra) in enumerate(SEQ_SCENARIOS) if label in (
@@ -192,16 +193,40 @@ def sequential_part(args: argparse.Namespace) -> bool:
     ok &= met
     print(f"target  auto mean blocks at 2x MDE (4%) <= 70% of {fixed_n}: {two:.1f} ({100 * (1 - two / fixed_n):.0f}% "
           f"fewer) -> {'met' if met else 'MISSED'}")
-    for label, r in (("margin from the A/A", res["A/A, no drift"]["auto"]), *extra_rows.items()):
-        eq = r["equivalent"]
+    for label, (aa, _) in margins.items():
+        eq = aa["equivalent"]
         met = eq >= 0.80
-        if label == "margin from the A/A":
+        if label == "pre-registered 3%":
             ok &= met
-        print(f"target  auto A/A called equivalent within the budget >= 80% ({label}): {100 * eq:.1f}% "
-              f"(fixed-{fixed_n}: {100 * res['A/A, no drift']['fixed']['equivalent']:.1f}%) -> "
-              f"{'met' if met else 'MISSED'}")
+        print(f"{'target' if label == 'pre-registered 3%' else 'A/A eq'}  auto A/A called equivalent within the "
+              f"budget >= 80% (δ {label}): {100 * eq:.1f}% (fixed-{fixed_n}, δ from its A/A: "
+              f"{100 * res['A/A, no drift']['fixed']['equivalent']:.1f}%) -> {'met' if met else 'MISSED'}")
     print(f"\n{'all targets met' if ok else 'TARGET MISSED'} ({time.perf_counter() - started:.0f} s)")
     return ok
+
+
+def margin_rules(budget: int) -> tuple[tuple[str, float | str | None], ...]:
+    """The margins the last table compares: label -> simulate_sequential's margin."""
+    cal = calibrated_margin(SEQ_NOISE["noise_sd"], 12, max_blocks=budget, file="simulated", basis="").margin
+    return (("from the A/A (old rule)", "a/a"), ("pre-registered 2% (default)", None), ("pre-registered 3%", 0.03),
+            (f"calibrated, --noise ({100 * cal:.1f}%)", cal), ("one block's noise, 1.96 sd (4.0%)", 0.0400))
+
+
+def margin_table(args: argparse.Namespace, n: int, budget: int) -> dict[str, tuple[dict, dict]]:
+    """Sequential A/A and 2 % runs under each δ rule; prints one row per rule, returns label -> (A/A, 2 %)."""
+    print(f"\nδ fixed before the first look vs from the A/A of the blocks so far (auto, budget {budget}, "
+          f"same noise, no drift; calibrated: prereg.calibrated_margin of a 12-block A/A at this 2% block sd)")
+    print(f"{'δ':34s} | {'A/A rate':>8s} {'eq':>6s} {'blocks':>7s} | {'2% power':>8s} {'2% eq':>6s} {'blocks':>7s}")
+    out = {}
+    for label, margin in margin_rules(budget):
+        aa = simulate_sequential(n, design="auto", max_blocks=budget, effect=1.0, margin=margin,
+                                 seed=args.seed + 200, **SEQ_NOISE)
+        two = simulate_sequential(n, design="auto", max_blocks=budget, effect=1.02, margin=margin,
+                                  seed=args.seed + 300, **SEQ_NOISE)
+        out[label] = (aa, two)
+        print(f"{label:34s} | {100 * aa['flagged']:7.1f}% {100 * aa['equivalent']:5.1f}% {aa['mean_blocks']:7.1f} | "
+              f"{100 * two['flagged']:7.1f}% {100 * two['equivalent']:5.1f}% {two['mean_blocks']:7.1f}", flush=True)
+    return out
 
 
 if __name__ == "__main__":
