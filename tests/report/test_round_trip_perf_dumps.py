@@ -39,6 +39,34 @@ def test_bench_run_round_trip(tmp_path, sides):
     assert md.read_text().startswith(f"## logitlab bench run: **{result.primary.call}** (wall)")
 
 
+def test_bench_run_blocks_auto_with_a_calibration_round_trip_and_a_version_2_decision_still_loads(tmp_path):
+    import json
+
+    from logitlab.perf.commands import BenchRunResult
+    from logitlab.report import read_result
+
+    aa = logitlab("bench", "run", "--control", "sleep 0.01", "--aa", "--blocks", "3", "--warmup", "0", "-q",
+                  "--json", tmp_path / "aa.json")
+    assert aa.returncode == 0, aa.stderr
+    js, md = tmp_path / "run.json", tmp_path / "run.md"
+    proc = logitlab("bench", "run", "--control", "sleep 0.01", "--aa", "--blocks", "auto", "--max-blocks", "3",
+                    "--warmup", "0", "--noise", tmp_path / "aa.json", "-q", "--json", js, "--markdown", md)
+    assert proc.returncode == 0, proc.stderr
+    result = assert_round_trip(js, md, proc.stdout, tmp_path, BenchRunResult)
+    wall = result.sequential["wall"]
+    assert (wall.margin_source, wall.margin_file, wall.schema_version) == ("calibration", str(tmp_path / "aa.json"), 3)
+    # a result saved before δ was pre-registered: decisions of version 2, δ from the blocks' A/A
+    data = json.loads(js.read_text())
+    for decision in data["sequential"].values():
+        del decision["margin_file"], decision["margin_basis"]
+        decision.update(schema_version=2, margin_source="a/a")
+    (tmp_path / "v2.json").write_text(json.dumps(data))
+    old = read_result(tmp_path / "v2.json").sequential["wall"]
+    assert (old.schema_version, old.margin_source, old.margin_file) == (3, "a/a", None)
+    shown = logitlab("report", tmp_path / "v2.json")
+    assert shown.returncode == 0 and "from the A/A slots of the blocks so far, a decision saved before" in shown.stdout
+
+
 def test_bench_run_that_stopped_early_round_trip(tmp_path):
     """A partial result (a failing candidate, exit 2) renders again with its error and first failure."""
     from logitlab.perf.commands import BenchRunResult

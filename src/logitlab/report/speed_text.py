@@ -162,7 +162,7 @@ def margin_origin(d: SequentialDecision) -> str:
               "default": "the default of a sequential run, fixed before the first look",
               "calibration": f"from the calibration {d.margin_file}"
                              + (f" ({d.margin_basis})" if d.margin_basis else "") + ", fixed before the first look",
-              "a/a": "from the A/A slots of the blocks so far (a decision saved before δ was pre-registered)",
+              "a/a": "from the A/A slots of the blocks so far, a decision saved before δ was pre-registered",
               }.get(d.margin_source, f"from {d.margin_source}")
     return f"delta {_pct(d.margin)}, {origin}"
 
