@@ -5,10 +5,12 @@ float32 folder (the hf engine) and its two ORT GenAI models (fp32, int4), the tw
 ``tests/engines/test_llamacpp_builds.py`` (1.5-2.5 min each on 2 cores) and Gemma 3's de-quantised folder:
 about 5 minutes of a 2-core machine, while the suite around them leaves about 0.7 of a core idle (a load of
 ~1.3). With ``LOGITLAB_WARM_CACHES=1`` (the Makefile sets it), ``tests/conftest.py`` starts this file as a
-script when collection ends, at idle priority (``SCHED_IDLE``: it gets only the CPU time no test wants), and
-ends it with SIGINT when the session ends. A test that needs a folder still being built waits for it (the
-build lock of :func:`logitlab.engines.build_cache.exclusive`) instead of building it a second time; a warm-up
-that fails changes nothing (the test builds it and says why). Warm caches: every step is a cache hit (~1 s).
+script when collection ends, at idle priority (``SCHED_IDLE``: it gets only the CPU time no test wants, and a
+test's thread that wakes takes its core back at once) and on one core at most (one compile job, one thread
+for torch and OpenMP), and ends it with SIGINT when the session ends. A test that needs a folder still being
+built waits for it (the build lock of :func:`logitlab.engines.build_cache.exclusive`) instead of building it
+a second time; a warm-up that fails changes nothing (the test builds it and says why). On warm caches every
+step is a cache hit (~1 s).
 """
 
 from __future__ import annotations
@@ -45,12 +47,16 @@ def _steps():
             ("ORT GenAI fp32", lambda: built_model(model, {})),
             ("ORT GenAI int4", lambda: built_model(model, {"precision": "int4"})),
             ("llama.cpp library, installed release, generic",
-             lambda: build_library(release_source(llama_cpp_python_version()), GENERIC)),
-            ("llama.cpp library, previous release, generic", lambda: build_library(release_source(PREVIOUS), GENERIC)),
+             lambda: build_library(release_source(llama_cpp_python_version()), GENERIC, jobs=1)),
+            ("llama.cpp library, previous release, generic",
+             lambda: build_library(release_source(PREVIOUS), GENERIC, jobs=1)),
             ("hf de-quantised Gemma 3", lambda: dequantised_folder(Path(gemma_model_path())))]
 
 
 def main() -> int:
+    import torch
+
+    torch.set_num_threads(1)  # one core at most, like the builds' one compile job: the tests keep the other
     for name, step in _steps():
         start = time.monotonic()
         try:
@@ -81,7 +87,8 @@ def start() -> Path | None:
     _log = Path(tempfile.gettempdir()) / f"logitlab-warm-caches-{os.getpid()}.log"
     with open(_log, "wb") as handle:
         _background = subprocess.Popen([sys.executable, __file__], stdout=handle, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_idle)
+                                       stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_idle,
+                                       env={**os.environ, "OMP_NUM_THREADS": "1"})
     return _log
 
 
