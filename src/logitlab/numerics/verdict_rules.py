@@ -262,6 +262,15 @@ class Case:
 Check = Callable[[Case, list], "tuple[list[str], list[int]]"]
 
 
+def _worst(found: list[int], score: Callable[[int], float],
+           evidence: Callable[[int], str]) -> tuple[list[str], list[int]]:
+    """A check's answer: one evidence line on the position of ``found`` with the largest ``score``, and ``found``
+    itself; ``([], [])`` when ``found`` is empty."""
+    if not found:
+        return [], []
+    return [evidence(max(found, key=score))], found
+
+
 def nonfinite_mismatch(case: Case, outside: list[int]) -> tuple[list[str], list[int]]:
     """NaN/Inf in one run where the other has a number (or another non-finite)."""
     c = case.c
@@ -283,14 +292,12 @@ def localized_change(case: Case, outside: list[int]) -> tuple[list[str], list[in
         return [], []
     local = [i for i in range(case.n) if c.row_differing[i] and c.row_scaled_ulp[i] > t.max_ulp
              and c.row_differing[i] < LOCALIZED_FRACTION * c.n_vocab]
-    if not local:
-        return [], []
-    i = max(local, key=lambda j: c.row_max_abs_diff[j])
-    return [f"a change confined to a few entries at {len(local)} position(s) ({case.where(local)}); position "
-            f"{case.at(i)}: {c.row_differing[i]} of {c.n_vocab} entries differ "
-            f"({100 * c.row_differing[i] / c.n_vocab:.2g} % < {100 * LOCALIZED_FRACTION:g} %), by up to "
-            f"{_g(c.row_max_abs_diff[i])} ({_g(c.row_scaled_ulp[i])} ULP at row scale > max_ulp = {_g(t.max_ulp)}): reassociation moves "
-            "every logit of a row, not a few"], local
+    return _worst(local, lambda j: c.row_max_abs_diff[j], lambda i: (
+        f"a change confined to a few entries at {len(local)} position(s) ({case.where(local)}); position "
+        f"{case.at(i)}: {c.row_differing[i]} of {c.n_vocab} entries differ "
+        f"({100 * c.row_differing[i] / c.n_vocab:.2g} % < {100 * LOCALIZED_FRACTION:g} %), by up to "
+        f"{_g(c.row_max_abs_diff[i])} ({_g(c.row_scaled_ulp[i])} ULP at row scale > max_ulp = {_g(t.max_ulp)}): "
+        "reassociation moves every logit of a row, not a few"))
 
 
 def outside_floor(case: Case, outside: list[int]) -> tuple[list[str], list[int]]:
@@ -307,15 +314,16 @@ def outside_floor(case: Case, outside: list[int]) -> tuple[list[str], list[int]]
     limit = t.floor_factor * floor.value
     far = [i for i in range(case.n) if c.row_differing[i] and spreads[i] is not None and spreads[i] > limit
            and spread_ulps(c, i) > t.floor_factor * t.max_ulp]
-    if not far:
-        return [], []
-    i = max(far, key=lambda j: spreads[j])
-    at = next((f for f in case.flips if f["position"] == i), None)
-    what = (f" (an argmax flip {at['token_ref']!r} → {at['token_obs']!r} at reference margin "
-            f"{_g(at['margin_ref'])})" if at else "")
-    return [f"{len(far)} position(s) outside the noise floor ({case.where(far)}); position {case.at(i)}{what} "
-            f"moved {_g(spreads[i])} ({floor.statistic}), {case.factor(spreads[i])} the pair's p99 {_g(floor.value)} "
-            f"> floor_factor = {_g(t.floor_factor)}"], far
+
+    def evidence(i: int) -> str:
+        at = next((f for f in case.flips if f["position"] == i), None)
+        what = (f" (an argmax flip {at['token_ref']!r} → {at['token_obs']!r} at reference margin "
+                f"{_g(at['margin_ref'])})" if at else "")
+        return (f"{len(far)} position(s) outside the noise floor ({case.where(far)}); position {case.at(i)}{what} "
+                f"moved {_g(spreads[i])} ({floor.statistic}), {case.factor(spreads[i])} the pair's p99 "
+                f"{_g(floor.value)} > floor_factor = {_g(t.floor_factor)}")
+
+    return _worst(far, lambda j: spreads[j], evidence)
 
 
 def outside_row_floor(case: Case, outside: list[int]) -> tuple[list[str], list[int]]:
@@ -339,13 +347,10 @@ def outside_row_floor(case: Case, outside: list[int]) -> tuple[list[str], list[i
     far = [i for i in range(case.n) if c.row_differing[i] and c.row_std_diff[i] is not None
            and c.row_std_diff[i] > limit and row_ulps(c, i, c.row_std_diff[i]) > t.floor_factor * t.max_ulp
            and i not in outside]
-    if not far:
-        return [], []
-    i = max(far, key=lambda j: c.row_std_diff[j])
-    ratio = c.row_std_diff[i] / floor.value
-    return [f"{len(far)} position(s) whose whole row moved outside the noise floor ({case.where(far)}); position "
-            f"{case.at(i)}: Δ sd {_g(c.row_std_diff[i])}, {ratio:.3g}× the pair's p99 {_g(floor.value)} of the Δ sd "
-            f"of a row > floor_factor = {_g(t.floor_factor)}"], far
+    return _worst(far, lambda j: c.row_std_diff[j], lambda i: (
+        f"{len(far)} position(s) whose whole row moved outside the noise floor ({case.where(far)}); position "
+        f"{case.at(i)}: Δ sd {_g(c.row_std_diff[i])}, {c.row_std_diff[i] / floor.value:.3g}× the pair's p99 "
+        f"{_g(floor.value)} of the Δ sd of a row > floor_factor = {_g(t.floor_factor)}"))
 
 
 def row_outlier(case: Case, outside: list[int]) -> tuple[list[str], list[int]]:
@@ -368,12 +373,10 @@ def row_outlier(case: Case, outside: list[int]) -> tuple[list[str], list[int]]:
     far = [i for i in range(case.n) if c.row_differing[i] >= LOCALIZED_FRACTION * c.n_vocab and zs[i] is not None
            and zs[i] > t.outlier_z and row_ulps(c, i, zs[i] * c.row_std_diff[i]) > t.floor_factor * t.max_ulp
            and i not in outside]
-    if not far:
-        return [], []
-    i = max(far, key=lambda j: zs[j])
-    return [f"{len(far)} position(s) with one logit far outside its own row's noise ({case.where(far)}); position "
-            f"{case.at(i)}: an entry {_g(zs[i])} sd of the row's Δ from its mean (sd {_g(c.row_std_diff[i])}, "
-            f"max |Δ| {_g(c.row_max_abs_diff[i])}) > outlier_z = {_g(t.outlier_z)}"], far
+    return _worst(far, lambda j: zs[j], lambda i: (
+        f"{len(far)} position(s) with one logit far outside its own row's noise ({case.where(far)}); position "
+        f"{case.at(i)}: an entry {_g(zs[i])} sd of the row's Δ from its mean (sd {_g(c.row_std_diff[i])}, "
+        f"max |Δ| {_g(c.row_max_abs_diff[i])}) > outlier_z = {_g(t.outlier_z)}"))
 
 
 def far_without_floor(case: Case, outside: list[int]) -> tuple[list[str], list[int]]:
@@ -386,12 +389,10 @@ def far_without_floor(case: Case, outside: list[int]) -> tuple[list[str], list[i
     big = t.floor_factor * t.near_tie_margin
     far = [i for i in range(case.n) if c.row_differing[i] and spreads[i] is not None and spreads[i] > big
            and spread_ulps(c, i) > t.floor_factor * t.max_ulp and i not in outside]
-    if not far:
-        return [], []
-    i = max(far, key=lambda j: spreads[j])
-    return [f"{len(far)} position(s) moved far without a noise floor to judge them by ({case.where(far)}); "
-            f"position {case.at(i)} moved {_g(spreads[i])} ({floor.statistic}) > floor_factor × near_tie_margin = "
-            f"{_g(t.floor_factor)} × {_g(t.near_tie_margin)} (the fixed stand-in for the floor)"], far
+    return _worst(far, lambda j: spreads[j], lambda i: (
+        f"{len(far)} position(s) moved far without a noise floor to judge them by ({case.where(far)}); "
+        f"position {case.at(i)} moved {_g(spreads[i])} ({floor.statistic}) > floor_factor × near_tie_margin = "
+        f"{_g(t.floor_factor)} × {_g(t.near_tie_margin)} (the fixed stand-in for the floor)"))
 
 
 def confident_flips(case: Case, outside: list[int]) -> tuple[list[str], list[int]]:
