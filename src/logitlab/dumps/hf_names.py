@@ -29,7 +29,7 @@ quantities under one name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 #: Layout of a hooked tensor: ``tokens`` = ``(batch, tokens, ...)``; ``heads`` = ``(batch, heads, tokens,
@@ -182,22 +182,10 @@ GEMMA2 = NameTable("gemma2", ("gemma2",), _OUTSIDE,
 
 #: Gemma (``src/models/gemma.cpp``): Llama's layer (``post_attention_layernorm`` is the pre-FFN norm) with a
 #: scaled embedding, unpermuted Q/K, the residual sum named ``sa_out`` and GeGLU.
+_GEMMA_NAMES = {"q_proj": "Qcur", "k_proj": "Kcur", "ffn_inp": "sa_out", "<down_proj input>": "ffn_geglu"}
 GEMMA = NameTable(
     "gemma", ("gemma",), _OUTSIDE,
-    (Tap("input_layernorm", "output", "attn_norm"),
-     Tap("self_attn.q_proj", "output", "Qcur"),
-     Tap("self_attn.k_proj", "output", "Kcur"),
-     Tap("self_attn.v_proj", "output", "Vcur"),
-     Tap("self_attn.o_proj", "input", "kqv_out"),
-     Tap("self_attn.o_proj", "output", "attn_out"),
-     Tap("post_attention_layernorm", "input", "sa_out"),
-     Tap("post_attention_layernorm", "output", "ffn_norm"),
-     Tap("mlp.gate_proj", "output", "ffn_gate"),
-     Tap("mlp.act_fn", "output", "act_fn"),
-     Tap("mlp.up_proj", "output", "ffn_up"),
-     Tap("mlp.down_proj", "input", "ffn_geglu"),
-     Tap("mlp.down_proj", "output", "ffn_out"),
-     Tap("", "output", "l_out")),
+    tuple(replace(t, name=_GEMMA_NAMES.get(t.name, t.name)) for t in LLAMA.layer_taps),
     frozenset({"attn_out", "act_fn"}))
 
 #: Any other architecture: the modules of the tables above that it has, under their hf names (inputs get
