@@ -8,13 +8,12 @@ import click
 
 from logitlab.cli.auto_options import sequential_options
 from logitlab.cli.common import (EXIT_CHECK_FAILED, EXIT_OK, REQUIRE_CHOICES, finish, handle_errors, require_exit_code,
-                                 run_with_progress)
-from logitlab.cli.options import (check_memory, detection_option, memory_check_option, output_options,
-                                  positions_from, positions_option, prompt_from, prompt_inputs, prompt_options,
-                                  run_log_option, run_log_path, threshold_options, thresholds_from, variant_pair,
-                                  variant_pair_options)
+                                 run_experiment)
+from logitlab.cli.options import (check_memory, detection_option, memory_check_option, positions_from,
+                                  positions_option, prompt_from, prompt_inputs, prompt_options, run_log_path,
+                                  threshold_options, thresholds_from, variant_pair, variant_pair_options)
 from logitlab.cli.outputs import check_output_paths, report_paths
-from logitlab.cli.recording import record_options, record_target
+from logitlab.cli.recording import logged_run_options, record_target
 from logitlab.errors import InputError, check_at_least
 from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
 
@@ -64,9 +63,7 @@ from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
                    "(--repeats auto: --noise, else 2 %).")
 @click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
               help="Exit 1 when the A/B verdict (or the A/A) is worse than this.")
-@output_options()
-@record_options()
-@run_log_option("ab")
+@logged_run_options("ab")
 @handle_errors
 def ab(**opts: Any) -> None:
     """Counterbalanced A/B of two engine variants: bit-exactness, verdict, speed.
@@ -141,8 +138,7 @@ def _auto_budget(opts: dict[str, Any]) -> dict[str, Any]:
 def _run(config: Any, log_path: str, quiet: bool) -> tuple[Any, BaseException | None]:
     from logitlab.experiments.ab import AbExperiment
 
-    return run_with_progress(lambda on_event: AbExperiment(config, log_path=log_path, on_event=on_event).run(),
-                             quiet=quiet, first="loading", describe=_progress)
+    return run_experiment(AbExperiment, config, quiet=quiet, describe=_progress, log_path=log_path)
 
 
 def _progress(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:

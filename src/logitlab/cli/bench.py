@@ -12,9 +12,9 @@ import click
 
 from logitlab.cli.auto_options import sequential_options
 from logitlab.cli.common import EXIT_CHECK_FAILED, EXIT_OK, finish, handle_errors, run_with_progress
-from logitlab.cli.options import metric_name, metric_options, output_options, run_log_option, run_log_path
+from logitlab.cli.options import metric_name, metric_options, output_options, run_log_path
 from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
-from logitlab.cli.recording import record_options, record_result, record_target
+from logitlab.cli.recording import logged_run_options, record_options, record_result, record_target
 from logitlab.errors import InputError
 
 _FORMATS = ("gbench", "criterion", "pytest-benchmark", "pyperf", "hyperfine", "llama-bench")
@@ -48,9 +48,7 @@ def bench() -> None:
 @click.option("--timeout", type=float, default=None, help="Seconds per run; a run past it is killed and fails.")
 @click.option("--fail-on", type=click.Choice(["slower", "not-faster"]), default=None,
               help="Exit 1 when the call is slower (or anything but faster).")
-@output_options()
-@record_options()
-@run_log_option("bench-run")
+@logged_run_options("bench-run")
 @handle_errors
 def run_cmd(**opts: Any) -> None:
     """Run two shell commands in randomised, counterbalanced ABBA/BAAB blocks and compare them.

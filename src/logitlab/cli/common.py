@@ -122,6 +122,18 @@ def run_with_progress(run: Callable[[OnEvent], Any], *, quiet: bool, first: str,
         return keep_partial(lambda: run(on_event))
 
 
+def run_experiment(experiment: Callable[..., Any], config: Any, *, quiet: bool,
+                   describe: Callable[[str, dict], "dict[str, Any] | None"], first: str = "loading",
+                   **options: Any) -> tuple[Any, LogitlabError | None]:
+    """``experiment(config, on_event=..., **options).run()`` under a progress bar, as :func:`run_with_progress`.
+
+    ``experiment`` is an :class:`~logitlab.experiments.base.Experiment` class (``options``: its other keyword
+    arguments, e.g. ``log_path``); ``quiet``, ``describe`` and ``first`` as for :func:`run_with_progress`.
+    """
+    return run_with_progress(lambda on_event: experiment(config, on_event=on_event, **options).run(),
+                             quiet=quiet, first=first, describe=describe)
+
+
 def finish(result: Any, error: LogitlabError | None, opts: dict[str, Any], *, exit_code: Callable[[Any], int],
            target: Any = NO_RECORD, log_path: str | None = None, interrupted: str | None = None) -> NoReturn:
     """The tail of a command that ran an experiment: write, show, record, then exit.

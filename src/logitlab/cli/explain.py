@@ -7,12 +7,12 @@ from typing import Any
 
 import click
 
-from logitlab.cli.common import EXIT_INTERRUPTED, EXIT_OK, finish, handle_errors, run_with_progress
+from logitlab.cli.common import EXIT_INTERRUPTED, EXIT_OK, finish, handle_errors, run_experiment
 from logitlab.cli.options import (check_memory, memory_check_option, output_options, prompt_from, prompt_inputs,
                                   prompt_options, threshold_options, thresholds_from, variant_pair,
                                   variant_pair_options)
 from logitlab.cli.outputs import check_output_paths, report_paths
-from logitlab.errors import Interrupted, LogitlabError
+from logitlab.errors import Interrupted
 
 
 @click.command()
@@ -54,7 +54,7 @@ def explain(**opts: Any) -> None:
       logitlab explain --k 4 --tokens 32
       logitlab explain --engine hf --control dtype=float32 --candidate dtype=bfloat16 --json why.json
     """
-    from logitlab.experiments.explain import ExplainConfig
+    from logitlab.experiments.explain import ExplainConfig, ExplainExperiment
 
     control, candidate = variant_pair(opts)
     config = ExplainConfig(
@@ -69,20 +69,13 @@ def explain(**opts: Any) -> None:
     check_memory(opts, "explain", [control] if config.candidate is None else [control, candidate], [config.prompt],
                  config.n_decode)
     try:
-        result, error = _run(config, opts["quiet"])
+        result, error = run_experiment(ExplainExperiment, config, quiet=opts["quiet"], describe=_progress,
+                                       first="explain: loading")
     except Interrupted:  # before the pair ran: nothing to write
         click.echo("error: interrupted before the pair ran; nothing was measured", err=True)
         sys.exit(EXIT_INTERRUPTED)
     finish(result, error, opts, interrupted="the positions explained so far are in the reports",
            exit_code=lambda _: EXIT_OK)
-
-
-def _run(config: Any, quiet: bool) -> tuple[Any, LogitlabError | None]:
-    """Run an :class:`~logitlab.experiments.explain.ExplainConfig` under a progress bar; ``(result, error)``."""
-    from logitlab.experiments.explain import ExplainExperiment
-
-    return run_with_progress(lambda on_event: ExplainExperiment(config, on_event=on_event).run(), quiet=quiet,
-                             first="explain: loading", describe=_progress)
 
 
 def _progress(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:

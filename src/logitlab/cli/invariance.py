@@ -8,7 +8,7 @@ from typing import Any, Callable
 import click
 
 from logitlab.cli.common import (EXIT_INTERRUPTED, REQUIRE_CHOICES, finish, handle_errors, require_exit_code,
-                                 run_with_progress)
+                                 run_experiment)
 from logitlab.cli.options import (check_memory, memory_check_option, output_options, prompt_from, prompt_inputs,
                                   prompt_options, threshold_options, thresholds_from)
 from logitlab.cli.outputs import check_output_paths, report_paths
@@ -175,8 +175,7 @@ def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
         return None
 
     try:
-        result, error = run_with_progress(lambda on_event: InvarianceProbe(config, on_event=on_event).run(),
-                                          quiet=opts["quiet"], first="loading", describe=describe)
+        result, error = run_experiment(InvarianceProbe, config, quiet=opts["quiet"], describe=describe)
     except Interrupted:  # while loading: nothing to write
         click.echo("error: interrupted before the probe ran; nothing was measured", err=True)
         sys.exit(EXIT_INTERRUPTED)

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from logitlab.cli.common import EXIT_INTERRUPTED, REQUIRE_CHOICES, finish, handle_errors, require_exit_code, \
-    run_with_progress
+    run_experiment
 from logitlab.cli.options import (detection_option, output_options, prompt_inputs, prompt_options, prompts_from,
                                   threshold_options, thresholds_from)
 from logitlab.cli.outputs import check_output_paths, report_paths
@@ -152,8 +152,7 @@ def matrix_command(**opts: Any) -> None:
         return None
 
     try:
-        result, error = run_with_progress(lambda on_event: InvarianceMatrix(config, on_event=on_event).run(),
-                                          quiet=opts["quiet"], first="loading", describe=describe)
+        result, error = run_experiment(InvarianceMatrix, config, quiet=opts["quiet"], describe=describe)
     except Interrupted:  # before any probe ran: nothing to write
         click.echo("error: interrupted before the matrix ran; nothing was measured", err=True)
         sys.exit(EXIT_INTERRUPTED)

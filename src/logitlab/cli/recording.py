@@ -1,7 +1,8 @@
 """``--record``: adding a command's result to the history (:mod:`logitlab.experiments.history.store`).
 
 :func:`record_options` adds ``--record [DIR]``, ``--machine``, ``--commit``
-and ``--repo``; :func:`record_target` resolves them before any work (so a bad
+and ``--repo`` (:func:`logged_run_options`: with the output options and
+``--log``); :func:`record_target` resolves them before any work (so a bad
 ``--repo`` fails first); :func:`record_result` adds the finished result.
 """
 
@@ -12,7 +13,7 @@ from typing import Any, Callable
 
 import click
 
-from logitlab.cli.options import apply_options
+from logitlab.cli.options import apply_options, output_options, run_log_option
 from logitlab.cli.outputs import probe_folder
 from logitlab.errors import InputError
 
@@ -57,6 +58,14 @@ def record_options(*, record_flag: bool = True) -> Callable[[Callable[..., Any]]
                      "for logitlab history show."))
         return apply_options(func, options)
     return decorate
+
+
+def logged_run_options(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The options of a command whose runs are logged as they finish and can be recorded (``ab``, ``verify``,
+    ``bench run``): :func:`~logitlab.cli.options.output_options`, :func:`record_options` and
+    :func:`~logitlab.cli.options.run_log_option` (``--log``; its default file is named after ``command``), in
+    that order."""
+    return lambda func: apply_options(func, [output_options(), record_options(), run_log_option(command)])
 
 
 def record_target(opts: dict[str, Any]) -> Any:

@@ -7,15 +7,15 @@ from typing import Any
 import click
 
 from logitlab.cli.common import (EXIT_CHECK_FAILED, REQUIRE_CHOICES, finish, handle_errors, require_exit_code,
-                                 run_with_progress)
-from logitlab.cli.options import (MODEL_HELP, check_memory, detection_option, memory_check_option, output_options,
-                                  positions_from, positions_option, prompt_inputs, prompt_options, prompts_from,
-                                  run_log_option, run_log_path, threshold_options, thresholds_from)
+                                 run_experiment)
+from logitlab.cli.options import (MODEL_HELP, check_memory, detection_option, memory_check_option, positions_from,
+                                  positions_option, prompt_inputs, prompt_options, prompts_from, run_log_path,
+                                  threshold_options, thresholds_from)
 from logitlab.cli.outputs import check_output_paths, report_paths
-from logitlab.cli.recording import record_options, record_target
+from logitlab.cli.recording import logged_run_options, record_target
 from logitlab.engines import DEFAULT_ENGINE
 from logitlab.engines.variant import parse_env, parse_variant
-from logitlab.errors import InputError, LogitlabError
+from logitlab.errors import InputError
 
 FALLBACK_CHOICES = ("redecode", "resync", "both")
 
@@ -107,9 +107,7 @@ def _guard_k(opts: dict) -> int:
               help="Exit 1 when the verdict over the K sweep is worse than this.")
 @click.option("--require-identical", is_flag=True,
               help="Exit 1 when a guarded run is not token-identical to M=1 greedy.")
-@output_options()
-@record_options()
-@run_log_option("verify")
+@logged_run_options("verify")
 @handle_errors
 def verify(**opts: Any) -> None:
     """Speculative-decoding verify probe: M=1 greedy vs M=K verify, K sweep, cause.
@@ -135,7 +133,7 @@ def verify(**opts: Any) -> None:
     'last' each prompt's last decode step.
     """
     from logitlab.experiments.prompts import builtin_prompts, load_prompts
-    from logitlab.experiments.verify.run import DEFAULT_KS, FALLBACKS, VerifyConfig
+    from logitlab.experiments.verify.run import DEFAULT_KS, FALLBACKS, VerifyConfig, VerifyExperiment
 
     prompts = prompts_from(opts, lambda: builtin_prompts("default"))
     guarded = _guard(opts["guard"]) is not None
@@ -163,17 +161,11 @@ def verify(**opts: Any) -> None:
         guard_safety=opts["guard_safety"], guard_fallbacks=FALLBACKS if fallback == "both" else (fallback,),
         calibration_prompts=tuple(calibration), detection=opts["detection"], positions=positions,
     )
-    result, error = _run(config, opts["quiet"], log_path)
+    result, error = run_experiment(VerifyExperiment, config, quiet=opts["quiet"], describe=_progress,
+                                   log_path=log_path)
     finish(result, error, opts, target=target, log_path=log_path,
            interrupted="the runs measured so far are in the reports and the log",
            exit_code=lambda r: _exit_code(r, opts["require"], opts["require_identical"]))
-
-
-def _run(config: Any, quiet: bool, log_path: str | None = None) -> tuple[Any, LogitlabError | None]:
-    from logitlab.experiments.verify.run import VerifyExperiment
-
-    return run_with_progress(lambda on_event: VerifyExperiment(config, on_event=on_event, log_path=log_path).run(),
-                             quiet=quiet, first="loading", describe=_progress)
 
 
 def _progress(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:
