@@ -21,7 +21,7 @@ from typing import Any, Callable
 import click
 
 from logitlab.formats import FORMATS
-from logitlab.numerics.verdict import Thresholds
+from logitlab.numerics.verdict import Thresholds, check_thresholds
 
 MODEL_HELP = "Model file (default: the embedded SmolLM2-135M Q4_1 GGUF)."
 
@@ -331,14 +331,7 @@ def thresholds_from(opts: dict[str, Any]) -> Thresholds:
     Raises:
         InputError: a threshold out of range (the message names it).
     """
-    from logitlab.errors import InputError
-
     names = ("max_ulp", "near_tie_margin", "offset_ratio", "floor_factor", "outlier_z", "min_positions")
-    try:
-        return Thresholds(**{name: opts[name] for name in names}, calibrate=not opts["fixed_thresholds"])
-    except InputError as exc:  # "threshold max_ulp must be ..." -> "--max-ulp must be ...", the option typed
-        message = str(exc).removeprefix("threshold ")
-        name = next((n for n in names if message.startswith(n + " ")), None)
-        if name is None:
-            raise
-        raise InputError("--" + name.replace("_", "-") + message[len(name):]) from None
+    values = {name: opts[name] for name in names}
+    check_thresholds(values, options={name: "--" + name.replace("_", "-") for name in names})
+    return Thresholds(**values, calibrate=not opts["fixed_thresholds"])

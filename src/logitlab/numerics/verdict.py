@@ -53,14 +53,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from logitlab.errors import InputError
 from logitlab.numerics.comparison import Comparison  # stdlib only: the CLI's help stays light
 from logitlab.numerics.verdict_rules import (LOCALIZED_FRACTION, Case, first_finding, is_offset, offset_statistics,
                                              scope_notes)
 
-__all__ = ["VERDICTS", "LOCALIZED_FRACTION", "Thresholds", "Verdict", "classify", "severity",
+__all__ = ["VERDICTS", "LOCALIZED_FRACTION", "Thresholds", "Verdict", "check_thresholds", "classify", "severity",
            "offset_statistics", "is_offset"]
 
 #: Verdict words in order of severity, harmless first.
@@ -150,17 +150,45 @@ class Thresholds:
     calibrate: bool = True
 
     def __post_init__(self):
-        for name in ("max_ulp", "near_tie_margin", "offset_ratio", "outlier_z"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise InputError(f"threshold {name} must be a number >= 0, got {value!r}")
-        if isinstance(self.floor_factor, bool) or not isinstance(self.floor_factor, (int, float)) \
-                or not self.floor_factor >= 1 or math.isinf(self.floor_factor):
-            raise InputError(f"threshold floor_factor must be a finite number >= 1, got {self.floor_factor!r}")
-        if isinstance(self.min_positions, bool) or not isinstance(self.min_positions, int) or self.min_positions < 2:
-            raise InputError(f"threshold min_positions must be an integer >= 2, got {self.min_positions!r}")
-        if not isinstance(self.calibrate, bool):
-            raise InputError(f"threshold calibrate must be true or false, got {self.calibrate!r}")
+        check_thresholds(dataclasses.asdict(self))
+
+
+def check_thresholds(values: Mapping[str, Any], *, options: Mapping[str, str] | None = None) -> None:
+    """Check the :class:`Thresholds` fields in ``values`` (a field absent is not checked).
+
+    Parameters
+    ----------
+    values : mapping
+        Field name -> value, as :class:`Thresholds` takes them.
+    options : mapping, optional
+        Field name -> the command-line option it came from (``{"max_ulp": "--max-ulp"}``), which the message
+        then names; a field not in it (or None) is named ``threshold <field>``.
+
+    Raises
+    ------
+    InputError
+        ``"<name> must be a number >= 0, got <value>"`` for ``max_ulp``, ``near_tie_margin``, ``offset_ratio``,
+        ``outlier_z``; a finite number >= 1 for ``floor_factor``; an integer >= 2 for ``min_positions``; true
+        or false for ``calibrate``.
+    """
+    def named(field_name: str) -> str:
+        return (options or {}).get(field_name, f"threshold {field_name}")
+
+    def bad(field_name: str, ok: Callable[[Any], bool]) -> bool:
+        return field_name in values and not ok(values[field_name])
+
+    def number(value: Any) -> bool:
+        return not isinstance(value, bool) and isinstance(value, (int, float))
+
+    for name in ("max_ulp", "near_tie_margin", "offset_ratio", "outlier_z"):
+        if bad(name, lambda v: number(v) and v >= 0):
+            raise InputError(f"{named(name)} must be a number >= 0, got {values[name]!r}")
+    if bad("floor_factor", lambda v: number(v) and v >= 1 and not math.isinf(v)):
+        raise InputError(f"{named('floor_factor')} must be a finite number >= 1, got {values['floor_factor']!r}")
+    if bad("min_positions", lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= 2):
+        raise InputError(f"{named('min_positions')} must be an integer >= 2, got {values['min_positions']!r}")
+    if bad("calibrate", lambda v: isinstance(v, bool)):
+        raise InputError(f"{named('calibrate')} must be true or false, got {values['calibrate']!r}")
 
 
 def _tdict(t: Thresholds) -> dict[str, Any]:
