@@ -130,8 +130,8 @@ def add_cmd(**opts: Any) -> None:
     from logitlab.report import read_result
 
     results = [read_result(path) for path in opts["results"]]  # every file is read before any is recorded
-    opts["record_dir"], opts["record_what"] = history_folder(opts["root"]), "history add"
-    target = record_target(opts)
+    opts["record_dir"] = history_folder(opts["root"])
+    target = record_target(opts, option="history add")
     for path, result in zip(opts["results"], results):
         if getattr(result, "error", None):
             raise InputError(f"{path} is a run that stopped early ({result.error}): a partial run is not recorded")

@@ -68,13 +68,14 @@ def logged_run_options(command: str) -> Callable[[Callable[..., Any]], Callable[
     return lambda func: apply_options(func, [output_options(), record_options(), run_log_option(command)])
 
 
-def record_target(opts: dict[str, Any]) -> Any:
+def record_target(opts: dict[str, Any], *, option: str = "--record") -> Any:
     """Where ``--record`` will write: folder, machine key, commit and commit date; None without ``--record``.
 
     The commit is ``--commit`` (or a command's ``--build-commit``), resolved
     to a full hash with its date in ``--repo`` when that is given, else kept
     as given (no date); without ``--commit``, ``HEAD`` of ``--repo`` (default:
-    the current folder).
+    the current folder). ``option``: what asked to record, as the message
+    about a missing commit names it (``history add`` records without ``--record``).
 
     Raises:
         InputError: ``--commit``/``--repo``/``--machine`` without ``--record``; a folder that cannot be
@@ -104,7 +105,7 @@ def record_target(opts: dict[str, Any]) -> Any:
         try:
             repo_path = require_repository(".", option="the current folder")
         except InputError:
-            raise InputError(f"{opts.get('record_what', '--record')} needs the engine's commit: pass --commit REV, "
+            raise InputError(f"{option} needs the engine's commit: pass --commit REV, "
                              "or --repo PATH (the current folder is not a git repository)") from None
     elif repo is not None:
         repo_path = require_repository(repo)
