@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,30 +22,23 @@ from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.topk import TopKRows, key_kind, rekey_by_text
 from logitlab.engines.variant import Variant
 from logitlab.engines.workload import RunOutput
-from logitlab.errors import EngineCrashed, EngineError, InputError, check_at_least
+from logitlab.errors import EngineCrashed, EngineError
 from logitlab.events import Event
 from logitlab.experiments import crossengine
+from logitlab.experiments.ab_config import AbConfig
 from logitlab.experiments.base import Experiment
 from logitlab.experiments.explain import ExplainConfig, ExplainExperiment
 from logitlab.experiments.inverse_controls import control, planted_token
-from logitlab.experiments.positions import parse_positions, select_rows, selection
-from logitlab.experiments.isolation import (
-    ISOLATION_LEVELS,
-    SlotRunner,
-    check_slot_timeout,
-    load_supervised,
-    stronger_isolation,
-)
+from logitlab.experiments.positions import select_rows, selection
+from logitlab.experiments.isolation import SlotRunner, load_supervised, stronger_isolation
 from logitlab.manifest import build_manifest, busy_machine_note  # noqa: F401  (re-exported)
-from logitlab.numerics import LogitComparison, Thresholds, Verdict, classify, compare_logits
+from logitlab.numerics import LogitComparison, Verdict, classify, compare_logits
 from logitlab.numerics.compare import check_top_k
 from logitlab.numerics.detection import DetectionLimits, detection_limits
 from logitlab.numerics.topk import TopKComparison, compare_topk
 from logitlab.numerics.topk_offsets import RowOffsets, on_normaliser, row_offsets
-from logitlab.perf.autostop import AutoStop, check_auto_budget
+from logitlab.perf.autostop import AutoStop
 from logitlab.perf.design import CANDIDATE, CONTROL, Slot, ab_schedule
-from logitlab.perf.equivalence import check_margin
-from logitlab.perf.prereg import PreregisteredMargin
 
 from logitlab.experiments.ab_results import (  # noqa: F401  (re-exported)
     LOG_HEADER_FIELDS,
@@ -59,105 +51,6 @@ from logitlab.experiments.ab_results import (  # noqa: F401  (re-exported)
     speed_blocks,
     worst_verdict,
 )
-
-
-@dataclass(frozen=True)
-class AbConfig:
-    """Everything that defines an ``ab`` experiment.
-
-    Attributes:
-        control, candidate: the two variants.
-        prompt: prompt text.
-        n_decode: greedy decode steps after the prompt (tokens).
-        repeats: ABBA/BAAB blocks (4 measured slots each), or ``"auto"``: after each block the
-            sequential rule (:mod:`logitlab.perf.sequential`, on decode tokens/s) says whether to stop.
-        max_repeats: budget of blocks with ``repeats="auto"``.
-        max_time: wall-clock budget in seconds with ``repeats="auto"`` (None: none).
-        slot_timeout: seconds a slot may take; past it the process that runs it (the slot's subprocess, or the
-            supervised engine's worker) is killed with every process it started, and the run is a crash
-            (``crashed`` for a candidate; for the control's reference run: no baseline, an error).
-        warmup: untimed runs per variant before the blocks.
-        isolation: ``session``, ``engine`` or ``process``.
-        randomize: seeded balanced random order of block patterns.
-        seed: seed for ``randomize`` and the bootstrap.
-        escalate: repeat a failing A/A at stronger isolation levels.
-        top_k: k of the top-k set agreement.
-        thresholds: verdict thresholds.
-        margin: equivalence margin δ for the speed call (relative); None: from the A/A (fixed repeats), else
-            ``calibration`` or the default (auto: fixed before the first look, :mod:`logitlab.perf.prereg`).
-        calibration: with auto, δ read from ``--noise FILE`` (:mod:`~logitlab.experiments.ab_calibration`).
-        localize: when the A/A or A/B is not bit-exact, dump both sides of the first differing
-            pair up to the first differing position and attach the dump-diff summary (llamacpp, hf).
-        explain: when the A/B has flips or positions outside its noise floor, run
-            :mod:`~logitlab.experiments.explain` on the pair (at most this many positions; 0: off).
-        self_check: run the inverse control after the blocks: the candidate once more with the prompt's last
-            token planted, which must change that position of its logits and none before it
-            (:mod:`~logitlab.experiments.inverse_controls`); a missed control makes the A/B vacuous.
-        detection: measure the detection limits of the verdict's run (:mod:`logitlab.numerics.detection`:
-            faults planted into a copy of the candidate run; about a second on the embedded model);
-            full-vocabulary comparisons only.
-        positions: the ``--positions`` spec (:mod:`logitlab.experiments.positions`): the rows of each measured
-            run kept and compared (full logits only); the others are dropped as each run returns.
-    """
-
-    control: Variant
-    candidate: Variant
-    prompt: str
-    n_decode: int = 64
-    repeats: int | str = 3
-    warmup: int = 1
-    isolation: str = "session"
-    randomize: bool = False
-    seed: int = 0
-    escalate: bool = True
-    top_k: int = 5
-    thresholds: Thresholds = field(default_factory=Thresholds)
-    margin: float | None = None
-    localize: bool = False
-    max_repeats: int = 12
-    max_time: float | None = None
-    slot_timeout: float | None = None
-    calibration: PreregisteredMargin | None = None
-
-    @property
-    def auto(self) -> bool:
-        return self.repeats == "auto"
-    explain: int = 0
-    detection: bool = True
-    self_check: bool = False
-    positions: str = "all"
-
-    def validate(self) -> None:
-        check_at_least("--tokens", self.n_decode, 1)
-        if isinstance(self.repeats, str) and not self.auto:
-            raise InputError(f"--repeats must be a number of blocks or 'auto', got {self.repeats!r}")
-        if self.auto:
-            check_auto_budget(self.max_repeats, self.max_time)
-        ab_schedule(self.max_repeats if self.auto else self.repeats, warmup=self.warmup)  # --repeats < 1, --warmup < 0
-        if self.isolation not in ISOLATION_LEVELS:
-            raise InputError(f"unknown --isolation {self.isolation!r}; valid: {', '.join(ISOLATION_LEVELS)}")
-        check_slot_timeout(self.slot_timeout, self.isolation, (self.control, self.candidate))
-        check_at_least("--top-k", self.top_k, 1)
-        parse_positions(self.positions)
-        if self.margin is not None:
-            check_margin(self.margin, option="--margin")
-        if self.calibration is not None and not self.auto:
-            raise InputError(f"--noise is the pre-registered δ of --repeats auto; with --repeats {self.repeats} "
-                             "drop it")
-        if self.explain < 0:
-            raise InputError(f"--explain-positions must be at least 1, got {self.explain}")
-        if self.localize:
-            from logitlab.engines import engine_class, engines_with
-
-            engines = {engine_class(v.engine).name for v in (self.control, self.candidate)}
-            if not all(engine_class(v.engine).supports("dump") for v in (self.control, self.candidate)):
-                raise InputError(f"--localize dumps tensors through {' or '.join(engines_with('dump'))} only; these "
-                                 f"variants use {', '.join(sorted(engines))}")
-
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["control"], data["candidate"] = self.control.to_dict(), self.candidate.to_dict()
-        return data
 
 
 class AbExperiment(Experiment):

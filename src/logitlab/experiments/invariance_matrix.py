@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 from logitlab.engines.base import SETTING_ABILITIES
 from logitlab.engines.variant import Variant
@@ -135,6 +135,10 @@ class MatrixConfig:
             :mod:`~logitlab.experiments.inverse_controls`); a probe that misses its control is vacuous.
     """
 
+    #: The command-line option of each setting the checks of :meth:`validate` name.
+    OPTIONS: ClassVar[dict[str, str]] = {"max_batch": "--max-batch", "runs": "--runs", "n_decode": "--tokens",
+                                         "top_k": "--top-k"}
+
     variant: Variant
     prompts: tuple[Prompt, ...]
     axes: tuple[str, ...] | None = None
@@ -151,8 +155,10 @@ class MatrixConfig:
     speed: Variant | None = None
     speed_repeats: int = 3
 
-    def validate(self) -> None:
-        """Raise InputError naming the bad value and the valid ones."""
+    def validate(self, names: Mapping[str, str] | None = None) -> None:
+        """Raise InputError naming the bad value and the valid ones: a setting as ``names`` calls it (by field:
+        a sweep's matrix file passes its keys), else by its option in :attr:`OPTIONS`."""
+        name = {**self.OPTIONS, **(names or {})}
         for axis in self.axes or ():
             if axis not in AXES:
                 raise InputError(f"unknown invariance axis {axis!r}; valid: {', '.join(AXES)}")
@@ -164,15 +170,15 @@ class MatrixConfig:
         if not self.prompts:
             raise InputError("the matrix needs at least one prompt")
         check_unique(self.prompts)
-        check_at_least("--max-batch", self.max_batch, 2, "B=1 is the prompt alone")
+        check_at_least(name["max_batch"], self.max_batch, 2, "B=1 is the prompt alone")
         if self.max_batch > MAX_BATCH_SIZE:
-            raise InputError(f"--max-batch must be at most {MAX_BATCH_SIZE}, got {self.max_batch}")
+            raise InputError(f"{name['max_batch']} must be at most {MAX_BATCH_SIZE}, got {self.max_batch}")
         check_buckets(self.buckets, self.bucket_cap)
-        check_at_least("--runs", self.runs, 2)
+        check_at_least(name["runs"], self.runs, 2)
         check_at_least("--background", self.background, 1)
-        check_at_least("--tokens", self.n_decode, 2 if "verify" in self.selected else 0,
+        check_at_least(name["n_decode"], self.n_decode, 2 if "verify" in self.selected else 0,
                        "the verify axis scores greedy tokens in blocks of K; leave it out of --axes for fewer")
-        check_at_least("--top-k", self.top_k, 1)
+        check_at_least(name["top_k"], self.top_k, 1)
         check_at_least("--speed-repeats", self.speed_repeats, 1)
 
     @property

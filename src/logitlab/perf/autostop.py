@@ -25,18 +25,20 @@ from logitlab.perf.spending import DEFAULT_MAX_BLOCKS, DEFAULT_MIN_BLOCKS, MAX_B
 __all__ = ["AutoStop", "check_auto_budget"]
 
 
-def check_auto_budget(max_blocks: int, max_time: float | None, *, flag: str = "--max-repeats") -> None:
+def check_auto_budget(max_blocks: int, max_time: float | None, *, flag: str = "--max-repeats",
+                      time_flag: str = "--max-time") -> None:
     """Validate a sequential budget.
 
     Raises:
-        InputError: ``max_blocks`` not an integer in [3, 100], or ``max_time`` not positive.
+        InputError: ``max_blocks`` not an integer in [3, 100], or ``max_time`` not positive (the message names
+            them ``flag`` and ``time_flag``).
     """
     if isinstance(max_blocks, bool) or not isinstance(max_blocks, int) or not \
             DEFAULT_MIN_BLOCKS <= max_blocks <= MAX_BUDGET:
         raise InputError(f"{flag} must be an integer from {DEFAULT_MIN_BLOCKS} (the first look) to {MAX_BUDGET}, "
                          f"got {max_blocks!r}")
     if max_time is not None and not (isinstance(max_time, (int, float)) and math.isfinite(max_time) and max_time > 0):
-        raise InputError(f"--max-time must be a positive duration, got {max_time!r}")
+        raise InputError(f"{time_flag} must be a positive duration, got {max_time!r}")
 
 
 @dataclass

@@ -210,32 +210,36 @@ class Slot:
         return self.block is None
 
 
-def schedule_patterns(repeats: int, *, randomize: bool = False, seed: int = 0) -> list[str]:
+def schedule_patterns(repeats: int, *, randomize: bool = False, seed: int = 0,
+                      option: str = "--repeats") -> list[str]:
     """Patterns of ``repeats`` blocks: alternating, or ABBA then a seeded balanced random order.
 
     Raises:
-        InputError: ``repeats`` < 1.
+        InputError: ``repeats`` < 1 (the message names it ``option``).
     """
     if repeats < 1:
-        raise InputError(f"--repeats must be at least 1, got {repeats}")
+        raise InputError(f"{option} must be at least 1, got {repeats}")
     if not randomize:
         return block_patterns(repeats)
     return ["ABBA"] + block_patterns(repeats - 1, order="random", first="BAAB", seed=seed)
 
 
-def ab_schedule(repeats: int, *, warmup: int = 1, randomize: bool = False, seed: int = 0) -> list[Slot]:
+def ab_schedule(repeats: int, *, warmup: int = 1, randomize: bool = False, seed: int = 0,
+                repeats_option: str = "--repeats", warmup_option: str = "--warmup") -> list[Slot]:
     """The full slot order: ``warmup`` untimed runs per variant, then the blocks.
 
     Raises:
-        InputError: ``repeats`` < 1 or ``warmup`` < 0.
+        InputError: ``repeats`` < 1 or ``warmup`` < 0 (the message names them ``repeats_option`` and
+            ``warmup_option``).
     """
     if warmup < 0:
-        raise InputError(f"--warmup must be 0 or more, got {warmup}")
+        raise InputError(f"{warmup_option} must be 0 or more, got {warmup}")
     slots: list[Slot] = []
     for _ in range(warmup):
         for variant in (CONTROL, CANDIDATE):
             slots.append(Slot(len(slots), variant, None, None, "warmup"))
-    for block, pattern in enumerate(schedule_patterns(repeats, randomize=randomize, seed=seed)):
+    for block, pattern in enumerate(schedule_patterns(repeats, randomize=randomize, seed=seed,
+                                                      option=repeats_option)):
         for position, variant in enumerate(SLOT_VARIANTS[pattern]):
             slots.append(Slot(len(slots), variant, block, position, pattern))
     return slots

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -404,35 +403,32 @@ def _validate(matrix: Matrix) -> None:
                 raise InputError(f"cell {cell.label!r}: {exc}") from None
     try:
         _validate_experiment(exp, cells[0], matrix.prompts)
-    except InputError as exc:  # the experiments name their CLI options (--tokens, --k); a matrix has keys
-        def key(option: re.Match) -> str:
-            name = "ks" if option.group(1) == "k" else option.group(1).replace("-", "_")
-            return name if name in _EXPERIMENT_KEYS else option.group(0)
-
-        raise InputError(f"matrix [experiment]: {re.sub(r'--([a-z][a-z-]*)', key, str(exc))}") from None
+    except InputError as exc:
+        raise InputError(f"matrix [experiment]: {exc}") from None
 
 
-#: The ``[experiment]`` keys an experiment's message may name as its CLI option (``--tokens`` -> ``tokens``,
-#: ``--k`` -> ``ks``).
-_EXPERIMENT_KEYS = ("tokens", "repeats", "warmup", "top_k", "max_repeats", "max_time", "margin", "seed", "runs",
-                    "max_batch", "ks")
+#: The ``[experiment]`` key of each setting of the experiments' configs, as their checks name it (instead of the
+#: CLI option: ``tokens``, not ``--tokens``).
+_EXPERIMENT_KEYS = {"n_decode": "tokens", **{key: key for key in ("repeats", "warmup", "top_k", "max_repeats",
+                                                                  "max_time", "margin", "runs", "max_batch", "ks")}}
 
 
 def _validate_experiment(exp: Any, first: Any, prompts: Any) -> None:
-    """The experiment's own checks of its configuration, on the first cell's variants (raise InputError)."""
-    from logitlab.experiments.ab import AbConfig
-    from logitlab.experiments.verify.run import VerifyConfig
+    """The experiment's own checks of its configuration, on the first cell's variants (raise InputError naming
+    the ``[experiment]`` key)."""
+    from logitlab.experiments.ab_config import AbConfig
+    from logitlab.experiments.verify.config import VerifyConfig
 
     if exp.kind == "ab":
         AbConfig(control=first.control, candidate=first.candidate, prompt=prompts[0].text,
                  n_decode=exp.tokens, repeats=exp.repeats, warmup=exp.warmup, isolation=exp.isolation,
                  randomize=exp.randomize, seed=exp.seed, escalate=exp.escalate, top_k=exp.top_k,
                  thresholds=exp.thresholds, margin=exp.margin, max_repeats=exp.max_repeats,
-                 max_time=exp.max_time).validate()
+                 max_time=exp.max_time).validate(_EXPERIMENT_KEYS)
     elif exp.kind == "verify":
         VerifyConfig(variant=first.candidate, prompts=prompts, ks=exp.ks, n_decode=exp.tokens,
-                     top_k=exp.top_k, thresholds=exp.thresholds).validate()
+                     top_k=exp.top_k, thresholds=exp.thresholds).validate(_EXPERIMENT_KEYS)
     else:
         from logitlab.experiments.sweep.job import matrix_config
 
-        matrix_config(exp, first.candidate, prompts).validate()
+        matrix_config(exp, first.candidate, prompts).validate(_EXPERIMENT_KEYS)
