@@ -5,7 +5,8 @@ or bad input (one ``error:`` line on stderr; results measured before the error
 are kept), 130 interrupted (Ctrl-C; results measured so far are written).
 
 ``ab``, ``verify``, ``explain`` and ``bench run`` build their config, then hand
-the run to :func:`run_with_progress` and the result to :func:`finish`, which
+the run to :func:`run_with_progress` (an experiment class to :func:`run_experiment`)
+and the result to :func:`finish`, which
 owns the tail they share: the reports in every format asked for, the terminal
 report, ``--record``, the run log's line, and the exit code. (``golden``,
 ``invariance``, ``bisect``, ``sweep`` and ``dump`` still write their own.)
