@@ -46,8 +46,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import ml_dtypes
 import numpy as np
+
+from logitlab.numerics.dtypes import as_dtype
 
 FORMAT_NAME = "logitlab-dump"
 SCHEMA_VERSION = 1
@@ -63,7 +64,7 @@ _LABEL = re.compile(r"^(?P<name>.+?)(?:#(?P<instance>\d+))?(?:-(?P<layer>\d+))?(
 
 def np_dtype(name: str) -> np.dtype:
     """numpy dtype for a dtype name (``bfloat16`` through ml_dtypes)."""
-    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+    return as_dtype(name)
 
 
 def is_int(value: Any) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from logitlab.errors import InputError
-from logitlab.numerics.ulp import SUPPORTED_DTYPES, ULP_NAN_MISMATCH, ulp_distance
+from logitlab.numerics.ulp import ULP_NAN_MISMATCH, supported, ulp_distance
 
 #: Upper edges (inclusive) of the ULP histogram bins: 0, 1, 2-4, 5-16, 17-256, >256.
 ULP_BIN_EDGES = (0, 1, 4, 16, 256)
@@ -142,7 +142,7 @@ def tensor_stats(reference: np.ndarray, observed: np.ndarray) -> TensorStats:
     if ref.dtype != obs.dtype:
         raise InputError(f"dtype mismatch: {ref.dtype} vs {obs.dtype}")
     is_int = ref.dtype == np.int32
-    if not is_int and ref.dtype not in SUPPORTED_DTYPES:
+    if not is_int and not supported(ref.dtype):
         raise InputError(f"unsupported dtype {ref.dtype}; supported: float32, float16, bfloat16, int32")
     if ref.size != obs.size:
         raise InputError(f"size mismatch: {ref.size} vs {obs.size} elements")

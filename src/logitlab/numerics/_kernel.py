@@ -21,8 +21,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import ml_dtypes
 
+from logitlab.numerics.dtypes import DtypeTable, as_dtype
 from logitlab.numerics.ulp import ulp_distance
 
 # ULP histogram: bin labels and the inclusive upper edge of each bin.
@@ -36,20 +36,17 @@ _EXP_CAP = 80.0
 # squares of 2**16 differences overflows float32; float16 is always finite-safe.
 _SAFE_EXP = 50
 # (bits dtype, sign bit, magnitude mask, bits of -inf, first unsafe magnitude) per input dtype
-_LAYOUT = {
+# (bfloat16's entries are added when one is met: logitlab.numerics.dtypes)
+_LAYOUT = DtypeTable({
     np.dtype(np.float32): (np.uint32, 0x80000000, 0x7FFFFFFF, 0xFF800000, (_SAFE_EXP + 127) << 23),
     np.dtype(np.float16): (np.uint16, 0x8000, 0x7FFF, 0xFC00, 0x7C00),
-    np.dtype(ml_dtypes.bfloat16): (np.uint16, 0x8000, 0x7FFF, 0xFF80, (_SAFE_EXP + 127) << 7),
-}
+}, (np.uint16, 0x8000, 0x7FFF, 0xFF80, (_SAFE_EXP + 127) << 7))
 
-_MANT = {
+# (nmant, minexp); bfloat16: 7 and -126 (ml_dtypes.finfo(bfloat16), the float32 exponent range)
+_MANT = DtypeTable({
     np.dtype(np.float32): (np.finfo(np.float32).nmant, np.finfo(np.float32).minexp),
     np.dtype(np.float16): (np.finfo(np.float16).nmant, np.finfo(np.float16).minexp),
-    np.dtype(ml_dtypes.bfloat16): (
-        ml_dtypes.finfo(ml_dtypes.bfloat16).nmant,
-        ml_dtypes.finfo(ml_dtypes.bfloat16).minexp,
-    ),
-}
+}, (7, -126))
 
 
 def spacing(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -60,7 +57,7 @@ def spacing(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     and the next representable one away from zero; the smallest subnormal
     below the normal range; NaN for infinite or NaN input.
     """
-    nmant, minexp = _MANT[np.dtype(dtype)]
+    nmant, minexp = _MANT[as_dtype(dtype)]
     x = np.asarray(x, dtype=np.float64)
     _, exp = np.frexp(x)  # x = m * 2**exp, 0.5 <= m < 1, so floor(log2 x) = exp - 1
     exp = np.where(x == 0, minexp, np.maximum(exp - 1, minexp))  # frexp(0) gives exp 0
