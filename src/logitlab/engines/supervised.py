@@ -28,6 +28,7 @@ Engines that already run out of process (the ``workload`` ability: ``cmd``,
 
 from __future__ import annotations
 
+import atexit
 import base64
 import json
 import mmap
@@ -59,6 +60,21 @@ CLOSE_TIMEOUT = 10.0
 #: (allocating them again costs about 1.2 ms per MB on a 2-core machine: 30 ms for 121 × 49,152 logits).
 KEEP_BUFFER_BYTES = 64 << 20
 _SHM = "/dev/shm"
+#: The prefix of a worker's folder (the worker removes only a folder so named).
+FOLDER_PREFIX = "logitlab-engine-"
+#: The worker folders this process made and has not removed yet; :func:`_remove_owned` removes them when the
+#: interpreter exits, so that a ``close`` whose reaping thread is cut off at exit, or a worker that crashed and
+#: was not started again, leaves nothing in ``/dev/shm`` (a worker removes its own folder when it is closed or
+#: its standard input ends: :mod:`logitlab.engines.supervised_worker`).
+_OWNED: set[Path] = set()
+
+
+@atexit.register
+def _remove_owned() -> None:
+    """Remove every worker folder this process still owns (at interpreter exit)."""
+    for folder in list(_OWNED):
+        shutil.rmtree(folder, ignore_errors=True)
+        _OWNED.discard(folder)
 
 
 def _reap(proc: subprocess.Popen | None, folder: Path | None, streams: Sequence[Any]) -> None:
@@ -78,6 +94,7 @@ def _reap(proc: subprocess.Popen | None, folder: Path | None, streams: Sequence[
             pass
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
+        _OWNED.discard(folder)
 
 
 class SupervisedEngine:
@@ -285,9 +302,10 @@ class SupervisedEngine:
     # -- the worker -----------------------------------------------------------------------------------
     def _start(self) -> None:
         if self._folder is None:
-            self._folder = Path(tempfile.mkdtemp(prefix="logitlab-engine-",
+            self._folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX,
                                                  dir=_SHM if os.path.isdir(_SHM) and os.access(_SHM, os.W_OK)
                                                  else None))
+            _OWNED.add(self._folder)
         read_fd, write_fd = os.pipe()
         self._stderr = open(self._folder / "stderr.log", "w+b")
         # the worker imports the adapter by "module:Class": it gets this process's import path, so that an

@@ -16,7 +16,10 @@ standard error, so that what native code prints cannot corrupt the answers):
   ``function(engine, *args)`` ran, its arguments unpickled from the file ``args`` and its return value pickled
   into the file ``out``; ``phase`` is written as the phase first. With ``events``, the function gets
   ``on_event=``: each of its calls is a line ``{"event": kind, "data": base64 pickle}`` before the answer.
-- ``{"op": "close"}`` → ``{"ok": true}``, then the worker exits 0.
+- ``{"op": "close"}`` → ``{"ok": true}``, then the worker removes its folder (the one ``PHASE_FILE`` is in) and
+  exits 0. When its standard input ends without a ``close`` — the parent exited or was killed — it removes its
+  folder and exits 0 too: a parent that cannot clean up (killed, or its reaping thread cut off at exit) leaves
+  nothing behind in ``/dev/shm``. A worker that crashes keeps its folder: the parent reads the evidence there.
 
 An error the engine raises is an answer ``{"ok": false, "type": "InputError" | "EngineError", "message"}``.
 Before every engine call the worker writes its phase (``load``, ``prefill``, ``decode step 17``, ``tokenize``)
@@ -34,6 +37,7 @@ import json
 import mmap
 import os
 import pickle
+import shutil
 import sys
 from typing import Any
 
@@ -83,6 +87,16 @@ class LogitsBuffer:
             self._map = mmap.mmap(self.fd, need)
             self.size = need
         return np.frombuffer(self._map, dtype=np.float32, count=int(np.prod(shape))).reshape(shape)
+
+
+def remove_folder(phase_file: str) -> None:
+    """Remove the worker's folder (the one ``phase_file`` is in) if it is a supervised engine's folder: the
+    worker is done with it and the parent no longer needs it (closed, or gone)."""
+    from logitlab.engines.supervised import FOLDER_PREFIX
+
+    folder = os.path.dirname(os.path.abspath(phase_file))
+    if os.path.basename(folder).startswith(FOLDER_PREFIX):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:
@@ -168,7 +182,11 @@ def main(argv: list[str]) -> int:
                 phase("close")
                 if engine is not None:
                     engine.close()
-                answer({"ok": True})
+                remove_folder(phase_file)
+                try:
+                    answer({"ok": True})
+                except OSError:  # the parent exited without waiting for the answer
+                    pass
                 return 0
             else:
                 answer({"ok": False, "type": "InternalError", "message": f"unknown request {op!r}"})
@@ -178,6 +196,7 @@ def main(argv: list[str]) -> int:
                                                                                  "LogitlabError"))
             answer({"ok": False, "type": kind, "message": str(exc)})
             phase("idle")
+    remove_folder(phase_file)  # standard input ended: the parent is gone (or done with this worker)
     return 0
 
 
