@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
-from scipy import stats
 
 from logitlab.errors import InputError
 from logitlab.perf.design import Block, block_patterns
@@ -122,6 +121,7 @@ def mann_whitney_anchor(control: Sequence[float], candidate: Sequence[float], *,
     ``scipy.stats.mannwhitneyu(control, candidate, alternative='two-sided')``
     as in google/benchmark ``tools/gbench/report.py`` (``calc_utest``).
     """
+    from scipy import stats
     a, b = _samples(control, candidate)
     p = float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
     return _result(a, b, lambda _: p < alpha, p, higher_is_better)
@@ -153,6 +153,7 @@ def student_t_anchor(control: Sequence[float], candidate: Sequence[float], *, hi
     ``scipy.stats.ttest_ind(control, candidate, equal_var=True)``, the test of
     psf/pyperf ``pyperf/_utils.py`` (``is_significant``, ``tscore``).
     """
+    from scipy import stats
     a, b = _samples(control, candidate)
     p = float(stats.ttest_ind(a, b, equal_var=True).pvalue)
     return _result(a, b, lambda _: p < alpha, p, higher_is_better)

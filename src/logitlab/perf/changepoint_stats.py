@@ -21,7 +21,6 @@ import warnings
 from typing import Sequence
 
 import numpy as np
-from scipy import stats
 
 __all__ = ["noise_sd", "hampel", "welch_p", "pelt", "merge_segments"]
 
@@ -127,6 +126,7 @@ def welch_p(a: np.ndarray, b: np.ndarray) -> float:
         fewer than 2 values on a side or a non-finite result; 0.0 or 1.0
         when both sides are constant (different or equal means).
     """
+    from scipy import stats
     if a.size < 2 or b.size < 2:
         return 1.0
     ma, mb = float(np.mean(a)), float(np.mean(b))

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
-from scipy import stats
 
 from logitlab.errors import InputError
 from logitlab.jsonio import PlainRecord, ResultRecord
@@ -263,6 +262,7 @@ def _interleaved(base: Scenario, cand: Scenario) -> list[tuple[np.ndarray, np.nd
 def _bootstrap_log_ratio(base: Scenario, cand: Scenario, confidence: float, n_resamples: int,
                          rng: np.random.Generator) -> tuple[np.ndarray, str]:
     """Bootstrap distribution of mean(log cand) - mean(log base), shape (n_resamples,)."""
+    from scipy import stats
     pairs = _interleaved(base, cand)
     if pairs is not None:
         diffs = np.array([c.mean() - b.mean() for b, c in pairs])
@@ -349,6 +349,7 @@ def compare_benchmarks(
     repetitions) and pyperf (Student t-test), a tiny but significant change
     is not a regression unless it clears the margin.
     """
+    from scipy import stats
     confidence, margin = _check_options(base, candidate, margin=margin, confidence=confidence,
                                         n_bootstrap=n_bootstrap)
     common, only_base, only_cand = _match_scenarios(base, candidate)
@@ -407,6 +408,7 @@ def _scenario_row(base: BenchmarkFile, candidate: BenchmarkFile, name: str, *, m
                   noise: NoiseProfile | None, confidence: float, n_bootstrap: int, rng: np.random.Generator,
                   z: float) -> dict[str, Any]:
     """One scenario's log ratio, margin, CI and p-value of "beyond the margin", before Holm's adjustment."""
+    from scipy import stats
     b, c = base.scenarios[name], candidate.scenarios[name]
     if b.unit != c.unit or b.higher_is_better != c.higher_is_better:
         raise InputError(f"scenario {name!r} is in {b.unit} in {base.path} but {c.unit} in {candidate.path}")

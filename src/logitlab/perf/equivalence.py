@@ -32,7 +32,6 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from logitlab.errors import InputError
 
@@ -143,6 +142,7 @@ def aa_margin_from_logs(aa: np.ndarray, confidence: float) -> float | None:
         aa: shape ``(n_blocks,)``, float64, natural-log units.
         confidence: in (0, 1).
     """
+    from scipy import stats
     n = aa.size
     if n < MIN_AA_BLOCKS:
         return None
@@ -161,6 +161,7 @@ def noise_margin(ratio_sd_log: float, confidence: float) -> float:
         ratio_sd_log: sd of the log ratio of two runs (natural-log units, >= 0).
         confidence: in (0, 1).
     """
+    from scipy import stats
     z = float(stats.norm.ppf(0.5 + confidence / 2.0))
     return max(MIN_AA_MARGIN, float(np.expm1(z * ratio_sd_log)))
 

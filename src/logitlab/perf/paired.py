@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 import numpy as np
-from scipy import stats
 
 from logitlab.errors import InputError, check_choice
 from logitlab.jsonio import PlainRecord, check_schema_version, from_fields  # noqa: F401  (from_fields re-exported)
@@ -74,6 +73,7 @@ class _TSummary:
 
 def _t_summary(x: np.ndarray, confidence: float) -> _TSummary:
     """Mean, sd (ddof 1), two-sided t CI (df n-1) and p-value of H0: mean = 0."""
+    from scipy import stats
     n = int(x.size)
     if n == 0:
         return _TSummary(0, None, None, None, None, None, False)
@@ -100,13 +100,18 @@ def _t_summary(x: np.ndarray, confidence: float) -> _TSummary:
     )
 
 
-_BOOTSTRAP_RNG_KW = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
+def _bootstrap_rng_kw() -> str:
+    """The name of ``scipy.stats.bootstrap``'s seed argument: ``rng`` (SciPy >= 1.15), ``random_state`` before."""
+    from scipy import stats
+
+    return "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
 
 
 def _bootstrap_ci(
     x: np.ndarray, confidence: float, n_resamples: int, seed: Any
 ) -> tuple[float | None, float | None, str | None]:
     """BCa bootstrap CI of the mean (percentile if BCa is not finite)."""
+    from scipy import stats
     if x.size < 2 or n_resamples == 0:
         return None, None, None
     if float(np.ptp(x)) <= DEGENERATE_SPREAD:
@@ -121,7 +126,7 @@ def _bootstrap_ci(
                 n_resamples=n_resamples,
                 method=method,
                 vectorized=True,
-                **{_BOOTSTRAP_RNG_KW: np.random.default_rng(seed)},
+                **{_bootstrap_rng_kw(): np.random.default_rng(seed)},
             )
         lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
         if math.isfinite(lo) and math.isfinite(hi):

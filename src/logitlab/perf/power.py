@@ -10,7 +10,6 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from logitlab.errors import InputError
 from logitlab.perf.design import check_count
@@ -35,6 +34,7 @@ def _check_sd(sd: Any) -> float:
 
 def mde_log(sd: float, n: int, alpha: float, power: float) -> float:
     """The MDE in log units: ``(t_{1-alpha/2, n-1} + t_{power, n-1}) * sd / sqrt(n)`` (n >= 2, unchecked)."""
+    from scipy import stats
     df = n - 1
     return (float(stats.t.ppf(1.0 - alpha / 2.0, df)) + float(stats.t.ppf(power, df))) * sd / math.sqrt(n)
 
@@ -106,6 +106,7 @@ def blocks_needed(sd: float, effect: float, *, alpha: float = 0.05, power: float
         On a bad ``sd``, ``effect`` zero, non-finite or <= -1, or ``alpha`` or
         ``power`` outside (0, 1).
     """
+    from scipy import stats
     sd = _check_sd(sd)
     _check_power_args(alpha, power)
     if (

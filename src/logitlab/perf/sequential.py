@@ -117,7 +117,6 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 import numpy as np
-from scipy import stats
 
 from logitlab.errors import InputError, check_choice
 from logitlab.jsonio import PlainRecord, check_schema_version
@@ -336,6 +335,7 @@ def sequential_step(
     >>> d.call, d.stop, d.stop_reason, d.n_blocks
     ('faster', True, 'decided', 6)
     """
+    from scipy import stats
     min_blocks, max_blocks = check_budget(min_blocks, max_blocks)
     alpha = check_alpha(alpha)
     spending = check_spending(spending)

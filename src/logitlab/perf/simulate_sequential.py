@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from logitlab.errors import check_choice
 from logitlab.perf.block_ratios import aa_margin, block_log_ratios
@@ -112,6 +111,7 @@ def simulate_sequential(
 
 def _run_one(blocks: list, *, design: str, max_blocks: int, min_blocks: int, margin: float | None, alpha: float,
              spending: str, higher_is_better: bool) -> tuple[str, int]:
+    from scipy import stats
     if design == "auto":
         for n in range(1, max_blocks + 1):
             if margin == "a/a":

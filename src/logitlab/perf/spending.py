@@ -19,7 +19,6 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from logitlab.errors import InputError, check_choice
 
@@ -153,6 +152,7 @@ def spent_alpha(fraction: float, *, alpha: float = 0.05, spending: str = "obrien
     InputError
         On a fraction outside [0, 1], a bad ``alpha`` or an unknown ``spending``.
     """
+    from scipy import stats
     alpha = check_alpha(alpha)
     check_spending(spending)
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float, np.floating)) or not 0.0 <= fraction <= 1.0:
