@@ -105,3 +105,17 @@ def test_a_new_command_is_one_registry_line(tmp_path, monkeypatch):
     assert "hello  Say hello." in listing.output and "extra_cmd" not in sys.modules
     assert CliRunner().invoke(group, ["hello"]).output == "hello\n"
     assert json.dumps(sorted(group.commands)) == '["hello"]'
+
+
+@pytest.mark.parametrize("args", [["ab", "--noise", "missing.json"], ["verify", "--prompts", "missing.jsonl"],
+                                  ["bench", "run", "--blocks", "0", "--", "true"]],
+                         ids=lambda a: " ".join(a[:2]))
+def test_a_bad_input_exit_imports_no_statistics(args, tmp_path):
+    """scipy.stats (~0.5 s quiet, ~1.8 s on a busy 2-core machine) is imported where a statistic is computed: a
+    command refused before any run does not pay it (nine perf modules imported it at module level)."""
+    code = ("import os\nos.chdir(" + repr(str(tmp_path)) + ")\nfrom logitlab.cli import main\n"
+            f"try:\n    main({args!r}, prog_name='logitlab')\nexcept SystemExit as e:\n"
+            "    assert e.code == 2, e.code\n"
+            "import sys\nprint('STATS=' + str('scipy.stats' in sys.modules), file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "error:" in done.stderr and "STATS=False" in done.stderr, done.stderr[-2000:]
