@@ -149,8 +149,8 @@ def test_dump_diff_of_an_empty_file_says_so(tmp_path):
 def test_dump_filters_that_capture_nothing_are_one_error_line(tmp_path):
     for i, (args, message) in enumerate([
         (["--names", "nomatch_*"], "error: --names nomatch_* matches no tensor; the graph has embd, "),
-        (["--positions", "100"], "error: --positions 100 matches no position: this run has positions 0-15 "
-                                 "(12 prompt + 4 decode tokens)"),
+        (["--positions", "100"], "error: --positions '100': 100 is past the run's last row 15 (12 prompt + 4 "
+                                 "decode rows)"),
         (["--layers", "99"], "error: --layers 99 matches no layer: the model has layers 0-29"),
         (["--max-bytes", "0", "-q"], "error: --max-bytes 0 B is smaller than the first tensor (embd, "),
     ]):
@@ -174,9 +174,9 @@ def test_a_dump_that_fails_before_writing_removes_only_the_folders_it_made(tmp_p
 
 
 @pytest.mark.parametrize("option, value, message", [
-    ("--positions", "0,,2", "error: --positions '0,,2' has an empty item"),
-    ("--positions", ",", "error: --positions ',' is empty"),
-    ("--positions", "99999999999999999999", "error: bad --positions item '99999999999999999999': beyond "),
+    ("--positions", "0,,2", "error: --positions '0,,2': an empty item is not a position spec; valid: all, prompt, "),
+    ("--positions", "", "error: --positions is empty; valid: all, prompt, decode, last, every:K, A, A-B, A- "),
+    ("--positions", "frist", "error: --positions 'frist': 'frist' is not a position spec; valid: all, prompt, "),
     ("--layers", "", "error: --layers '' is empty"),
     ("--names", "", "error: --names '' is empty"),
     ("--names", "[", "error: bad --names glob '[': '[' without a closing ']'"),
@@ -191,7 +191,11 @@ def test_malformed_filters_are_one_error_line_in_dump_and_dump_diff(tmp_path, op
 
 @pytest.mark.parametrize("args, message", [
     (["--layers", "99"], "error: --layers 99 matches no layer: the dumps have layers 0-3"),
-    (["--positions", "7-9"], "error: --positions 7-9 matches no position: the dumps have positions 0-2"),
+    (["--positions", "7-9"], "error: --positions '7-9': 7-9 is past the run's last row 2 (the dumps have "
+                             "positions 0-2)"),
+    (["--positions", "prompt"], "error: --positions 'prompt': 'prompt' needs to know where the prompt ends, which "
+                                "only a logitlab dump records (neither dump has a manifest); give position numbers: "
+                                "the dumps have positions 0-2"),
     (["--names", "nomatch*"], "error: --names nomatch* matches no tensor; the dumps have attn_norm, kqv_out, "),
     (["--names", "kqv_out", "--layers", "9,0-1"], None),
 ])
@@ -217,3 +221,42 @@ def test_dump_diff_of_a_dump_with_a_cut_short_manifest(tmp_path):
     assert proc.stderr.startswith(f"error: nothing could be compared between {a} and {b}: B: manifest.json of {b} "
                                   "is not valid JSON ("), proc.stderr
     assert "not a readable logitlab dump" in proc.stdout and "shapes" not in proc.stdout
+
+
+@pytest.mark.engine
+def test_dump_and_dump_diff_positions_are_the_spec_of_ab_with_its_rows_and_its_errors(tmp_path):
+    """``--positions`` of dump and dump-diff is ab's SPEC: a real dump of 12 prompt + 3 decode tokens keeps exactly
+    the rows ab keeps of such a run, dump-diff on a whole dump compares them, and a bad SPEC or a position past the
+    run is ab's error line, word for word."""
+    from logitlab.experiments.positions import parse_positions
+
+    n_prompt, n_decode = 12, 3  # SHORT_PROMPT is 12 tokens
+    whole = tmp_path / "whole"
+    proc = logitlab("dump", "--prompt", SHORT_PROMPT, "--tokens", str(n_decode), "--names", "result_output",
+                    "--out", str(whole), "-q")
+    assert proc.returncode == 0, proc.stderr
+    for i, spec in enumerate(["prompt,last", "decode", "every:5,1-2"]):
+        rows = parse_positions(spec).rows(n_prompt, n_decode).tolist()
+        out = tmp_path / str(i)
+        proc = logitlab("dump", "--prompt", SHORT_PROMPT, "--tokens", str(n_decode), "--names", "result_output",
+                        "--positions", spec, "--out", str(out), "-q")
+        assert proc.returncode == 0, proc.stderr
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert sorted({p for t in manifest["tensors"] for p in range(*t["positions"])}) == rows, spec
+        assert manifest["filter"]["positions_spec"] == spec and manifest["filter"]["positions"] == rows
+        report = tmp_path / f"{i}.json"
+        proc = logitlab("dump-diff", str(whole), str(whole), "--positions", spec, "--json", str(report), "-q")
+        assert proc.returncode == 0, proc.stderr
+        assert sorted({t["position"] for t in json.loads(report.read_text())["tensors"]}) == rows, spec
+    for spec in ["frist", "every:0", "0,25"]:
+        ab = logitlab("ab", "--prompt", SHORT_PROMPT, "--tokens", "8", "--positions", spec, "-q", cwd=tmp_path)
+        dump = logitlab("dump", "--prompt", SHORT_PROMPT, "--tokens", "8", "--positions", spec,
+                        "--out", str(tmp_path / "bad"), "-q")
+        one_error_line(ab, "--positions")
+        assert dump.returncode == 2 and dump.stderr == ab.stderr, (dump.stderr, ab.stderr)
+        assert not (tmp_path / "bad").exists()
+    assert ab.stderr == ("error: --positions '0,25': 25 is past the run's last row 19 (12 prompt + 8 decode "
+                         "rows)\n")
+    proc = logitlab("dump-diff", str(whole), str(whole), "--positions", "frist", "-q")
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --positions 'frist': 'frist' is not a position "
+                                                           "spec; valid: all, prompt, decode, last, every:K")

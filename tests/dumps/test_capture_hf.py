@@ -146,7 +146,7 @@ def test_max_bytes_stops_early_and_bad_filters_are_one_line_errors(hf_engine, tm
     assert "incomplete dump" in open_dump(tmp_path / "m").problems[0]
     cases = [
         (dict(select=TensorFilter.parse(positions="100")),
-         r"^--positions 100 matches no position: this run has positions 0-10 \(9 prompt \+ 2 decode tokens\)$"),
+         r"^--positions '100': 100 is past the run's last row 10 \(9 prompt \+ 2 decode rows\)$"),
         (dict(select=TensorFilter.parse(layers="99")), r"^--layers 99 matches no layer: the model has layers 0-29$"),
         (dict(select=TensorFilter.parse("nomatch_*")),
          r"^--names nomatch_\* matches no tensor; the graph has embd, attn_norm, q_proj, k_proj, Vcur, kqv_out, .*"

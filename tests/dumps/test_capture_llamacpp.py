@@ -105,7 +105,7 @@ def test_filters_that_keep_nothing_and_a_too_small_max_bytes_are_errors(tmp_path
     control = variant("", "control")
     cases = [
         (dict(select=TensorFilter.parse(positions="100")),
-         r"^--positions 100 matches no position: this run has positions 0-13 \(12 prompt \+ 2 decode tokens\)$"),
+         r"^--positions '100': 100 is past the run's last row 13 \(12 prompt \+ 2 decode rows\)$"),
         (dict(select=TensorFilter.parse(layers="99")), r"^--layers 99 matches no layer: the model has layers 0-29$"),
         (dict(select=TensorFilter.parse("nomatch_*")),
          r"^--names nomatch_\* matches no tensor; the graph has embd, .*attn_norm, .*\(20 names\)$"),

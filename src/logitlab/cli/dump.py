@@ -25,7 +25,10 @@ from logitlab.cli.outputs import check_output_paths, report_paths, show_report, 
 @click.option("--names", default=None, metavar="GLOB[,GLOB]",
               help="Tensor names to keep, e.g. 'attn_norm,kqv_out,ffn_out,l_out,result_*' (default: all named).")
 @click.option("--layers", default=None, metavar="RANGES", help="Layers to keep, e.g. 0-3,7 (default: all).")
-@click.option("--positions", default=None, metavar="RANGES", help="Token positions to keep, e.g. 0,10-12.")
+@click.option("--positions", default=None, metavar="SPEC",
+              help="Token positions to keep, the SPEC of ab and verify: all, prompt, decode, last (the run's last "
+                   "position), every:K, and position numbers A, A-B, A- (0 is the first prompt token's; "
+                   "comma-separated, united), e.g. 0,10-12 or prompt,last. Default: all.")
 @click.option("--max-bytes", default="2GB", show_default=True,
               help="Stop storing tensors past this size per variant (e.g. 500MB, 4GiB); the dump is marked "
                    "incomplete.")
@@ -143,7 +146,10 @@ def _capture_summary(result: Any) -> dict[str, Any]:
                    "Default: inferred.")
 @click.option("--names", default=None, metavar="GLOB[,GLOB]", help="Compare only these tensor names.")
 @click.option("--layers", default=None, metavar="RANGES", help="Compare only these layers.")
-@click.option("--positions", default=None, metavar="RANGES", help="Compare only these positions.")
+@click.option("--positions", default=None, metavar="SPEC",
+              help="Compare only these positions: the SPEC of dump, ab and verify (all, prompt, decode, last, "
+                   "every:K, A, A-B, A-). prompt and decode need a logitlab dump (its manifest says where the "
+                   "prompt ends); for raw files the last position is the largest either dump holds.")
 @click.option("--rows", type=click.IntRange(1), default=10, show_default=True,
               help="Differing tensors listed after the first divergence.")
 @click.option("--all", "all_tensors", is_flag=True, help="List every aligned tensor-position.")

@@ -271,13 +271,18 @@ class ManifestSaver:
 
 
 def check_capture_inputs(engine: Any, prompt_ids: Sequence[int], n_decode: int, replay: Sequence[int] | None,
-                         select: TensorFilter) -> list[int]:
-    """Check a capture's inputs before the engine runs; returns the positions the filter keeps.
+                         select: TensorFilter) -> tuple[TensorFilter, list[int]]:
+    """Check a capture's inputs before the engine runs.
+
+    Returns:
+        ``select`` with its ``--positions`` SPEC resolved against this run of ``len(prompt_ids)`` prompt and
+        ``n_decode`` decode positions (:meth:`TensorFilter.for_run`: the positions ``ab`` would keep), and the
+        positions it keeps, sorted.
 
     Raises:
         InputError: ``replay`` shorter than ``n_decode``, an empty prompt, more
             tokens than the engine's context (:func:`~logitlab.engines.base.check_fits`),
-            or ``--positions`` that keep none of the run's positions.
+            or ``--positions`` past the run's last position or keeping none of the run's positions.
     """
     if replay is not None and len(replay) < n_decode:
         raise InputError(f"replay has {len(replay)} tokens, {n_decode} needed")
@@ -285,11 +290,12 @@ def check_capture_inputs(engine: Any, prompt_ids: Sequence[int], n_decode: int, 
         raise InputError("the prompt has no tokens")
     n_total = len(prompt_ids) + n_decode
     check_fits(engine, len(prompt_ids), n_decode)
+    select = select.for_run(len(prompt_ids), n_decode)
     positions = [p for p in range(n_total) if select.keeps_position(p)]
     if not positions:
-        raise InputError(f"--positions {format_ranges(select.positions or ())} matches no position: this run has "
+        raise InputError(f"--positions {select.positions_text} matches no position: this run has "
                          f"positions 0-{n_total - 1} ({len(prompt_ids)} prompt + {n_decode} decode tokens)")
-    return positions
+    return select, positions
 
 
 def run_capture(

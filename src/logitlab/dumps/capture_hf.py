@@ -304,7 +304,7 @@ def capture_hf(
         transformers failed, or a tensor had an unexpected shape.
     """
     select = select or TensorFilter()
-    positions = check_capture_inputs(engine, prompt_ids, n_decode, replay, select)
+    select, positions = check_capture_inputs(engine, prompt_ids, n_decode, replay, select)
     capture = HfCapture(engine, select, Path(out_dir), max_bytes=max_bytes)
     return run_capture(engine, capture, prompt_ids, n_decode, positions, replay=replay, variant=variant,
                        on_event=on_event)

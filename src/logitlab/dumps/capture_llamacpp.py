@@ -392,7 +392,7 @@ def capture_llamacpp(
         llama.cpp failed, or tensors could not be assigned to positions.
     """
     select = select or TensorFilter()
-    positions = check_capture_inputs(engine, prompt_ids, n_decode, replay, select)
+    select, positions = check_capture_inputs(engine, prompt_ids, n_decode, replay, select)
     capture = LlamaCppCapture(engine, select, Path(out_dir), max_bytes=max_bytes)
     return run_capture(engine, capture, prompt_ids, n_decode, positions, replay=replay, variant=variant,
                        on_event=on_event)

@@ -124,9 +124,11 @@ def diff_dumps(left: Dump, right: Dump, *, select: TensorFilter | None = None,
     ------
     InputError
         A ``select`` option (``--names``, ``--layers``, ``--positions``)
-        matches none of the tensors of either dump, or together they keep none.
+        matches none of the tensors of either dump, or together they keep none;
+        a ``--positions`` SPEC that cannot be applied to the dumps
+        (:func:`positions_of_dumps`).
     """
-    select = select or TensorFilter()
+    select = positions_of_dumps(select or TensorFilter(), left, right)
     a_refs, b_refs = filter_refs(left.refs, select), filter_refs(right.refs, select)
     check_filter(select, left.refs + right.refs, kept=bool(a_refs or b_refs))
     problems = [f"A: {p}" for p in left.problems] + [f"B: {p}" for p in right.problems]
@@ -161,6 +163,35 @@ def diff_dumps(left: Dump, right: Dump, *, select: TensorFilter | None = None,
     return result
 
 
+def positions_of_dumps(select: TensorFilter, left: Dump, right: Dump) -> TensorFilter:
+    """``select`` with its ``--positions`` SPEC resolved against the run the dumps record.
+
+    A logitlab dump's manifest records the run: N prompt tokens (``prompt_ids``) and D decode steps
+    (``generated``), token positions 0 … N+D-1, so every word means what it means to ``ab`` (``prompt``: 0 … N-1,
+    ``decode``: N … N+D-1, ``last``: N+D-1); A's manifest counts, else B's. Raw files record positions only: the
+    run is taken as positions 0 … P (P the largest position in either dump), and ``prompt``/``decode``, which
+    need to know where the prompt ends, are refused. Dumps whose tensors have no positions keep everything.
+
+    Raises:
+        InputError: a position past the run's last one, a SPEC that selects none, or ``prompt``/``decode`` on
+            dumps that do not record the prompt (one line naming ``--positions``).
+    """
+    if select.resolved:
+        return select
+    held = {p for dump in (left, right) for ref in dump.refs for p in ref.positions}
+    manifest = next((d.manifest for d in (left, right) if d.manifest is not None and d.manifest.prompt_ids), None)
+    if manifest is not None:
+        return select.for_run(len(manifest.prompt_ids), len(manifest.generated))
+    if not held:
+        return TensorFilter(select.names, select.layers)
+    words = select.spec.split_words
+    if words:
+        raise InputError(f"--positions {select.spec.spec!r}: {words[0]!r} needs to know where the prompt ends, which "
+                         f"only a logitlab dump records (neither dump has a manifest); give position numbers: the "
+                         f"dumps have positions {format_ranges(held)}")
+    return select.for_run(max(held) + 1, 0, run=f"the dumps have positions {format_ranges(held)}")
+
+
 def filter_refs(refs: list[TensorRef], select: TensorFilter) -> list[TensorRef]:
     """The tensors ``select`` keeps (by name and layer, and by position when the tensor has any)."""
     def keep(ref: TensorRef) -> bool:
@@ -185,7 +216,7 @@ def check_filter(select: TensorFilter, refs: list[TensorRef], *, kept: bool) -> 
     check_filter_matches(select, list(dict.fromkeys((r.name, r.layer) for r in refs)), have="the dumps have")
     positions = {p for ref in refs for p in ref.positions}
     if select.positions is not None and positions and not select.positions & positions:
-        raise InputError(f"--positions {format_ranges(select.positions)} matches no position: the dumps have "
+        raise InputError(f"--positions {select.positions_text} matches no position: the dumps have "
                          f"positions {format_ranges(positions)}")
     if not kept:
         raise InputError("--names, --layers and --positions together keep no tensor of either dump")
@@ -196,4 +227,4 @@ def _sample(refs: list[TensorRef]) -> str:
     return ", ".join(labels[:3]) + (" ..." if len(labels) > 3 else "")
 
 
-__all__ = ["diff_dumps"]
+__all__ = ["diff_dumps", "positions_of_dumps"]

@@ -1,20 +1,28 @@
 """The tensor-filter grammar: which tensors a capture keeps, or a diff compares.
 
 ``--names`` takes comma-separated globs on a tensor's name, with or without its
-layer (``attn_*,l_out``, ``kq-0``); ``--layers`` and ``--positions`` take
-ranges (``0-3,7,10-12``). :meth:`TensorFilter.parse` turns the three option
-values into a :class:`TensorFilter`; a malformed value is an
-:class:`~logitlab.errors.InputError` that names its option.
+layer (``attn_*,l_out``, ``kq-0``); ``--layers`` takes ranges (``0-3,7,10-12``);
+``--positions`` takes the SPEC every command shares (:mod:`logitlab.positions`:
+``all``, ``prompt``, ``decode``, ``last``, ``every:K``, ``A``, ``A-B``, ``A-``),
+with the same meaning as in ``ab`` or ``verify``: a dump of N prompt tokens and
+D decode steps has token positions 0 … N+D-1, the prompt's 0 … N-1.
+:meth:`TensorFilter.parse` turns the three option values into a
+:class:`TensorFilter`; a malformed value is an
+:class:`~logitlab.errors.InputError` that names its option. A ``--positions``
+SPEC is resolved to position numbers once the run is known
+(:meth:`TensorFilter.for_run`: N and D of a capture, or of a dump's manifest).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from logitlab.dumps.format import format_label
-from logitlab.errors import InputError
+from logitlab.errors import InputError, InternalError
+from logitlab.positions import Positions, parse_positions
 
 
 # --------------------------------------------------------------------------- ranges
@@ -113,28 +121,59 @@ class TensorFilter:
             ``ffn_out``, ``result_output``) or with it (``kq-0``); empty = all.
         layers: layer numbers to keep; None = all. Tensors outside the layers
             (``embd``, ``result_output``) are kept whatever the layers.
-        positions: token positions to keep; None = all.
+        positions: token positions to keep; None = all (or, with ``spec``, not
+            resolved yet).
+        spec: the ``--positions`` SPEC these positions come from (None: no
+            spec, or ``all``); while ``positions`` is None it still needs the
+            run (:meth:`for_run`) before positions can be tested.
     """
 
     names: tuple[str, ...] = ()
     layers: frozenset[int] | None = None
     positions: frozenset[int] | None = None
+    spec: Positions | None = None
 
     @classmethod
     def parse(cls, names: str | Sequence[str] | None = None, layers: str | None = None,
               positions: str | None = None) -> "TensorFilter":
-        """Build from command-line text: ``names`` comma-separated globs, ``layers``/``positions`` ranges.
+        """Build from command-line text: ``names`` comma-separated globs, ``layers`` ranges, ``positions`` a
+        SPEC (:func:`logitlab.positions.parse_positions`, resolved later by :meth:`for_run`).
 
         None means everything; an empty value is an error.
 
         Raises:
-            InputError: an empty value or item, a malformed glob or range (naming the option).
+            InputError: an empty value or item, a malformed glob, range or SPEC (naming the option).
         """
         if isinstance(names, str):
             names = [names]
         patterns = tuple(_check_glob(p) for item in (names or ()) for p in _items(item, "--names", "globs like "
                                                                                     "'attn_*,l_out'"))
-        return cls(patterns, parse_ranges(layers, "--layers"), parse_ranges(positions, "--positions"))
+        spec = parse_positions(positions) if positions is not None else None
+        return cls(patterns, parse_ranges(layers, "--layers"), None, None if spec is None or spec.is_all else spec)
+
+    @property
+    def resolved(self) -> bool:
+        """Can positions be tested (no SPEC, or a SPEC already turned into positions)?"""
+        return self.spec is None or self.positions is not None
+
+    @property
+    def positions_text(self) -> str:
+        """The ``--positions`` value for messages: the SPEC as given, else the positions as ranges."""
+        return self.spec.spec if self.spec is not None else format_ranges(self.positions or ())
+
+    def for_run(self, n_prompt: int, n_decode: int, *, run: str | None = None) -> "TensorFilter":
+        """This filter with its SPEC turned into the positions of a run of ``n_prompt`` prompt and ``n_decode``
+        decode positions (:meth:`logitlab.positions.Positions.rows`: the rows ``ab`` would keep of that run);
+        itself when there is nothing to resolve. ``run`` describes the run in messages.
+
+        Raises:
+            InputError: a position past the run's last one, or a SPEC that selects none (one line naming
+                ``--positions``, as ``ab`` says it).
+        """
+        if self.resolved:
+            return self
+        rows = self.spec.rows(n_prompt, n_decode, run=run)
+        return dataclasses.replace(self, positions=frozenset(int(r) for r in rows))
 
     def keeps_name(self, name: str, layer: int | None) -> bool:
         if self.layers is not None and layer is not None and layer not in self.layers:
@@ -145,12 +184,20 @@ class TensorFilter:
         return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(full, p) for p in self.names)
 
     def keeps_position(self, position: int | None) -> bool:
+        self._check_resolved()
         return self.positions is None or position is None or position in self.positions
 
     def keeps_span(self, start: int, stop: int) -> bool:
+        self._check_resolved()
         return self.positions is None or any(p in self.positions for p in range(start, stop))
+
+    def _check_resolved(self) -> None:
+        if not self.resolved:
+            raise InternalError(f"--positions {self.spec.spec!r} was not resolved against the run (for_run) "
+                                "before positions were tested")
 
     def to_dict(self) -> dict[str, Any]:
         return {"names": list(self.names),
                 "layers": sorted(self.layers) if self.layers is not None else None,
-                "positions": sorted(self.positions) if self.positions is not None else None}
+                "positions": sorted(self.positions) if self.positions is not None else None,
+                "positions_spec": self.spec.spec if self.spec is not None else None}

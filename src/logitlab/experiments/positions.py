@@ -13,14 +13,14 @@ joined by commas and their rows united:
 A long-prefill comparison at the frontier (the first source report compared the last row of an 8,192-token
 prefill) is ``--positions last`` (the run's last row) or the prompt's last row by its number: one row a run
 instead of N + D.
-:func:`parse_positions` checks the spelling (before any engine loads); :meth:`Positions.rows` gives the rows
-once N and D are known, and refuses numbers past the run's last row and an empty selection.
+The grammar itself (:class:`Positions`, :func:`parse_positions`) lives in :mod:`logitlab.positions`, which
+``dump`` and ``dump-diff`` share (re-exported here, the old import path); this module adds what an experiment does
+with the rows: select them from a run's logits and record the selection.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -28,86 +28,10 @@ import numpy as np
 
 from logitlab.engines.workload import RunOutput
 from logitlab.errors import InputError
+from logitlab.positions import ALL, KEYWORDS, Positions, parse_positions
 
 __all__ = ["ALL", "KEYWORDS", "Positions", "Selected", "decode_selection", "parse_positions", "row_counter",
            "select_rows", "selection"]
-
-#: The spec that selects every row.
-ALL = "all"
-#: The named items of a spec, and what each selects.
-KEYWORDS = {"all": "every row", "prompt": "the prompt's rows", "decode": "the decode steps' rows",
-            "last": "the run's last row"}
-
-_RANGE = re.compile(r"(\d+)(-(\d*))?")
-_EVERY = re.compile(r"every:(\d+)")
-_HELP = "valid: all, prompt, decode, last, every:K, A, A-B, A- (comma-separated)"
-
-
-@dataclass(frozen=True)
-class Positions:
-    """A parsed ``--positions`` spec (:func:`parse_positions`).
-
-    Attributes:
-        spec: the spec as given, stripped (``"all"``, ``"last"``, ``"0-15,40,100-"``, ...).
-        items: one tuple per comma-separated item: ``(keyword,)``, ``("every", K)`` or ``("range", A, B)``
-            with ``B`` None for an open end (``A`` alone is ``("range", A, A)``).
-    """
-
-    spec: str
-    items: tuple[tuple, ...]
-
-    @property
-    def is_all(self) -> bool:
-        """Does the spec select every row whatever N and D are (``all``)?"""
-        return any(item == ("all",) for item in self.items)
-
-    def rows(self, n_prompt: int, n_decode: int) -> np.ndarray:
-        """The selected rows of a run of ``n_prompt`` prompt rows and ``n_decode`` decode rows.
-
-        Returns:
-            Sorted, distinct row indices, int64, shape ``(n_selected,)``, each in ``[0, n_prompt + n_decode)``.
-
-        Raises:
-            InputError: a row number or range start past the run's last row, or an empty selection (the
-                message names ``--positions``, the item and the run's rows).
-        """
-        rows = np.flatnonzero(self._picked(n_prompt, n_decode, strict=True)).astype(np.int64)
-        if rows.size == 0:
-            raise InputError(f"--positions {self.spec!r} selects no row of a run of {n_prompt} prompt + {n_decode} "
-                             "decode rows")
-        return rows
-
-    def count(self, n_prompt: int, n_decode: int) -> int:
-        """How many rows :meth:`rows` would select, without its checks (numbers past the run count for nothing):
-        for an estimate made before the prompt is tokenized (:mod:`logitlab.experiments.memory`)."""
-        return int(self._picked(n_prompt, n_decode, strict=False).sum())
-
-    def _picked(self, n_prompt: int, n_decode: int, *, strict: bool) -> np.ndarray:
-        """Boolean mask of the selected rows, shape ``(n_prompt + n_decode,)``; ``strict``: refuse numbers past the
-        run (InputError)."""
-        total = n_prompt + n_decode
-        picked = np.zeros(total, dtype=bool)
-        for item in self.items:
-            kind = item[0]
-            if kind == "all":
-                picked[:] = True
-            elif kind == "prompt":
-                picked[:n_prompt] = True
-            elif kind == "decode":
-                picked[n_prompt:] = True
-            elif kind == "last":
-                picked[max(total - 1, 0):] = True
-            elif kind == "every":
-                picked[::item[1]] = True
-            else:
-                start, stop = item[1], item[2]
-                last = stop if stop is not None else start
-                if last >= total and strict:
-                    text = f"{start}" if stop == start else f"{start}-{'' if stop is None else stop}"
-                    raise InputError(f"--positions {self.spec!r}: {text} is past the run's last row {total - 1} "
-                                     f"({n_prompt} prompt + {n_decode} decode rows)")
-                picked[start:(total if stop is None else stop + 1)] = True
-        return picked
 
 
 @dataclass(frozen=True)
@@ -190,37 +114,3 @@ def row_counter(spec: str | None, n_decode: int) -> Callable[[int], int] | None:
         return None
     positions = parse_positions(spec)
     return lambda n: positions.count(max(n - n_decode, 0), min(n_decode, n))
-
-
-def parse_positions(spec: str) -> Positions:
-    """Parse a ``--positions`` spec (see the module notes).
-
-    Raises:
-        InputError: an empty spec or item, an unknown word, ``every:0``, a range whose end is before its start
-            (one line naming ``--positions``, the bad item and the valid forms).
-    """
-    text = (spec or "").strip()
-    if not text:
-        raise InputError(f"--positions is empty; {_HELP}")
-    items = []
-    for raw in text.split(","):
-        part = raw.strip().lower()
-        if part in KEYWORDS:
-            items.append((part,))
-            continue
-        if every := _EVERY.fullmatch(part):
-            step = int(every.group(1))
-            if step < 1:
-                raise InputError(f"--positions {text!r}: {part!r} needs a step of at least 1")
-            items.append(("every", step))
-            continue
-        found = _RANGE.fullmatch(part)
-        if found is None:
-            what = repr(part) if part else "an empty item"
-            raise InputError(f"--positions {text!r}: {what} is not a position spec; {_HELP}")
-        start = int(found.group(1))
-        stop = start if found.group(2) is None else (int(found.group(3)) if found.group(3) else None)
-        if stop is not None and stop < start:
-            raise InputError(f"--positions {text!r}: {part!r} ends before it starts")
-        items.append(("range", start, stop))
-    return Positions(text, tuple(items))
