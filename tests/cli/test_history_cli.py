@@ -179,20 +179,19 @@ def test_regressions_only_exits_1_for_ci_and_keeps_only_alarming_series(engine, 
 @pytest.mark.engine
 def test_bisect_numerics_names_the_commit_and_restores_the_checkout(engine, tmp_path):
     repo, shas = engine
-    out = tmp_path / "bisect.json"
     start = time.perf_counter()
     r = logitlab("bisect", "v1.0..HEAD", "--repo", str(repo), "--build", BUILD, "--probe", "numerics",
-                 "--json", str(out), "--", SPEC)
+                 "--json", "-", "--", SPEC)  # --json -: the JSON alone on stdout, the report on stderr
     seconds = time.perf_counter() - start
     assert r.returncode == 0, r.stderr
-    print(r.stdout, f"bisect --probe numerics: {seconds:.1f} s")
-    data = json.loads(out.read_text())
+    print(r.stderr, f"bisect --probe numerics: {seconds:.1f} s")
+    data = json.loads(r.stdout)
     assert data["first_bad"] == shas[NUMERICS] and data["suspects"] == [] and data["restored"]
     steps = {s["commit"]: s for s in data["steps"]}
     assert steps[shas[NUMERICS]]["outcome"] == "bad" and steps[shas[NUMERICS - 1]]["outcome"] == "good"
     assert steps[shas[NUMERICS]]["probe"]["verdict"]["word"] == "ulp-noise"  # float64 norm: rounding only (numpy)
     assert steps[shas[BROKEN]]["outcome"] == "skip" and "build failed" in steps[shas[BROKEN]]["reason"]
-    assert f"first bad commit {shas[NUMERICS][:10]}" in r.stdout
+    assert f"first bad commit {shas[NUMERICS][:10]}" in r.stderr
     assert git(repo, "symbolic-ref", "--short", "HEAD") == "main" and git(repo, "status", "--porcelain") == ""
 
 

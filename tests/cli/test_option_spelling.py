@@ -1,9 +1,13 @@
 """One spelling for one option across commands: every output folder or file option is ``-o``/``--out`` (build's
-``--output`` kept as its former name); walks every command and subcommand of the real CLI."""
+``--output`` kept as its former name), and every ``--json PATH`` takes ``-`` for stdout; walks every command and
+subcommand of the real CLI."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+import pytest
 
 from logitlab.cli import main
 
@@ -30,3 +34,116 @@ def test_every_out_option_is_o_and_out():
     bad = {path: opts for path, opts in found.items() if not {"-o", "--out"} <= set(opts)}
     assert bad == {}, bad
     assert found["build"] == ["--out", "--output", "-o"]
+
+
+# -- --json -: the JSON on stdout, for every command that writes JSON ----------------------------------------------
+#: the cheapest real invocation of each command with --json (``{tmp}``: the test's folder, ``{data}``: the checked-in
+#: benchmark files); run with ``--json -`` (``bench calibrate``: ``--out -``) and no --quiet, stdout must be the JSON
+FILE_COMMANDS = {
+    "bench compare": "bench compare {data}/hyperfine-real-base.json {data}/hyperfine-real-pr.json",
+    "bench calibrate": "bench calibrate {data}/hyperfine-real-base.json {data}/hyperfine-real-pr.json",
+    "bench run": "bench run --control true --candidate true --blocks 2 --warmup 0",
+    "report": "report {tmp}/compare.json",
+    "history show": "history show --dir {tmp}/history",
+    "dump-diff": "dump-diff {tmp}/raw {tmp}/raw",
+    "doctor": "doctor --no-engines",
+}
+SHORT_RUN = "--prompt 'The capital of France is' --tokens 2"
+ENGINE_COMMANDS = {
+    "ab": f"ab {SHORT_RUN} --repeats 1 --warmup 0 --no-detection-limit",
+    "verify": f"verify {SHORT_RUN} --k 2",
+    "explain": f"explain {SHORT_RUN} --candidate n_threads=1",
+    "dump": f"dump {SHORT_RUN} --names result_output --out {{tmp}}/dump",
+    "golden record": f"golden record {SHORT_RUN} -o {{tmp}}/golden",
+    "golden check": "golden check {tmp}/golden",
+    "golden update": "golden update {tmp}/golden --reason again",
+    "invariance batch": "invariance batch --batch 1 2 --prompt 'The capital of France is'",
+    "invariance determinism": f"invariance determinism --runs 2 {SHORT_RUN}",
+    "invariance prefill-decode": f"invariance prefill-decode {SHORT_RUN}",
+    "invariance matrix": "invariance matrix --axes determinism --runs 2 --tokens 2",
+    "sweep": "sweep {tmp}/matrix.toml --out {tmp}/sweep",
+}
+#: commands whose --json - is checked where their costly setup already is
+ELSEWHERE = {
+    "build": "tests/engines/test_llamacpp_builds.py (builds llama.cpp)",
+    "bisect": "tests/cli/test_history_cli.py::test_bisect_numerics_names_the_commit_and_restores_the_checkout "
+              "(a git repository of an engine)",
+}
+MATRIX = """name = "j"
+prompts = ["The capital of France is"]
+[control]
+options = { n_threads = 1 }
+[axes]
+options.n_threads_batch = [1]
+[experiment]
+tokens = 2
+"""
+
+
+def test_every_command_with_json_is_checked_for_json_to_stdout():
+    ctx = click.Context(main, info_name="logitlab")
+    with_json = {path for path, command in _commands(main, ctx)
+                 if any(isinstance(p, click.Option) and "--json" in p.opts for p in command.params)}
+    checked = set(FILE_COMMANDS) | set(ENGINE_COMMANDS) | set(ELSEWHERE)
+    assert with_json == checked, (with_json - checked, checked - with_json)
+
+
+def _json_on_stdout(name: str, line: str, tmp_path) -> dict:
+    import json
+    import shlex
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[1] / "data" / "bench"
+    args = shlex.split(line.format(tmp=tmp_path, data=data))
+    args += ["--out", "-"] if name == "bench calibrate" else ["--json", "-"]
+    proc = subprocess.run([sys.executable, "-m", "logitlab", *args], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    try:
+        found = json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError(f"{name} --json -: stdout is not JSON alone: {proc.stdout[:400]!r}") from None
+    assert isinstance(found, dict) and found, proc.stdout
+    assert not (tmp_path / "-").exists() and not list(tmp_path.glob("-.*"))  # no file named '-' (or '-.runs.jsonl')
+    return found
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> Path:
+    """A folder of saved files for the commands that read them: a raw dump, a bench compare result, a history."""
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dumps"))
+    from rawdumps import base_tensors, write_folder
+
+    folder = tmp_path_factory.mktemp("saved")
+    write_folder(folder / "raw", base_tensors(), "p")
+    data = Path(__file__).resolve().parents[1] / "data" / "bench"
+    subprocess.run([sys.executable, "-m", "logitlab", "bench", "compare", str(data / "hyperfine-real-base.json"),
+                    str(data / "hyperfine-real-pr.json"), "--json", str(folder / "compare.json"), "-q"], check=True)
+    subprocess.run([sys.executable, "-m", "logitlab", "history", "add", str(folder / "compare.json"), "--dir",
+                    str(folder / "history"), "--commit", "c1", "--machine", "m", "-q"], check=True)
+    return folder
+
+
+@pytest.mark.parametrize("name", sorted(FILE_COMMANDS))
+def test_json_dash_prints_the_json_on_stdout_of_commands_on_saved_files(name, saved, tmp_path):
+    import shutil
+
+    shutil.copytree(saved, tmp_path, dirs_exist_ok=True)
+    found = _json_on_stdout(name, FILE_COMMANDS[name], tmp_path)
+    kinds = {"bench compare": "bench-compare", "report": "bench-compare", "bench run": "bench-run",
+             "history show": "history", "doctor": "doctor", "bench calibrate": "logitlab-bench-noise"}
+    assert found.get("kind") == kinds.get(name, found.get("kind")), found.get("kind")
+
+
+@pytest.mark.engine
+def test_json_dash_prints_the_json_on_stdout_of_engine_commands(tmp_path):
+    """One short real run of each engine command (golden check and update read the golden record made)."""
+    (tmp_path / "matrix.toml").write_text(MATRIX)
+    for name, line in ENGINE_COMMANDS.items():
+        found = _json_on_stdout(name, line, tmp_path)
+        assert found, name

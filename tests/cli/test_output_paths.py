@@ -92,8 +92,9 @@ def test_a_command_failing_on_bad_input_leaves_no_output_folder(tmp_path):
 
 
 def test_stdout_and_a_file_for_a_folder_are_refused(tmp_path):
-    with pytest.raises(InputError, match=r"^--json -: this command writes --json to a file, not to stdout; give a"):
-        check_output_paths(json="-")
+    with pytest.raises(InputError, match=r"^--markdown -: this command writes --markdown to a file, not to stdout; "):
+        check_output_paths(markdown="-")
+    check_output_paths(json="-")  # --json -: stdout, for every command (tests/cli/test_option_spelling.py)
     (tmp_path / "prompts.txt").write_text("hi")
     with pytest.raises(InputError, match=r"^--out .*prompts.txt exists and is not a folder; give a folder path$"):
         check_output_paths(folders={"out": str(tmp_path / "prompts.txt")})
@@ -111,7 +112,7 @@ def test_every_report_output_is_checked_before_any_work(command, tmp_path):
     """--html too: explain and golden once let it overwrite their inputs (a model, a prompt file, a golden)."""
     one_error_line(logitlab(*command, "--markdown", "same.md", "--html", "same.md", cwd=tmp_path),
                    "--markdown and --html are the same file (same.md)")
-    one_error_line(logitlab(*command, "--json", "-", cwd=tmp_path), "--json -: this command writes --json to a file")
+    one_error_line(logitlab(*command, "--html", "-", cwd=tmp_path), "--html -: this command writes --html to a file")
     assert list(tmp_path.iterdir()) == []
 
 

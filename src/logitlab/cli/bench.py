@@ -13,7 +13,7 @@ import click
 from logitlab.cli.auto_options import sequential_options
 from logitlab.cli.common import EXIT_CHECK_FAILED, EXIT_OK, finish, handle_errors, run_with_progress
 from logitlab.cli.options import metric_name, metric_options, output_options, run_log_path
-from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
+from logitlab.cli.outputs import STDOUT, check_output_paths, report_paths, show_report, write_reports
 from logitlab.cli.recording import logged_run_options, record_options, record_result, record_target
 from logitlab.errors import InputError
 
@@ -228,7 +228,8 @@ def _load_json(path: str) -> Any:
 @bench.command("calibrate")
 @click.argument("runs", nargs=-1, required=True)
 @click.option("-o", "--out", "--json", "json_path", required=True,
-              help="Noise profile to write (JSON), for compare --noise.")
+              help="Noise profile to write (JSON), for compare --noise. '-': to stdout (then the rest goes to "
+                   "stderr).")
 @click.option("--baseline", "baselines", multiple=True,
               help="criterion: read these saved baselines of one folder as the runs (repeat the option).")
 @click.option("--format", "fmt", type=click.Choice(_FORMATS), default=None, help="Input format (default: detect).")
@@ -250,7 +251,8 @@ def calibrate_cmd(**opts: Any) -> None:
     from logitlab.perf.readers import read_benchmark_file
 
     paths = report_paths(opts)
-    check_output_paths(out=paths.pop("json"), **paths, inputs=list(opts["runs"]))
+    out = paths.pop("json")
+    check_output_paths(out=None if out == STDOUT else out, **paths, inputs=list(opts["runs"]))
     if opts["baselines"]:
         if len(opts["runs"]) != 1:
             raise InputError("--baseline reads several baselines of ONE criterion folder: give one path")
@@ -262,5 +264,5 @@ def calibrate_cmd(**opts: Any) -> None:
     write_reports(profile, opts)
     if not opts["quiet"]:
         show_report(profile)
-        click.echo(f"noise profile written to {opts['json_path']}", err=True)
+        click.echo(f"noise profile written to {'stdout' if out == STDOUT else out}", err=True)
     sys.exit(EXIT_OK)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import click
 
 from logitlab.cli.common import handle_errors, make_progress
+from logitlab.cli.outputs import STDOUT, write_json_output
 from logitlab.errors import InputError
 
 
@@ -26,7 +26,8 @@ from logitlab.errors import InputError
                    "default: print the cached folder only. (--output: the same, its former name.)")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: CPUs).")
 @click.option("--json", "json_path", default=None, metavar="PATH",
-              help="Write what was built (folder, cache key, seconds, flags, source digest) as JSON ('-': stdout).")
+              help="Write what was built (folder, cache key, seconds, flags, source digest) as JSON. '-': to "
+                   "stdout (then the rest goes to stderr).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @handle_errors
 def build(**opts: Any) -> None:
@@ -50,7 +51,6 @@ def build(**opts: Any) -> None:
           --probe numerics -- 'llamacpp:?lib=.logitlab-lib'
     """
     from logitlab.engines.llamacpp_build import build_library, find_source, normalize_flags, release_source
-    from logitlab.jsonio import to_jsonable
 
     if (opts["source"] is None) == (opts["release"] is None):
         raise InputError("give the sources: SRC (a llama.cpp or llama-cpp-python tree) or --llama-cpp-python "
@@ -79,13 +79,11 @@ def build(**opts: Any) -> None:
         shutil.copytree(folder, output, symlinks=True)
         folder = output.resolve()
     if opts["json_path"]:
-        data = json.dumps(to_jsonable({"folder": str(folder), "cache": str(result.folder), "key": result.key,
-                                       "cached": result.cached, "waited": result.waited,
-                                       "seconds": round(result.seconds, 1), "meta": result.meta}), indent=1)
-        if opts["json_path"] == "-":
-            click.echo(data)
+        write_json_output(opts["json_path"], {"folder": str(folder), "cache": str(result.folder), "key": result.key,
+                                              "cached": result.cached, "waited": result.waited,
+                                              "seconds": round(result.seconds, 1), "meta": result.meta})
+        if opts["json_path"] == STDOUT:  # the JSON alone: the folder is in it
             return
-        Path(opts["json_path"]).write_text(data + "\n")
     how = ("built by another process meanwhile (this one waited for it)" if result.waited
            else "cached, built before" if result.cached
            else f"built in {int(result.seconds // 60)} min {result.seconds % 60:.0f} s")

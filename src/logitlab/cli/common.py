@@ -42,14 +42,18 @@ def fail(message: str) -> None:
 
 
 def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn a LogitlabError into one line on stderr and exit 2."""
+    """Turn a LogitlabError into one line on stderr and exit 2; with ``--json -``, run the command with its
+    prints on stderr and stdout kept for the JSON (:func:`~logitlab.cli.outputs.json_on_stdout`)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except LogitlabError as exc:
-            fail(str(exc))
+        from logitlab.cli.outputs import json_on_stdout
+
+        with json_on_stdout(kwargs):
+            try:
+                return func(*args, **kwargs)
+            except LogitlabError as exc:
+                fail(str(exc))
 
     return wrapper
 

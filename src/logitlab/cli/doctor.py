@@ -18,7 +18,7 @@ from logitlab.errors import InputError
               help="Do not import the engines' libraries (torch takes seconds): versions from the installed "
                    "packages only.")
 @click.option("--require-ready", is_flag=True, help="Exit 1 when a default run cannot work (the report says why).")
-@output_options(json_help="Write the findings as JSON ('-': to stdout, instead of the report).",
+@output_options(json_help="Write the findings as JSON.",
                 quiet_help="Do not print the report on the terminal (only write the files).")
 @handle_errors
 def doctor(**opts: Any) -> None:
@@ -34,25 +34,17 @@ def doctor(**opts: Any) -> None:
     \b
     Examples:
       logitlab doctor
-      logitlab doctor --json -              # the findings as JSON on stdout
+      logitlab doctor --json -              # the findings as JSON on stdout (the report on stderr)
       logitlab doctor --markdown doctor.md  # for a bug report
     """
-    import json
-
     from logitlab.experiments.doctor import run_doctor
-    from logitlab.jsonio import to_jsonable
 
     if opts["require_ready"] and opts["no_engines"]:  # a gate that did not import the engines cannot say "ready"
         raise InputError("--require-ready needs the engines imported: drop --no-engines")
-    to_stdout = opts["json_path"] == "-"
-    if to_stdout:
-        opts["json_path"] = None
     check_output_paths(**report_paths(opts))
     result = run_doctor(engines=not opts["no_engines"])
-    write_reports(result, opts)
-    if to_stdout:
-        click.echo(json.dumps(to_jsonable(result.to_dict()), indent=2, allow_nan=False, ensure_ascii=False))
-    elif not opts["quiet"]:
+    write_reports(result, opts)  # --json -: the JSON on stdout, the report below on stderr
+    if not opts["quiet"]:
         show_report(result)
     if opts["require_ready"] and result.problems:
         sys.exit(1)

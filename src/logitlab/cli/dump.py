@@ -11,7 +11,8 @@ import click
 from logitlab.cli.common import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, fail, handle_errors, make_progress
 from logitlab.cli.options import (output_options, prompt_from, prompt_inputs, prompt_options, variant_pair,
                                   variant_pair_options)
-from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
+from logitlab.cli.outputs import (check_output_paths, report_paths, show_report, write_json_output,
+                                  write_reports)
 
 
 @click.command()
@@ -83,9 +84,7 @@ def dump(**opts: Any) -> None:
     if pair:
         click.echo(f"next: logitlab dump-diff {out / 'control'} {out / 'candidate'}")
     if opts["json_path"]:
-        from logitlab.jsonio import write_json
-
-        write_json(opts["json_path"], {name: _capture_summary(r) for name, r in results.items()})
+        write_json_output(opts["json_path"], {name: _capture_summary(r) for name, r in results.items()})
     sys.exit(EXIT_OK)
 
 

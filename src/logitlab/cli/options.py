@@ -48,7 +48,8 @@ def output_options(*, json_help: str = "Write the full result as JSON.", markdow
     required there); it must keep the ``json_path`` name that :func:`~logitlab.cli.outputs.write_reports` reads.
     """
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        options = [click.option("--json", "json_path", type=str, default=None, help=json_help)] if json else []
+        options = [click.option("--json", "json_path", type=str, default=None, metavar="PATH",
+                                help=f"{json_help} '-': to stdout (then the rest goes to stderr).")] if json else []
         if markdown:
             options.extend(click.option(f"--{name}", f"{name}_path", type=str, default=None, help=fmt.help)
                            for name, fmt in FORMATS.items())
@@ -96,7 +97,8 @@ def run_log_option(command: str) -> Callable[[Callable[..., Any]], Callable[...,
 
 
 def run_log_path(opts: dict[str, Any], command: str) -> str:
-    """``--log``, else ``X.runs.jsonl`` next to ``--json X.json``, else ``logitlab-runs/COMMAND-TIMESTAMP.jsonl``.
+    """``--log``, else ``X.runs.jsonl`` next to ``--json X.json``, else (no ``--json``, or ``--json -``)
+    ``logitlab-runs/COMMAND-TIMESTAMP.jsonl``.
 
     Raises:
         InputError: ``--log`` names a file that holds something else than a run log
@@ -109,7 +111,7 @@ def run_log_path(opts: dict[str, Any], command: str) -> str:
     if opts.get("log_path"):
         check_appendable(opts["log_path"])
         return opts["log_path"]
-    if opts.get("json_path"):
+    if opts.get("json_path") and opts["json_path"] != "-":
         return str(Path(opts["json_path"]).with_suffix(".runs.jsonl"))
     return f"logitlab-runs/{command}-{datetime.now():%Y%m%d-%H%M%S}.jsonl"
 

@@ -3,13 +3,21 @@
 :func:`check_output_paths` refuses, before anything runs, an output that
 would destroy an input or another output; :func:`write_reports` writes a
 result as JSON, Markdown and HTML where asked; :func:`show_report` prints it.
+
+``--json -`` writes the JSON to stdout, in every command that takes ``--json``:
+while the command runs (:func:`json_on_stdout`, entered by
+:func:`~logitlab.cli.common.handle_errors`), everything else it prints (the
+report, its notes) goes to stderr, so that stdout is the JSON alone
+(:func:`write_json_output`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, TextIO
 
 if TYPE_CHECKING:  # rich loads when a command prints, not when its options are parsed
     from rich.console import Console
@@ -34,7 +42,8 @@ def check_output_paths(*, inputs: Iterable[str | None] = (), folders: dict[str, 
             lies inside an input folder or an output folder; a path is a
             folder; or its folder cannot be created or written.
     """
-    given = {"--" + option.replace("_", "-"): path for option, path in paths.items() if path}
+    given = {"--" + option.replace("_", "-"): path for option, path in paths.items()
+             if path and not (option == "json" and path == STDOUT)}  # --json -: stdout, nothing to check
     named_folders = {"--" + k.replace("_", "-"): v for k, v in (folders or {}).items() if v}
     for flag, path in given.items():
         if path == "-":
@@ -104,17 +113,55 @@ def _check_distinct(outputs: dict[str, str], inputs: list[str], folders: dict[st
                                  f"choose a path outside it")
 
 
+#: ``--json -``: the JSON goes to stdout.
+STDOUT = "-"
+#: The stdout a ``--json -`` command started with, while it runs (its own prints go to stderr meanwhile).
+_json_stdout: TextIO | None = None
+
+
+@contextlib.contextmanager
+def json_on_stdout(opts: dict[str, Any]) -> Iterator[None]:
+    """While the block runs with ``opts["json_path"] == "-"``, send what the command prints to stderr (click's
+    echo and rich's consoles follow ``sys.stdout``), keeping the real stdout for :func:`write_json_output`; a
+    no-op for any other ``--json``."""
+    global _json_stdout
+    if opts.get("json_path") != STDOUT or _json_stdout is not None:
+        yield
+        return
+    _json_stdout, sys.stdout = sys.stdout, sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout, _json_stdout = _json_stdout, None
+
+
+def write_json_output(path: str | Path, data: dict[str, Any]) -> None:
+    """Write ``data`` as indented strict JSON to ``path`` (:func:`logitlab.jsonio.write_json`), or to stdout
+    for ``-`` (the command's stdout, under :func:`json_on_stdout`; the same text as the file)."""
+    import json
+
+    from logitlab.jsonio import to_jsonable, write_json
+
+    if str(path) != STDOUT:
+        write_json(path, data)
+        return
+    out = _json_stdout or sys.stdout
+    out.write(json.dumps(to_jsonable(data), indent=1, allow_nan=False) + "\n")
+    out.flush()
+
+
 def write_reports(result: Any, opts: dict[str, Any], **options: Any) -> None:
     """Write ``result.to_dict()`` as JSON (``--json``) and its report in each format of
     :data:`logitlab.formats.FORMATS` (``--markdown``, ``--html``) where asked.
 
-    ``options`` go to the result's document builder (e.g. ``max_rows`` of a dump-diff).
+    ``options`` go to the result's document builder (e.g. ``max_rows`` of a dump-diff). ``--json -``: to
+    stdout (:func:`write_json_output`).
     """
     from logitlab import report
-    from logitlab.jsonio import write_json, write_text
+    from logitlab.jsonio import write_text
 
     if opts.get("json_path"):
-        write_json(opts["json_path"], result.to_dict())
+        write_json_output(opts["json_path"], result.to_dict())
     for name in FORMATS:
         if opts.get(f"{name}_path"):
             write_text(opts[f"{name}_path"], report.render(result, name, **options))
