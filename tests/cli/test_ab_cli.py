@@ -133,7 +133,8 @@ def test_ctrl_c_writes_the_partial_result_and_exits_130(tmp_path):
     out = tmp_path / "out.json"
     log = tmp_path / "out.runs.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "logitlab", "ab", "--prompt", SHORT_PROMPT, "--tokens", "8",
-                             "--repeats", "50", "--quiet", "--json", str(out)], cwd=tmp_path,
+                             "--repeats", "50", "--quiet", "--json", str(out), "--markdown", "out.md", "--html",
+                             "out.html"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=sigint_default)
     deadline = time.monotonic() + 120
@@ -153,6 +154,14 @@ def test_ctrl_c_writes_the_partial_result_and_exits_130(tmp_path):
     assert set(again) == set(data["speed"]) and again["decode"].n_blocks == data["speed"]["decode"]["n_blocks"]
     for phase, comparison in again.items():
         assert comparison.call == data["speed"][phase]["call"], phase
+    # the written reports say plainly, before the A/A and the verdict, that the user stopped the run, after how
+    # many of the planned blocks, and that what they conclude rests on those only
+    measured = [r for r in data["runs"] if r["block"] is not None]
+    line = (f"stopped early by the user (Ctrl-C) after {data['speed']['decode']['n_blocks']} of 50 planned ABBA/BAAB "
+            f"blocks ({len(measured)} runs measured): the A/A, the verdict and the speed calls rest on those only")
+    markdown = (tmp_path / "out.md").read_text()
+    assert f"**{line}**" in markdown and markdown.index(line) < markdown.index("A/B verdict")
+    assert line in (tmp_path / "out.html").read_text()
 
 
 def test_not_a_gguf_file(tmp_path):

@@ -155,7 +155,8 @@ def test_ctrl_c_writes_the_prompts_measured_and_exits_130(tmp_path):
                                for i in range(40)))
     out, log = tmp_path / "v.json", tmp_path / "v.runs.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "logitlab", "verify", "--prompts", str(prompts), "--k", "1", "2",
-                             "--tokens", "8", "--quiet", "--options", "n_threads_batch=1", "--json", str(out)],
+                             "--tokens", "8", "--quiet", "--options", "n_threads_batch=1", "--json", str(out),
+                             "--markdown", str(tmp_path / "v.md")],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     def prompts_logged() -> int:  # complete lines only: the last one may be half written
@@ -176,3 +177,8 @@ def test_ctrl_c_writes_the_prompts_measured_and_exits_130(tmp_path):
     assert lines[-1]["log_end"] == "interrupted"
     logged = sum("prompt" in line for line in lines)  # one line per finished prompt
     assert logged >= 2 and len(data["prompts"]) in (logged, logged + 1)  # + the one Ctrl-C cut short
+    # the written report says plainly, before the K sweep, that the user stopped it after how many prompts
+    markdown = (tmp_path / "v.md").read_text()
+    line = f"stopped early by the user (Ctrl-C) after {logged} of 40 planned prompts"
+    assert f"**{line}" in markdown and markdown.index(line) < markdown.index("K sweep"), markdown[:1500]
+    assert "the K sweep, the flips and the classification rest on those only**" in markdown

@@ -22,8 +22,10 @@ from logitlab.report.text import (
     flip_rows,
     host_rows,
     localization_lines,
+    INTERRUPTED,
     plural,
     speed_rows,
+    stopped_line,
     variant_text,
 )
 
@@ -45,6 +47,8 @@ def ab_document(result: AbResult, *, show_error: bool = True) -> Document:
     word = result.verdict.word if result.verdict else "n/a"
     doc = Document("ab", "logitlab ab")
     doc.add(Heading(rich("logitlab ab: ", Span(word, f"verdict:{word}"))), _header(result))
+    if result.error == INTERRUPTED and show_error:  # before any verdict: what they rest on
+        doc.add(Paragraph(_interrupted(result), tone="error"))
     doc.add(*_aa(result))
     doc.add(*_verdict(result))
     doc.add(*_speed(result))
@@ -62,9 +66,22 @@ def ab_document(result: AbResult, *, show_error: bool = True) -> Document:
     if result.localization:
         doc.add(Heading("where it starts (dump-diff)", level=2),
                 Bullets(localization_lines(result.localization), tight=True))
-    if result.error and show_error:
-        doc.add(Paragraph(f"stopped early: {result.error}", tone="error"))
+    if result.error and show_error and result.error != INTERRUPTED:
+        doc.add(Paragraph(stopped_line(result.error), tone="error"))
     return doc
+
+
+def _interrupted(result: AbResult) -> str:
+    """The Ctrl-C line: complete ABBA/BAAB blocks of the planned ones, and the runs measured."""
+    measured = [r for r in result.runs if r.block is not None]
+    blocks: dict[int, int] = {}
+    for run in measured:
+        blocks[run.block] = blocks.get(run.block, 0) + 1
+    repeats = result.config.get("repeats")
+    planned = f"at most {result.config.get('max_repeats')}" if repeats == "auto" else repeats
+    return stopped_line(INTERRUPTED, done=sum(1 for n in blocks.values() if n == 4), planned=planned,
+                        unit="ABBA/BAAB block", detail=f"{plural(len(measured), 'run')} measured",
+                        rests_on="the A/A, the verdict and the speed calls")
 
 
 def _header(result: AbResult) -> KeyValues:

@@ -18,7 +18,7 @@ from logitlab.perf.compare_files import MIN_SAMPLES_FOR_CI, FileComparison, Scen
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Rich, Span, Table, rich
 from logitlab.report.figure_blocks import bench_run_figures, noise_figure, scenario_figure
 from logitlab.report.speed_text import paired_reason, scenario_reason, sequential_reason, stopping_note
-from logitlab.report.text import plural
+from logitlab.report.text import INTERRUPTED, plural, stopped_line
 
 __all__ = ["run_document", "compare_document", "calibration_document", "fmt_value", "host_line"]
 
@@ -171,6 +171,19 @@ def _stopped(error: str) -> Paragraph:
     return Paragraph(rich(Span("Stopped early:", "strong"), f" {error}"), tone="warning")
 
 
+def _interrupted(result: BenchRunResult) -> Paragraph:
+    """The Ctrl-C line: complete ABBA/BAAB blocks of the planned ones, and the runs measured."""
+    cfg = result.config
+    measured = [r for r in result.runs if r.block is not None]
+    blocks: dict[int, int] = {}
+    for run in measured:
+        blocks[run.block] = blocks.get(run.block, 0) + 1
+    planned = f"at most {cfg.get('blocks')}" if cfg.get("auto") else cfg.get("blocks")
+    return Paragraph(stopped_line(INTERRUPTED, done=sum(1 for n in blocks.values() if n == 4), planned=planned,
+                                  unit="ABBA/BAAB block", detail=f"{plural(len(measured), 'timed run')}",
+                                  rests_on="the calls"), tone="error")
+
+
 def run_document(result: BenchRunResult, *, show_error: bool = True) -> Document:
     """The report of ``bench run``.
 
@@ -186,6 +199,8 @@ def run_document(result: BenchRunResult, *, show_error: bool = True) -> Document
                          f" ({p.metric})" if p else None)),
             KeyValues([("control", Span(cfg["control"], "code")), ("candidate", Span(cfg["candidate"], "code"))],
                       boxed=True))
+    if result.error == INTERRUPTED and show_error:  # before any call: what they rest on
+        doc.add(_interrupted(result))
     empty = no_block_line(result, detail=show_error)
     if empty:
         doc.add(Paragraph(empty, tone="warning"))
@@ -208,7 +223,7 @@ def run_document(result: BenchRunResult, *, show_error: bool = True) -> Document
     if not empty:
         doc.add(Paragraph(rich(Span("Method.", "strong"), " " + RUN_METHOD), tone="dim"))
     doc.add(_host(result.host, tight=not empty))
-    if result.error and show_error:
+    if result.error and show_error and result.error != INTERRUPTED:
         doc.add(_stopped(result.error))
     return doc
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from logitlab.experiments.bisect.run import BisectResult, BisectStep
 from logitlab.report.document import Bullets, Document, Figure, Heading, KeyValues, Paragraph, Span, Table, rich
-from logitlab.report.text import plural
+from logitlab.report.text import plural, stopped_line
 
 __all__ = ["bisect_document", "STEP_HEADER"]
 
@@ -124,6 +124,6 @@ def bisect_document(result: BisectResult, *, show_error: bool = True, **_: Any) 
                           f"(git -C {cfg['repo']} checkout {original.get('branch') or original['sha']})",
                           tone="error"))
     if result.error and show_error:
-        doc.add(Paragraph(f"stopped early: {result.error}", tone="error"))
+        doc.add(Paragraph(stopped_line(result.error, rests_on="the steps"), tone="error"))
     doc.add(_figure(result))
     return doc

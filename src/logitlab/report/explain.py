@@ -11,7 +11,7 @@ from typing import Any
 
 from logitlab.experiments.explain_results import TIE_BREAK, ExplainResult, PositionEvidence
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
-from logitlab.report.text import engine_rows, fmt_num, variant_text
+from logitlab.report.text import engine_rows, fmt_num, variant_text, stopped_line
 
 __all__ = ["explain_document", "position_lines", "cause_rows", "CAUSE_HEADER"]
 
@@ -35,7 +35,7 @@ def explain_document(result: ExplainResult, *, show_error: bool = True) -> Docum
             doc.add(Paragraph(rich(Span(lines[0], "strong"))), Bullets(lines[1:], tight=True))
     doc.add(*[Paragraph(note, tone="note") for note in result.notes])
     if result.error and show_error:
-        doc.add(Paragraph(f"stopped early: {result.error}", tone="error"))
+        doc.add(Paragraph(stopped_line(result.error, rests_on="the causes"), tone="error"))
     return doc
 
 

@@ -15,7 +15,8 @@ from logitlab.experiments.invariance_results import Check, InvarianceResult
 from logitlab.report.detection_text import DETECTION_TITLE, detection_lines
 from logitlab.report.document import Block, Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.figure_blocks import check_heatmap_figure, comparison_figures
-from logitlab.report.text import comparison_lines, engine_rows, host_rows, flip_rows, fmt_num, variant_text
+from logitlab.report.text import (comparison_lines, engine_rows, host_rows, flip_rows, fmt_num, stopped_line,
+                                  variant_text)
 
 __all__ = ["invariance_document", "CHECK_HEADER", "FLIP_HEADER", "MAX_FLIPS", "check_rows", "summary_lines",
            "position_label", "runs_text"]
@@ -155,7 +156,7 @@ def invariance_document(result: InvarianceResult, *, show_error: bool = True) ->
     doc.add(*_sensitivity(result))
     doc.add(*[Paragraph(f"note: {note}", tone="note") for note in result.notes])
     if result.error and show_error:
-        doc.add(Paragraph(f"stopped early: {result.error}", tone="error"))
+        doc.add(Paragraph(stopped_line(result.error, rests_on="the verdicts"), tone="error"))
     return doc
 
 

@@ -16,7 +16,7 @@ from logitlab.report.document import Block, Bullets, Document, Figure, Heading, 
     rich
 from logitlab.report.invariance import check_rows, position_label
 from logitlab.report.invariance_batch_axes import batch_position_text, batch_sizes_text, batch_workload
-from logitlab.report.text import engine_rows, host_rows, fmt_num, plural, variant_text
+from logitlab.report.text import engine_rows, host_rows, fmt_num, plural, variant_text, stopped_line
 
 __all__ = ["matrix_document", "AXIS_HEADER", "axis_rows", "compared_text", "cost_rows", "distinct_text",
            "matrix_figure_data"]
@@ -309,5 +309,5 @@ def matrix_document(result: InvarianceMatrixResult, *, show_error: bool = True) 
             doc.add(*[Paragraph(f"note: {axis.axis}" + (f", {name}" if several else "") + f": {note}", tone="note")
                       for note in probe.notes])
     if result.error and show_error:
-        doc.add(Paragraph(f"stopped early: {result.error}", tone="error"))
+        doc.add(Paragraph(stopped_line(result.error, rests_on="the verdicts"), tone="error"))
     return doc

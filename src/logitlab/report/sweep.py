@@ -18,7 +18,7 @@ from logitlab.numerics import VERDICTS
 from logitlab.report.detection_text import HEADLINE_HEADER, limit_cell
 from logitlab.report.document import Bullets, Document, Figure, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.sweep_invariance import invariance_matrix_table, invariance_matrix_what
-from logitlab.report.text import fmt_num, plural, variant_text
+from logitlab.report.text import fmt_num, plural, variant_text, stopped_line
 
 __all__ = ["sweep_document", "sweep_plan_document", "sweep_job_document", "heatmap_data"]
 
@@ -61,7 +61,7 @@ def sweep_document(result: SweepResult, *, show_error: bool = True) -> Document:
     if result.notes:
         doc.add(Bullets(result.notes, tone="note"))
     if result.error and show_error:
-        doc.add(Paragraph(f"stopped early: {result.error}", tone="error"))
+        doc.add(Paragraph(stopped_line(result.error, rests_on="the cells' verdicts"), tone="error"))
     return doc
 
 

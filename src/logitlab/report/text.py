@@ -200,3 +200,27 @@ def localization_lines(loc: dict[str, Any]) -> list[str]:
         lines.append(f"only in {loc['pair'][0]}: {group.get('label', group)}")
     lines += [f"problem: {p}" for p in loc.get("problems", [])[:5]]
     return lines
+
+
+#: ``result.error`` of a run that Ctrl-C stopped (:meth:`logitlab.experiments.base.Experiment.measure`).
+INTERRUPTED = "interrupted"
+
+
+def stopped_line(error: str, *, done: int | None = None, planned: int | str | None = None, unit: str = "run",
+                 detail: str | None = None, rests_on: str = "the verdicts") -> str:
+    """The line a report of a run that stopped early shows (``error``: the result's ``error``).
+
+    For a run Ctrl-C stopped (``error == "interrupted"``): ``"stopped early by the user (Ctrl-C) after 2 of 50
+    planned ABBA/BAAB blocks (11 runs measured): the verdict and the speed calls rest on those only"``;
+    ``done``/``planned`` the parts finished and planned (``planned`` None: not known; text such as ``"at most
+    12"`` is shown as given), ``unit`` their noun (singular), ``detail`` a parenthesis after them, ``rests_on``
+    what the report concludes. Any other error: ``"stopped early: <error>"``.
+    """
+    if error != INTERRUPTED:
+        return f"stopped early: {error}"
+    if done is None:
+        return f"stopped early by the user (Ctrl-C): {rests_on} rest on what was measured before it only"
+    of = f" of {planned} planned" if planned is not None else ""
+    noun = unit if (planned if isinstance(planned, int) else done) == 1 else unit + "s"
+    more = f" ({detail})" if detail else ""
+    return f"stopped early by the user (Ctrl-C) after {done}{of} {noun}{more}: {rests_on} rest on those only"

@@ -16,7 +16,7 @@ from logitlab.experiments.verify.results import SweepEntry, VerifyDetection, Ver
 from logitlab.report.detection_text import detection_lines, detection_title
 from logitlab.report.document import Block, Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.figure_blocks import verify_figures
-from logitlab.report.text import engine_rows, host_rows, fmt_num, plural, variant_text
+from logitlab.report.text import INTERRUPTED, engine_rows, host_rows, fmt_num, plural, stopped_line, variant_text
 
 __all__ = ["verify_document", "SWEEP_HEADER", "FLIP_HEADER", "INBLOCK_HEADER", "GUARD_HEADER",
            "GUARD_PROMPT_HEADER", "MAX_FLIPS", "sweep_rows", "per_prompt_rows", "flip_rows", "inblock_rows",
@@ -254,6 +254,8 @@ def verify_document(result: VerifyResult, *, show_error: bool = True) -> Documen
     doc = Document("verify", "logitlab verify")
     title = rich("logitlab verify: ", Span(c.cause, f"verdict:{c.word}") if c else Span("n/a", "strong"))
     doc.add(Heading(title), _header(result))
+    if result.error == INTERRUPTED and show_error:  # before any verdict: what they rest on
+        doc.add(Paragraph(_interrupted(result), tone="error"))
     if result.totals:
         doc.add(_table("K sweep — all prompts", SWEEP_HEADER, sweep_rows(result.totals)))
     if len(result.prompts) > 1:
@@ -273,9 +275,19 @@ def verify_document(result: VerifyResult, *, show_error: bool = True) -> Documen
     doc.add(*_classification(result))
     doc.add(*_detection(result))
     doc.add(*_guard(result), *[f for f in figures if f.kind == "guard-cost"])
-    if result.error and show_error:
-        doc.add(Paragraph(f"stopped early: {result.error}", tone="error"))
+    if result.error and show_error and result.error != INTERRUPTED:
+        doc.add(Paragraph(stopped_line(result.error), tone="error"))
     return doc
+
+
+def _interrupted(result: VerifyResult) -> str:
+    """The Ctrl-C line: the prompts measured at every K of the planned ones (and one cut short, if any)."""
+    ks = set(result.config.get("ks") or ())
+    whole = [p.name for p in result.prompts if {e.k for e in result.sweep if e.prompt == p.name} >= ks]
+    cut = len(result.prompts) - len(whole)
+    return stopped_line(INTERRUPTED, done=len(whole), planned=len(result.config.get("prompts") or ()) or None,
+                        unit="prompt", detail=f"measured at every K; {cut} more cut short" if cut else None,
+                        rests_on="the K sweep, the flips and the classification")
 
 
 def _table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
