@@ -123,12 +123,12 @@ def test_hyperfine_compare(tmp_path):
     (["run", "--control", "echo x=2", "--candidate", "echo x=2", "--metric", "x=[0-9]+", "--higher-is-better"],
      "--metric 'x=[0-9]+' has no capture group"),
     (["run", "--control", "true", "--aa", "--blocks", "auto", "--max-blocks", "101"],
-     "--max-blocks must be an integer from 3 (the first look) to 100, got 101"),
-    (["run", "--control", "true", "--aa", "--blocks", "auto", "--max-blocks", "0"],  # not "--blocks must be ..."
-     "--max-blocks must be an integer from 3 (the first look) to 100, got 0"),
+     "--max-repeats must be an integer from 3 (the first look) to 100, got 101"),
+    (["run", "--control", "true", "--aa", "--blocks", "auto", "--max-blocks", "0"],  # not "--repeats must be ..."
+     "--max-repeats must be an integer from 3 (the first look) to 100, got 0"),
     (["run", "--control", "true", "--aa", "--blocks", "4", "--max-blocks", "8"],
-     "--max-blocks is the budget of --blocks auto; with --blocks 4 drop it"),
-    (["run", "--control", "true", "--aa", "--max-time", "1m"], "--max-time is the budget of --blocks auto"),
+     "--max-repeats is the budget of --repeats auto; with --repeats 4 drop it"),
+    (["run", "--control", "true", "--aa", "--max-time", "1m"], "--max-time is the budget of --repeats auto"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     one_line_error(in_process(*args, cwd=tmp_path), message)
@@ -158,7 +158,7 @@ def test_run_blocks_auto_stops_and_says_why(tmp_path):
     data = json.loads((tmp_path / "auto.json").read_text())
     wall = data["sequential"]["wall"]
     assert (wall["call"], wall["stop_reason"]) == ("slower", "decided") and wall["n_blocks"] < 10
-    assert f"--blocks auto: ran {wall['n_blocks']} of at most 10 blocks (decided: wall slower)" in r.stdout
+    assert f"--repeats auto: ran {wall['n_blocks']} of at most 10 blocks (decided: wall slower)" in r.stdout
     assert "repeated CI" in (tmp_path / "auto.md").read_text()
 
 
@@ -257,7 +257,7 @@ def test_run_decode_at_two_thread_counts(tmp_path):
     assert "logitlab bench run" in md.read_text()
 
 
-# --- --blocks auto: δ fixed before the first look (--margin, --noise FILE, else the 2 % default) ------------------
+# --- --repeats auto (--blocks auto): δ fixed before the first look (--margin, --noise FILE, else the 2 % default) ------------------
 
 
 def _noise_profile(path, *, time="real", scenarios=("sleep 0.01",)):
@@ -322,7 +322,7 @@ def test_bad_noise_files_are_refused_before_any_run(tmp_path):
         ([*auto, "--noise", "cpu.json"], "error: --noise file cpu.json was calibrated on cpu time; bench run decides"),
         ([*auto, "--noise", "many.json"], "error: --noise file many.json has 2 scenarios and none is named 'touch"),
         ([*run, "--blocks", "4", "--noise", "aa.json"],
-         "error: --noise is the pre-registered δ of --blocks auto; with --blocks 4 drop it"),
+         "error: --noise is the pre-registered δ of --repeats auto; with --repeats 4 drop it"),
     ]:
         one_line_error(in_process(*args, cwd=tmp_path), message)
         assert not (tmp_path / "ran").exists(), args

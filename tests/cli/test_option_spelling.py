@@ -147,3 +147,46 @@ def test_json_dash_prints_the_json_on_stdout_of_engine_commands(tmp_path):
     for name, line in ENGINE_COMMANDS.items():
         found = _json_on_stdout(name, line, tmp_path)
         assert found, name
+
+
+# -- one idea, one spelling: bench run and bisect take ab's names; their former names stay as second names --------
+#: (idea, the common spelling, the former spellings kept): every command with any of them has the common one
+SAME_IDEA = [
+    ("ABBA/BAAB blocks", "--repeats", {"--blocks"}),
+    ("budget of blocks of auto", "--max-repeats", {"--max-blocks"}),
+    ("time limit of one timed run (slot)", "--slot-timeout", {"--timeout"}),
+]
+
+
+@pytest.mark.parametrize("idea, common, former", SAME_IDEA, ids=[i for i, _, _ in SAME_IDEA])
+def test_one_idea_has_one_spelling_and_former_names_stay(idea, common, former):
+    ctx = click.Context(main, info_name="logitlab")
+    found = {}
+    for path, command in _commands(main, ctx):
+        for param in command.params:
+            if isinstance(param, click.Option) and (set(param.opts) & (former | {common})):
+                found[path] = param.opts
+    assert found, idea
+    bad = {path: opts for path, opts in found.items() if opts[0] != common}  # the common name first (--help)
+    assert bad == {}, f"{idea}: {bad}"
+    assert {"bench run", "ab"} & set(found), found
+
+
+def test_bench_run_takes_the_common_names_and_its_former_ones():
+    import json
+    import subprocess
+    import sys
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "logitlab", "bench", "run", "--control", "true", "--candidate",
+                               "true", "--warmup", "0", "-q", "--json", "-", *args], capture_output=True, text=True)
+
+    new, old = run("--repeats", "2", "--slot-timeout", "5"), run("--blocks", "2", "--timeout", "5")
+    assert new.returncode == 0 and old.returncode == 0, new.stderr + old.stderr
+    for proc in (new, old):
+        data = json.loads(proc.stdout)
+        assert data["config"]["blocks"] == 2 and data["config"]["timeout"] == 5.0
+        assert data["comparisons"]["wall"]["n_blocks"] == 2
+    bad = run("--repeats", "4", "--max-repeats", "8")
+    assert bad.returncode == 2 and bad.stderr == ("error: --max-repeats is the budget of --repeats auto; with "
+                                                  "--repeats 4 drop it\n")

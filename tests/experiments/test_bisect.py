@@ -134,7 +134,7 @@ def test_probe_settings_are_checked_before_any_checkout():
         SpeedProbe("true", metric_regex="no group")
     with pytest.raises(InputError, match="--margin must be a fraction"):
         SpeedProbe("true", margin=5.0)
-    with pytest.raises(InputError, match="--max-blocks must be an integer from 3"):
+    with pytest.raises(InputError, match="--max-repeats must be an integer from 3"):
         SpeedProbe("true", max_blocks=2)
 
 

@@ -104,16 +104,16 @@ def test_aa_mode_reports_false_positive_rate_and_suggests_margin():
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(control="", candidate="x"), "--control is empty"),
-    (dict(control="a", candidate="b", blocks=0), "--blocks must be at least 1"),
+    (dict(control="a", candidate="b", blocks=0), "--repeats must be at least 1"),
     (dict(control="a", candidate="b", aa=True), "A/A mode runs the control on both sides"),
-    (dict(control="a", candidate="b", timeout=-1.0), "--timeout"),
+    (dict(control="a", candidate="b", timeout=-1.0), "--slot-timeout must be positive seconds"),
     (dict(control="a", candidate="b", metric_regex="("), "not a valid regular expression"),
     (dict(control="a", candidate="b", margin=5.0),
      r"--margin must be a fraction between 0 and 1 \(0.02 = 2 %\), got 5$"),
     (dict(control="a", candidate="b", margin=0.0), "--margin must be a fraction between 0 and 1"),
-    (dict(control="a", candidate="b", blocks=2, auto=True), "--max-blocks must be an integer from 3"),
+    (dict(control="a", candidate="b", blocks=2, auto=True), "--max-repeats must be an integer from 3"),
     (dict(control="a", candidate="b", blocks=12, auto=True, max_time=0.0), "--max-time must be a positive"),
-    (dict(control="a", candidate="b", max_time=60.0), "--max-time is the budget of --blocks auto"),
+    (dict(control="a", candidate="b", max_time=60.0), "--max-time is the budget of --repeats auto"),
 ])
 def test_config_errors(kwargs, message):
     with pytest.raises(InputError, match=message):
@@ -169,7 +169,7 @@ def test_no_complete_block_prints_one_line_instead_of_the_table():
     assert "| metric |" not in md and "**Stopped early:**" in md
 
 
-# --- --blocks auto (statistics: tests/perf/test_sequential.py) ---------------------------------
+# --- --repeats auto (statistics: tests/perf/test_sequential.py) ---------------------------------
 
 
 def test_auto_stops_early_on_a_clear_speedup_with_the_repeated_ci():
@@ -182,7 +182,7 @@ def test_auto_stops_early_on_a_clear_speedup_with_the_repeated_ci():
     p = result.primary
     assert p.call == "faster" and (p.ci_low, p.ci_high) == (decision.ci_low, decision.ci_high) and p.ci_high < 1
     assert set(result.sequential) == set(result.comparisons)
-    assert f"--blocks auto: ran {decision.n_blocks} of at most 12 blocks (decided" in report.markdown(result)
+    assert f"--repeats auto: ran {decision.n_blocks} of at most 12 blocks (decided" in report.markdown(result)
     data = result.to_dict()
     assert data["sequential"]["wall"]["stop_reason"] == "decided" and data["config"]["auto"] is True
 

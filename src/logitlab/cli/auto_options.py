@@ -1,5 +1,5 @@
-"""Option types of the sequential runs: ``--repeats auto`` / ``--blocks auto`` and ``--max-time 10m``, and the
-option group that declares them (:func:`sequential_options`)."""
+"""Option types of the sequential runs: ``--repeats auto`` (``ab``, ``bench run``) and ``--max-time 10m``, and
+the option group that declares them (:func:`sequential_options`)."""
 
 from __future__ import annotations
 
@@ -43,21 +43,31 @@ class Duration(click.ParamType):
         return seconds
 
 
-def sequential_options(flag: str, *, default: int, each: str, called: str, noise: str) -> Callable[[Any], Any]:
+def sequential_options(flag: str, *, default: int, each: str, called: str, noise: str,
+                       former: str | None = None) -> Callable[[Any], Any]:
     """The options of a run of ABBA/BAAB blocks that may stop sequentially, as one decorator: ``flag`` (a
     :class:`CountOrAuto` of blocks, ``default`` of them, each 4 timed ``each``; ``auto``: stop as soon as
     ``called`` is called faster, slower or equivalent), ``--max-<flag>`` (the budget of blocks of auto, 12 when
     not given), ``--max-time`` (a :class:`Duration`, the wall-clock budget of auto) and ``--noise FILE`` (auto's
     equivalence margin δ, fixed before the first look, from a calibration of this machine: ``noise`` names the
     files it takes; :mod:`logitlab.perf.prereg`). What each command does with them is its own (``ab`` refuses a
-    budget without auto; ``bench run`` takes ``--max-time`` for fixed blocks too)."""
+    budget without auto; ``bench run`` takes ``--max-time`` for fixed blocks too).
+
+    ``former``: the command's earlier spelling of ``flag`` (``bench run --blocks``, now ``--repeats`` as in
+    ``ab``), kept as a second name of the option and of its budget (``--max-blocks``), so old scripts run; the
+    values keep the former's name in the command's options (``opts["blocks"]``, ``opts["max_blocks"]``)."""
+    budget = f"--max-{flag.lstrip('-')}"
+    names = [flag, former, former.lstrip("-").replace("-", "_")] if former else [flag]
+    budget_names = [budget, f"--max-{former.lstrip('-')}", f"max_{former.lstrip('-')}"] if former else [budget]
+    was = f" ({former}: the same, its former name.)" if former else ""
     options = [
-        click.option(flag, type=CountOrAuto(), default=default, show_default=True,
+        click.option(*names, type=CountOrAuto(), default=default, show_default=True,
                      help=f"ABBA/BAAB blocks (4 timed {each} each), or 'auto': after each block a sequential rule "
                           "(O'Brien-Fleming-type alpha spending, repeated CIs valid at any stopping time) stops as "
-                          f"soon as {called} is called faster, slower or equivalent."),
-        click.option(f"--max-{flag.lstrip('-')}", type=int, default=None,
-                     help=f"Budget of blocks of {flag} auto.  [default: 12]"),
+                          f"soon as {called} is called faster, slower or equivalent.{was}"),
+        click.option(*budget_names, type=int, default=None,
+                     help=f"Budget of blocks of {flag} auto.  [default: 12]"
+                          + (f" ({budget_names[1]}: the same, its former name.)" if former else "")),
         click.option("--max-time", type=Duration(), default=None,
                      help=f"Wall-clock budget of {flag} auto, e.g. 10m: no block starts that would end past it."),
         click.option("--noise", "noise_path", default=None, metavar="FILE",

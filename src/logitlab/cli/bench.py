@@ -36,16 +36,18 @@ def bench() -> None:
 @click.option("--candidate", default=None, metavar="CMD", help="Shell command of the candidate (B).")
 @click.option("--aa", is_flag=True, help="A/A: run the control on both sides; reports the false-positive rate "
                                          "and suggests δ.")
-@sequential_options("--blocks", default=10, each="runs", called="the primary metric",
-                    noise="a saved bench run --aa --json result or a bench calibrate profile")
+@sequential_options("--repeats", default=10, each="runs", called="the primary metric",
+                    noise="a saved bench run --aa --json result or a bench calibrate profile", former="--blocks")
 @click.option("--warmup", type=int, default=1, show_default=True, help="Untimed runs per variant first.")
 @click.option("--randomize", is_flag=True, help="Seeded, balanced random order of block patterns.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --randomize and the bootstrap.")
 @metric_options(example="tokens_per_second=([0-9.]+)")
 @click.option("--margin", type=float, default=None,
               help="Equivalence margin δ as a fraction (0.02 = 2 %). Default: from the control's A/A slots "
-                   "(--blocks auto: --noise, else 2 %).")
-@click.option("--timeout", type=float, default=None, help="Seconds per run; a run past it is killed and fails.")
+                   "(--repeats auto: --noise, else 2 %).")
+@click.option("--slot-timeout", "--timeout", "timeout", type=float, default=None, metavar="SECONDS",
+              help="Seconds per timed run (slot), as ab's --slot-timeout; a run past it is killed and fails. "
+                   "(--timeout: the same, its former name.)")
 @click.option("--fail-on", type=click.Choice(["slower", "not-faster"]), default=None,
               help="Exit 1 when the call is slower (or anything but faster).")
 @logged_run_options("bench-run")
@@ -61,7 +63,7 @@ def run_cmd(**opts: Any) -> None:
 
     \b
     Examples:
-      logitlab bench run --control './engine-old bench' --candidate './engine-new bench' --blocks 10
+      logitlab bench run --control './engine-old bench' --candidate './engine-new bench' --repeats 10
       logitlab bench run --control 'python decode.py -t 1' --candidate 'python decode.py -t 2' \\
           --metric 'tokens_per_second=([0-9.]+)' --higher-is-better --unit tokens/s
       logitlab bench run --control './engine bench' --aa
@@ -93,7 +95,7 @@ def run_cmd(**opts: Any) -> None:
         from logitlab.perf.run_calibration import bench_run_calibration
 
         if not config.auto:
-            raise InputError(f"--noise is the pre-registered δ of --blocks auto; with --blocks {config.blocks} drop "
+            raise InputError(f"--noise is the pre-registered δ of --repeats auto; with --repeats {config.blocks} drop "
                              "it (or give --margin)")
         config = dataclasses.replace(config, calibration=bench_run_calibration(opts["noise_path"], config))
     result, error = run_with_progress(lambda on_event: bench_run(config, on_event=on_event, log_path=log_path),
@@ -123,10 +125,12 @@ def _fail_on_exit_code(result: Any, fail_on: str | None) -> int:
 
 
 def _blocks(opts: dict[str, Any]) -> dict[str, Any]:
-    """--blocks N, or --blocks auto with its budget (--max-blocks, --max-time)."""
+    """--repeats N, or --repeats auto with its budget (--max-repeats, --max-time); --blocks, --max-blocks: their
+    former names."""
     if opts["blocks"] != "auto":
         if opts["max_blocks"] is not None:
-            raise InputError(f"--max-blocks is the budget of --blocks auto; with --blocks {opts['blocks']} drop it")
+            raise InputError(f"--max-repeats is the budget of --repeats auto; with --repeats {opts['blocks']} drop "
+                             "it")
         return {"blocks": opts["blocks"], "max_time": opts["max_time"]}
     return {"blocks": 12 if opts["max_blocks"] is None else opts["max_blocks"], "auto": True,
             "max_time": opts["max_time"]}

@@ -50,11 +50,14 @@ def _probe_text(words: tuple[str, ...]) -> str:
 @metric_options(example="decode_seconds=([0-9.]+)", scope="speed: ")
 @click.option("--margin", type=float, default=None,
               help="speed: equivalence margin δ (0.05 = 5 %). Default: half the change BAD shows against GOOD.")
-@click.option("--max-blocks", type=int, default=12, show_default=True,
-              help="speed: budget of ABBA/BAAB blocks per build (the sequential rule looks from the 3rd); "
-                   "inconclusive at the budget is a skip.")
+@click.option("--max-repeats", "--max-blocks", "max_blocks", type=int, default=12, show_default=True,
+              help="speed: budget of ABBA/BAAB blocks per build (the sequential rule looks from the 3rd), as "
+                   "--max-repeats of ab and bench run; inconclusive at the budget is a skip. (--max-blocks: the "
+                   "same, its former name.)")
 @click.option("--warmup", type=int, default=1, show_default=True, help="speed: untimed runs per side first.")
-@click.option("--timeout", type=Duration(), default=None, help="speed: time one benchmark run may take.")
+@click.option("--slot-timeout", "--timeout", "timeout", type=Duration(), default=None,
+              help="speed: time one benchmark run (slot) may take, as --slot-timeout of ab and bench run. "
+                   "(--timeout: the same, its former name.)")
 @output_options(json_help="Write the bisection (every step and its evidence) as JSON.")
 @handle_errors
 def bisect(**opts: Any) -> None:
@@ -66,7 +69,7 @@ def bisect(**opts: Any) -> None:
     with GOOD's run (bad when worse than --require). speed: ABBA/BAAB blocks
     of the build against GOOD's (built once in a second work tree), the
     paired three-way call with a sequential stop; slower is bad, faster or
-    equivalent good, inconclusive at --max-blocks a skip. The repository's
+    equivalent good, inconclusive at --max-repeats a skip. The repository's
     checkout is restored at the end, also on errors and Ctrl-C. Paths after
     -- are relative to the work tree. Exit 0: the first bad commit found;
     1: skips leave several candidates; 2: bad input.

@@ -1,4 +1,4 @@
-"""``ab --repeats auto`` / ``bench run --blocks auto``: ask the sequential rule after each block whether to stop.
+"""``ab --repeats auto`` / ``bench run --repeats auto``: ask the sequential rule after each block whether to stop.
 
 The statistics are :mod:`logitlab.perf.sequential` (group-sequential design,
 repeated CIs valid at any stopping time). This module adds what a run loop
@@ -57,8 +57,8 @@ class AutoStop:
         higher_is_better: direction of the metric that drives the stop.
         metric, unit: its names, for the reasons.
         clock: seconds, monotonic (tests replace it).
-        budget_flag: the option that sets ``max_blocks``, for messages: ``--max-repeats`` (ab) or
-            ``--max-blocks`` (bench run).
+        budget_flag: the option that sets ``max_blocks``, for messages: ``--max-repeats`` (ab, bench run,
+            bisect).
     """
 
     max_blocks: int = DEFAULT_MAX_BLOCKS

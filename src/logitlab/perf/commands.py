@@ -135,7 +135,7 @@ class BenchRunConfig:
     confidence : float
     n_bootstrap : int
     auto : bool
-        ``--blocks auto``: after each block the sequential rule
+        ``--repeats auto``: after each block the sequential rule
         (:mod:`logitlab.perf.sequential`) on the primary metric says whether to stop.
     max_time : float or None
         With ``auto``: wall-clock budget in seconds (no block starts that would end past it).
@@ -167,23 +167,24 @@ class BenchRunConfig:
         if isinstance(self.calibration, dict):  # read back from a run log's header
             object.__setattr__(self, "calibration", PreregisteredMargin.from_dict(self.calibration))
         if self.calibration is not None and not self.auto:
-            raise InputError(f"--noise is the pre-registered δ of --blocks auto; with --blocks {self.blocks} drop it")
+            raise InputError(f"--noise is the pre-registered δ of --repeats auto; with --repeats {self.blocks} drop "
+                             "it")
         for name in ("control", "candidate"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
                 raise InputError(f"--{name} is empty: give a shell command")
         if self.aa and self.candidate != self.control:
             raise InputError("A/A mode runs the control on both sides: drop --candidate or --aa")
-        if self.auto:  # --blocks auto: ``blocks`` is the budget, --max-blocks
-            check_auto_budget(self.blocks, self.max_time, flag="--max-blocks")
+        if self.auto:  # --repeats auto: ``blocks`` is the budget, --max-repeats
+            check_auto_budget(self.blocks, self.max_time, flag="--max-repeats")
         elif isinstance(self.blocks, bool) or not isinstance(self.blocks, int) or self.blocks < 1:
-            raise InputError(f"--blocks must be at least 1 (2 or more for a CI), got {self.blocks!r}")
+            raise InputError(f"--repeats must be at least 1 (2 or more for a CI), got {self.blocks!r}")
         if self.timeout is not None and not self.timeout > 0:
-            raise InputError(f"--timeout must be positive seconds, got {self.timeout!r}")
+            raise InputError(f"--slot-timeout must be positive seconds, got {self.timeout!r}")
         if self.margin is not None:
             check_margin(self.margin, option="--margin")
         if not self.auto and self.max_time is not None:
-            raise InputError("--max-time is the budget of --blocks auto; with a fixed number of blocks drop it")
+            raise InputError("--max-time is the budget of --repeats auto; with a fixed number of blocks drop it")
         compile_metric(self.metric_regex)
 
     @property
@@ -243,7 +244,7 @@ class BenchRunResult(ResultRecord):
     aa : AaReport or None
         A/A mode only.
     sequential : dict of str to SequentialDecision
-        ``--blocks auto`` only: per compared metric, the sequential decision at
+        ``--repeats auto`` only: per compared metric, the sequential decision at
         the stop (the comparisons then carry its call and repeated CI).
     host : dict
         :func:`logitlab.manifest.host_info` at the start.
@@ -422,7 +423,7 @@ def bench_run(
         autostop = AutoStop(max_blocks=config.blocks, max_time=config.max_time, margin=config.margin,
                             calibration=config.calibration,
                             higher_is_better=_direction(config, config.primary), metric=config.primary,
-                            unit=_unit(config, config.primary), budget_flag="--max-blocks")
+                            unit=_unit(config, config.primary), budget_flag="--max-repeats")
     log = RunLog(log_path, BenchRunResult.KIND, {"config": dataclasses.asdict(config), "host": host}) \
         if log_path is not None else None
     try:

@@ -1,6 +1,6 @@
 """The equivalence margin δ of a sequential run, fixed before its first look, and where it came from.
 
-``ab --repeats auto`` and ``bench run --blocks auto`` look after every block
+``ab --repeats auto`` and ``bench run --repeats auto`` look after every block
 (:mod:`logitlab.perf.sequential`). Their δ is fixed before the first look,
 never taken from the run's own A/A slots: δ from the blocks so far shrinks
 like the repeated CI, so an A/A ended "equivalent" in only about half the

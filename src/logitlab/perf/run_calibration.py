@@ -1,4 +1,4 @@
-"""``bench run --blocks auto --noise FILE``: δ pre-registered from a calibration recorded earlier.
+"""``bench run --repeats auto --noise FILE``: δ pre-registered from a calibration recorded earlier.
 
 Two kinds of file calibrate a ``bench run`` (:mod:`logitlab.perf.prereg` has the rule and the default):
 
@@ -28,7 +28,7 @@ __all__ = ["bench_run_calibration"]
 
 
 def bench_run_calibration(path: str, config: BenchRunConfig) -> PreregisteredMargin:
-    """δ for ``config`` (a ``bench run --blocks auto``) from the calibration file ``path``.
+    """δ for ``config`` (a ``bench run --repeats auto``) from the calibration file ``path``.
 
     Parameters
     ----------

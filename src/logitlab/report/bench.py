@@ -78,7 +78,7 @@ RUN_HEADER = ("metric", "control", "candidate", "ratio (95% CI)", "call", "δ", 
 RUN_METHOD = ("Per block, log(candidate/control) over its ABBA/BAAB slots, so linear drift and a fixed slot bias "
               "cancel; geometric-mean ratio over blocks with a paired-t 95% CI (bootstrap as a cross-check); call "
               "against δ (faster/slower/equivalent, else inconclusive), δ from the control's A/A slots unless given "
-              "(--blocks auto: fixed before the first look: --margin, else --noise's calibration, else 2 %).")
+              "(--repeats auto: fixed before the first look: --margin, else --noise's calibration, else 2 %).")
 
 
 def _p(p_value: float | None) -> str:
@@ -125,14 +125,14 @@ def no_block_line(result: BenchRunResult, *, detail: bool = False) -> str | None
 def _schedule_line(result: BenchRunResult) -> str:
     cfg = result.config
     n_valid = result.primary.n_blocks if result.primary else 0
-    size = f"up to {plural(cfg['blocks'], 'ABBA/BAAB block')} (--blocks auto)" if cfg.get("auto") else \
+    size = f"up to {plural(cfg['blocks'], 'ABBA/BAAB block')} (--repeats auto)" if cfg.get("auto") else \
         plural(cfg['blocks'], 'ABBA/BAAB block')
     line = (f"{size} ({'random' if cfg['randomize'] else 'alternating'} order), "
             f"{cfg['warmup']} untimed warmup(s) per variant; {n_valid} block(s) compared")
     if cfg.get("auto"):
         primary = result.sequential.get(result.config["metric_name"] if result.config["metric_regex"] else "wall")
         line += "; " + stopping_note(primary, len({r.block for r in result.runs if r.block is not None}),
-                                     "--blocks auto")
+                                     "--repeats auto")
     return line
 
 

@@ -111,7 +111,7 @@ def scenario_reason(s: ScenarioComparison, comparison: FileComparison) -> str:
 
 
 def sequential_reason(d: SequentialDecision) -> str:
-    """One paragraph with the numbers behind a sequential call (``--repeats auto``, ``--blocks auto``)."""
+    """One paragraph with the numbers behind a sequential call (``--repeats auto``, ``--repeats auto``)."""
     call, stop_reason, n, min_blocks, max_blocks = d.call, d.stop_reason, d.n_blocks, d.min_blocks, d.max_blocks
     look, n_looks, alpha, spending, nominal = d.look, d.n_looks, d.alpha, d.spending, d.nominal_confidence
     mean, sd, delta = d.mean_log_ratio, d.sd_log_ratio, d.margin

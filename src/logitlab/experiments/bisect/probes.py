@@ -11,7 +11,7 @@ A probe is asked about one build at a time, always against the GOOD build:
 - :class:`SpeedProbe` keeps GOOD's build in a second git work tree and runs
   the benchmark command in both trees in ABBA/BAAB blocks
   (:func:`logitlab.perf.commands.bench_run` with its sequential stop,
-  ``--blocks auto``): ``slower`` is bad, ``faster`` or ``equivalent`` good;
+  ``--repeats auto``): ``slower`` is bad, ``faster`` or ``equivalent`` good;
   ``inconclusive`` once the budget of blocks is spent is a skip (as
   Chromium's Pinpoint adds runs to an unclear comparison, then reports it
   unknown). The equivalence margin δ defaults to half the change BAD shows
