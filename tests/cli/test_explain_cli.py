@@ -48,10 +48,13 @@ def explain_until_the_candidate_runs(tmp_path: Path, *extra: str) -> tuple[subpr
 
 def test_ctrl_c_writes_the_partial_result_and_exits_130(tmp_path):
     out = tmp_path / "why.json"
-    proc, _ = explain_until_the_candidate_runs(tmp_path, "--json", str(out))
+    proc, _ = explain_until_the_candidate_runs(tmp_path, "--json", str(out), "--markdown", str(tmp_path / "why.md"))
     assert proc.returncode == 130, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines == ["error: interrupted; the positions explained so far are in the reports"], proc.stderr
     data = json.loads(out.read_text())
     assert data["kind"] == "explain" and data["error"] == "interrupted"
     assert data["config"]["candidate"]["options"]["command"].startswith(str(tmp_path / "slow.sh"))
+    n = len(data["positions"])
+    assert (f"**stopped early by the user (Ctrl-C) after {n} position{'s' * (n != 1)} (explained): the causes rest "
+            "on those only**") in (tmp_path / "why.md").read_text()

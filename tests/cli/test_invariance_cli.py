@@ -118,7 +118,7 @@ def test_ctrl_c_compares_the_runs_finished_and_exits_130(tmp_path):
 
     out = tmp_path / "d.json"
     proc = subprocess.Popen([sys.executable, "-m", "logitlab", "invariance", "determinism", "--runs", "400",
-                             "--tokens", "8", "--quiet", "--json", str(out)],
+                             "--tokens", "8", "--quiet", "--json", str(out), "--markdown", str(tmp_path / "d.md")],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(15)  # loading takes about a second here, a run of 8 decode tokens a fraction of one
@@ -131,6 +131,11 @@ def test_ctrl_c_compares_the_runs_finished_and_exits_130(tmp_path):
     assert data["error"] == "interrupted" and 2 <= data["details"]["runs"] < 400
     assert data["details"]["distinct_texts"] == len(data["details"]["text_groups"]) >= 1
     assert data["checks"] and "stopped early: interrupted" not in stdout  # the error: line says it instead
+    n = len(data["checks"])
+    line = (f"stopped early by the user (Ctrl-C) after {n} compared check{'s' * (n != 1)}: the checks and the "
+            "verdict rest on those only")  # the written report says so, before the checks
+    markdown = (tmp_path / "d.md").read_text()
+    assert f"**{line}**" in markdown and markdown.index(line) < markdown.index("| check")
 
 
 # -- invariance matrix ---------------------------------------------------------------------------------------

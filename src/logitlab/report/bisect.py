@@ -11,7 +11,7 @@ from typing import Any
 
 from logitlab.experiments.bisect.run import BisectResult, BisectStep
 from logitlab.report.document import Bullets, Document, Figure, Heading, KeyValues, Paragraph, Span, Table, rich
-from logitlab.report.text import plural, stopped_line
+from logitlab.report.text import INTERRUPTED, plural, stopped_line
 
 __all__ = ["bisect_document", "STEP_HEADER"]
 
@@ -97,6 +97,9 @@ def bisect_document(result: BisectResult, *, show_error: bool = True, **_: Any) 
             ("steps", f"{plural(result.n_built, 'build')}, {plural(len(result.steps), 'probe step')}; "
                       f"checkout {'restored to ' + where if result.restored else 'NOT restored: was ' + where}")]
     doc.add(Heading(title), KeyValues(rows, boxed=True))
+    if result.error == INTERRUPTED and show_error:  # before any finding: what it rests on
+        doc.add(Paragraph(stopped_line(INTERRUPTED, done=len(result.steps), unit="probe step",
+                                       rests_on="the commits named"), tone="error"))
     if result.first_bad:
         bad = result.step_of(result.first_bad)
         index = next(i for i, c in enumerate(result.commits) if c["sha"] == result.first_bad)
@@ -123,7 +126,7 @@ def bisect_document(result: BisectResult, *, show_error: bool = True, **_: Any) 
         doc.add(Paragraph(f"the repository was NOT restored to {where}: check it out by hand "
                           f"(git -C {cfg['repo']} checkout {original.get('branch') or original['sha']})",
                           tone="error"))
-    if result.error and show_error:
-        doc.add(Paragraph(stopped_line(result.error, rests_on="the steps"), tone="error"))
+    if result.error and show_error and result.error != INTERRUPTED:
+        doc.add(Paragraph(stopped_line(result.error), tone="error"))
     doc.add(_figure(result))
     return doc

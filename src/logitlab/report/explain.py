@@ -11,7 +11,7 @@ from typing import Any
 
 from logitlab.experiments.explain_results import TIE_BREAK, ExplainResult, PositionEvidence
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
-from logitlab.report.text import engine_rows, fmt_num, variant_text, stopped_line
+from logitlab.report.text import INTERRUPTED, engine_rows, fmt_num, stopped_line, variant_text
 
 __all__ = ["explain_document", "position_lines", "cause_rows", "CAUSE_HEADER"]
 
@@ -23,6 +23,9 @@ def explain_document(result: ExplainResult, *, show_error: bool = True) -> Docum
     word = result.verdict.word if result.verdict else "n/a"
     doc = Document("explain", "logitlab explain")
     doc.add(Heading(rich("logitlab explain: ", Span(word, f"verdict:{word}"))), _header(result))
+    if result.error == INTERRUPTED and show_error:  # before any cause: what they rest on
+        doc.add(Paragraph(stopped_line(INTERRUPTED, done=len(result.positions), planned=result.candidates or None,
+                                       unit="position", detail="explained", rests_on="the causes"), tone="error"))
     if result.verdict is not None:
         doc.add(Paragraph(rich(Span("verdict of the pair: ", "strong"), Span(word, f"verdict:{word}"))),
                 Bullets(result.verdict.evidence, tight=True))
@@ -34,8 +37,8 @@ def explain_document(result: ExplainResult, *, show_error: bool = True) -> Docum
             lines = position_lines(result, evidence)
             doc.add(Paragraph(rich(Span(lines[0], "strong"))), Bullets(lines[1:], tight=True))
     doc.add(*[Paragraph(note, tone="note") for note in result.notes])
-    if result.error and show_error:
-        doc.add(Paragraph(stopped_line(result.error, rests_on="the causes"), tone="error"))
+    if result.error and show_error and result.error != INTERRUPTED:
+        doc.add(Paragraph(stopped_line(result.error), tone="error"))
     return doc
 
 

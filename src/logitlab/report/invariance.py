@@ -15,8 +15,8 @@ from logitlab.experiments.invariance_results import Check, InvarianceResult
 from logitlab.report.detection_text import DETECTION_TITLE, detection_lines
 from logitlab.report.document import Block, Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.figure_blocks import check_heatmap_figure, comparison_figures
-from logitlab.report.text import (comparison_lines, engine_rows, host_rows, flip_rows, fmt_num, stopped_line,
-                                  variant_text)
+from logitlab.report.text import (INTERRUPTED, comparison_lines, engine_rows, host_rows, flip_rows, fmt_num,
+                                  stopped_line, variant_text)
 
 __all__ = ["invariance_document", "CHECK_HEADER", "FLIP_HEADER", "MAX_FLIPS", "check_rows", "summary_lines",
            "position_label", "runs_text"]
@@ -146,6 +146,9 @@ def invariance_document(result: InvarianceResult, *, show_error: bool = True) ->
     vacuous = " (vacuous: it could not have failed)" if result.vacuous else ""
     doc.add(Heading(rich(f"{title}: ", Span(word, f"verdict:{word}" if result.verdict else "strong"), vacuous)),
             _header(result))
+    if result.error == INTERRUPTED and show_error:  # before any verdict: what it rests on
+        doc.add(Paragraph(stopped_line(INTERRUPTED, done=len(result.checks), unit="compared check",
+                                       rests_on="the checks and the verdict"), tone="error"))
     doc.add(Table(CHECK_HEADER, check_rows(result),
                   title="checks (reference → observed, every position, full vocabulary)"),
             check_heatmap_figure(result.checks))
@@ -155,8 +158,8 @@ def invariance_document(result: InvarianceResult, *, show_error: bool = True) ->
                           tight=True), Bullets(detection_lines(result.detection), tight=True))
     doc.add(*_sensitivity(result))
     doc.add(*[Paragraph(f"note: {note}", tone="note") for note in result.notes])
-    if result.error and show_error:
-        doc.add(Paragraph(stopped_line(result.error, rests_on="the verdicts"), tone="error"))
+    if result.error and show_error and result.error != INTERRUPTED:
+        doc.add(Paragraph(stopped_line(result.error), tone="error"))
     return doc
 
 

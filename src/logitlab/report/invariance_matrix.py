@@ -16,7 +16,7 @@ from logitlab.report.document import Block, Bullets, Document, Figure, Heading, 
     rich
 from logitlab.report.invariance import check_rows, position_label
 from logitlab.report.invariance_batch_axes import batch_position_text, batch_sizes_text, batch_workload
-from logitlab.report.text import engine_rows, host_rows, fmt_num, plural, variant_text, stopped_line
+from logitlab.report.text import INTERRUPTED, engine_rows, host_rows, fmt_num, plural, stopped_line, variant_text
 
 __all__ = ["matrix_document", "AXIS_HEADER", "axis_rows", "compared_text", "cost_rows", "distinct_text",
            "matrix_figure_data"]
@@ -265,6 +265,11 @@ def matrix_document(result: InvarianceMatrixResult, *, show_error: bool = True) 
     doc = Document("invariance-matrix", title)
     doc.add(Heading(rich(f"{title}: ", Span(word, f"verdict:{word}" if result.verdict_word else "strong"))),
             _header(result))
+    if result.error == INTERRUPTED and show_error:  # before any verdict: what they rest on
+        measured = [a for a in result.axes if a.status != "not run"]
+        doc.add(Paragraph(stopped_line(INTERRUPTED, done=len(measured), planned=len(result.axes), unit="axis",
+                                       units="axes", detail="the last as far as it got", rests_on="the verdicts"),
+                          tone="error"))
     several = len(result.config["prompts"]) > 1
     doc.add(Table(AXIS_HEADER, axis_rows(result),
                   title="axes: every position, full vocabulary, bit for bit" + (", every prompt" if several else "")
@@ -308,6 +313,6 @@ def matrix_document(result: InvarianceMatrixResult, *, show_error: bool = True) 
         for name, probe in zip(axis.prompts, axis.probes):
             doc.add(*[Paragraph(f"note: {axis.axis}" + (f", {name}" if several else "") + f": {note}", tone="note")
                       for note in probe.notes])
-    if result.error and show_error:
-        doc.add(Paragraph(stopped_line(result.error, rests_on="the verdicts"), tone="error"))
+    if result.error and show_error and result.error != INTERRUPTED:
+        doc.add(Paragraph(stopped_line(result.error), tone="error"))
     return doc

@@ -18,7 +18,7 @@ from logitlab.numerics import VERDICTS
 from logitlab.report.detection_text import HEADLINE_HEADER, limit_cell
 from logitlab.report.document import Bullets, Document, Figure, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.sweep_invariance import invariance_matrix_table, invariance_matrix_what
-from logitlab.report.text import fmt_num, plural, variant_text, stopped_line
+from logitlab.report.text import INTERRUPTED, fmt_num, plural, stopped_line, variant_text
 
 __all__ = ["sweep_document", "sweep_plan_document", "sweep_job_document", "heatmap_data"]
 
@@ -42,6 +42,9 @@ def sweep_document(result: SweepResult, *, show_error: bool = True) -> Document:
                  Span(worst, f"verdict:{worst}") if worst else "no verdict yet",
                  f" (worst of {plural(len(result.cells), 'cell')})")
     doc.add(Heading(title), _header(result, counts))
+    if result.error == INTERRUPTED and show_error:  # before any verdict: what they rest on
+        doc.add(Paragraph(stopped_line(INTERRUPTED, done=counts["ok"] + counts["failed"], planned=len(result.jobs),
+                                       unit="job", rests_on="the cells' verdicts"), tone="error"))
     doc.add(_matrix_table(result))
     if result.speed:
         doc.add(_speed_table(result))
@@ -60,8 +63,8 @@ def sweep_document(result: SweepResult, *, show_error: bool = True) -> Document:
                                                               for place, n in sorted(places.items())), tone="dim"))
     if result.notes:
         doc.add(Bullets(result.notes, tone="note"))
-    if result.error and show_error:
-        doc.add(Paragraph(stopped_line(result.error, rests_on="the cells' verdicts"), tone="error"))
+    if result.error and show_error and result.error != INTERRUPTED:
+        doc.add(Paragraph(stopped_line(result.error), tone="error"))
     return doc
 
 

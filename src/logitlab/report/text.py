@@ -207,13 +207,14 @@ INTERRUPTED = "interrupted"
 
 
 def stopped_line(error: str, *, done: int | None = None, planned: int | str | None = None, unit: str = "run",
-                 detail: str | None = None, rests_on: str = "the verdicts") -> str:
+                 units: str | None = None, detail: str | None = None, rests_on: str = "the verdicts") -> str:
     """The line a report of a run that stopped early shows (``error``: the result's ``error``).
 
     For a run Ctrl-C stopped (``error == "interrupted"``): ``"stopped early by the user (Ctrl-C) after 2 of 50
     planned ABBA/BAAB blocks (11 runs measured): the verdict and the speed calls rest on those only"``;
     ``done``/``planned`` the parts finished and planned (``planned`` None: not known; text such as ``"at most
-    12"`` is shown as given), ``unit`` their noun (singular), ``detail`` a parenthesis after them, ``rests_on``
+    12"`` is shown as given), ``unit`` their noun (singular; ``units`` an irregular plural), ``detail`` a
+    parenthesis after them, ``rests_on``
     what the report concludes. Any other error: ``"stopped early: <error>"``.
     """
     if error != INTERRUPTED:
@@ -221,6 +222,6 @@ def stopped_line(error: str, *, done: int | None = None, planned: int | str | No
     if done is None:
         return f"stopped early by the user (Ctrl-C): {rests_on} rest on what was measured before it only"
     of = f" of {planned} planned" if planned is not None else ""
-    noun = unit if (planned if isinstance(planned, int) else done) == 1 else unit + "s"
+    noun = unit if (planned if isinstance(planned, int) else done) == 1 else units or unit + "s"
     more = f" ({detail})" if detail else ""
     return f"stopped early by the user (Ctrl-C) after {done}{of} {noun}{more}: {rests_on} rest on those only"
