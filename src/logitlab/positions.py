@@ -69,7 +69,7 @@ class Positions:
         """The selected rows of a run of ``n_prompt`` prompt rows and ``n_decode`` decode rows.
 
         ``run`` describes the run in messages (default ``"N prompt + D decode rows"``), for a caller whose run
-        is not split that way (a dump of raw files: ``"positions 0-12 in the dumps"``).
+        is not split that way (dump-diff of raw files: ``"the dumps have positions 0-12"``).
 
         Returns:
             Sorted, distinct row indices, int64, shape ``(n_selected,)``, each in ``[0, n_prompt + n_decode)``.
