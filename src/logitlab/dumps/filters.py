@@ -184,10 +184,16 @@ class TensorFilter:
         return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(full, p) for p in self.names)
 
     def keeps_position(self, position: int | None) -> bool:
+        """Is token ``position`` kept (None: a tensor without a position, always kept)?
+
+        Raises:
+            InternalError: the ``--positions`` SPEC was not resolved against the run first (:meth:`for_run`).
+        """
         self._check_resolved()
         return self.positions is None or position is None or position in self.positions
 
     def keeps_span(self, start: int, stop: int) -> bool:
+        """Is any position of ``[start, stop)`` kept? Raises InternalError as :meth:`keeps_position`."""
         self._check_resolved()
         return self.positions is None or any(p in self.positions for p in range(start, stop))
 
