@@ -4,6 +4,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from logitlab import report
@@ -177,6 +178,24 @@ def test_llamacpp_threads_are_bit_exact_and_a_one_row_chunk_is_not():
                             "of the axis"]
 
 
+def moved_by_the_bump(check, bump: float) -> None:
+    """A check of the bucket engine's batch above its bucket: every row moved by the planted ``bump`` (at every 7th
+    logit) — a shift shared by the positions, never bit-exact — except rows that this CPU's own batching moves
+    further, which llama.cpp's batches of 2 move too. On AVX-512 there are none (its batches of this prompt are
+    bit-exact). On an AVX2-only AMD EPYC (measured 2026-12-05) llama.cpp's own batch moves the second sequence's
+    last 4 rows by up to 0.89; beside the plant's uniform 1e-3 those rows stand ~380x outside the noise floor the
+    plant sets, and the rules read `divergent` there: that is right (a few rows moved far more than all the others),
+    and it must be those rows alone."""
+    row_max = np.asarray(check.comparison.row_max_abs_diff)
+    own = np.flatnonzero(row_max > 4 * bump).tolist()  # rows this CPU's batching moved, beyond the plant
+    planted = np.delete(row_max, own)
+    assert planted.size and np.all((planted >= bump / 2) & (planted <= 2 * bump)), (check.name, row_max)
+    if check.word == "divergent":
+        assert own and sorted(check.verdict.outside) == own, (check.name, check.verdict.outside, own)
+    else:
+        assert check.word in ("noise", "near-tie", "systematic-offset"), (check.name, check.word)
+
+
 @pytest.mark.engine
 def test_a_planted_batch_bucket_is_found_on_the_batch_axis_alone(monkeypatch):
     """llama.cpp whose batches of more than 2 sequences move (tests/bucket_engine.py): every axis runs, and only the
@@ -195,10 +214,10 @@ def test_a_planted_batch_bucket_is_found_on_the_batch_axis_alone(monkeypatch):
     words = check_words(batch)
     assert list(words) == ["B=1 again", "B=2", "B=3", "B=4"]
     # the bump raises every 7th logit of every row by 1e-3: each row's mean moves by the same 1e-3 / 7, a shift shared
-    # by the positions (systematic-offset; noise or near-tie where a CPU's own batch rounding scatters it more);
-    # never bit-exact, never divergent (no row is changed in a few entries alone)
-    moved = ("noise", "near-tie", "systematic-offset")
-    assert words["B=3"] in moved and words["B=4"] in moved, words
+    # by the positions (systematic-offset; noise or near-tie where a CPU's own batch rounding scatters it more)
+    checks = {check.name: check for _, check in batch.checks()}
+    moved_by_the_bump(checks["B=3"], bucket_engine.BUMP)
+    moved_by_the_bump(checks["B=4"], bucket_engine.BUMP)
     assert batch.status == "not invariant" and result.worst is batch
     assert batch.first_divergence["check"] == "B=3"
     if CPU_AVX512:  # llama.cpp's own batches of this 12-token prompt are bit-exact there (test_invariance.py)
@@ -209,10 +228,17 @@ def test_a_planted_batch_bucket_is_found_on_the_batch_axis_alone(monkeypatch):
     # the axes that run no batch: llama.cpp's own bits (prefill-decode: its own difference, not planted; measured:
     # 2 of 14 rows on this prompt)
     # batch-position runs batches of max_batch = 4 > 2 sequences too: every slot moves
-    assert {c.word for _, c in axes["batch-position"].checks()} <= set(moved)
-    others = {a.axis: a.status for a in result.ran if a.axis not in ("batch", "batch-position", "prefill-decode")}
+    for _, check in axes["batch-position"].checks():
+        moved_by_the_bump(check, bucket_engine.BUMP)
+    others = {a.axis: a.status for a in result.ran
+              if a.axis not in ("batch", "batch-position", "prefill-decode", "verify")}
     assert others == {"determinism": "invariant", "chunked-prefill": "invariant", "threads": "invariant",
-                      "verify": "invariant", "process": "invariant"}
+                      "process": "invariant"}
+    # verify blocks (M=4 vs M=1): llama.cpp's own kernels, not planted — bit-exact on AVX-512; on an AVX2-only CPU
+    # they round differently (measured 2026-12-05: `noise`, test_llamacpp_verify_and_process_axes_report_their_numbers)
+    assert {c.word for _, c in axes["verify"].checks()} <= {"bit-exact", "ulp-noise", "noise", "near-tie"}
+    if CPU_AVX512:
+        assert axes["verify"].status == "invariant"
     assert result.status == "not invariant"
 
 
@@ -230,9 +256,9 @@ def test_the_first_failing_batch_size_is_the_one_just_above_the_bucket(monkeypat
         bucket_engine.unregister()
     batch = by_axis(result)["batch"]
     assert result.config["buckets"] == [2] and list(check_words(batch)) == ["B=1 again", "B=2", "B=3"]
-    # the bump moves every row's mean alike (as in the test above): never bit-exact, never divergent
-    assert check_words(batch)["B=3"] in ("noise", "near-tie", "systematic-offset") and \
-        batch.first_divergence["check"] == "B=3"
+    # the bump moves every row's mean alike (as in the test above)
+    moved_by_the_bump(dict((c.name, c) for _, c in batch.checks())["B=3"], bucket_engine.BUMP)
+    assert batch.first_divergence["check"] == "B=3"
     if CPU_AVX512:  # llama.cpp's own B=2 of this prompt is bit-exact there (measured 2026-12-05)
         assert check_words(batch)["B=2"] == "bit-exact"
         assert "| batch | B = 1..2 and 3 around the buckets 2 (first differing size: B=3) vs the prompt alone |" in \
@@ -438,7 +464,8 @@ def test_llamacpp_verify_and_process_axes_report_their_numbers():
     """llama.cpp on two prompts, 8 greedy tokens: M=4 verify blocks vs M=1 decode, and a fresh engine process vs one
     that served another prompt first. Measured on this CPU (AMD EPYC, AVX-512, 2026-12-05): verify bit-exact on the
     12-token prompt, 3 of 8 rows differ on the 57-token built-in one (the second block's rows 1-3, positions 62-64;
-    max |Δ| 0.79, noise, no argmax flip); process bit-exact on both (20 and 65 rows)."""
+    max |Δ| 0.79, noise, no argmax flip); process bit-exact on both (20 and 65 rows). On an AVX2-only AMD EPYC
+    (2026-12-05) verify reads `noise` on the short prompt too; process is bit-exact there as well."""
     result = matrix(prompts=(("short", SHORT_PROMPT), ("built-in", DEFAULT_PROMPT)), axes=("verify", "process"),
                     n_decode=8)
     axes = by_axis(result)
@@ -451,9 +478,10 @@ def test_llamacpp_verify_and_process_axes_report_their_numbers():
     assert process.rows == (12 + 8 + 57 + 8, 12 + 8 + 57 + 8)  # every position of both runs, bit-exact
     assert process.status == "invariant" and process.first_divergence is None
     (_, short), (_, builtin) = verify.checks()
-    assert short.word == "bit-exact"
-    assert builtin.word in ("bit-exact", "ulp-noise", "noise", "near-tie")  # rounding at most, on every CPU
+    rounding = ("bit-exact", "ulp-noise", "noise", "near-tie")
+    assert short.word in rounding and builtin.word in rounding  # rounding at most, on every CPU
     if CPU_AVX512:
+        assert short.word == "bit-exact"
         assert builtin.word == "noise" and builtin.comparison.differing_rows == 3 and not builtin.comparison.flips
         assert verify.first_divergence == {"prompt": "built-in", "check": "M=4 vs M=1", "position": 5}
         assert verify.status == "not invariant" and result.worst is verify
