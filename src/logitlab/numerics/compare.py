@@ -19,7 +19,7 @@ import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -32,6 +32,7 @@ __all__ = [
     "check_top_k",
     "LogitComparison",
     "compare_logits",
+    "compare_blocks",
     "merge_comparisons",
     "SCHEMA_VERSION",
     "HISTOGRAM_BINS",
@@ -274,25 +275,88 @@ def compare_logits(
     (False, 1, 1, 1)
     """
     ref, obs, ids = _validate(reference, observed, top_k, chunk_rows, token_ids, workers)
+    return _compare(ref, lambda start, stop: obs[start:stop], top_k, chunk_rows, ids, workers)
+
+
+def compare_blocks(
+    reference,
+    observed_rows: Callable[[int, int], np.ndarray],
+    *,
+    top_k: int = 5,
+    chunk_rows: int | None = None,
+    token_ids: Sequence[int] | None = None,
+    workers: int | None = None,
+) -> LogitComparison:
+    """:func:`compare_logits` of ``reference`` and an observed array that is never made whole: its rows are
+    asked for one block at a time.
+
+    Parameters
+    ----------
+    reference : ndarray, shape (n_positions, n_vocab)
+        As for :func:`compare_logits`.
+    observed_rows : callable
+        ``observed_rows(start, stop)`` returns rows ``start:stop`` of the observed array: shape
+        ``(stop - start, n_vocab)``, the reference's dtype. Called once per block of ``chunk_rows`` rows (from
+        several threads when ``workers`` > 1), so a caller that plants a fault into one row, or shifts every
+        row, holds one block of planted rows, not a planted copy of the run.
+    top_k, chunk_rows, token_ids, workers
+        As for :func:`compare_logits`.
+
+    Returns
+    -------
+    LogitComparison
+        Bit for bit the comparison :func:`compare_logits` returns for the blocks put together: every statistic is
+        computed per row, in the same order, from the rows alone.
+
+    Raises
+    ------
+    InputError
+        As for :func:`compare_logits`; a block of another shape or dtype than the reference's rows.
+    """
+    ref, _, ids = _validate(reference, reference, top_k, chunk_rows, token_ids, workers)
+
+    def rows(start: int, stop: int) -> np.ndarray:
+        block = np.asarray(observed_rows(start, stop))
+        if block.dtype != ref.dtype or block.shape != (stop - start, ref.shape[1]):
+            raise InputError(f"observed rows {start}:{stop} have shape {block.shape} and dtype {block.dtype}; "
+                             f"expected {(stop - start, ref.shape[1])} and {ref.dtype}")
+        return block
+
+    return _compare(ref, rows, top_k, chunk_rows, ids, workers)
+
+
+def _compare(ref: np.ndarray, observed_rows: Callable[[int, int], np.ndarray], top_k, chunk_rows, ids,
+             workers) -> LogitComparison:
+    """The comparison, chunk by chunk: each chunk's kernel results and the per-row facts that need its values
+    (top-k spread, first mismatch), so that no step holds more than a chunk of either array."""
     n, v = ref.shape
     top_k = min(int(top_k), v)
     kk = min(max(top_k, 2) + 1, v)  # reference top list: k+1 for the k-th gap, 3 for margins
+    k_eff = min(top_k, kk)
     rows = int(chunk_rows) if chunk_rows is not None else max(1, _CHUNK_ELEMENTS // v)
     rows = min(rows, n)
     starts = list(range(0, n, rows))
     nworkers = min(int(workers) if workers is not None else min(os.cpu_count() or 1, _MAX_WORKERS), len(starts))
 
-    def run(start: int) -> K.ChunkResult:
+    def run(start: int) -> tuple[K.ChunkResult, np.ndarray, dict | None]:
         a = np.ascontiguousarray(ref[start:start + rows])
-        b = np.ascontiguousarray(obs[start:start + rows])
-        return K.fast_chunk(a, b, kk)
+        b = np.ascontiguousarray(observed_rows(start, min(start + rows, n)))
+        chunk = K.fast_chunk(a, b, kk)
+        spread = _topk_spread(a, b, chunk.top_ref[:, :k_eff], chunk.top_obs[:, :k_eff], chunk.differing)
+        first = _first_mismatch(a, b, chunk.differing)
+        if first is not None:
+            first["position"] += start
+        return chunk, spread, first
 
     if nworkers > 1:
         with ThreadPoolExecutor(max_workers=nworkers) as pool:
-            chunks = list(pool.map(run, starts))
+            parts = list(pool.map(run, starts))
     else:
-        chunks = [run(s) for s in starts]
-    return _assemble(ref, obs, chunks, top_k, kk, ids)
+        parts = [run(s) for s in starts]
+    chunks = [chunk for chunk, _, _ in parts]
+    spread = np.concatenate([spread for _, spread, _ in parts])
+    first = next((first for _, _, first in parts if first is not None), None)
+    return _assemble(n, v, ref.dtype, chunks, spread, first, top_k, kk, ids)
 
 
 def _percentile(sorted_vals: np.ndarray, q: float) -> float:
@@ -394,9 +458,9 @@ def _first_mismatch(ref: np.ndarray, obs: np.ndarray, differing: np.ndarray) -> 
     }
 
 
-def _assemble(ref, obs, chunks, top_k, kk, ids) -> LogitComparison:
-    """The comparison of ``ref`` and ``obs`` from the kernel's chunk results."""
-    n, v = ref.shape
+def _assemble(n, v, dtype, chunks, spread, first_mismatch, top_k, kk, ids) -> LogitComparison:
+    """The comparison of two ``(n, v)`` arrays of ``dtype`` from the kernel's chunk results, the per-row top-k
+    spread and the first mismatch."""
     r = _gather(chunks)
     m = _moments(r)
     differing, max_abs, max_ulp, scaled = r["differing"], r["max_abs"], r["max_ulp"], r["scaled_ulp"]
@@ -404,14 +468,13 @@ def _assemble(ref, obs, chunks, top_k, kk, ids) -> LogitComparison:
     margin_ref, margin_obs = _gap(r["topv_ref"], 0), _gap(r["topv_obs"], 0)
     kth_gap = _gap(r["topv_ref"], top_k - 1) if kk > top_k else np.full(n, np.nan)
     k_eff = min(top_k, kk)
-    spread = _topk_spread(ref, obs, top_ref[:, :k_eff], top_obs[:, :k_eff], differing)
     topk_agree = (np.sort(top_ref[:, :k_eff], axis=1) == np.sort(top_obs[:, :k_eff], axis=1)).all(axis=1)
     arg_ref, arg_obs = top_ref[:, 0], top_obs[:, 0]
     nonfinite = {name: int(sum(getattr(c, name).sum() for c in chunks)) for name in _NONFINITE_COUNTS}
     return LogitComparison(
         n_positions=int(n),
         n_vocab=int(v),
-        dtype=str(ref.dtype),
+        dtype=str(dtype),
         top_k=int(top_k),
         differing_entries=int(differing.sum()),
         differing_rows=int(np.count_nonzero(differing)),
@@ -426,7 +489,7 @@ def _assemble(ref, obs, chunks, top_k, kk, ids) -> LogitComparison:
         topk_agreement=float(np.mean(topk_agree)),
         kld=_kld_summary(r["kld"]),
         **nonfinite,
-        first_mismatch=_first_mismatch(ref, obs, differing),
+        first_mismatch=first_mismatch,
         flips=_flips(r, margin_ref, margin_obs, k_eff),
         row_differing=[int(x) for x in differing],
         row_max_abs_diff=[float(x) for x in max_abs],

@@ -47,8 +47,10 @@ flip to a token outside the other run's top-k is ``divergent`` there); the
 default is :func:`~logitlab.numerics.verdict.classify`'s rules.
 
 Cost: per shape, about 14 comparisons of the run (one chunk of rows at a
-time: the extra memory is one chunk, ~8 MB), plus two full comparisons of a
-copy of the run for the check at the worst position. On the embedded model
+time: the extra memory is one chunk, ~8 MB), plus two full comparisons with
+the fault planted at the worst position (the planted rows are made one block
+at a time, :func:`~logitlab.numerics.compare.compare_blocks`: never a copy of
+the run). On the embedded model
 (121 × 49,152) the whole is about a second (measured again for issue #32 on 2
 cores: 3.1 s for every shape, 0.53 s for ``argmax-up`` alone, against 0.01 s
 for one comparison of the run; at load 4.7, 5–8 s and 0.8 s).
@@ -69,7 +71,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from logitlab.errors import InputError
-from logitlab.numerics.compare import LogitComparison, compare_logits
+from logitlab.numerics.compare import LogitComparison, compare_blocks, compare_logits
 from logitlab.numerics.verdict import Thresholds, Verdict, classify, severity
 from logitlab.numerics.verdict_rules import DIVERGENCE_CHECKS, Case, Check
 
@@ -360,12 +362,21 @@ def _swaps(reference: np.ndarray, observed: np.ndarray, comparison: LogitCompari
 
 def _full_word(reference: np.ndarray, observed: np.ndarray, shape: str, position: int, s: float, top_k: int,
                thresholds: Thresholds, judge: Judge) -> str:
-    """The full verdict with ``shape`` of size s planted at one position (a copy of the run)."""
-    out = np.array(observed, copy=True)
+    """The full verdict with ``shape`` of size s planted at one position (the planted row's block copied, not the
+    run)."""
     row = slice(position, position + 1)
+    planted = np.empty((1, observed.shape[1]), dtype=observed.dtype)
     plant = _planter(np.ascontiguousarray(reference[row]), shape, position)
-    plant(np.ascontiguousarray(observed[row]), out[row], np.array([s]))
-    return judge.verdict(compare_logits(reference, out, top_k=top_k), thresholds).word
+    plant(np.ascontiguousarray(observed[row]), planted, np.array([s]))
+
+    def rows(start: int, stop: int) -> np.ndarray:
+        if not start <= position < stop:
+            return observed[start:stop]
+        block = np.array(observed[start:stop], copy=True)
+        block[position - start] = planted[0]
+        return block
+
+    return judge.verdict(compare_blocks(reference, rows, top_k=top_k), thresholds).word
 
 
 def _shift_limit(reference: np.ndarray, observed: np.ndarray, verdict: str, top_k: int,
@@ -374,7 +385,8 @@ def _shift_limit(reference: np.ndarray, observed: np.ndarray, verdict: str, top_
     goal = severity("systematic-offset")
 
     def word(s: float) -> str:
-        return judge.verdict(compare_logits(reference, observed + np.asarray(s, dtype=observed.dtype), top_k=top_k),
+        shift = np.asarray(s, dtype=observed.dtype)  # every row shifted, one block at a time
+        return judge.verdict(compare_blocks(reference, lambda start, stop: observed[start:stop] + shift, top_k=top_k),
                              thresholds).word
 
     if severity(verdict) >= goal:
