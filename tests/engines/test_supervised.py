@@ -1,5 +1,6 @@
-"""The supervised engine's logits buffer: a run's logits cross from the worker through one file mapped for the
-worker's life, copied out once here (issue #29's cost).
+"""The supervised engine's logits buffer: a small run's logits cross from the worker through one file mapped for
+the worker's life, copied out once here (issue #29's cost); a large run's in a file of its own that this process
+keeps, never copied (issue #31's memory bound).
 
 A crash in the worker is tested in tests/experiments/test_crashes.py; here, that what comes back is the engine's
 own logits, bit for bit, as the buffer grows and (for large runs) is given back.
@@ -51,13 +52,23 @@ def test_runs_of_growing_and_shrinking_size_come_back_bit_exact_and_owned(engine
     assert os.stat(buffer).st_blocks * 512 >= (len(prompt) + 4) * plain.n_vocab * 4  # its pages stay for the next
 
 
-def test_a_large_run_s_pages_are_given_back_once_copied(engines, monkeypatch):
+def test_a_large_run_that_does_not_fit_the_free_shared_memory_is_copied_and_its_pages_given_back(engines,
+                                                                                                monkeypatch):
+    """Where /dev/shm has no room for a large run's own file, the run goes through the buffer as a small one does,
+    and the buffer's pages are given back once it is copied out (held once, here, not twice, after the copy)."""
     plain, worker = engines
     prompt = plain.tokenize(SHORT_PROMPT)
     monkeypatch.setattr(supervised, "KEEP_BUFFER_BYTES", 1 << 20)  # this run's 1.2+ MB counts as large
+    real = os.statvfs
+
+    class Full:
+        def __init__(self, path):
+            self.f_frsize, self.f_bavail = real(path).f_frsize, 0
+
+    monkeypatch.setattr(supervised.os, "statvfs", Full)
     expected = run_workload(plain, prompt, 3)
     got = worker.run_workload(prompt, 3, expected.generated)
-    assert got.same_bits(expected)
+    assert got.same_bits(expected) and got.logits.flags.owndata  # a copy
     assert os.stat(worker._folder / "logits.f32").st_blocks == 0  # held once, here, not twice
     got = worker.run_workload(prompt, 3, expected.generated)  # the worker writes into fresh pages again
     assert got.same_bits(expected)
@@ -149,3 +160,50 @@ def test_a_worker_s_folder_is_removed_however_its_parent_leaves(how, tmp_path):
     while folder.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not folder.exists(), f"{how}: the worker's folder {folder} was left behind: {sorted(os.listdir(folder))}"
+
+
+def _maps(pid: int | str) -> str:
+    with open(f"/proc/{pid}/maps") as f:
+        return f.read()
+
+
+def test_a_long_run_is_kept_from_the_file_the_worker_wrote_never_copied():
+    """The memory bound's mechanism across the process boundary (#31): a 700-token run (137 MB of logits, over
+    KEEP_BUFFER_BYTES) is written by the worker into a file of its own, which this process then maps and keeps as
+    the run's array: no run-sized allocation here, no mapping of it left in the worker, nothing in the shared
+    buffer; the bits are the engine's own, a later run does not overwrite them, and the pages go with the array."""
+    import gc
+    import mmap
+    import tracemalloc
+
+    variant = Variant("control", "llamacpp", options={"n_ctx": "1024"})
+    plain, worker = load_engine(variant), load_supervised(variant)
+    try:
+        ids = plain.tokenize(" ".join([SHORT_PROMPT] * 100))[:700]
+        expected = run_workload(plain, ids, 2)
+        assert expected.logits.nbytes > supervised.KEEP_BUFFER_BYTES
+        tracemalloc.start()
+        try:
+            got = worker.run_workload(ids, 2, expected.generated)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert got.same_bits(expected)
+        assert peak < 16 << 20, f"{peak / 1e6:.0f} MB allocated here for a {got.logits.nbytes / 1e6:.0f} MB run"
+        base = got.logits
+        while isinstance(base, np.ndarray):
+            base = base.base
+        assert isinstance(getattr(base, "obj", base), mmap.mmap) and got.logits.flags.writeable  # a mapping, not a copy
+        kept = [line for line in _maps("self").splitlines() if "/run-" in line and line.endswith("(deleted)")]
+        assert kept and str(worker._folder) in kept[0]  # held here, by a file already removed from the folder
+        assert "/run-" not in _maps(worker._proc.pid)  # and not by the worker
+        assert not list(worker._folder.glob("run-*"))
+        assert os.stat(worker._folder / "logits.f32").st_blocks == 0  # the shared buffer was not used
+        again = worker.run_workload(ids, 2, expected.generated)
+        assert got.same_bits(expected) and again.same_bits(expected)  # each run its own pages
+        del got, again, base
+        gc.collect()
+        assert "/run-" not in _maps("self")  # the pages went with the arrays
+    finally:
+        plain.close()
+        worker.close(wait=True)

@@ -6,9 +6,12 @@ evaluation), an out-of-memory kill. Run in logitlab's own process, such a crash
 ends logitlab and loses every result measured before it. :class:`SupervisedEngine`
 loads the engine in one long-lived worker (:mod:`logitlab.engines.supervised_worker`)
 and offers what a whole-run experiment needs of it (tokenize, describe, run the
-workload); a run's logits come back through the worker's logits buffer, one file in
-``/dev/shm`` that both processes map for the worker's whole life (the worker gathers
-the rows into it, this process copies them out: one copy across the boundary).
+workload); a run's logits come back through ``/dev/shm``: a small run through the
+worker's logits buffer, one file that both processes map for the worker's whole life
+(the worker gathers the rows into it, this process copies them out: one copy across
+the boundary); a large one (over :data:`KEEP_BUFFER_BYTES`) in a file of its own that
+the worker writes and this process then keeps, mapped, as the run's array (no copy:
+the run is held once, :meth:`SupervisedEngine.run_workload`).
 An experiment that drives the engine step by step (sessions, verify blocks,
 batches, dump capture) runs each step there: :func:`call_engine` with a
 module-level function of the engine, its result pickled back.
@@ -55,9 +58,10 @@ __all__ = ["SupervisedEngine", "supervise", "load_supervised", "call_engine", "e
 
 #: Seconds a worker has to exit after ``close`` before it is killed.
 CLOSE_TIMEOUT = 10.0
-#: A run's logits larger than this (bytes) are freed from the worker's logits buffer once copied out, so that
-#: a long prompt's run is held once, here, not twice; smaller runs keep the buffer's pages for the next run
-#: (allocating them again costs about 1.2 ms per MB on a 2-core machine: 30 ms for 121 × 49,152 logits).
+#: A run's logits larger than this (bytes) are not copied out of the worker's logits buffer: the worker writes
+#: them into a file of their own that this process keeps as the run's array (a long prompt's run is held once,
+#: never twice, not even while it crosses); smaller runs go through the buffer, whose pages are kept for the next
+#: run (allocating them again costs about 1.2 ms per MB on a 2-core machine: 30 ms for 121 × 49,152 logits).
 KEEP_BUFFER_BYTES = 64 << 20
 _SHM = "/dev/shm"
 #: The prefix of a worker's folder (the worker removes only a folder so named).
@@ -214,14 +218,42 @@ class SupervisedEngine:
 
         self._ensure()
         self._runs += 1
-        answer = self._ask({"op": "run", "prompt_ids": [int(t) for t in prompt_ids], "n_decode": int(n_decode),
-                            "replay": None if replay is None else [int(t) for t in replay], "fresh": fresh,
-                            "options": self._raw_options}, timeout=self.timeout)
-        logits = self._take_logits(tuple(answer["shape"]))
+        own = self._own_file(len(prompt_ids) + int(n_decode))
+        try:
+            answer = self._ask({"op": "run", "prompt_ids": [int(t) for t in prompt_ids], "n_decode": int(n_decode),
+                                "replay": None if replay is None else [int(t) for t in replay], "fresh": fresh,
+                                "options": self._raw_options, "own_file": None if own is None else str(own)},
+                               timeout=self.timeout)
+        except BaseException:
+            if own is not None:
+                own.unlink(missing_ok=True)
+            raise
+        shape = tuple(answer["shape"])
+        logits = self._take_logits(shape) if answer.get("own_file") is None else _keep_file(Path(answer["own_file"]),
+                                                                                           shape)
         topk = answer.get("topk")
         return RunOutput(logits=logits, input_ids=answer["input_ids"], generated=answer["generated"],
                          timings=[StepTiming(**t) for t in answer["timings"]],
                          topk=None if topk is None else TopKRows.from_dict(topk), scoring=answer.get("scoring"))
+
+    def _own_file(self, positions: int) -> Path | None:
+        """The file a run of ``positions`` rows is to be written into and kept from (None: the logits buffer, copied
+        out): a run over :data:`KEEP_BUFFER_BYTES` whose logits fit the free space of the worker's folder (its
+        width is the engine's vocabulary; ``/dev/shm`` is a RAM file system whose size is capped, by default at
+        half the memory: a run that would not fit it goes through the buffer, as before)."""
+        try:
+            need = positions * self.n_vocab * 4
+        except (KeyError, TypeError):  # an engine that does not say its vocabulary: through the buffer
+            return None
+        if need <= KEEP_BUFFER_BYTES:
+            return None
+        try:
+            free = os.statvfs(self._folder)
+        except OSError:
+            return None
+        if free.f_bavail * free.f_frsize < need:
+            return None
+        return self._folder / f"run-{self._runs}.f32"
 
     def _take_logits(self, shape: tuple[int, int]) -> np.ndarray:
         """A run's logits, copied out of the worker's logits buffer (mapped here once, again when it grew).
@@ -418,6 +450,26 @@ class SupervisedEngine:
         except (ProcessLookupError, PermissionError):
             pass
 
+
+
+def _keep_file(path: Path, shape: tuple[int, int]) -> np.ndarray:
+    """A run's logits from the file of its own that the worker wrote (and no longer maps), kept as they are.
+
+    The file is mapped here (shared, writable) and removed from the folder at once: its pages belong to this
+    mapping alone, freed when the last view of the array goes. Nothing is copied.
+
+    Returns:
+        A float32 array of ``shape`` (n_positions, n_vocab), C order, a view of the mapping (``owndata`` False:
+        the mapping owns the pages; no other process maps them).
+    """
+    try:
+        with open(path, "r+b") as f:
+            mapped = mmap.mmap(f.fileno(), 0) if int(np.prod(shape)) else None
+    finally:
+        path.unlink(missing_ok=True)
+    if mapped is None:
+        return np.empty(shape, dtype=np.float32)
+    return np.frombuffer(mapped, dtype=np.float32, count=int(np.prod(shape))).reshape(shape)
 
 
 def engine_supports(engine: Any, ability: str) -> bool:

@@ -8,10 +8,13 @@ standard error, so that what native code prints cannot corrupt the answers):
 - ``{"op": "load", "target", "name", "model", "options"}`` →
   ``{"ok": true, "describe", "n_vocab", "n_ctx", "load_seconds"}``
 - ``{"op": "tokenize", "text"}`` → ``{"ok": true, "ids"}``; ``{"op": "detokenize", "ids"}`` → ``{"ok": true, "text"}``
-- ``{"op": "run", "prompt_ids", "n_decode", "replay", "fresh"}`` → the run's token ids, timings and the
-  ``shape`` of its logits, which are in the worker's logits buffer (:class:`LogitsBuffer`: the file
+- ``{"op": "run", "prompt_ids", "n_decode", "replay", "fresh", "own_file"}`` → the run's token ids, timings
+  and the ``shape`` of its logits, which are in the worker's logits buffer (:class:`LogitsBuffer`: the file
   ``logits.f32`` in its folder, float32, C order, from offset 0; the parent maps it once and copies the run
-  out); ``fresh``: on a new engine object, closed after the run (``--isolation engine``).
+  out), or, where the request names an ``own_file``, in that file (:class:`RunFile`: created for this run,
+  float32, C order; the worker no longer maps it when it answers, and the answer's ``own_file`` names it: the
+  parent keeps it as the run's array); ``fresh``: on a new engine object, closed after the run (``--isolation
+  engine``).
 - ``{"op": "call", "fn": "module:function", "args", "out", "phase", "events"}`` → ``{"ok": true}`` after
   ``function(engine, *args)`` ran, its arguments unpickled from the file ``args`` and its return value pickled
   into the file ``out``; ``phase`` is written as the phase first. With ``events``, the function gets
@@ -99,6 +102,35 @@ def remove_folder(phase_file: str) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+class RunFile:
+    """One run's logits in a file of its own (``own_file`` of a run request): created at the run's size, mapped
+    while the engine writes the rows into it, unmapped before the answer, so that the parent's mapping is then
+    the only one (it keeps the file as the run's array: no copy, and no second buffer of the run here)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._map: mmap.mmap | None = None
+
+    def array(self, shape: tuple[int, int]) -> np.ndarray:
+        """A float32 view of shape ``shape`` on the file, made at that size (once per run)."""
+        need = int(np.prod(shape)) * 4
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.ftruncate(fd, need)
+            self._map = mmap.mmap(fd, need) if need else None
+        finally:
+            os.close(fd)
+        if self._map is None:
+            return np.empty(shape, dtype=np.float32)
+        return np.frombuffer(self._map, dtype=np.float32, count=int(np.prod(shape))).reshape(shape)
+
+    def close(self) -> None:
+        """Unmap the file (every view of it must be gone: the run is the parent's now)."""
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+
+
 def main(argv: list[str]) -> int:
     out_fd, phase_file = int(argv[0]), argv[1]
     buffer = LogitsBuffer(os.path.join(os.path.dirname(phase_file), "logits.f32"))
@@ -141,8 +173,10 @@ def main(argv: list[str]) -> int:
                     target = engine_cls(model=engine.model, options=request["options"])
                 shape = (len(request["prompt_ids"]) + request["n_decode"], int(target.n_vocab))
                 # the rows are gathered into the buffer the parent maps (it copies them out: the one copy across
-                # the boundary)
-                mapped = None if target.supports("workload") else buffer.array(shape)
+                # the boundary), or into a file of the run's own that the parent keeps (no copy)
+                own = RunFile(request["own_file"]) if request.get("own_file") else None
+                into = own or buffer
+                mapped = None if target.supports("workload") else into.array(shape)
                 try:
                     output = run_workload(target, request["prompt_ids"], request["n_decode"], request["replay"],
                                           on_step=lambda kind, step: phase(
@@ -153,11 +187,18 @@ def main(argv: list[str]) -> int:
                         target.close()
                 phase("returning the run")
                 if mapped is None:  # an engine that ran the workload itself: its array, written once
-                    mapped = buffer.array(output.logits.shape)
+                    mapped = into.array(output.logits.shape)
                     mapped[...] = output.logits
                 shape = list(mapped.shape)
                 del mapped
-                answer({"ok": True, "shape": shape, "input_ids": output.input_ids,
+                output.logits = np.empty((0, 0), dtype=np.float32)  # the last view of the run's rows here
+                if own is not None:
+                    try:
+                        own.close()
+                    except BufferError:  # a view of the rows outlived the run here: unmapped when it goes
+                        pass
+                answer({"ok": True, "shape": shape, "own_file": None if own is None else own.path,
+                        "input_ids": output.input_ids,
                         "generated": output.generated, "timings": [dataclasses.asdict(t) for t in output.timings],
                         "topk": None if output.topk is None else output.topk.to_dict(), "scoring": output.scoring})
             elif op == "call":
