@@ -53,6 +53,10 @@ from logitlab.experiments.ab_results import (  # noqa: F401  (re-exported)
 )
 
 
+#: Rows of the reference checked for NaN/Inf at once (the masks of a block, not of the run).
+_CHECK_ROWS = 64
+
+
 class AbExperiment(Experiment):
     """Runs an :class:`AbConfig`; :func:`run_ab` is the one-call form."""
 
@@ -60,16 +64,21 @@ class AbExperiment(Experiment):
     LOG_END_EXCLUDE = ("config", "manifest", "prompt_ids", "runs", "kind", "schema_version")
 
     def __init__(self, config: AbConfig, *, log_path: str | Path | None = None, on_event: Event | None = None,
-                 loader: Callable[[Variant], Engine] | None = None):
+                 loader: Callable[[Variant], Engine] | None = None, keep_first_candidate: bool = False):
         """``loader``: loads a variant's engine; a sweep worker passes one that keeps engines loaded between jobs
         (``session`` isolation). Default: :func:`load_supervised` (an in-process engine runs in a worker
         process, so that its crash, in its load too, is a ``crashed`` run, not the end of logitlab; at
         ``process`` isolation the loaded engines only tokenize and describe, and each slot has its own
-        subprocess)."""
+        subprocess). ``keep_first_candidate``: keep the first measured candidate run's logits in
+        :attr:`first_candidate` (a sweep digests them); otherwise they are kept only for ``self_check``, and
+        later candidate runs are checked against its fingerprint: at most the reference and the run being
+        compared are held, never a third run."""
         super().__init__(config, on_event=on_event, log_path=log_path)
         self._load = loader or functools.partial(load_supervised, timeout=config.slot_timeout)
         self.reference: RunOutput | None = None
-        self.first_candidate: RunOutput | None = None
+        self.first_candidate: RunOutput | None = None  # whole only when kept (see __init__), else without logits
+        self._keep_first_candidate = keep_first_candidate or config.self_check
+        self._first_candidate_whole = False
         self.candidate_verdicts: list[tuple[int, Verdict]] = []
         self.detection: dict[int, DetectionLimits] = {}  # slot -> limits, for runs that were the worst so far
         self.autostop: AutoStop | None = None
@@ -287,10 +296,14 @@ class AbExperiment(Experiment):
             result.notes.insert(0, vocab)
         if slot.variant == CANDIDATE:
             if self.first_candidate is None:
-                self.first_candidate = output
                 result.fingerprints[CANDIDATE] = output.fingerprint()
-            else:
+                whole = self._keep_first_candidate or output.topk is not None  # top-k data: rows of k, kept
+                self.first_candidate = output if whole else dataclasses.replace(output, logits=output.logits[:0])
+                self._first_candidate_whole = whole
+            elif self._first_candidate_whole:
                 record.candidate_self_exact = self.first_candidate.same_bits(output)
+            else:  # its logits were not kept: the same bits iff the same fingerprint (SHA-256 of shape and bits)
+                record.candidate_self_exact = result.fingerprints[CANDIDATE] == output.fingerprint()
         record.comparison = comparison
         verdict = classify(comparison, self.config.thresholds)
         record.verdict = verdict.word
@@ -381,11 +394,18 @@ class AbExperiment(Experiment):
         if not record.is_reference:
             return
         logits = self.reference.logits
-        bad = ~np.isfinite(logits)
-        if bad.any():
-            row, token = (int(i) for i in np.argwhere(bad)[0])
+        first, count = None, 0
+        for start in range(0, logits.shape[0], _CHECK_ROWS):  # in blocks: the masks stay small
+            bad = ~np.isfinite(logits[start:start + _CHECK_ROWS])
+            if bad.any():
+                count += int(bad.sum())
+                if first is None:
+                    first = tuple(int(i) for i in np.argwhere(bad)[0])
+                    first = (first[0] + start, first[1])
+        if first is not None:
+            row, token = first
             row = row if self.rows is None else int(self.rows[row])
-            raise EngineError(f"the reference run (control, slot {slot.index}) produced {int(bad.sum())} NaN/Inf "
+            raise EngineError(f"the reference run (control, slot {slot.index}) produced {count} NaN/Inf "
                               f"logits, the first at position {row}, token id {token}: nothing can be compared "
                               "against it")
 

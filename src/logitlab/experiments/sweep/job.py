@@ -174,7 +174,8 @@ def _run_ab(spec: JobSpec, cache: EngineCache) -> tuple[Any, str | None]:
                       repeats=exp.repeats, warmup=exp.warmup, isolation=exp.isolation, randomize=exp.randomize,
                       seed=exp.seed, escalate=exp.escalate, top_k=exp.top_k, thresholds=exp.thresholds,
                       margin=exp.margin, max_repeats=exp.max_repeats, max_time=exp.max_time)
-    experiment = AbExperiment(config, loader=cache.load if exp.isolation == "session" else None)
+    experiment = AbExperiment(config, loader=cache.load if exp.isolation == "session" else None,
+                              keep_first_candidate=True)  # digested below
     result = experiment.run()
     return result, logits_digest([experiment.reference, experiment.first_candidate])
 
