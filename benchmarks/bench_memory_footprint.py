@@ -11,7 +11,14 @@ peaks over the difference of one run's logits (positions × 49,152 × 4 bytes):
 
     F = (peak_long - peak_short) / ((N_long - N_short) × V × 4)
 
-The positions come from the embedded tokenizer. A busy machine changes the wall times, not the peaks.
+The positions come from the embedded tokenizer. A busy machine changes the wall times, and, a little, the peaks:
+the shared libraries' and model file's pages are shared out among every process that maps them, other logitlab
+runs included (``--made`` leaves them out).
+``--short N`` makes the short prompt N tokens long too, both at ``--n-ctx``: against a ~57-token prompt at the
+default n_ctx, F also counts what grows only up to llama.cpp's ``n_batch`` (512) rows per engine worker — its
+output buffer and the compute graph's logits tensor, ``n_batch × V × 4`` bytes each, alive for the worker's life —
+and the KV cache's n_ctx; between two prompts past ``n_batch`` at one n_ctx, F is the slope that goes on
+growing with N. ``--breakdown`` prints each process's PSS at the peak.
 Not here: ``invariance prefill-decode`` (a prefill per position: a 1,000-token prompt takes hours on 2 cores;
 its F was measured on 17- and 135-token prompts) and ``golden check`` (measured on the goldens that
 ``golden record`` wrote here, by hand).
@@ -59,30 +66,65 @@ def _tree(root: int) -> list[int]:
     return out
 
 
+#: The smaps_rollup lines summed: all of PSS, or (``--made``) only the pages the processes made, anonymous memory
+#: and shared memory (/dev/shm), without the libraries' and model file's pages, whose proportional share falls as
+#: other processes (other logitlab runs on the machine) map the same files.
+KEYS = ("Pss:",)
+
+
 def _pss(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
-    except (OSError, StopIteration):
+            return sum(int(line.split()[1]) * 1024 for line in f if line.startswith(KEYS))
+    except OSError:
         return 0
 
 
-def peak_pss(argv: list[str], cwd: str) -> tuple[int, float, int]:
-    """(peak summed PSS in bytes, wall seconds, exit status) of ``argv`` and its descendants."""
+def _role(pid: int, root: int) -> str:
+    """``command`` for the command's own process, ``worker PID`` for an engine worker, else ``other PID``."""
+    if pid == root:
+        return "command"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            words = f.read().split(b"\0")
+    except OSError:
+        return f"other {pid}"
+    return f"worker {pid}" if b"logitlab.engines.supervised_worker" in words else f"other {pid}"
+
+
+def peak_pss(argv: list[str], cwd: str) -> tuple[int, float, int, dict[str, int]]:
+    """(peak summed PSS in bytes, wall seconds, exit status, the peak's PSS per process by role) of ``argv`` and
+    its descendants."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    peak = 0
+    peak, parts = 0, {}
     while proc.poll() is None:
-        peak = max(peak, sum(_pss(p) for p in _tree(proc.pid)))
+        now = {_role(p, proc.pid): _pss(p) for p in _tree(proc.pid)}
+        if sum(now.values()) > peak:
+            peak, parts = sum(now.values()), now
         time.sleep(0.1)
-    return peak, time.perf_counter() - start, proc.returncode
+    return peak, time.perf_counter() - start, proc.returncode, parts
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--long", type=int, default=1000, help="tokens of the long prompt")
     parser.add_argument("--commands", nargs="*", default=list(COMMANDS), choices=list(COMMANDS))
+    parser.add_argument("--short", type=int, default=None,
+                        help="tokens of the short prompt (default: a ~57-token one at the default n_ctx); when given, "
+                             "both prompts run at --n-ctx, so that the slope leaves out what does not grow with the "
+                             "prompt past llama.cpp's n_batch (its output and compute buffers) or with n_ctx (the KV "
+                             "cache)")
+    parser.add_argument("--n-ctx", type=int, default=2048, help="n_ctx of the long prompt (and of --short's)")
+    parser.add_argument("--made", action="store_true",
+                        help="sum Pss_Anon + Pss_Shmem only: the memory the processes made, not the shared "
+                             "libraries' and model file's pages (their share depends on other processes)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="print each process's PSS at the peak (the command, each engine worker)")
     args = parser.parse_args()
+    global KEYS
+    if args.made:
+        KEYS = ("Pss_Anon:", "Pss_Shmem:")
 
     from logitlab.engines.tokenizers import GgufTokenizer
     from logitlab.experiments.prompts import DEFAULT_PROMPT
@@ -90,11 +132,15 @@ def main() -> None:
 
     tokenizer = GgufTokenizer(default_model_path())
     vocab = tokenizer.n_vocab
-    short = DEFAULT_PROMPT[:300]
-    text, chapter = "", 0
-    while len(tokenizer.tokenize(text)) < args.long:
-        chapter += 1
-        text += f" Chapter {chapter}. {DEFAULT_PROMPT}"
+    def prompt_of(tokens: int) -> str:
+        text, chapter = "", 0
+        while len(tokenizer.tokenize(text)) < tokens:
+            chapter += 1
+            text += f" Chapter {chapter}. {DEFAULT_PROMPT}"
+        return text
+
+    short = DEFAULT_PROMPT[:300] if args.short is None else prompt_of(args.short)
+    text = prompt_of(args.long)
     decode = 16
     n_short, n_long = len(tokenizer.tokenize(short)) + decode, len(tokenizer.tokenize(text)) + decode
     run_delta = (n_long - n_short) * vocab * 4
@@ -103,21 +149,27 @@ def main() -> None:
     env_python = [sys.executable, "-m", "logitlab"]
     with tempfile.TemporaryDirectory() as work:
         Path(work, "long.txt").write_text(text)
+        Path(work, "short.txt").write_text(short)
         for name in args.commands:
             words, ctx_option = COMMANDS[name]
             peaks = []
-            for label, prompt in (("short", ["--prompt", short]), ("long", ["--prompt-file", "long.txt"])):
+            short_prompt = ["--prompt", short] if args.short is None else ["--prompt-file", "short.txt"]
+            for label, prompt in (("short", short_prompt), ("long", ["--prompt-file", "long.txt"])):
                 # each golden command its own folders (a second record into the first's folder is refused: exit 2)
                 extra = ["-o", f"{name.replace(' ', '_')}-{label}"] if name.startswith("golden record") else []
-                ctx = [] if label == "short" else [ctx_option, "n_ctx=2048"]
-                words_now = [w.replace(",n_ctx=2048", "") for w in words] if label == "short" else words
+                plain = label == "short" and args.short is None  # the default n_ctx
+                ctx = [] if plain else [ctx_option, f"n_ctx={args.n_ctx}"]
+                words_now = [w.replace(",n_ctx=2048", "" if plain else f",n_ctx={args.n_ctx}") for w in words]
                 argv = [*env_python, *words_now, *prompt, "--tokens", str(decode), *ctx, *extra, "--quiet"]
                 if name == "invariance batch":
                     argv.remove("--tokens")
                     argv.remove(str(decode))
-                peak, wall, code = peak_pss(argv, work)
+                peak, wall, code, parts = peak_pss(argv, work)
                 peaks.append(peak)
                 print(f"  {name:24s} {label:5s} rc={code} wall {wall:6.1f} s  peak PSS {peak / 1e9:.3f} GB", flush=True)
+                if args.breakdown:
+                    print("      at the peak: " + ", ".join(f"{role} {pss / 1e9:.3f} GB"
+                                                          for role, pss in sorted(parts.items())), flush=True)
             print(f"{name:26s} F = {(peaks[1] - peaks[0]) / run_delta:.2f}", flush=True)
 
 
