@@ -19,15 +19,23 @@ GB = 10 ** 9
 
 
 def test_the_estimate_is_base_plus_F_runs_of_positions_by_vocabulary():
-    e = estimate("ab", 8192, 129_280, model_bytes=100 * 10 ** 6, available_bytes=24 * GB)
+    e = estimate("ab", 8192, 129_280, model_bytes=100 * 10 ** 6, available_bytes=12 * GB)
     assert e.run_bytes == 8192 * 129_280 * 4  # the source report's one run: 4.24 GB
-    assert e.peak_bytes == memory.BASE_BYTES + 100 * 10 ** 6 + int(FOOTPRINTS["ab"].runs * e.run_bytes)
+    batch = FOOTPRINTS["ab"].workers * memory.BATCH_ROWS * 129_280 * 4  # past 512 positions: a constant
+    assert batch and e.batch_bytes == batch
+    assert e.peak_bytes == memory.BASE_BYTES + 100 * 10 ** 6 + int(FOOTPRINTS["ab"].runs * e.run_bytes) + batch
     assert e.fits is False
     fit = e.positions_that_fit()
-    assert estimate("ab", fit, 129_280, 100 * 10 ** 6, available_bytes=24 * GB).fits
-    assert not estimate("ab", fit + 1, 129_280, 100 * 10 ** 6, available_bytes=24 * GB).fits
+    assert estimate("ab", fit, 129_280, 100 * 10 ** 6, available_bytes=12 * GB).fits
+    assert not estimate("ab", fit + 1, 129_280, 100 * 10 ** 6, available_bytes=12 * GB).fits
     assert estimate("ab", 8192, 129_280).fits is None  # available memory unknown: no call
     assert estimate("ab", 10, 49_152, available_bytes=10 ** 6).positions_that_fit() == 0
+    # the engines' batch buffers grow with N up to 512 rows, then stay: what fits is found on both sides of 512
+    assert estimate("ab", 100, 49_152).batch_bytes == FOOTPRINTS["ab"].workers * 2 * 100 * 49_152 * 4
+    for available in (10 ** 9 // 2, 10 ** 9, 3 * 10 ** 9):
+        fit = estimate("ab", 1, 49_152, available_bytes=available).positions_that_fit()
+        assert estimate("ab", fit, 49_152, available_bytes=available).fits, available
+        assert not estimate("ab", fit + 1, 49_152, available_bytes=available).fits, available
 
 
 def test_every_command_with_a_check_has_a_measured_footprint():

@@ -5,7 +5,12 @@ arrays at once — the reference run and the run compared with it, the compariso
 engine's worker llama-cpp-python's ``scores`` array, llama.cpp's output buffer and the shared logits buffer the
 run crosses the process boundary in — so a command's peak is about
 
-    peak ≈ base + model file + F × N × V × 4 bytes
+    peak ≈ base + model file + F × N × V × 4 bytes  [+ W × 2 × min(N, 512) × V × 4 bytes]
+
+For a command whose F was measured as the slope past llama.cpp's ``n_batch`` (``ab``: :attr:`Footprint.workers`
+W > 0), the last term counts apart what each of its W engine workers holds whatever N once a run passes 512
+rows: llama.cpp's output buffer and its compute graph's logits tensor, one ``n_batch`` (512) rows each
+(:data:`BATCH_ROWS`); for the others it is inside F (measured against a 57-token prompt).
 
 with F, the run-sized arrays held at once, measured per command (:data:`FOOTPRINTS`: the peak of the summed
 proportional set size of logitlab and its engine workers, a long prompt against a short one on the embedded
@@ -40,6 +45,13 @@ BASE_BYTES = 350 * 10 ** 6
 HEADROOM = 0.9
 #: The option a refused run is given to run anyway.
 OVERRIDE = "--no-memory-check"
+#: Rows of logits an engine worker holds whatever the run's length, once the run passes them: llama.cpp's output
+#: buffer (sized by the outputs of one ``llama_decode``: ``n_batch`` rows, llama-cpp-python's default 512) and
+#: its compute graph's logits tensor (``n_ubatch`` rows, 512), 2 × 512 rows in all. Measured with
+#: ``benchmarks/bench_memory_footprint.py --breakdown``: an idle ``ab`` worker held 0.114 GB after a 73-position
+#: run and 0.381 GB after 1,061 positions at n_ctx 4096 (0.267 GB more: 2 × (512 − 73) × 49,152 × 4 = 0.173 GB of
+#: these, 0.082 GB of KV cache for the larger n_ctx, the rest the graph's other activations).
+BATCH_ROWS = 2 * 512
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,8 @@ class Footprint:
             last``): what the run itself costs while the engine computes it and it crosses into the command,
             whatever is selected; the rest of F scales with the rows kept (:func:`estimate`). None: no
             ``--positions``.
+        workers: W, the engine workers alive at once whose :data:`BATCH_ROWS` are counted apart from F (F is
+            then the slope between two prompts past 512 rows); 0: they are inside F.
     """
 
     runs: float
@@ -66,6 +80,7 @@ class Footprint:
     units: str = ""
     fewer: str = "a shorter prompt or fewer --tokens"
     whole_run: float | None = None
+    workers: int = 0
 
     def factor(self, units: int = 0) -> float:
         """F for ``units`` of :attr:`units` (at least 1: a run is held once)."""
@@ -78,12 +93,18 @@ class Footprint:
 #: (73 positions), over the difference of one run's logits (988 × 49,152 × 4 bytes = 0.194 GB). Re-measured
 #: after the llamacpp engine stopped keeping llama-cpp-python's copy of every row (``logits_all=False``);
 #: ``golden check`` and ``invariance prefill-decode`` were not, and keep their earlier (larger) F.
-#: ``ab``'s ``whole_run``: ``ab --positions last`` the same way, 1.54 vs 0.49 GB, F 5.45 (the run itself, computed and
-#: returned whole; what ab keeps across runs is the selected rows).
+#: ``ab`` (issue #31: no copy across the worker boundary, the first candidate run not kept, the comparison's and the
+#: detection limits' work in blocks) is measured as the slope between two prompts past ``n_batch`` at one n_ctx
+#: (``--short 1000 --long 2000 --n-ctx 4096``: 1,061 vs 2,053 positions, 0.195 GB a run more), with its two
+#: workers' batch buffers apart (``workers``); its ``whole_run`` the same way with ``--positions last``.
 FOOTPRINTS: dict[str, Footprint] = {
-    "ab": Footprint(6.9, "A/A, 2 blocks + 1 warmup, detection limit on: 1.94 vs 0.60 GB (a second run: F 6.4; "
-                         "a third, beside --positions last: 1.85 vs 0.48 GB, F 7.08)",
-                    whole_run=5.5),
+    "ab": Footprint(2.7, "A/A, 2 blocks + 1 warmup, detection limit on, 2,053 vs 1,061 positions at n_ctx 4096: "
+                         "1.924 vs 1.405 GB, F 2.66 (the reference and the run compared, 2; the rest the attention "
+                         "scores that grow with the context, and the libraries' share of PSS, ±0.1 GB); against 73 "
+                         "positions, batch buffers inside: 1.345 vs 0.503 GB, F 4.33 (main the same day: 1.980 vs "
+                         "0.593 GB, F 7.14); --positions last the same way: 1.347 vs 1.120 GB, F 1.16 (the run "
+                         "itself, written whole by the worker)",
+                    whole_run=1.2, workers=2),
     "verify": Footprint(2.4, "--k 1 4, one prompt (prompts run one at a time: the longest counts): 0.83 vs 0.36 GB"),
     "explain": Footprint(10.0, "--candidate flash_attn=1 --no-dump (two engines and the controls' runs): "
                                 "2.86 vs 0.93 GB"),
@@ -123,6 +144,7 @@ class MemoryEstimate:
             from below, the decode tokens alone, on one refused).
         available_bytes: what the machine has available (None: unknown).
         selected: the rows of each run kept (``--positions``; None: all of them).
+        workers: W of :attr:`Footprint.workers`.
     """
 
     command: str
@@ -133,6 +155,7 @@ class MemoryEstimate:
     exact: bool
     available_bytes: int | None = None
     selected: int | None = None
+    workers: int = 0
 
     @property
     def run_bytes(self) -> int:
@@ -140,9 +163,14 @@ class MemoryEstimate:
         return self.positions * self.n_vocab * LOGIT_BYTES
 
     @property
+    def batch_bytes(self) -> int:
+        """What the engine workers hold whatever N past 512 rows: W × min(N, 512) × 2 × V × 4 bytes."""
+        return self.workers * min(self.positions, BATCH_ROWS // 2) * 2 * self.n_vocab * LOGIT_BYTES
+
+    @property
     def peak_bytes(self) -> int:
-        """base + F × N × V × 4 bytes."""
-        return self.base_bytes + int(self.factor * self.run_bytes)
+        """base + F × N × V × 4 bytes + :attr:`batch_bytes`."""
+        return self.base_bytes + int(self.factor * self.run_bytes) + self.batch_bytes
 
     @property
     def fits(self) -> bool | None:
@@ -156,7 +184,12 @@ class MemoryEstimate:
         if self.available_bytes is None:
             return self.positions
         room = HEADROOM * self.available_bytes - self.base_bytes
-        return max(0, math.floor(room / (self.factor * self.n_vocab * LOGIT_BYTES)))
+        row = self.n_vocab * LOGIT_BYTES
+        batch = self.workers * 2 * row  # per position, up to 512 positions
+        short = min(BATCH_ROWS // 2, math.floor(room / (self.factor * row + batch)))  # N <= 512
+        if short < BATCH_ROWS // 2:
+            return max(0, short)
+        return max(short, math.floor((room - batch * BATCH_ROWS // 2) / (self.factor * row)))
 
 
 def estimate(command: str, positions: int, n_vocab: int, model_bytes: int = 0, *, exact: bool = True,
@@ -180,14 +213,14 @@ def estimate(command: str, positions: int, n_vocab: int, model_bytes: int = 0, *
     Examples:
         >>> e = estimate("ab", 8192, 129_280, available_bytes=24 * 10**9)
         >>> round(e.run_bytes / 1e9, 2), round(e.peak_bytes / 1e9, 1), e.fits
-        (4.24, 39.3, False)
+        (4.24, 12.8, True)
     """
     footprint = FOOTPRINTS[command]
     factor = footprint.factor(units)
     if selected is not None and footprint.whole_run is not None and positions > 0:
         factor = footprint.whole_run + (factor - footprint.whole_run) * min(selected, positions) / positions
     return MemoryEstimate(command, positions, n_vocab, round(factor, 1), BASE_BYTES + model_bytes, exact,
-                          available_bytes, selected)
+                          available_bytes, selected, footprint.workers)
 
 
 def refusal(e: MemoryEstimate) -> str:
@@ -199,10 +232,11 @@ def refusal(e: MemoryEstimate) -> str:
     advice = (f"at most {fit:,} positions would fit ({footprint.fewer})" if fit
               else "no run of this model fits")
     bound = "" if e.exact else "at least "
+    batch = f" and {format_bytes(e.batch_bytes)} for the engines' batch buffers" if e.batch_bytes else ""
     return (f"{e.command} would need about {format_bytes(e.peak_bytes)} of memory at its peak ({bound}"
             f"{e.positions:,} positions × {e.n_vocab:,} vocabulary × 4 bytes = {format_bytes(e.run_bytes)} a run, about "
             f"{e.factor:g} such arrays held at once today, plus {format_bytes(e.base_bytes)} for the processes and "
-            f"the model), but this machine has {format_bytes(e.available_bytes or 0)} available: {advice}; "
+            f"the model{batch}), but this machine has {format_bytes(e.available_bytes or 0)} available: {advice}; "
             f"{OVERRIDE} runs it anyway")
 
 
