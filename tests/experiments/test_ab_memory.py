@@ -1,0 +1,65 @@
+"""ab's memory bound (#31): at most the reference and the run being compared are held, whole, at once; nothing in
+this process copies a run (the supervised worker hands a long run over in its own file, the comparison and the
+detection limits work in blocks of rows, the fingerprint reads the run in place)."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from logitlab.engines.variant import parse_variant
+from logitlab.experiments.ab import AbConfig, AbExperiment
+
+from conftest import SHORT_PROMPT
+
+
+def _config(control="", candidate="", *, engine="fake", prompt=SHORT_PROMPT, **kwargs):
+    kwargs = {"n_decode": 4, "repeats": 2, "warmup": 0, **kwargs}
+    return AbConfig(control=parse_variant(control, "control", default_engine=engine),
+                    candidate=parse_variant(candidate, "candidate", default_engine=engine), prompt=prompt, **kwargs)
+
+
+@pytest.mark.parametrize("candidate, exact", [("", True), ("leak=1", False)])
+def test_the_first_candidate_run_is_not_kept_and_later_ones_are_checked_by_its_fingerprint(candidate, exact):
+    kept = AbExperiment(_config("", candidate), keep_first_candidate=True)
+    kept_result = kept.run()
+    lean = AbExperiment(_config("", candidate))
+    result = lean.run()
+    assert lean.first_candidate.logits.shape[0] == 0 and kept.first_candidate.logits.shape[0] > 0
+    assert lean.first_candidate.logits.base is None  # not a view: a view would keep the run alive
+    later = [r.candidate_self_exact for r in result.measured("candidate")][1:]
+    assert later and all(x is exact for x in later)
+    assert later == [r.candidate_self_exact for r in kept_result.measured("candidate")][1:]
+    assert result.fingerprints == kept_result.fingerprints
+
+
+@pytest.mark.engine
+def test_a_long_prompt_s_ab_allocates_no_run_sized_array_in_this_process():
+    """A 700-token A/A (138 MB a run, detection limits on): the runs are the workers' files, kept as they are; what
+    this process allocates at its peak (tracemalloc: numpy's buffers) is the comparisons' per-row results and
+    blocks, under half a run — before #31 the copy out of the shared buffer, the fingerprint's bytes and the
+    detection limits' planted copies were each a whole run, the NaN masks half of one."""
+    from logitlab.engines.tokenizers import GgufTokenizer
+    from logitlab.models import default_model_path
+
+    from logitlab.numerics import compare_logits
+
+    tokenizer = GgufTokenizer(default_model_path())
+    ids = tokenizer.tokenize(" ".join([SHORT_PROMPT] * 70))[:700]
+    prompt = tokenizer.detokenize(ids)
+    config = _config("n_ctx=1024", "n_ctx=1024", engine="llamacpp", prompt=prompt, repeats=1, n_decode=2)
+    compare_logits(np.zeros((2, 8), np.float32), np.zeros((2, 8), np.float32))  # the kernel loaded (~29 MB, once)
+    tracemalloc.start()
+    try:
+        experiment = AbExperiment(config)
+        result = experiment.run()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    run_bytes = experiment.reference.logits.nbytes
+    assert run_bytes > 130e6 and result.verdict.word == "bit-exact" and result.control_reproducible
+    assert result.detection is not None and result.detection.shapes  # the limits were measured
+    assert all(r.candidate_self_exact for r in result.measured("candidate")[1:])
+    # what is left is the blocks of 2**21 entries (8 MB) the comparisons and the fault search work on, a few at a
+    # time (~50 MB at the peak, measured: the top-2 swaps of one block), whatever the run's length
+    assert peak < run_bytes / 2, f"{peak / 1e6:.0f} MB allocated here at the peak, one run is {run_bytes / 1e6:.0f} MB"
