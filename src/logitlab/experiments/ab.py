@@ -206,6 +206,7 @@ class AbExperiment(Experiment):
                 self._crashed(slot, crash, result)
                 continue
             record = self._record(slot, output, result)
+            output = None  # let go before the next slot's run is made: never two runs beside the reference
             result.runs.append(record)
             self._log(record)
             self.on_event("slot", {"slot": slot, "record": record})
@@ -298,7 +299,9 @@ class AbExperiment(Experiment):
             if self.first_candidate is None:
                 result.fingerprints[CANDIDATE] = output.fingerprint()
                 whole = self._keep_first_candidate or output.topk is not None  # top-k data: rows of k, kept
-                self.first_candidate = output if whole else dataclasses.replace(output, logits=output.logits[:0])
+                # not a slice of the run: a view would keep the whole run's pages (its mapping) alive
+                self.first_candidate = output if whole else dataclasses.replace(
+                    output, logits=np.empty((0, output.logits.shape[1]), dtype=output.logits.dtype))
                 self._first_candidate_whole = whole
             elif self._first_candidate_whole:
                 record.candidate_self_exact = self.first_candidate.same_bits(output)
