@@ -100,7 +100,8 @@ class Footprint:
 FOOTPRINTS: dict[str, Footprint] = {
     "ab": Footprint(2.7, "A/A, 2 blocks + 1 warmup, detection limit on, 2,053 vs 1,061 positions at n_ctx 4096: "
                          "1.924 vs 1.405 GB, F 2.66 (the reference and the run compared, 2; the rest the attention "
-                         "scores that grow with the context, and the libraries' share of PSS, ±0.1 GB); against 73 "
+                         "scores that grow with the context, and the libraries' share of PSS, ±0.1 GB: counting only "
+                         "anonymous and shared memory, --made, 1.732 vs 1.313 GB, F 2.15); against 73 "
                          "positions, batch buffers inside: 1.345 vs 0.503 GB, F 4.33 (main the same day: 1.980 vs "
                          "0.593 GB, F 7.14); --positions last the same way: 1.347 vs 1.120 GB, F 1.16 (the run "
                          "itself, written whole by the worker)",
