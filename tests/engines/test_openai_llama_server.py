@@ -268,7 +268,6 @@ def test_server_axes_run_concurrent_requests_and_a_prefix_cache_hit_vs_a_miss(pa
     print(f"prefix-cache, 17 tokens: {probe17['verdict']['word']}, first differing row: decode step "
           f"{first['position']}; 12 tokens: {probe12['verdict']['word']}, "
           f"{probe12['details']['distinct_texts']} greedy text(s)")
-    text = md.read_text()
     assert "| prefix-cache |" in text and "decode step" in text
     assert "run 1 a prefix-cache miss vs runs 2..3 hits" in text
 
