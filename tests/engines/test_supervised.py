@@ -162,6 +162,55 @@ def test_a_worker_s_folder_is_removed_however_its_parent_leaves(how, tmp_path):
     assert not folder.exists(), f"{how}: the worker's folder {folder} was left behind: {sorted(os.listdir(folder))}"
 
 
+def test_a_folder_whose_parent_and_worker_were_killed_together_goes_when_the_next_worker_starts(tmp_path):
+    """A SIGKILL of the parent and its worker together (a whole process tree: a test harness, a scheduler, the OOM
+    killer) leaves the worker's folder: neither can remove it. The next process that starts a worker removes it,
+    since its owner file names two processes that are gone; a folder whose owner lives, and one without an owner
+    file (a worker starting), stay."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    tests = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")]))}
+
+    def leaver(how: str) -> tuple[subprocess.Popen, Path]:
+        proc = subprocess.Popen([sys.executable, "-c", _LEAVER.format(tests=tests), how], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        folder = Path(proc.stdout.readline().strip())
+        assert folder.name.startswith(supervised.FOLDER_PREFIX) and folder.is_dir(), proc.stderr.read()
+        return proc, folder
+
+    proc, stale = leaver("killed")
+    pids = [int(p) for p in (stale / supervised.OWNER_FILE).read_text().split()]
+    assert pids[0] == proc.pid and len(pids) == 2
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    deadline = time.monotonic() + 20
+    while supervised._alive(pids[1]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not supervised._alive(pids[1])
+    assert (stale / "phase").exists()  # left behind: nobody could remove it
+    proc, folder = leaver("closed")  # the next process to start a worker
+    proc.communicate(timeout=60)
+    assert not stale.exists(), f"the stale folder {stale} is still there"
+
+    # the rule on folders of its own making: only both-gone owners go
+    for name, owner in [("gone", f"{pids[0]} {pids[1]}"), ("parent-alive", f"{os.getpid()} {pids[1]}"),
+                        ("starting", None)]:
+        (tmp_path / (supervised.FOLDER_PREFIX + name)).mkdir()
+        if owner is not None:
+            (tmp_path / (supervised.FOLDER_PREFIX + name) / supervised.OWNER_FILE).write_text(owner)
+    (tmp_path / "other-gone").mkdir()
+    (tmp_path / "other-gone" / supervised.OWNER_FILE).write_text(f"{pids[0]} {pids[1]}")
+    assert supervised._remove_stale(str(tmp_path)) == [tmp_path / (supervised.FOLDER_PREFIX + "gone")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [supervised.FOLDER_PREFIX + "parent-alive", supervised.FOLDER_PREFIX + "starting", "other-gone"])
+
+
 def _maps(pid: int | str) -> str:
     with open(f"/proc/{pid}/maps") as f:
         return f.read()

@@ -238,6 +238,30 @@ def test_detection_limit_per_k_pools_every_prompts_rows_and_round_trips():
     assert VerifyExperiment(config, engine=engine).run().detection == []
 
 
+def test_kept_rows_have_no_name_on_disk_so_no_exit_leaves_them(tmp_path, monkeypatch):
+    """verify keeps every prompt's M=1 and M=K rows on disk for the detection limits; a named folder of them was
+    left in /tmp by every verify killed mid-run (6 folders of 2.4–7 MB after one test-suite run). They are unnamed
+    files now: while rows are held, the temporary folder holds nothing, and the rows read back as written."""
+    from logitlab.experiments.verify.detection import VerifyRows
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    rows = VerifyRows(ks=(2,), n_rows=6)
+    rng = np.random.default_rng(0)
+    m1, k2 = rng.standard_normal((6, 11), dtype=np.float32), rng.standard_normal((6, 11), dtype=np.float32)
+    rows.add(None, m1[:3])
+    rows.add(2, k2[:3])
+    rows.add(None, m1[3:])
+    assert list(tmp_path.iterdir()) == []
+    reference, observed = rows.pair(2)  # as many rows of each as both have
+    assert np.array_equal(reference, m1[:3]) and np.array_equal(observed, k2[:3])
+    rows.add(2, k2[3:])
+    reference, observed = rows.pair(2)
+    assert np.array_equal(reference, m1) and np.array_equal(observed, k2)
+    rows.close()
+    rows.close()  # idempotent
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_merge_comparisons_matches_one_comparison_of_the_concatenation():
     rng = np.random.default_rng(1)
     ref = [rng.normal(0, 2, (n, 50)).astype(np.float32) for n in (7, 5)]

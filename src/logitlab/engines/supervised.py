@@ -73,6 +73,48 @@ FOLDER_PREFIX = "logitlab-engine-"
 _OWNED: set[Path] = set()
 
 
+#: The file in a worker's folder naming its two processes, "PARENT_PID WORKER_PID" (:func:`_remove_stale`).
+OWNER_FILE = "owner"
+_STALE_SWEPT = False
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (a zombie counts: its parent has not reaped it yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _remove_stale(where: str) -> list[Path]:
+    """Remove the worker folders in ``where`` whose parent and worker processes are both gone; returns them.
+
+    A worker removes its folder when it is closed or its standard input ends, and a parent removes the folders
+    it owns at exit; neither runs where both were killed together (a SIGKILL of a whole process tree: a test
+    harness, a batch scheduler, the OOM killer). Each folder names its two processes in :data:`OWNER_FILE`; a
+    folder without that file (a worker still starting, or an older logitlab's) is left alone. Called once per
+    process, before its first worker starts. Assumes ``where`` is not shared with another PID namespace.
+    """
+    removed = []
+    try:
+        names = [n for n in os.listdir(where) if n.startswith(FOLDER_PREFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        folder = Path(where, name)
+        try:
+            pids = [int(p) for p in (folder / OWNER_FILE).read_text().split()]
+        except (OSError, ValueError):
+            continue
+        if pids and not any(_alive(pid) for pid in pids):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
 @atexit.register
 def _remove_owned() -> None:
     """Remove every worker folder this process still owns (at interpreter exit)."""
@@ -333,10 +375,13 @@ class SupervisedEngine:
 
     # -- the worker -----------------------------------------------------------------------------------
     def _start(self) -> None:
+        global _STALE_SWEPT
         if self._folder is None:
-            self._folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX,
-                                                 dir=_SHM if os.path.isdir(_SHM) and os.access(_SHM, os.W_OK)
-                                                 else None))
+            where = _SHM if os.path.isdir(_SHM) and os.access(_SHM, os.W_OK) else tempfile.gettempdir()
+            if not _STALE_SWEPT:
+                _STALE_SWEPT = True
+                _remove_stale(where)
+            self._folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX, dir=where))
             _OWNED.add(self._folder)
         read_fd, write_fd = os.pipe()
         self._stderr = open(self._folder / "stderr.log", "w+b")
@@ -353,6 +398,7 @@ class SupervisedEngine:
                 text=True, start_new_session=True, env=env)
         finally:
             os.close(write_fd)
+        (self._folder / OWNER_FILE).write_text(f"{os.getpid()} {self._proc.pid}\n")
         self._answers = os.fdopen(read_fd, "rb", buffering=0)
         self._buffer = None  # the worker's logits buffer, mapped on its first run
         self._pending_bytes = b""

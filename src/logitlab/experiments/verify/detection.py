@@ -6,8 +6,9 @@ one noise floor over all prompts). Its detection limits
 (:func:`~logitlab.numerics.detection.detection_limits`, judged as ``verify``
 judges: :data:`~logitlab.experiments.verify.classify.VERIFY_JUDGE`) need the
 rows themselves, and only after the last prompt, when that floor is known.
-:class:`VerifyRows` keeps them meanwhile in a temporary folder, one ``.npy``
-file per array written as the rows come, so the run's memory stays at one
+:class:`VerifyRows` keeps them meanwhile in unnamed temporary files (one per
+array, written as the rows come; removed from the folder as they are made, so
+that no exit of the process, a SIGKILL included, leaves them behind), so the run's memory stays at one
 prompt's rows; :func:`k_detection` measures one K from them: every fault
 shape for the K the classification is judged on (:func:`verdict_k`, the
 first K with the most severe verdict), the ``argmax-up`` shape
@@ -22,9 +23,7 @@ about 80 comparisons of one K's rows for every shape, 17 for one
 
 from __future__ import annotations
 
-import shutil
 import tempfile
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -40,7 +39,7 @@ REFERENCE = "m1"
 
 
 class VerifyRows:
-    """Every prompt's M=1 decode rows and M=K rows, on disk until :meth:`close`.
+    """Every prompt's M=1 decode rows and M=K rows, in unnamed temporary files until :meth:`close`.
 
     Args:
         ks: the K sweep.
@@ -50,16 +49,16 @@ class VerifyRows:
     def __init__(self, ks: Sequence[int], n_rows: int):
         self.ks = tuple(ks)
         self.n_rows = n_rows
-        self._folder: Path | None = None
+        self._files: list = []
         self._arrays: dict[str, np.ndarray] = {}
         self._filled: dict[str, int] = {}
 
     def _array(self, name: str, rows: np.ndarray) -> np.ndarray:
         if name not in self._arrays:
-            if self._folder is None:
-                self._folder = Path(tempfile.mkdtemp(prefix="logitlab-verify-rows-"))
-            self._arrays[name] = np.lib.format.open_memmap(self._folder / f"{name}.npy", mode="w+",
-                                                           dtype=np.float32, shape=(self.n_rows, rows.shape[1]))
+            # an unnamed file (O_TMPFILE where the system has it, else unlinked at once): only the mapping holds it
+            file = tempfile.TemporaryFile(prefix=f"logitlab-verify-rows-{name}-")
+            self._files.append(file)
+            self._arrays[name] = np.memmap(file, mode="w+", dtype=np.float32, shape=(self.n_rows, rows.shape[1]))
             self._filled[name] = 0
         return self._arrays[name]
 
@@ -78,11 +77,11 @@ class VerifyRows:
         return self._arrays[REFERENCE][:n], self._arrays[name][:n]
 
     def close(self) -> None:
-        """Delete the files (idempotent)."""
+        """Let the files go (idempotent): they have no name, so the last mapping's end frees their space."""
         self._arrays.clear()
-        if self._folder is not None:
-            shutil.rmtree(self._folder, ignore_errors=True)
-            self._folder = None
+        for file in self._files:
+            file.close()
+        self._files.clear()
 
 
 def verdict_k(totals: Sequence[SweepEntry]) -> int:
