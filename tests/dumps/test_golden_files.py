@@ -37,6 +37,38 @@ def test_logits_topk_orders_by_value_then_lower_id():
     assert lse[0] == pytest.approx(np.log(np.exp(x.astype(np.float64)).sum()))
 
 
+def test_logits_topk_of_a_long_run_takes_block_sized_work_memory_and_changes_no_bit():
+    """#31: the top-k of a run are selected a block of rows at a time: bit for bit the whole-run selection (ties,
+    NaN rows, -inf, a block boundary inside), while the work arrays stay one block's (the whole-run selection
+    allocated about 12 run-sized float32 arrays: `golden record --store topk` peaked at F 18.4)."""
+    import tracemalloc
+
+    from logitlab.dumps import golden_format
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(3 * golden_format.TOPK_BLOCK_ROWS + 7, 301)).astype(np.float32)
+    x[5, 7:11] = 9.0  # a tie of four for the top
+    x[17, :] = np.nan
+    x[18, 3] = np.nan
+    x[40, ::2] = -np.inf
+    got = logits_topk(x, 8)
+    whole = golden_format._topk_block(x, 8)  # the whole run in one block: the selection as it was
+    for a, b in zip(got, whole):
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    assert got[0][5, :4].tolist() == [7, 8, 9, 10]
+
+    big = rng.normal(size=(4096, 2048)).astype(np.float32)  # 33.6 MB
+    tracemalloc.start()
+    try:
+        ids, values, lse = logits_topk(big, 64)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    results = ids.nbytes + values.nbytes + lse.nbytes
+    block = golden_format.TOPK_BLOCK_ROWS * big.shape[1] * 8  # one block of float64
+    assert peak - results < 10 * block < 0.2 * big.nbytes, f"{(peak - results) / block:.1f} blocks of work memory"
+
+
 def test_writer_and_reader_round_trip(tmp_path):
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=(3, 7)).astype(np.float32), rng.normal(size=(5, 7)).astype(np.float32)
