@@ -205,7 +205,7 @@ class ExplainExperiment(Experiment):
             result.notes.append("no argmax flip and no position outside the noise floor: nothing to explain")
             return
         self.on_event("start", {"steps": 2 + len(chosen)})
-        reruns = self._reruns(result, sides, sequence)
+        reruns = self._reruns(result, sides, chosen)
         widths = self._widths(result, sides, sequence)
         for i in chosen:
             self.on_event("step", {"what": f"position {first + i}"})
@@ -224,21 +224,25 @@ class ExplainExperiment(Experiment):
                              f"{obs.logits.shape}; explain compares engines with one vocabulary")
 
     # -- shared controls (one run per side) ----------------------------------------------------
-    def _reruns(self, result: ExplainResult, sides: Sequence[_Side], sequence: list[int]) -> dict[str, np.ndarray]:
-        """Each side again with the same token ids, in a fresh session: its rows."""
+    def _reruns(self, result: ExplainResult, sides: Sequence[_Side],
+                chosen: Sequence[int]) -> dict[str, dict[int, np.ndarray]]:
+        """Each side again with the same token ids, in a fresh session: its rows at the ``chosen`` positions (by
+        row of the pair). Only those rows are kept: each rerun goes as soon as they are copied, so the pair's
+        two runs are the only whole runs held (a long prompt's explain held four)."""
         self.on_event("step", {"what": "rerun with identical inputs"})
         out = {}
         ids, gen = result.prompt_ids, result.generated_ids
         for side in sides:
             with environment(side.variant.env):
                 if side.path == "mk":
-                    out[side.name] = call_engine(side.engine, replay_mk, ids, gen, self.config.k,
-                                                 phase=f"rerun of the {side.name} side")[0]
+                    rows = call_engine(side.engine, replay_mk, ids, gen, self.config.k,
+                                       phase=f"rerun of the {side.name} side")[0]
                 elif result.mode == "verify":
-                    out[side.name] = call_engine(side.engine, _replay_m1, ids, gen,
-                                                 phase=f"rerun of the {side.name} side")
+                    rows = call_engine(side.engine, _replay_m1, ids, gen, phase=f"rerun of the {side.name} side")
                 else:
-                    out[side.name] = run_workload(side.engine, ids, len(gen), gen).logits
+                    rows = run_workload(side.engine, ids, len(gen), gen).logits
+            out[side.name] = {i: np.array(rows[i]) for i in chosen}
+            del rows
         return out
 
     def _widths(self, result: ExplainResult, sides: Sequence[_Side], sequence: list[int]) -> dict[str, Any]:
@@ -263,7 +267,7 @@ class ExplainExperiment(Experiment):
 
     # -- one position -------------------------------------------------------------------------
     def _position(self, result: ExplainResult, sides: Sequence[_Side], sequence: list[int], i: int,
-                  reruns: dict[str, np.ndarray], widths: dict[str, Any]) -> PositionEvidence:
+                  reruns: dict[str, dict[int, np.ndarray]], widths: dict[str, Any]) -> PositionEvidence:
         cfg, c = self.config, result.comparison
         p = result.first_position + i
         ref, obs = sides[0].rows[i], sides[1].rows[i]
