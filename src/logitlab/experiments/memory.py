@@ -108,12 +108,16 @@ FOOTPRINTS: dict[str, Footprint] = {
                     whole_run=1.2, workers=2),
     "verify": Footprint(2.4, "--k 1 4, one prompt (prompts run one at a time: the longest counts): 0.83 vs 0.36 GB"),
     "explain": Footprint(10.0, "--candidate flash_attn=1 --no-dump (two engines and the controls' runs): "
-                                "2.86 vs 0.93 GB"),
+                                "2.86 vs 0.93 GB; kept, as its peak is mostly the workers' (the controls' prefills "
+                                "and batches): 1,061 vs 2,053 positions at n_ctx 4096 (--short 1000 --long 2000), "
+                                "2.501 vs 2.884 GB, slope 1.96 (2.29 before the reruns kept only the explained "
+                                "rows; 3.007 GB at 2,053), the workers 1.9 of the 2.5 GB at 1,061"),
     "golden record": Footprint(3.1, "--store full, one prompt (prompts are recorded one at a time: the longest "
                                     "counts): 0.84 vs 0.23 GB"),
     "golden record --store topk": Footprint(
-        18.4, "--store topk:64, one prompt: 4.09 vs 0.51 GB (the top-k are selected from whole runs)",
-        fewer="a shorter prompt or fewer --tokens; --store full holds less"),
+        1.0, "--store topk:64, one prompt, the top-k selected 16 rows at a time: 1,061 vs 2,053 positions at n_ctx "
+             "4096, 0.763 vs 0.955 GB, slope 0.99, with the worker's batch buffers apart (whole runs, before: 4.099 "
+             "vs 7.472 GB, slope 17.3; against 73 positions 4.09 vs 0.51 GB, F 18.4)", workers=1),
     "golden check": Footprint(6.4, "a --store full golden of one prompt, detection limit on: 1.66 vs 0.43 GB "
                                    "(1.35 GB with it off; measured before the engine change, not since)",
                               fewer="a golden recorded with fewer positions"),
