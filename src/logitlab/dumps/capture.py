@@ -10,6 +10,8 @@ the rest:
   one-position rows), the ``--max-bytes`` limit and its stop message, and an
   error raised inside an engine callback, kept until the step ends (an
   exception must not cross into C or unwind a framework's forward pass).
+- :func:`capture_with`: the one entry point every engine's capture function
+  calls (the checks, the engine's recorder, the driver), with the options they share.
 - :func:`check_capture_inputs`: the checks made before the engine runs.
 - :func:`run_capture`: the prefill + ``n_decode`` M=1 decode driver (greedy,
   or a replay of given token ids), the size estimate and progress events, and
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -326,7 +328,7 @@ def run_capture(
         The positions the filter keeps (from :func:`check_capture_inputs`),
         for the size estimate.
     replay, variant, on_event :
-        As for :func:`logitlab.dumps.capture_llamacpp.capture_llamacpp`.
+        As for :func:`capture_with`.
 
     Returns
     -------
@@ -362,6 +364,72 @@ def run_capture(
     _check_stored(capture, estimate)
     return CaptureResult(capture.out_dir, manifest,
                          np.concatenate(rows) if rows else np.zeros((0, engine.n_vocab), np.float32))
+
+
+def capture_with(
+    recorder: Callable[..., StepRecorder],
+    engine: Any,
+    prompt_ids: Sequence[int],
+    n_decode: int,
+    out_dir: str | Path,
+    *,
+    replay: Sequence[int] | None = None,
+    select: TensorFilter | None = None,
+    max_bytes: int | None = None,
+    variant: dict[str, Any] | None = None,
+    on_event: Event | None = None,
+) -> CaptureResult:
+    """Run prefill + ``n_decode`` M=1 decode steps on a loaded engine and dump its tensors through ``recorder``.
+
+    What :func:`~logitlab.dumps.capture_llamacpp.capture_llamacpp` and
+    :func:`~logitlab.dumps.capture_hf.capture_hf` do, each with its own recorder.
+
+    Parameters
+    ----------
+    recorder : callable
+        The engine's :class:`StepRecorder` class, called as
+        ``recorder(engine, select, out_dir, max_bytes=max_bytes)`` after the checks.
+    engine : Engine
+        Loaded, of the kind ``recorder`` observes.
+    prompt_ids : sequence of int
+        Prompt token ids (one prefill call).
+    n_decode : int
+        Decode steps, one token each; greedy unless ``replay`` gives the ids.
+    out_dir : path
+        Existing, empty folder for the step files and ``manifest.json``.
+    replay : sequence of int, optional
+        Decode token ids to feed (a reference run's), at least ``n_decode``.
+    select : TensorFilter, optional
+        Names, layers and positions to keep (default: every named tensor).
+    max_bytes : int, optional
+        Stop storing once this many bytes are written; the manifest then says
+        ``"complete": false`` and why, and the run stops after that step.
+    variant : dict, optional
+        The variant description stored in the manifest.
+    on_event : callable, optional
+        ``on_event("estimate", {"bytes", "bytes_per_token", "positions"})``
+        before capture, ``on_event("step", {"step": StepInfo, "total": n_steps})``
+        after each step.
+
+    Returns
+    -------
+    CaptureResult
+        What :func:`run_capture` returns: the dump folder, its manifest and the
+        ``(n_positions, n_vocab)`` float32 logits of the steps that ran.
+
+    Raises
+    ------
+    InputError
+        As :func:`check_capture_inputs` and :func:`run_capture` (``replay`` too
+        short, the tokens do not fit the engine, a filter that keeps nothing,
+        ``max_bytes`` smaller than the first tensor), and as ``recorder``.
+    EngineError
+        The engine failed, or tensors could not be assigned to positions.
+    """
+    select, positions = check_capture_inputs(engine, prompt_ids, n_decode, replay, select or TensorFilter())
+    capture = recorder(engine, select, Path(out_dir), max_bytes=max_bytes)
+    return run_capture(engine, capture, prompt_ids, n_decode, positions, replay=replay, variant=variant,
+                       on_event=on_event)
 
 
 def _probe(capture: StepRecorder) -> int:
@@ -480,5 +548,5 @@ def _check_stored(capture: StepRecorder, estimate: int) -> None:
                          f"estimated at {format_bytes(estimate)})")
 
 
-__all__ = ["CaptureResult", "StepRecorder", "check_capture_inputs", "check_filter_matches",
+__all__ = ["CaptureResult", "StepRecorder", "capture_with", "check_capture_inputs", "check_filter_matches",
            "run_capture"]

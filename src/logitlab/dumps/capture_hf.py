@@ -78,7 +78,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from logitlab.dumps.capture import CaptureResult, StepRecorder, check_capture_inputs, run_capture
+from logitlab.dumps.capture import CaptureResult, StepRecorder, capture_with
 from logitlab.dumps.filters import TensorFilter
 from logitlab.dumps.format import format_label
 from logitlab.dumps.manifest import StepInfo
@@ -259,55 +259,19 @@ class HfCapture(StepRecorder):
         self.store(info, array, self._span, 0)
 
 
-def capture_hf(
-    engine: Any,
-    prompt_ids: Sequence[int],
-    n_decode: int,
-    out_dir: str | Path,
-    *,
-    replay: Sequence[int] | None = None,
-    select: TensorFilter | None = None,
-    max_bytes: int | None = None,
-    variant: dict[str, Any] | None = None,
-    on_event: Callable[[str, dict[str, Any]], None] | None = None,
-) -> CaptureResult:
+def capture_hf(engine: Any, prompt_ids: Sequence[int], n_decode: int, out_dir: str | Path,
+               **options: Any) -> CaptureResult:
     """Run prefill + ``n_decode`` M=1 decode steps on a loaded hf engine and dump tensors.
 
-    Parameters
-    ----------
-    engine : HfEngine
-        Loaded; hooks are added for the capture and removed afterwards.
-    prompt_ids : sequence of int
-        Prompt token ids (one prefill call).
-    n_decode : int
-        Decode steps, one token each; greedy unless ``replay`` gives the ids.
-    out_dir : path
-        Existing, empty folder for the step files and ``manifest.json``.
-    replay, select, max_bytes, variant, on_event :
-        As for :func:`logitlab.dumps.capture_llamacpp.capture_llamacpp`.
-
-    Returns
-    -------
-    CaptureResult
-        Tensors stored as float32 rows, ``(n_positions, features)`` per step
-        (see the module docstring for names and layout); ``logits`` is
-        ``(n_positions, n_vocab)`` float32, equal to the stored ``result_output``.
-
-    Raises
-    ------
-    InputError
-        ``replay`` too short, the tokens exceed the model's
-        ``max_position_embeddings``, a filter that keeps nothing, ``max_bytes``
-        smaller than the first tensor (then nothing is written), or a model
-        without ``model.layers`` of decoder layers (``self_attn`` and ``mlp``).
-    EngineError
-        transformers failed, or a tensor had an unexpected shape.
+    :func:`~logitlab.dumps.capture.capture_with` with :class:`HfCapture`: parameters, result and errors as
+    described there. ``engine`` is a loaded ``HfEngine``; hooks are added for the capture and removed
+    afterwards. Tensors are stored as float32 rows, ``(n_positions, features)`` per step (see the module
+    docstring for names and layout); the result's ``logits``, ``(n_positions, n_vocab)`` float32, equal the
+    stored ``result_output``. ``InputError`` also when the tokens exceed the model's
+    ``max_position_embeddings``, or for a model without ``model.layers`` of decoder layers (``self_attn``
+    and ``mlp``); ``EngineError`` when transformers fails or a tensor has an unexpected shape.
     """
-    select = select or TensorFilter()
-    select, positions = check_capture_inputs(engine, prompt_ids, n_decode, replay, select)
-    capture = HfCapture(engine, select, Path(out_dir), max_bytes=max_bytes)
-    return run_capture(engine, capture, prompt_ids, n_decode, positions, replay=replay, variant=variant,
-                       on_event=on_event)
+    return capture_with(HfCapture, engine, prompt_ids, n_decode, out_dir, **options)
 
 
 __all__ = ["HfCapture", "NameTable", "STORED_DTYPE", "capture_hf", "down_proj_input_name"]

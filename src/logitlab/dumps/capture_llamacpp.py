@@ -53,9 +53,8 @@ import numpy as np
 from logitlab.dumps.capture import (
     CaptureResult,
     StepRecorder,
-    check_capture_inputs,
+    capture_with,
     check_filter_matches,
-    run_capture,
 )
 from logitlab.dumps.filters import TensorFilter
 from logitlab.dumps.format import np_dtype
@@ -340,62 +339,16 @@ class LlamaCppCapture(StepRecorder):
         self.store(info, array, (graph.start, graph.start + graph.n_tokens), axis)
 
 
-def capture_llamacpp(
-    engine: Any,
-    prompt_ids: Sequence[int],
-    n_decode: int,
-    out_dir: str | Path,
-    *,
-    replay: Sequence[int] | None = None,
-    select: TensorFilter | None = None,
-    max_bytes: int | None = None,
-    variant: dict[str, Any] | None = None,
-    on_event: Callable[[str, dict[str, Any]], None] | None = None,
-) -> CaptureResult:
+def capture_llamacpp(engine: Any, prompt_ids: Sequence[int], n_decode: int, out_dir: str | Path,
+                     **options: Any) -> CaptureResult:
     """Run prefill + ``n_decode`` M=1 decode steps on a loaded llama.cpp engine and dump tensors.
 
-    Parameters
-    ----------
-    engine : LlamaCppEngine
-        Freshly loaded (its context is recreated with the eval callback).
-    prompt_ids : sequence of int
-        Prompt token ids (one prefill call).
-    n_decode : int
-        Decode steps, one token each; greedy unless ``replay`` gives the ids.
-    out_dir : path
-        Existing, empty folder for the step files and ``manifest.json``.
-    replay : sequence of int, optional
-        Decode token ids to feed (a reference run's), at least ``n_decode``.
-    select : TensorFilter, optional
-        Names, layers and positions to keep (default: every named tensor).
-    max_bytes : int, optional
-        Stop storing once this many bytes are written; the manifest then says
-        ``"complete": false`` and why, and the run stops after that step.
-    variant : dict, optional
-        The variant description stored in the manifest.
-    on_event : callable, optional
-        ``on_event("estimate", {"bytes", "bytes_per_token", "positions"})``
-        before capture, ``on_event("step", {"step": StepInfo, "total": n_steps})``
-        after each step.
-
-    Returns
-    -------
-    CaptureResult
-
-    Raises
-    ------
-    InputError
-        ``replay`` too short, the tokens do not fit the context, a filter
-        (names, layers, positions) that keeps nothing, or ``max_bytes``
-        smaller than the first tensor (then nothing is written).
-    EngineError
-        llama.cpp failed, or tensors could not be assigned to positions.
+    :func:`~logitlab.dumps.capture.capture_with` with :class:`LlamaCppCapture`: parameters, result and
+    errors as described there. ``engine`` is a freshly loaded ``LlamaCppEngine`` (its context is recreated
+    with the eval callback); ``InputError`` when the tokens do not fit its context, ``EngineError`` when
+    llama.cpp fails or tensors cannot be assigned to positions.
     """
-    select = select or TensorFilter()
-    select, positions = check_capture_inputs(engine, prompt_ids, n_decode, replay, select)
-    capture = LlamaCppCapture(engine, select, Path(out_dir), max_bytes=max_bytes)
-    return run_capture(engine, capture, prompt_ids, n_decode, positions, replay=replay, variant=variant,
-                       on_event=on_event)
+    return capture_with(LlamaCppCapture, engine, prompt_ids, n_decode, out_dir, **options)
 
 
 __all__ = ["CaptureResult", "GGML_DTYPES", "LlamaCppCapture", "capture_llamacpp", "check_filter_matches",

@@ -146,8 +146,7 @@ def dump_variant(
     out_dir : path
         Folder for the dump (created; must be empty unless ``force``).
     replay, select, max_bytes, on_event :
-        As for :func:`logitlab.dumps.capture_llamacpp.capture_llamacpp` (and
-        :func:`logitlab.dumps.capture_hf.capture_hf`, which takes the same);
+        As for :func:`logitlab.dumps.capture.capture_with` (what every engine's capture takes);
         ``on_event("loaded", {"variant": ..., "seconds": ...})`` is sent first.
 
     Returns
@@ -206,24 +205,15 @@ def run_capture(engine: Any, capture: str, prompt_ids: list[int], n_decode: int,
     return fn(engine, prompt_ids, n_decode, Path(out), variant=variant, on_event=on_event, **options)
 
 
-def dump_pair(
-    control: Variant,
-    candidate: Variant,
-    prompt: str | Sequence[int],
-    n_decode: int,
-    out_dir: str | Path,
-    *,
-    replay: Sequence[int] | None = None,
-    select: TensorFilter | None = None,
-    max_bytes: int | None = DEFAULT_MAX_BYTES,
-    force: bool = False,
-    on_event: Event | None = None,
-) -> tuple[CaptureResult, CaptureResult]:
+def dump_pair(control: Variant, candidate: Variant, prompt: str | Sequence[int], n_decode: int, out_dir: str | Path,
+              *, replay: Sequence[int] | None = None, force: bool = False, on_event: Event | None = None,
+              **options: Any) -> tuple[CaptureResult, CaptureResult]:
     """Dump the control into ``out_dir/control`` and the candidate into ``out_dir/candidate``.
 
     The control decodes greedily (unless ``replay`` is given) and the
     candidate replays the control's decode tokens on the control's prompt ids.
-    ``max_bytes`` applies to each side. Raises as :func:`dump_variant`.
+    The parameters are :func:`dump_variant`'s, ``replay`` the control's; ``options``
+    (``select``, ``max_bytes``) apply to each side. Raises as :func:`dump_variant`.
     """
     out = Path(out_dir)
     for variant in (control, candidate):  # both engines have a capture, both folders are usable: before any work
@@ -233,14 +223,14 @@ def dump_pair(
             check_out_dir(out / side, force=force)
         if on_event:
             on_event("variant", {"label": control.label})
-        first = dump_variant(control, prompt, n_decode, out / "control", replay=replay, select=select,
-                             max_bytes=max_bytes, force=force, on_event=on_event)
+        first = dump_variant(control, prompt, n_decode, out / "control", replay=replay, force=force,
+                             on_event=on_event, **options)
         generated = first.manifest.generated
         n_second = len(generated)  # fewer than n_decode if the control stopped at --max-bytes
         if on_event:
             on_event("variant", {"label": candidate.label})
         second = dump_variant(candidate, first.manifest.prompt_ids, n_second, out / "candidate", replay=generated,
-                              select=select, max_bytes=max_bytes, force=force, on_event=on_event)
+                              force=force, on_event=on_event, **options)
     return first, second
 
 
