@@ -95,6 +95,15 @@ def _result(a: np.ndarray, b: np.ndarray, flag: Callable[[float], bool], p: floa
     return AnchorResult(flagged, _direction(change, higher_is_better) if flagged else None, p, change)
 
 
+def _p_value_anchor(control: Sequence[float], candidate: Sequence[float],
+                    p_value: Callable[[np.ndarray, np.ndarray], float], *, higher_is_better: bool,
+                    alpha: float) -> AnchorResult:
+    """A significance-test anchor: flag a change when ``p_value(control, candidate) < alpha``."""
+    a, b = _samples(control, candidate)
+    p = float(p_value(a, b))
+    return _result(a, b, lambda _: p < alpha, p, higher_is_better)
+
+
 def mann_whitney_anchor(control: Sequence[float], candidate: Sequence[float], *, higher_is_better: bool,
                         alpha: float = 0.05) -> AnchorResult:
     """Google Benchmark compare.py's U test on two runs' repetitions.
@@ -122,31 +131,16 @@ def mann_whitney_anchor(control: Sequence[float], candidate: Sequence[float], *,
     as in google/benchmark ``tools/gbench/report.py`` (``calc_utest``).
     """
     from scipy import stats
-    a, b = _samples(control, candidate)
-    p = float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
-    return _result(a, b, lambda _: p < alpha, p, higher_is_better)
+    return _p_value_anchor(control, candidate, lambda a, b: stats.mannwhitneyu(a, b, alternative="two-sided").pvalue,
+                           higher_is_better=higher_is_better, alpha=alpha)
 
 
 def student_t_anchor(control: Sequence[float], candidate: Sequence[float], *, higher_is_better: bool,
                      alpha: float = 0.05) -> AnchorResult:
     """pyperf's significance test: two-sample Student t with pooled variance.
 
-    Parameters
-    ----------
-    control, candidate : sequence of float
-        Shape ``(n,)`` and ``(m,)``, n, m >= 2, positive.
-    higher_is_better : bool
-    alpha : float, optional
-        Defaults to 0.05 (pyperf's 95 % table).
-
-    Returns
-    -------
-    AnchorResult
-
-    Raises
-    ------
-    InputError
-        On fewer than 2 values a side or non-positive values.
+    Parameters, result and errors as for :func:`mann_whitney_anchor`; ``alpha``
+    defaults to 0.05 (pyperf's 95 % table).
 
     Notes
     -----
@@ -154,26 +148,17 @@ def student_t_anchor(control: Sequence[float], candidate: Sequence[float], *, hi
     psf/pyperf ``pyperf/_utils.py`` (``is_significant``, ``tscore``).
     """
     from scipy import stats
-    a, b = _samples(control, candidate)
-    p = float(stats.ttest_ind(a, b, equal_var=True).pvalue)
-    return _result(a, b, lambda _: p < alpha, p, higher_is_better)
+    return _p_value_anchor(control, candidate, lambda a, b: stats.ttest_ind(a, b, equal_var=True).pvalue,
+                           higher_is_better=higher_is_better, alpha=alpha)
 
 
 def fixed_threshold_anchor(control: Sequence[float], candidate: Sequence[float], *, higher_is_better: bool,
                            threshold: float = 0.15) -> AnchorResult:
     """The seed CI table's rule: flag a change of the mean by ``threshold`` or more.
 
-    Parameters
-    ----------
-    control, candidate : sequence of float
-        Positive values, >= 2 a side.
-    higher_is_better : bool
-    threshold : float, optional
-        Relative change that flags. Defaults to 0.15 (the seed's ⚠️ line).
-
-    Returns
-    -------
-    AnchorResult
+    ``control``, ``candidate``, ``higher_is_better``, the result and errors are
+    as for :func:`mann_whitney_anchor` (``p_value`` is None); ``threshold`` is
+    the relative change that flags. Defaults to 0.15 (the seed's ⚠️ line).
     """
     a, b = _samples(control, candidate)
     return _result(a, b, lambda change: abs(change) >= threshold, None, higher_is_better)
