@@ -414,19 +414,8 @@ def _exp(x: float | None) -> float | None:
     return None if x is None else float(math.exp(x))
 
 
-def sequential_decision(
-    blocks: Iterable[Block],
-    *,
-    higher_is_better: bool,
-    margin: float | PreregisteredMargin | None = None,
-    alpha: float = 0.05,
-    min_blocks: int = DEFAULT_MIN_BLOCKS,
-    max_blocks: int = DEFAULT_MAX_BLOCKS,
-    spending: str = "obrien-fleming",
-    time_up: bool = False,
-    metric: str = "",
-    unit: str = "",
-) -> SequentialDecision:
+def sequential_decision(blocks: Iterable[Block], *, higher_is_better: bool,
+                        margin: float | PreregisteredMargin | None = None, **options: Any) -> SequentialDecision:
     """:func:`sequential_step` on counterbalanced blocks, with delta fixed before the first look.
 
     Parameters
@@ -440,12 +429,15 @@ def sequential_decision(
         basis), or None: :data:`~logitlab.perf.prereg.DEFAULT_SEQUENTIAL_MARGIN`
         (2 %, source ``'default'``). Never from these blocks' A/A slots (the
         module docstring says why; fixed-size ``paired_comparison`` still does that).
-    alpha, min_blocks, max_blocks, spending, time_up, metric, unit
-        As for :func:`sequential_step`.
+    **options
+        ``alpha``, ``min_blocks``, ``max_blocks``, ``spending``, ``time_up``,
+        ``metric``, ``unit``: as for :func:`sequential_step` (with its defaults).
 
     Returns
     -------
     SequentialDecision
+        :func:`sequential_step`'s, on the blocks' log ratios
+        (:func:`~logitlab.perf.block_ratios.block_log_ratios`), with the margin's source, file and basis.
 
     Raises
     ------
@@ -456,9 +448,7 @@ def sequential_decision(
     ratios = block_log_ratios(items)  # validates the blocks
     prereg = margin if isinstance(margin, PreregisteredMargin) else preregister(margin)
     return sequential_step(ratios, margin=prereg.margin, margin_source=prereg.source, margin_file=prereg.file,
-                           margin_basis=prereg.basis, higher_is_better=higher_is_better,
-                           alpha=alpha, min_blocks=min_blocks, max_blocks=max_blocks, spending=spending,
-                           time_up=time_up, metric=metric, unit=unit)
+                           margin_basis=prereg.basis, higher_is_better=higher_is_better, **options)
 
 
 def sequential_comparison(comparison: PairedComparison, decision: SequentialDecision) -> PairedComparison:
