@@ -469,6 +469,8 @@ def sequential_comparison(comparison: PairedComparison, decision: SequentialDeci
     Returns
     -------
     PairedComparison
+        A copy of ``comparison`` with ``decision``'s call (``'continue'``
+        becomes ``'inconclusive'``), repeated CI and margin.
 
     Raises
     ------
