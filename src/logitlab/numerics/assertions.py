@@ -172,6 +172,7 @@ def assert_logits_equal(reference: Any, observed: Any, *, top_k: int = 5, token_
     Returns
     -------
     LogitComparison
+        :func:`~logitlab.numerics.compare.compare_logits` of the two (a 1-D pair as one position).
 
     Raises
     ------
@@ -213,6 +214,7 @@ def assert_logits_close(reference: Any, observed: Any, *, max_ulp: float | None 
     Returns
     -------
     LogitComparison
+        As for :func:`assert_logits_equal`.
 
     Raises
     ------
