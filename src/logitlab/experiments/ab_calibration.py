@@ -37,7 +37,8 @@ def ab_calibration(path: str, max_repeats: int) -> PreregisteredMargin:
     Returns
     -------
     PreregisteredMargin
-        Source ``'calibration'``, the file and what it was measured on.
+        :func:`~logitlab.perf.prereg.calibrated_margin` of the A/A's decode block
+        log-ratio sd: source ``'calibration'``, the file and what it was measured on.
 
     Raises
     ------
