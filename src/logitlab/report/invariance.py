@@ -9,14 +9,14 @@ rows are shown as the user knows them: row c×n+p is ``copy c pos p``.
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import Sequence
 
 from logitlab.experiments.invariance_results import Check, InvarianceResult
 from logitlab.report.detection_text import DETECTION_TITLE, detection_lines
 from logitlab.report.document import Block, Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.figure_blocks import check_heatmap_figure, comparison_figures
-from logitlab.report.text import (INTERRUPTED, comparison_lines, engine_rows, host_rows, flip_rows, fmt_num,
-                                  stopped_line, variant_text)
+from logitlab.report.text import (INTERRUPTED, comparison_lines, flip_rows, fmt_num, run_header_rows, stopped_line,
+                                  variant_text)
 
 __all__ = ["invariance_document", "CHECK_HEADER", "FLIP_HEADER", "MAX_FLIPS", "check_rows", "summary_lines",
            "position_label", "runs_text"]
@@ -187,12 +187,9 @@ def _sensitivity(result: InvarianceResult) -> list[Block]:
 
 
 def _header(result: InvarianceResult) -> KeyValues:
-    rows: list[tuple[Any, ...]] = list(engine_rows(result.manifest["engine"]))
-    rows += [("variant", variant_text(result.config["variant"])),
-             ("prompt", f"{len(result.prompt_ids)} tokens"),
-             *summary_lines(result)]
-    rows += host_rows(result.manifest)
-    return KeyValues(rows, boxed=True)
+    return KeyValues(run_header_rows(result.manifest, [("variant", variant_text(result.config["variant"])),
+                                                       ("prompt", f"{len(result.prompt_ids)} tokens"),
+                                                       *summary_lines(result)]), boxed=True)
 
 
 def _verdict(result: InvarianceResult) -> list[Block]:

@@ -16,7 +16,7 @@ from logitlab.report.document import Block, Bullets, Document, Figure, Heading, 
     rich
 from logitlab.report.invariance import check_rows, position_label
 from logitlab.report.invariance_batch_axes import batch_position_text, batch_sizes_text, batch_workload
-from logitlab.report.text import INTERRUPTED, engine_rows, host_rows, fmt_num, plural, stopped_line, variant_text
+from logitlab.report.text import INTERRUPTED, fmt_num, plural, run_header_rows, stopped_line, variant_text
 
 __all__ = ["matrix_document", "AXIS_HEADER", "axis_rows", "compared_text", "cost_rows", "distinct_text",
            "matrix_figure_data"]
@@ -160,9 +160,7 @@ def _topk_scope(result: InvarianceMatrixResult) -> str:
 
 def _header(result: InvarianceMatrixResult) -> KeyValues:
     cfg = result.config
-    engine = result.manifest.get("engine") if result.manifest else None
-    rows: list[tuple[Any, ...]] = list(engine_rows(engine)) if engine else []
-    rows.append(("variant", variant_text(cfg["variant"])))
+    rows: list[tuple[Any, ...]] = [("variant", variant_text(cfg["variant"]))]
     lengths = {}
     for axis in result.ran:
         for name, probe in zip(axis.prompts, axis.probes):
@@ -178,8 +176,7 @@ def _header(result: InvarianceMatrixResult) -> KeyValues:
     workload += [batch_workload(result.ran, cfg)] if "batch" in ran else []
     rows.append(("workload", "; ".join(workload)))
     rows.append(("axes run", ", ".join(ran) if ran else "none"))
-    rows += host_rows(result.manifest)
-    return KeyValues(rows, boxed=True)
+    return KeyValues(run_header_rows(result.manifest, rows), boxed=True)
 
 
 def _verdict(result: InvarianceMatrixResult) -> list[Block]:

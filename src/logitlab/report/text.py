@@ -41,6 +41,13 @@ def host_rows(manifest: dict[str, Any] | None) -> list[tuple[str, str]]:
     return [("host", f"{host['cpu']}, {host['cores']} cores, {host['os']}, Python {host['python']}")]
 
 
+def run_header_rows(manifest: dict[str, Any] | None, rows: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """A run report's header rows: the manifest's :func:`engine_rows` (none without an engine), ``rows``, then
+    its :func:`host_rows`."""
+    engine = manifest.get("engine") if manifest else None
+    return [*(engine_rows(engine) if engine else []), *rows, *host_rows(manifest)]
+
+
 def fmt_num(value: float | None, digits: int = 4) -> str:
     """``value`` with ``digits`` significant digits; ``n/a`` for None and NaN (both read back as null)."""
     if value is None or isinstance(value, float) and math.isnan(value):

@@ -16,7 +16,7 @@ from logitlab.experiments.verify.results import SweepEntry, VerifyDetection, Ver
 from logitlab.report.detection_text import detection_lines, detection_title
 from logitlab.report.document import Block, Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
 from logitlab.report.figure_blocks import verify_figures
-from logitlab.report.text import INTERRUPTED, engine_rows, host_rows, fmt_num, plural, stopped_line, variant_text
+from logitlab.report.text import INTERRUPTED, fmt_num, plural, run_header_rows, stopped_line, variant_text
 
 __all__ = ["verify_document", "SWEEP_HEADER", "FLIP_HEADER", "INBLOCK_HEADER", "GUARD_HEADER",
            "GUARD_PROMPT_HEADER", "MAX_FLIPS", "sweep_rows", "per_prompt_rows", "flip_rows", "inblock_rows",
@@ -296,8 +296,7 @@ def _table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> 
 
 def _header(result: VerifyResult) -> KeyValues:
     cfg = result.config
-    rows: list[tuple[Any, ...]] = list(engine_rows(result.manifest["engine"]))
-    rows += [
+    rows: list[tuple[Any, ...]] = [
         ("variant", variant_text(cfg["variant"])),
         ("workload", f"{plural(len(cfg['prompts']), 'prompt')} × {cfg['n_decode']} greedy M=1 tokens, "
                      f"replayed as M=K verify blocks, K = {' '.join(map(str, cfg['ks']))}"),
@@ -305,8 +304,7 @@ def _header(result: VerifyResult) -> KeyValues:
                          "compared")] if result.positions else []),
         ("near-tie margin", f"{fmt_num(cfg['thresholds']['near_tie_margin'])} logits (--near-tie-margin)"),
     ]
-    rows += host_rows(result.manifest)
-    return KeyValues(rows, boxed=True)
+    return KeyValues(run_header_rows(result.manifest, rows), boxed=True)
 
 
 def _classification(result: VerifyResult) -> list[Block]:
