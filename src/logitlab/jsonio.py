@@ -275,6 +275,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def without_none(data: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """``data`` (a ``to_dict`` result) without those of ``keys`` whose value is None, the rest in order.
+
+    For an optional field added to a format later: where it is unused the file leaves it out, as the files
+    written before it did (``positions``, the ``--positions`` selection of a comparison or a golden).
+    """
+    return {k: v for k, v in data.items() if k not in keys or v is not None}
+
+
 class PlainRecord:
     """Mixin of a nested result dataclass whose fields are plain JSON values (or such dataclasses).
 

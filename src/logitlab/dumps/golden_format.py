@@ -48,7 +48,7 @@ from logitlab.dumps.format import is_int
 from logitlab.dumps.safetensors_io import SafetensorsFiles, read_safetensors_header
 from logitlab.dumps.step_writer import StepWriter
 from logitlab.errors import InputError
-from logitlab.jsonio import ResultRecord, read_json, write_json
+from logitlab.jsonio import ResultRecord, read_json, without_none, write_json
 from logitlab.numerics.verdict import Verdict
 
 __all__ = [
@@ -155,10 +155,7 @@ class GoldenPrompt:
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON types; ``positions`` only where a selection is stored (older goldens: absent)."""
-        data = dataclasses.asdict(self)
-        if data["positions"] is None:
-            del data["positions"]
-        return data
+        return without_none(dataclasses.asdict(self), "positions")
 
 
 @dataclass
@@ -229,10 +226,7 @@ class GoldenManifest(ResultRecord):
 
     def to_dict(self) -> dict[str, Any]:
         """:meth:`ResultRecord.to_dict`; ``positions`` only where a selection is stored (older goldens: absent)."""
-        data = super().to_dict()
-        if data["positions"] is None:
-            del data["positions"]
-        return data
+        return without_none(super().to_dict(), "positions")
 
     @property
     def top_k(self) -> int | None:

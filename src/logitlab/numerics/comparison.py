@@ -227,10 +227,9 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         """``dataclasses.asdict(self)``: plain JSON types only (``positions`` only where rows were selected)."""
-        data = dataclasses.asdict(self)
-        if data["positions"] is None:
-            del data["positions"]
-        return data
+        from logitlab.jsonio import without_none  # here, not at the top: this module stays stdlib only
+
+        return without_none(dataclasses.asdict(self), "positions")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Comparison":
