@@ -150,95 +150,99 @@ def main(argv: list[str]) -> int:
     def answer(data: dict[str, Any]) -> None:
         answers.write(json.dumps(data) + "\n")
 
-    for line in sys.stdin:
-        request = json.loads(line)
-        op = request["op"]
-        try:
-            if op == "load":
-                phase("load")
-                engine_cls = import_engine(request["target"], request["name"])
-                engine = engine_cls(model=request["model"], options=request["options"])
-                answer({"ok": True, "describe": engine.describe(), "n_vocab": int(engine.n_vocab),
-                        "n_ctx": engine.n_ctx, "load_seconds": engine.load_seconds, "model": engine.model})
-            elif op == "tokenize":
-                phase("tokenize")
-                answer({"ok": True, "ids": [int(t) for t in engine.tokenize(request["text"])]})
-            elif op == "detokenize":
-                phase("detokenize")
-                answer({"ok": True, "text": engine.detokenize(request["ids"])})
-            elif op == "run":
-                target = engine
-                if request.get("fresh"):
+    try:
+        for line in sys.stdin:
+            request = json.loads(line)
+            op = request["op"]
+            try:
+                if op == "load":
                     phase("load")
-                    target = engine_cls(model=engine.model, options=request["options"])
-                shape = (len(request["prompt_ids"]) + request["n_decode"], int(target.n_vocab))
-                # the rows are gathered into the buffer the parent maps (it copies them out: the one copy across
-                # the boundary), or into a file of the run's own that the parent keeps (no copy)
-                own = RunFile(request["own_file"]) if request.get("own_file") else None
-                into = own or buffer
-                mapped = None if target.supports("workload") else into.array(shape)
-                try:
-                    output = run_workload(target, request["prompt_ids"], request["n_decode"], request["replay"],
-                                          on_step=lambda kind, step: phase(
-                                              "prefill" if kind == "prefill" else f"decode step {step}"),
-                                          out=mapped)
-                finally:
-                    if target is not engine:
-                        target.close()
-                phase("returning the run")
-                if mapped is None:  # an engine that ran the workload itself: its array, written once
-                    mapped = into.array(output.logits.shape)
-                    mapped[...] = output.logits
-                shape = list(mapped.shape)
-                del mapped
-                output.logits = np.empty((0, 0), dtype=np.float32)  # the last view of the run's rows here
-                if own is not None:
+                    engine_cls = import_engine(request["target"], request["name"])
+                    engine = engine_cls(model=request["model"], options=request["options"])
+                    answer({"ok": True, "describe": engine.describe(), "n_vocab": int(engine.n_vocab),
+                            "n_ctx": engine.n_ctx, "load_seconds": engine.load_seconds, "model": engine.model})
+                elif op == "tokenize":
+                    phase("tokenize")
+                    answer({"ok": True, "ids": [int(t) for t in engine.tokenize(request["text"])]})
+                elif op == "detokenize":
+                    phase("detokenize")
+                    answer({"ok": True, "text": engine.detokenize(request["ids"])})
+                elif op == "run":
+                    target = engine
+                    if request.get("fresh"):
+                        phase("load")
+                        target = engine_cls(model=engine.model, options=request["options"])
+                    shape = (len(request["prompt_ids"]) + request["n_decode"], int(target.n_vocab))
+                    # the rows are gathered into the buffer the parent maps (it copies them out: the one copy across
+                    # the boundary), or into a file of the run's own that the parent keeps (no copy)
+                    own = RunFile(request["own_file"]) if request.get("own_file") else None
+                    into = own or buffer
+                    mapped = None if target.supports("workload") else into.array(shape)
                     try:
-                        own.close()
-                    except BufferError:  # a view of the rows outlived the run here: unmapped when it goes
-                        pass
-                answer({"ok": True, "shape": shape, "own_file": None if own is None else own.path,
-                        "input_ids": output.input_ids,
-                        "generated": output.generated, "timings": [dataclasses.asdict(t) for t in output.timings],
-                        "topk": None if output.topk is None else output.topk.to_dict(), "scoring": output.scoring})
-            elif op == "call":
-                phase(request["phase"])
-                module, _, name = request["fn"].partition(":")
-                fn = importlib.import_module(module)
-                for part in name.split("."):
-                    fn = getattr(fn, part)
-                with open(request["args"], "rb") as f:
-                    args = pickle.load(f)
+                        output = run_workload(target, request["prompt_ids"], request["n_decode"], request["replay"],
+                                              on_step=lambda kind, step: phase(
+                                                  "prefill" if kind == "prefill" else f"decode step {step}"),
+                                              out=mapped)
+                    finally:
+                        if target is not engine:
+                            target.close()
+                    phase("returning the run")
+                    if mapped is None:  # an engine that ran the workload itself: its array, written once
+                        mapped = into.array(output.logits.shape)
+                        mapped[...] = output.logits
+                    shape = list(mapped.shape)
+                    del mapped
+                    output.logits = np.empty((0, 0), dtype=np.float32)  # the last view of the run's rows here
+                    if own is not None:
+                        try:
+                            own.close()
+                        except BufferError:  # a view of the rows outlived the run here: unmapped when it goes
+                            pass
+                    answer({"ok": True, "shape": shape, "own_file": None if own is None else own.path,
+                            "input_ids": output.input_ids,
+                            "generated": output.generated, "timings": [dataclasses.asdict(t) for t in output.timings],
+                            "topk": None if output.topk is None else output.topk.to_dict(), "scoring": output.scoring})
+                elif op == "call":
+                    phase(request["phase"])
+                    module, _, name = request["fn"].partition(":")
+                    fn = importlib.import_module(module)
+                    for part in name.split("."):
+                        fn = getattr(fn, part)
+                    with open(request["args"], "rb") as f:
+                        args = pickle.load(f)
 
-                def emit(kind: str, data: Any) -> None:
-                    answers.write(json.dumps({"event": kind, "data": base64.b64encode(
-                        pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)).decode("ascii")}) + "\n")
+                    def emit(kind: str, data: Any) -> None:
+                        answers.write(json.dumps({"event": kind, "data": base64.b64encode(
+                            pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)).decode("ascii")}) + "\n")
 
-                value = fn(engine, *args, on_event=emit) if request.get("events") else fn(engine, *args)
-                phase("returning the call")
-                with open(request["out"], "wb") as f:
-                    pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
-                answer({"ok": True})
-            elif op == "close":
-                phase("close")
-                if engine is not None:
-                    engine.close()
-                remove_folder(phase_file)
-                try:
+                    value = fn(engine, *args, on_event=emit) if request.get("events") else fn(engine, *args)
+                    phase("returning the call")
+                    with open(request["out"], "wb") as f:
+                        pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
                     answer({"ok": True})
-                except OSError:  # the parent exited without waiting for the answer
-                    pass
-                return 0
-            else:
-                answer({"ok": False, "type": "InternalError", "message": f"unknown request {op!r}"})
-            phase("idle")
-        except LogitlabError as exc:
-            kind = next(c.__name__ for c in type(exc).__mro__ if c.__name__ in ("InputError", "EngineError",
-                                                                                 "LogitlabError"))
-            answer({"ok": False, "type": kind, "message": str(exc)})
-            phase("idle")
-    remove_folder(phase_file)  # standard input ended: the parent is gone (or done with this worker)
-    return 0
+                elif op == "close":
+                    phase("close")
+                    if engine is not None:
+                        engine.close()
+                    remove_folder(phase_file)
+                    try:
+                        answer({"ok": True})
+                    except OSError:  # the parent exited without waiting for the answer
+                        pass
+                    return 0
+                else:
+                    answer({"ok": False, "type": "InternalError", "message": f"unknown request {op!r}"})
+                phase("idle")
+            except LogitlabError as exc:
+                kind = next(c.__name__ for c in type(exc).__mro__ if c.__name__ in ("InputError", "EngineError",
+                                                                                     "LogitlabError"))
+                answer({"ok": False, "type": kind, "message": str(exc)})
+                phase("idle")
+        remove_folder(phase_file)  # standard input ended: the parent is gone (or done with this worker)
+        return 0
+    except BrokenPipeError:  # the parent went while this worker answered or sent an event: nobody reads any more
+        remove_folder(phase_file)
+        return 0
 
 
 if __name__ == "__main__":
