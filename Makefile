@@ -41,8 +41,8 @@ $(RAY_STAMP): $(STAMP)
 
 # LOGITLAB_WARM_CACHES=1: the slow caches (library builds, model conversions) are built in the background at idle
 # priority while the first tests run (tests/warm_caches.py); a cache hit each on a warm machine.
-# One pytest-xdist worker (pyproject's addopts): two (-n 2) ran the suite in 29-30 min instead of ~37 on 2 cores,
-# but a real-timing test (bisect --probe speed) then failed beside the other worker's engine; docs/testing.md.
+# One pytest-xdist worker (pyproject's addopts): two (-n 2) ran the suite in 29 min 43 s against 31 min 50 s on 2
+# cores, but a real-timing test (bisect --probe speed) then failed beside the other worker's engine; docs/testing.md.
 test: setup tools $(GEMMA_STAMP) $(RAY_STAMP)
 	@bash scripts/install-bench-tools.sh
 	@bash scripts/install-browser.sh
