@@ -33,6 +33,7 @@ from typing import Any, Callable, ClassVar
 
 from logitlab.errors import EngineCrashed, Interrupted, LogitlabError
 from logitlab.events import Event, ignore_event
+from logitlab.lazy import preload_statistics
 from logitlab.runlog import RunLog
 
 __all__ = ["Experiment"]
@@ -162,6 +163,7 @@ class Experiment:
             Interrupted: on Ctrl-C, with ``partial`` = ``result`` and
                 ``result.error`` = ``"interrupted"``.
         """
+        preload_statistics()  # before the first slot: a Ctrl-C must not land in the import the analysis needs
         try:
             try:
                 body()

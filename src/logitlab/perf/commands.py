@@ -32,6 +32,7 @@ import numpy as np
 from logitlab.errors import InputError, Interrupted
 from logitlab.events import ignore_event
 from logitlab.jsonio import ResultRecord
+from logitlab.lazy import preload_statistics
 from logitlab.perf.autostop import AutoStop, check_auto_budget
 from logitlab.perf.design import CANDIDATE, CONTROL, Block, ab_schedule
 from logitlab.perf.equivalence import check_margin
@@ -426,6 +427,7 @@ def bench_run(
                             unit=_unit(config, config.primary), budget_flag="--max-repeats")
     log = RunLog(log_path, BenchRunResult.KIND, {"config": dataclasses.asdict(config), "host": host}) \
         if log_path is not None else None
+    preload_statistics()  # before the first slot: a Ctrl-C must not land in the import the analysis needs
     try:
         for slot in schedule:
             measured = runner(commands[slot.variant], metric=pattern, timeout=config.timeout)
