@@ -1,10 +1,10 @@
 """Lazy package attributes (PEP 562): a package's public names, each imported from its module on first access.
 
-``logitlab.numerics`` and ``logitlab.perf`` list ``{public name: defining
-module}`` and take their module-level
-``__getattr__`` and ``__dir__`` from :func:`lazy_exports`, so that importing a
-light module of the package (the CLI's option choices) does not load the heavy
-ones (numpy, numba, scipy) that other names of the package need.
+``logitlab.numerics`` and ``logitlab.perf`` list ``{defining module: public
+names}`` once and take their module-level ``__getattr__``, ``__dir__`` and
+``__all__`` from :func:`lazy_exports`, so that importing a light module of
+the package (the CLI's option choices) does not load the heavy ones (numpy,
+numba, scipy) that other names of the package need.
 
 The statistics import SciPy inside their functions for the same reason; a run
 imports it ahead with :func:`preload_statistics`, before its first timed slot,
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 __all__ = ["STATISTICS_MODULES", "lazy_exports", "preload_statistics"]
 
@@ -24,13 +24,26 @@ __all__ = ["STATISTICS_MODULES", "lazy_exports", "preload_statistics"]
 STATISTICS_MODULES = ("scipy.stats", "scipy.special")
 
 
-def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """The ``__getattr__`` and ``__dir__`` of ``package`` (its ``__name__``) for the names of ``exports``.
+def lazy_exports(package: str, modules: Mapping[str, Iterable[str]],
+                 ) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
+    """The ``__getattr__``, ``__dir__`` and ``__all__`` of ``package`` (its ``__name__``) for the names of ``modules``.
 
-    ``__getattr__(name)`` imports ``exports[name]``, caches the value in the
-    package's namespace (so the next access is a plain lookup) and returns it;
-    a name not in ``exports`` raises ``AttributeError``, as a missing attribute does.
+    ``modules`` maps a defining module to the public names the package takes
+    from it. ``__getattr__(name)`` imports the name's module, caches the value
+    in the package's namespace (so the next access is a plain lookup) and
+    returns it; a name not listed raises ``AttributeError``, as a missing
+    attribute does. ``__all__`` is every listed name, in the order given.
+
+    Raises:
+        ValueError: a name listed under two modules.
     """
+    exports: dict[str, str] = {}
+    for module, names in modules.items():
+        for name in names:
+            if name in exports:
+                raise ValueError(f"{package}: {name!r} is listed under {exports[name]} and {module}")
+            exports[name] = module
+
     def __getattr__(name: str) -> Any:
         if name not in exports:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
@@ -41,7 +54,7 @@ def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[st
     def __dir__() -> list[str]:
         return sorted({*vars(sys.modules[package]), *exports})
 
-    return __getattr__, __dir__
+    return __getattr__, __dir__, list(exports)
 
 
 def preload_statistics() -> None:
