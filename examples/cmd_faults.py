@@ -28,32 +28,51 @@ def _noise(row: int, vocab: int) -> np.ndarray:
     return np.random.default_rng(row).standard_normal(vocab).astype(np.float32)
 
 
-def plant_faults(logits: np.ndarray, environ: dict[str, str], prefix: str) -> None:
-    """Plant the faults ``environ`` names into ``logits`` (``(rows, vocab)`` float32, changed in place).
+def parse_faults(environ: dict[str, str], prefix: str, rows: int) -> tuple[tuple | None, tuple | None]:
+    """The faults ``environ`` names, checked against a run of ``rows`` positions: ``(perturb, plant)``.
+
+    ``perturb`` is ``(row, size)`` or None; ``plant`` is ``(shape, row, size, tokens)`` or None. An engine
+    calls it before it loads (``cmd_protocol.read_workload``), so a malformed variable is an error at once.
 
     Raises:
-        FaultError: a variable is malformed, names an unknown shape, or a row outside ``logits``.
+        FaultError: a variable is malformed, names an unknown shape, or a row outside the run.
     """
     perturb = environ.get(f"{prefix}PERTURB", "")
+    parsed_perturb = None
     if perturb:
         try:
             row, size = perturb.split(":")
-            row, size = int(row), float(size)
+            parsed_perturb = (int(row), float(size))
         except ValueError:
             raise FaultError(f"{prefix}PERTURB={perturb!r} is not POSITION:SIZE") from None
-        if 0 <= row < len(logits):
-            logits[row] += np.float32(size) * _noise(row, logits.shape[1])
     plant = environ.get(f"{prefix}PLANT", "")
     if not plant:
-        return
+        return parsed_perturb, None
     try:
         shape, row, size, *chosen = plant.split(":")
         row, size = int(row), np.float32(size)
         chosen = [int(t) for t in chosen]
     except ValueError:
         raise FaultError(f"{prefix}PLANT={plant!r} is not SHAPE:POSITION:SIZE[:TOKEN]") from None
-    if shape not in SHAPES or not 0 <= row < len(logits):
-        raise FaultError(f"{prefix}PLANT={plant!r}: SHAPE is {', '.join(SHAPES)}, POSITION 0..{len(logits) - 1}")
+    if shape not in SHAPES or not 0 <= row < rows:
+        raise FaultError(f"{prefix}PLANT={plant!r}: SHAPE is {', '.join(SHAPES)}, POSITION 0..{rows - 1}")
+    return parsed_perturb, (shape, row, size, chosen)
+
+
+def plant_faults(logits: np.ndarray, environ: dict[str, str], prefix: str) -> None:
+    """Plant the faults ``environ`` names into ``logits`` (``(rows, vocab)`` float32, changed in place).
+
+    Raises:
+        FaultError: as :func:`parse_faults`.
+    """
+    perturb, plant = parse_faults(environ, prefix, len(logits))
+    if perturb is not None:
+        row, size = perturb
+        if 0 <= row < len(logits):
+            logits[row] += np.float32(size) * _noise(row, logits.shape[1])
+    if plant is None:
+        return
+    shape, row, size, chosen = plant
     if shape == "row-noise":
         logits[row] += size * _noise(row, logits.shape[1])
         return

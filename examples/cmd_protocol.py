@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from cmd_faults import FaultError, plant_faults  # this folder (a script's own folder is on sys.path)
+from cmd_faults import FaultError, parse_faults, plant_faults  # this folder (a script's own folder is on sys.path)
 
 
 class ProtocolError(Exception):
@@ -38,11 +38,12 @@ def parser(description: str, prefill_help: str) -> argparse.ArgumentParser:
     return p
 
 
-def read_workload(args: argparse.Namespace) -> tuple[list[int], int, int]:
-    """The token ids, the prompt length and the decode steps.
+def read_workload(args: argparse.Namespace, fault_prefix: str | None = None) -> tuple[list[int], int, int]:
+    """The token ids, the prompt length and the decode steps; with ``fault_prefix``, the fault variables checked.
 
     Raises:
-        ProtocolError: the file cannot be read, or its ids do not fit ``--n-prompt`` / ``--n-decode``.
+        ProtocolError: the file cannot be read, its ids do not fit ``--n-prompt`` / ``--n-decode``, or a fault
+            variable of ``fault_prefix`` is malformed (before the engine loads its model).
     """
     try:
         tokens = [int(t) for t in Path(args.tokens).read_text().split()]
@@ -53,6 +54,11 @@ def read_workload(args: argparse.Namespace) -> tuple[list[int], int, int]:
     if not 1 <= n_prompt <= len(tokens) or n_decode < 0 or len(tokens) > n_prompt + n_decode:
         raise ProtocolError(f"{len(tokens)} tokens in {args.tokens} do not fit --n-prompt {n_prompt} "
                             f"--n-decode {n_decode}")
+    if fault_prefix is not None:
+        try:
+            parse_faults(dict(os.environ), fault_prefix, n_prompt + n_decode)
+        except FaultError as exc:
+            raise ProtocolError(str(exc)) from None
     return tokens, n_prompt, n_decode
 
 

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args) -> int:
-    tokens, n_prompt, n_decode = protocol.read_workload(args)
+    tokens, n_prompt, n_decode = protocol.read_workload(args, "HF_CMD_")
     dtype = protocol.env_choice("HF_CMD_DTYPE", "float32", DTYPES)
     attn = protocol.env_choice("HF_CMD_ATTN", "sdpa", ATTNS)
     threads = protocol.env_int("HF_CMD_THREADS", max(1, (os.cpu_count() or 2) // 2))

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args) -> int:
-    tokens, n_prompt, n_decode = protocol.read_workload(args)
+    tokens, n_prompt, n_decode = protocol.read_workload(args, "LLAMACPP_CMD_")
 
     import llama_cpp
 

@@ -85,9 +85,14 @@ def test_the_detection_limit_brackets_a_logit_planted_by_the_engine_under_bfloat
 ])
 @pytest.mark.engine
 def test_bad_knobs_are_one_error_line_and_exit_2(tmp_path, env, message):
+    """Each knob is checked before the model loads (~6 s of imports here): a ``torch`` that cannot be imported
+    comes first on the path, and the knob's error is still the one line."""
     tokens = tmp_path / "tokens.txt"
     tokens.write_text("1 2 3")
+    (tmp_path / "torch.py").write_text("raise ImportError('the engine loaded before it checked its knobs')\n")
+    path = os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])
     proc = subprocess.run([sys.executable, str(EXAMPLE), "--tokens", str(tokens), "--logits",
-                           str(tmp_path / "l.npy")], capture_output=True, text=True, env={**os.environ, **env})
+                           str(tmp_path / "l.npy")], capture_output=True, text=True,
+                          env={**os.environ, **env, "PYTHONPATH": path})
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith(message), proc.stderr
