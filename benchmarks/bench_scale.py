@@ -98,7 +98,7 @@ def measure(model: str, label: str, n: int, args: argparse.Namespace, work: Path
                 "--tokens", str(args.tokens), "--repeats", str(args.repeats), "--warmup", "1",
                 "--control", f"n_ctx={n_ctx}", "--candidate", f"n_ctx={n_ctx}", "--positions", spec,
                 "--no-detection-limit", "--quiet", "--json", str(out)]
-        peak, wall, code = peak_pss(argv, str(work))
+        peak, wall, code, _ = peak_pss(argv, str(work))
         if code != 0 or not out.is_file():
             print(f"{label:8s} {positions:6d} ab --positions {spec}: exit {code}", flush=True)
             continue
@@ -115,7 +115,7 @@ def measure(model: str, label: str, n: int, args: argparse.Namespace, work: Path
                                "runs": len(ab_json["runs"])}))
     argv = [sys.executable, __file__, "--bare", str(ids), "--model", model, "--n-ctx", str(n_ctx)]
     proc_out = work / "bare.out"
-    peak, wall, code = peak_pss(["sh", "-c", f'"$0" "$@" > {proc_out}', *argv], str(work))
+    peak, wall, code, _ = peak_pss(["sh", "-c", f'"$0" "$@" > {proc_out}', *argv], str(work))
     if code != 0:
         print(f"{label:8s} {positions:6d} bare: exit {code}", flush=True)
         return
