@@ -163,9 +163,9 @@ class Experiment:
             Interrupted: on Ctrl-C, with ``partial`` = ``result`` and
                 ``result.error`` = ``"interrupted"``.
         """
-        preload_statistics()  # before the first slot: a Ctrl-C must not land in the import the analysis needs
         try:
             try:
+                preload_statistics()  # before the first slot: a Ctrl-C must not land in the import the analysis needs
                 body()
             except EngineCrashed as crash:
                 if on_crash is None:

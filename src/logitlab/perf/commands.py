@@ -425,9 +425,9 @@ def bench_run(
                             calibration=config.calibration,
                             higher_is_better=_direction(config, config.primary), metric=config.primary,
                             unit=_unit(config, config.primary), budget_flag="--max-repeats")
+    preload_statistics()  # before the run log and the first slot: a Ctrl-C must not land in the analysis' import
     log = RunLog(log_path, BenchRunResult.KIND, {"config": dataclasses.asdict(config), "host": host}) \
         if log_path is not None else None
-    preload_statistics()  # before the first slot: a Ctrl-C must not land in the import the analysis needs
     try:
         for slot in schedule:
             measured = runner(commands[slot.variant], metric=pattern, timeout=config.timeout)
