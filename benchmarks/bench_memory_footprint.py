@@ -5,7 +5,8 @@ Run:  PYTHONPATH=src python benchmarks/bench_memory_footprint.py [--long 1000] [
 Each command runs twice on the embedded model (llama.cpp, 49,152 vocabulary): on a short prompt (~70 tokens)
 and on a long one (``--long`` tokens, ``n_ctx=2048``), both with 16 decode tokens. While it runs, the summed
 proportional set size (PSS, ``/proc/PID/smaps_rollup``) of the command and every process it started (the
-supervised engine workers, whose shared logits buffer in ``/dev/shm`` is counted once) is sampled every 0.1 s.
+supervised engine workers, whose shared logits buffer in ``/dev/shm`` is counted once) is sampled every 0.1 s
+(less often where a sample takes over 2 ms: at most 2 % of a core goes to sampling).
 ``/usr/bin/time`` would report the largest single process instead, not the sum. F is the difference of the two
 peaks over the difference of one run's logits (positions × 49,152 × 4 bytes):
 
@@ -48,6 +49,10 @@ COMMANDS = {
     "invariance determinism": (["invariance", "determinism", "--runs", "3", "--no-detection-limit"], "--variant"),
     "invariance batch": (["invariance", "batch", "--batch", "1", "4", "--no-detection-limit"], "--variant"),
 }
+
+
+#: The sampling period of :func:`peak_pss` where a sample costs under 2 ms.
+SAMPLE_SECONDS = 0.1
 
 
 def _tree(root: int) -> list[int]:
@@ -99,10 +104,16 @@ def peak_pss(argv: list[str], cwd: str) -> tuple[int, float, int, dict[str, int]
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     peak, parts = 0, {}
     while proc.poll() is None:
+        sample = time.perf_counter()
         now = {_role(p, proc.pid): _pss(p) for p in _tree(proc.pid)}
         if sum(now.values()) > peak:
             peak, parts = sum(now.values()), now
-        time.sleep(0.1)
+        # Every 0.1 s, or less often where a sample is dear: reading smaps_rollup walks the page tables of every
+        # mapping under the target's mmap lock — 14 ms for a 790 MB /dev/shm run file on the 2-core EPYC, three
+        # such processes in an ab at 4k positions — and a sampler busy 40 % of a core slowed the engines it
+        # measured by ~12 % (bench_scale.py, 2026-12-06). At most 2 % of a core: the peaks of these commands
+        # last for a run (seconds), not milliseconds.
+        time.sleep(max(SAMPLE_SECONDS, 50 * (time.perf_counter() - sample)))
     return peak, time.perf_counter() - start, proc.returncode, parts
 
 

@@ -20,6 +20,7 @@ JSON format history (``schema_version``):
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -34,6 +35,8 @@ SCHEMA_VERSION = 4
 READABLE_VERSIONS = (2, 3, 4)
 #: ``full``: every entry of both arrays; ``top-k``: the entries both runs returned.
 SCOPES = ("full", "top-k")
+#: Fields that hold one scalar a compared position besides the ``row_*`` statistics.
+_POSITION_LISTS = frozenset({"token_ids", "positions"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,10 +229,23 @@ class Comparison:
         return [i for i, ok in enumerate(self.row_topk_agree) if ok is not None and not ok]
 
     def to_dict(self) -> dict[str, Any]:
-        """``dataclasses.asdict(self)``: plain JSON types only (``positions`` only where rows were selected)."""
+        """What ``dataclasses.asdict(self)`` gives — plain JSON types, every list and dict a copy — with
+        ``positions`` only where rows were selected.
+
+        The per-position lists (``row_*``, ``token_ids``, ``positions``: one scalar a position) are copied
+        flat; ``asdict`` deep-copies each of their entries one at a time (17 lists × 2,016 entries a comparison
+        of a 2k-position run), which was the largest cost of ``ab``'s own process at production sizes (3.5 s of
+        a 10-run ``ab`` at 2,016 positions under cProfile; ``benchmarks/bench_scale.py`` prints the time
+        outside the engine's steps).
+        """
         from logitlab.jsonio import without_none  # here, not at the top: this module stays stdlib only
 
-        return without_none(dataclasses.asdict(self), "positions")
+        data = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            flat = value is not None and (f.name.startswith("row_") or f.name in _POSITION_LISTS)
+            data[f.name] = list(value) if flat else copy.deepcopy(value)
+        return without_none(data, "positions")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Comparison":
