@@ -109,10 +109,11 @@ def peak_pss(argv: list[str], cwd: str) -> tuple[int, float, int, dict[str, int]
         if sum(now.values()) > peak:
             peak, parts = sum(now.values()), now
         # Every 0.1 s, or less often where a sample is dear: reading smaps_rollup walks the page tables of every
-        # mapping under the target's mmap lock — 14 ms for a 790 MB /dev/shm run file on the 2-core EPYC, three
-        # such processes in an ab at 4k positions — and a sampler busy 40 % of a core slowed the engines it
-        # measured by ~12 % (bench_scale.py, 2026-12-06). At most 2 % of a core: the peaks of these commands
-        # last for a run (seconds), not milliseconds.
+        # mapping under the target's mmap lock — 14 ms for a 790 MB /dev/shm run file on the 2-core EPYC, and an
+        # ab at 4k positions maps three: a sampler busy ~40 % of a core, the likely cause of ab's engine steps
+        # measuring 12.6 % slower than the bare engine's here while side by side, unsampled, they measured the
+        # same (0.985; bench_scale.py, 2026-12-06). At most 2 % of a core: the peaks of these commands last for
+        # a run (seconds), not milliseconds.
         time.sleep(max(SAMPLE_SECONDS, 50 * (time.perf_counter() - sample)))
     return peak, time.perf_counter() - start, proc.returncode, parts
 

@@ -16,9 +16,9 @@ vocabulary, ``pip install 'logitlab[gemma]'``) — it runs, one after the other,
 While each runs, the summed proportional set size (PSS, ``/proc/PID/smaps_rollup``) of the process and every
 process it started (ab's supervised engine workers, their shared logits buffer counted once) is sampled every
 0.1 s, or less often where a sample is dear (``bench_memory_footprint.peak_pss``). Printed per row: positions
-(N + tokens), one run's logits (positions × vocabulary × 4 bytes), wall time, peak PSS and its ratio to one run's logits, and ab's wall time
-over the bare engine's (whole processes: imports, two engine loads, every run; the bare engine's own runs are
-the floor).
+(N + tokens), one run's logits (positions × vocabulary × 4 bytes), wall time, peak PSS and its ratio to one run's
+logits, and ab's wall time over the bare engine's (whole processes: imports, two engine loads, every run; the
+bare engine's own runs are the floor).
 
 Then where ab's time per run goes, in two parts:
 
