@@ -109,11 +109,12 @@ def peak_pss(argv: list[str], cwd: str) -> tuple[int, float, int, dict[str, int]
         if sum(now.values()) > peak:
             peak, parts = sum(now.values()), now
         # Every 0.1 s, or less often where a sample is dear: reading smaps_rollup walks the page tables of every
-        # mapping under the target's mmap lock — 14 ms for a 790 MB /dev/shm run file on the 2-core EPYC, and an
-        # ab at 4k positions maps three: a sampler busy ~40 % of a core, the likely cause of ab's engine steps
-        # measuring 12.6 % slower than the bare engine's here while side by side, unsampled, they measured the
-        # same (0.985; bench_scale.py, 2026-12-06). At most 2 % of a core: the peaks of these commands last for
-        # a run (seconds), not milliseconds.
+        # mapping under the target's mmap lock — 14 ms for a 790 MB /dev/shm run file on the 2-core EPYC. Sampling
+        # a supervised worker and the process that keeps its reference run every 0.1 s (24 ms a sample) slowed
+        # the worker's 4k-position runs by 9.5 % and 6.3 % (two ABBA rounds against unsampled runs, 2026-12-06):
+        # why ab's engine steps measured 12.6 % slower than the bare engine's in bench_scale.py (three such
+        # processes) while side by side, unsampled, they measured the same (0.985). At most 2 % of a core now:
+        # the peaks of these commands last for a run (seconds), not milliseconds.
         time.sleep(max(SAMPLE_SECONDS, 50 * (time.perf_counter() - sample)))
     return peak, time.perf_counter() - start, proc.returncode, parts
 
