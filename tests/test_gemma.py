@@ -248,7 +248,7 @@ def test_the_first_divergence_is_llamacpps_q8_0_activations(cross_dumps, hf_engi
 def test_cli_dump_diff_on_gemma_names_the_real_first_divergence(cross_dumps):
     root, _, _ = cross_dumps
     proc = subprocess.run([sys.executable, "-m", "logitlab", "dump-diff", str(root / "llamacpp"), str(root / "hf"),
-                           "-q", "--rows", "3"], capture_output=True, text=True)
+                           "--rows", "3"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "first divergence: Qcur-0@pos0 (layer 0, attention, float32 [1024])" in proc.stdout
     assert "a scale" not in proc.stdout
@@ -276,7 +276,7 @@ def test_the_issues_llama_names_on_gemma_give_a_scale_not_a_first_divergence(cro
     stats = tensor_stats(embd[0], scaled[0])
     assert stats.scale_only and stats.scale == pytest.approx(np.sqrt(640), rel=1e-6)
     proc = subprocess.run([sys.executable, "-m", "logitlab", "dump-diff", str(root / "llamacpp"), str(tmp_path),
-                           "-q", "--rows", "3"], capture_output=True, text=True)
+                           "--rows", "3"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert (f"embd (positions 0-{len(lc.logits) - 1}): B = 25.3 × A: a scale, most likely a naming or convention "
             "mismatch") in proc.stdout

@@ -18,6 +18,8 @@ pytestmark = pytest.mark.engine
 
 RUN = ["--tokens", "8", "--repeats", "1", "--warmup", "0", "--quiet"]
 SHORT = ["--prompt", SHORT_PROMPT, *RUN]
+#: SHORT without --quiet: for the tests that read the report on stdout (--quiet prints none)
+SHOWN = [arg for arg in SHORT if arg != "--quiet"]
 
 
 def logitlab(*args, cwd=None):
@@ -27,7 +29,7 @@ def logitlab(*args, cwd=None):
 def test_flash_attn_requires_bit_exact_exits_1_and_writes_reports(tmp_path):
     out = tmp_path / "out.json"
     md = tmp_path / "out.md"
-    proc = logitlab("ab", *SHORT, "--candidate", "flash_attn=1", "--require", "bit-exact",
+    proc = logitlab("ab", *SHOWN, "--candidate", "flash_attn=1", "--require", "bit-exact",
                     "--json", str(out), "--markdown", str(md))
     assert proc.returncode == 1, proc.stderr
     assert "require bit-exact: the verdict is" in proc.stderr
@@ -44,7 +46,7 @@ def test_flash_attn_requires_bit_exact_exits_1_and_writes_reports(tmp_path):
 
 
 def test_aa_passes_require_bit_exact(tmp_path):
-    proc = logitlab("ab", *SHORT, "--require", "bit-exact", cwd=tmp_path)
+    proc = logitlab("ab", *SHOWN, "--require", "bit-exact", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "A/A: control reproducible" in proc.stdout and "bit-exact" in proc.stdout
 
@@ -116,7 +118,7 @@ def test_prompt_file_that_is_not_utf8(tmp_path):
 
 def test_env_knob_outside_process_isolation_is_noted_and_json_is_readable(tmp_path):
     out = tmp_path / "out.json"
-    proc = logitlab("ab", *SHORT, "--candidate-env", "GGML_SCHED_MAX_COPIES=1", "--json", str(out), cwd=tmp_path)
+    proc = logitlab("ab", *SHOWN, "--candidate-env", "GGML_SCHED_MAX_COPIES=1", "--json", str(out), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     note = next(n for n in json.loads(out.read_text())["notes"] if n.startswith("environment knobs"))
     assert "--isolation process" in note and "--isolation process" in proc.stdout
@@ -173,7 +175,7 @@ def test_not_a_gguf_file(tmp_path):
 
 def test_a_candidate_process_that_cannot_start_is_crashed_and_require_fails_it(tmp_path):
     out = tmp_path / "ab.json"
-    proc = logitlab("ab", *SHORT, "--isolation", "process", "--candidate-env", f"PYTHONHOME={tmp_path}/x",
+    proc = logitlab("ab", *SHOWN, "--isolation", "process", "--candidate-env", f"PYTHONHOME={tmp_path}/x",
                     "--require", "divergent", "--json", str(out), cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     assert "A/B verdict: crashed" in proc.stdout and "crashed in start (exit 1)" in proc.stdout
@@ -186,7 +188,7 @@ def test_positions_last_compares_one_row_a_run_and_says_so(tmp_path):
     """Issue #31: ``--positions last`` keeps one row of each run; the verdict, the JSON and the reports say which
     positions it rests on, and the saved result renders again byte for byte."""
     out, md = tmp_path / "out.json", tmp_path / "out.md"
-    proc = logitlab("ab", *SHORT, "--positions", "last", "--json", str(out), "--markdown", str(md))
+    proc = logitlab("ab", *SHOWN, "--positions", "last", "--json", str(out), "--markdown", str(md))
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert data["positions"] == {"spec": "last", "compared": 1, "of": 20} and data["config"]["positions"] == "last"
@@ -223,7 +225,7 @@ def test_repeats_auto_margin_is_preregistered_default_or_from_a_saved_aa(tmp_pat
     real engine, the default control on both sides); a bad --noise file is one error line before any run."""
     auto = ["--prompt", SHORT_PROMPT, "--tokens", "4", "--repeats", "auto", "--max-repeats", "3", "--warmup", "0",
             "--quiet"]
-    first = logitlab("ab", *auto, "--json", "aa.json", cwd=tmp_path)
+    first = logitlab("ab", *auto[:-1], "--json", "aa.json", cwd=tmp_path)  # not --quiet: the report is read
     assert first.returncode == 0, first.stderr
     data = json.loads((tmp_path / "aa.json").read_text())
     decode = data["sequential"]["decode"]

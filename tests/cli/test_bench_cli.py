@@ -153,7 +153,7 @@ def test_unwritable_outputs_exit_2_before_any_work(tmp_path):
 
 def test_run_blocks_auto_stops_and_says_why(tmp_path):
     r = in_process("run", "--control", "sleep 0.02", "--candidate", "sleep 0.06", "--blocks", "auto", "--max-blocks",
-                   "10", "--warmup", "0", "--quiet", "--json", "auto.json", "--markdown", "auto.md", cwd=tmp_path)
+                   "10", "--warmup", "0", "--json", "auto.json", "--markdown", "auto.md", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     data = json.loads((tmp_path / "auto.json").read_text())
     wall = data["sequential"]["wall"]
@@ -164,7 +164,7 @@ def test_run_blocks_auto_stops_and_says_why(tmp_path):
 
 def test_run_one_block_renders(tmp_path):
     r = in_process("run", "--control", "sleep 0.01", "--candidate", "sleep 0.01", "--blocks", "1", "--warmup", "0",
-                   "--quiet", "--markdown", "one.md", cwd=tmp_path)
+                   "--markdown", "one.md", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "n/a" in r.stdout and "a paired CI needs at least 2 blocks" in r.stdout
     assert "a paired CI needs at least 2 blocks" in (tmp_path / "one.md").read_text()
@@ -205,14 +205,20 @@ def test_one_sided_scenarios_only_exit_2(tmp_path):
 
 
 def test_run_failing_candidate_exit_2_with_partial_json(tmp_path):
-    r = logitlab("run", "--control", "true", "--candidate", "echo broken >&2; exit 7", "--blocks", "2",
-                 "--json", str(tmp_path / "run.json"), "--quiet")
-    one_line_error(r, "candidate command 'echo broken >&2; exit 7' failed (exit status 7): broken in a warmup run")
+    run = ("run", "--control", "true", "--candidate", "echo broken >&2; exit 7", "--blocks", "2")
+    message = "candidate command 'echo broken >&2; exit 7' failed (exit status 7): broken in a warmup run"
+    quiet = logitlab(*run, "--json", str(tmp_path / "quiet.json"), "--quiet")
+    one_line_error(quiet, message)
+    assert quiet.stdout == ""
+    r = logitlab(*run, "--json", str(tmp_path / "run.json"))
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert r.returncode == 2 and errors == [f"error: {message}"], r.stderr
     # no empty table, no dangling "δ from", the error only once (on stderr)
     assert "no complete block: 0/8 timed runs done, 1 failed" in r.stdout
     assert "δ from" not in r.stdout and "metric" not in r.stdout and "exit status 7" not in r.stdout
-    data = json.loads((tmp_path / "run.json").read_text())
-    assert data["runs"][-1]["exit_status"] == 7 and data["error"]
+    for name in ("quiet.json", "run.json"):
+        data = json.loads((tmp_path / name).read_text())
+        assert data["runs"][-1]["exit_status"] == 7 and data["error"]
 
 
 def test_run_aa_wall_time(tmp_path):
@@ -287,7 +293,7 @@ def test_run_blocks_auto_takes_its_margin_from_a_saved_aa_or_the_default(tmp_pat
     md = (tmp_path / "auto.md").read_text()
     assert "from the calibration aa.json (bench run --aa of 'sleep 0.01'" in md and "fixed before the first look" in md
     d = in_process("run", "--control", "sleep 0.01", "--aa", "--blocks", "auto", "--max-blocks", "3", "--warmup",
-                   "0", "--quiet", "--json", "default.json", cwd=tmp_path)
+                   "0", "--json", "default.json", cwd=tmp_path)
     wall = json.loads((tmp_path / "default.json").read_text())["sequential"]["wall"]
     assert (wall["margin"], wall["margin_source"], wall["margin_file"]) == (0.02, "default", None)
     assert "delta 2.0%, the default of a sequential run, fixed before the first look" in d.stdout

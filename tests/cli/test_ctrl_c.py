@@ -341,7 +341,7 @@ def test_invariance_batch_and_prefill_decode_write_what_was_measured(probe, args
     def worker_computing(pid: int) -> bool:
         return any(_stat(p)[3] >= 2.0 for p in tree(pid)[1:] if _alive(p))
 
-    run = interrupt(["invariance", probe, *args, "--quiet", "--json", "i.json"], tmp_path, worker_computing)
+    run = interrupt(["invariance", probe, *args, "--json", "i.json"], tmp_path, worker_computing)  # the report read
     exited_130(run, "error: interrupted; what was measured so far is in the reports")
     data = json.loads((tmp_path / "i.json").read_text())
     assert data["probe"] == probe and data["error"] == "interrupted" and data["prompt_ids"]

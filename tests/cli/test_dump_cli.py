@@ -28,7 +28,7 @@ def test_dump_flash_attn_pair_then_dump_diff(tmp_path):
     assert f"next: logitlab dump-diff {out / 'control'} {out / 'candidate'}" in proc.stdout
     report, md = tmp_path / "diff.json", tmp_path / "diff.md"
     proc = logitlab("dump-diff", str(out / "control"), str(out / "candidate"), "--json", str(report),
-                    "--markdown", str(md), "-q")
+                    "--markdown", str(md))
     assert proc.returncode == 0, proc.stderr
     assert "verdict: differs" in proc.stdout and "first divergence: kqv_out-0@pos" in proc.stdout
     assert "only in A: kq (layers 0-3" in proc.stdout and "growth by layer" in proc.stdout
@@ -61,7 +61,7 @@ def test_raw_f32_folders_with_missing_and_truncated_files(tmp_path):
     cut = raw_path(b, "ds4_dumps_b", "l_out", 3, 0)
     cut.write_bytes(cut.read_bytes()[:-2])
     proc = logitlab("dump-diff", str(a), str(b), "--format", "raw-f32", "--shape", "8x8", "--shape",
-                    "result_output=128", "-q")
+                    "result_output=128")
     assert proc.returncode == 0, proc.stderr
     assert "first divergence: ffn_out-2@pos1 (layer 2, ffn, float32 [8, 8]): 32/64 differ" in proc.stdout
     assert "only in A: kqv_out (layers 0, positions 2): 1" in proc.stdout
@@ -73,13 +73,17 @@ def test_raw_f32_folders_with_missing_and_truncated_files(tmp_path):
 def test_nothing_aligned_exits_2_with_one_line_per_problem(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    proc = logitlab("dump-diff", str(empty), str(tmp_path / "missing"), "-q")
+    proc = logitlab("dump-diff", str(empty), str(tmp_path / "missing"))
     assert proc.returncode == 2
     assert f"A: {empty}: empty folder (no dump files)" in proc.stdout
     assert f"B: {tmp_path / 'missing'}: no such file or folder" in proc.stdout
     assert proc.stderr.strip().startswith("error: nothing could be compared between")
     assert proc.stderr.strip().endswith("(2 problems, listed in the report)")
     assert len(proc.stderr.strip().splitlines()) == 1
+    quiet = logitlab("dump-diff", str(empty), str(tmp_path / "missing"), "-q")  # no report: the line names the first
+    assert quiet.returncode == 2 and quiet.stdout == ""
+    assert quiet.stderr == (f"error: nothing could be compared between {empty} and {tmp_path / 'missing'} "
+                            f"(2 problems, the first: A: {empty}: empty folder (no dump files))\n"), quiet.stderr
 
 
 @pytest.mark.engine
@@ -100,7 +104,7 @@ def test_dtype_mismatch_is_one_problem_line_and_the_rest_compared(tmp_path):
     np.arange(4, dtype="<i4").tofile(b / "r_l_out-0_pos0.i32")
     np.ones(4, dtype="<f4").tofile(a / "r_l_out-1_pos0.bin")
     np.ones(4, dtype="<f4").tofile(b / "r_l_out-1_pos0.bin")
-    proc = logitlab("dump-diff", str(a), str(b), "-q")
+    proc = logitlab("dump-diff", str(a), str(b))
     assert proc.returncode == 0, proc.stderr
     assert "l_out-0@pos0: dtype mismatch: A float32 vs B int32" in proc.stdout
     assert "verdict: incomplete" in proc.stdout
@@ -140,7 +144,7 @@ def test_unwritable_outputs_and_bad_prompt_files_fail_before_any_work(tmp_path):
 def test_dump_diff_of_an_empty_file_says_so(tmp_path):
     a = write_folder(tmp_path / "a", base_tensors(), "p")
     (tmp_path / "empty.json").write_text("")
-    proc = logitlab("dump-diff", str(a), str(tmp_path / "empty.json"), "-q")
+    proc = logitlab("dump-diff", str(a), str(tmp_path / "empty.json"))
     assert proc.returncode == 2
     assert f"B: {tmp_path / 'empty.json'}: empty file, not a dump" in proc.stdout and "not a file" not in proc.stdout
 
@@ -203,7 +207,7 @@ def test_dump_diff_filters_that_match_nothing_in_the_dumps_exit_2(tmp_path, args
     base = base_tensors()
     a = write_folder(tmp_path / "a", base, "p")
     b = write_folder(tmp_path / "b", plant(base, ("kqv_out", 1, 0)), "q")
-    proc = logitlab("dump-diff", str(a), str(b), *args, "-q")
+    proc = logitlab("dump-diff", str(a), str(b), *args)
     if message is None:  # layer 9 is not in the dumps, but 0-1 are: a filter that keeps something is fine
         assert proc.returncode == 0 and "(1 name, 2 layers, 3 positions)" in proc.stdout, proc.stderr
     else:
@@ -214,7 +218,7 @@ def test_dump_diff_of_a_dump_with_a_cut_short_manifest(tmp_path):
     a = write_logitlab_dump(tmp_path / "a", base_tensors())
     b = write_logitlab_dump(tmp_path / "b", base_tensors())
     (b / "manifest.json").write_text((b / "manifest.json").read_text()[:300])
-    proc = logitlab("dump-diff", str(a), str(b), "-q")
+    proc = logitlab("dump-diff", str(a), str(b))
     one_error_line(proc, "error: nothing could be compared between")
     assert f"B: manifest.json of {b} is not valid JSON (" in proc.stdout
     # one problem: the error line says it (it said "1 problem(s) listed above", printed below it when piped)

@@ -23,7 +23,7 @@ def logitlab(*args, cwd=None):
 def test_llamacpp_batch_writes_json_and_markdown(tmp_path):
     out, md = tmp_path / "b.json", tmp_path / "b.md"
     word = "bit-exact" if CPU_AVX512 else "noise"  # AVX2 only: batched rows differ from B=1 by rounding
-    proc = logitlab("invariance", "batch", "--batch", "1", "2", "--prompt", SHORT_PROMPT, "--variant", LLAMA, "--quiet",
+    proc = logitlab("invariance", "batch", "--batch", "1", "2", "--prompt", SHORT_PROMPT, "--variant", LLAMA,
                     "--require", word, "--json", str(out), "--markdown", str(md))
     assert proc.returncode == 0, proc.stderr
     assert "parallel sequences (seq ids)" in proc.stdout
@@ -39,7 +39,7 @@ def test_llamacpp_batch_writes_json_and_markdown(tmp_path):
 def test_hf_left_padding_is_not_bit_exact_and_require_exits_1(tmp_path):
     pytest.importorskip("transformers")
     proc = logitlab("invariance", "batch", "--engine", "hf", "--variant", "threads=1", "--batch", "1,3",
-                    "--padding", "left", "--prompt", SHORT_PROMPT, "--quiet", "--require", "bit-exact")
+                    "--padding", "left", "--prompt", SHORT_PROMPT, "--require", "bit-exact")
     assert proc.returncode == 1, proc.stderr
     assert "B=3, left padding" in proc.stdout and "right padding" not in proc.stdout
     assert "require bit-exact: the verdict is" in proc.stderr
@@ -48,7 +48,7 @@ def test_hf_left_padding_is_not_bit_exact_and_require_exits_1(tmp_path):
 def test_determinism_counts_runs(tmp_path):
     out = tmp_path / "d.json"
     proc = logitlab("invariance", "determinism", "--runs", "3", "--tokens", "4", "--prompt", SHORT_PROMPT,
-                    "--variant", LLAMA, "--quiet", "--json", str(out))
+                    "--variant", LLAMA, "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "distinct logit arrays  1" in proc.stdout
     assert json.loads(out.read_text())["details"]["distinct_texts"] == 1
@@ -142,7 +142,7 @@ def test_ctrl_c_compares_the_runs_finished_and_exits_130(tmp_path):
 def test_matrix_writes_json_markdown_and_report_renders_it_again(tmp_path):
     out, md = tmp_path / "m.json", tmp_path / "m.md"
     proc = logitlab("invariance", "matrix", "--axes", "threads,determinism", "--runs", "2", "--tokens", "2",
-                    "--prompt", SHORT_PROMPT, "--variant", LLAMA, "--quiet", "--require", "bit-exact",
+                    "--prompt", SHORT_PROMPT, "--variant", LLAMA, "--require", "bit-exact",
                     "--json", str(out), "--markdown", str(md), "--record", str(tmp_path / "history"),
                     "--commit", "0123456789abcdef", "--machine", "test-machine")
     assert proc.returncode == 0, proc.stderr
@@ -189,7 +189,7 @@ def test_matrix_self_check_and_a_vacuous_axis_fails_require():
     """n_ubatch=1: the prefill runs one row per forward, as the decode steps do: the prefill-decode axis reads
     bit-exact and could not have failed (docs/commands/invariance.md); --require does not accept it."""
     proc = logitlab("invariance", "matrix", "--axes", "prefill-decode", "--tokens", "2", "--self-check",
-                    "--prompt", SHORT_PROMPT, "--variant", LLAMA + ",n_ubatch=1", "--quiet", "--require", "bit-exact")
+                    "--prompt", SHORT_PROMPT, "--variant", LLAMA + ",n_ubatch=1", "--require", "bit-exact")
     assert proc.returncode == 1, proc.stderr
     assert "caught: prefill-decode, decode vs prefill, token " in proc.stdout
     assert "status: vacuous (prefill-decode: vacuous)" in proc.stdout

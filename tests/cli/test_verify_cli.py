@@ -13,6 +13,8 @@ pytestmark = pytest.mark.engine
 # One thread for batched (M=K) evaluation: on a busy 2-core runner two threads contend and
 # make every verify block several times slower; thread count does not change llama.cpp's bits.
 SHORT = ["--prompt", SHORT_PROMPT, "--tokens", "8", "--quiet", "--options", "n_threads_batch=1"]
+#: SHORT without --quiet: for the tests that read the report on stdout (--quiet prints none)
+SHOWN = [arg for arg in SHORT if arg != "--quiet"]
 
 
 def logitlab(*args, cwd=None):
@@ -21,7 +23,7 @@ def logitlab(*args, cwd=None):
 
 def test_k_sweep_writes_json_and_markdown(tmp_path):
     out, md = tmp_path / "v.json", tmp_path / "v.md"
-    proc = logitlab("verify", *SHORT, "--k", "1", "2", "--json", str(out), "--markdown", str(md),
+    proc = logitlab("verify", *SHOWN, "--k", "1", "2", "--json", str(out), "--markdown", str(md),
                     "--require", "near-tie")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
@@ -35,7 +37,7 @@ def test_k_sweep_writes_json_and_markdown(tmp_path):
     assert data["prompts"][0]["generated_ids"] and data["manifest"]["engine"]["model_sha256"]
     assert "K sweep" in proc.stdout and "classification:" in proc.stdout
     assert md.read_text().startswith("## logitlab verify: **")
-    assert proc.stderr == ""
+    assert proc.stderr == f"runs logged to {out.with_suffix('.runs.jsonl')}\n"
     # issue #32: per K, the detection limit of the comparison its verdict is judged on (on by default)
     assert [d["k"] for d in data["detection"]] == [1, 2]
     for d in data["detection"]:
@@ -51,7 +53,7 @@ def test_prompts_file_jsonl(tmp_path):
     jsonl = tmp_path / "p.jsonl"
     jsonl.write_text('{"name": "sky", "text": "The sky is"}\n"One, two, three,"\n')
     out = tmp_path / "p.json"
-    proc = logitlab("verify", "--prompts", str(jsonl), "--k", "1,2", "--tokens", "4", "-q", "--json", str(out),
+    proc = logitlab("verify", "--prompts", str(jsonl), "--k", "1,2", "--tokens", "4", "--json", str(out),
                     "--options", "n_threads_batch=1", "--no-detection-limit")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
@@ -94,7 +96,7 @@ def test_positions_last_compares_one_row_a_prompt_and_says_so(tmp_path):
     - 1 = 15); the classification, the JSON and the reports say which positions it rests on, and the saved
     result renders again byte for byte."""
     out, md = tmp_path / "v.json", tmp_path / "v.md"
-    proc = logitlab("verify", *SHORT[:2], "--tokens", "4", *SHORT[4:], "--k", "1", "2", "--positions", "last",
+    proc = logitlab("verify", *SHOWN[:2], "--tokens", "4", *SHOWN[4:], "--k", "1", "2", "--positions", "last",
                     "--no-detection-limit", "--json", str(out), "--markdown", str(md),
                     "--log", str(tmp_path / "v.jsonl"))
     assert proc.returncode == 0, proc.stderr

@@ -171,7 +171,7 @@ def test_cli_dump_float32_vs_bfloat16_then_dump_diff(tmp_path):
                                  "--layers", "0"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "candidate: note: hf computed in bfloat16" in proc.stdout
-    proc = subprocess.run(run + ["dump-diff", str(out / "control"), str(out / "candidate"), "-q",
+    proc = subprocess.run(run + ["dump-diff", str(out / "control"), str(out / "candidate"),
                                  "--json", str(tmp_path / "d.json")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "verdict: differs" in proc.stdout and "first divergence: embd@pos0 (outside the layers, embedding" \

@@ -84,7 +84,7 @@ def test_ab_cli_nan_from_a_candidate_knob_is_a_divergent_verdict_not_bad_usage(f
     proc = subprocess.run(
         [PY, "-m", "logitlab", "ab", "--engine", f"cmd:{fake}", "--control", "vocab=64", "--candidate", "vocab=64",
          "--candidate-env", "FAKE_BAD=nan", "--prompt", SHORT_PROMPT, "--tokens", "4", "--repeats", "2",
-         "--warmup", "0", "--quiet", "--require", "near-tie", "--json", str(out)],
+         "--warmup", "0", "--require", "near-tie", "--json", str(out)],
         capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.strip().endswith("require near-tie: the verdict is divergent")
@@ -325,7 +325,7 @@ def test_ab_self_check_names_an_ab_that_could_not_have_failed(fake, tmp_path):
         return subprocess.run(
             [PY, "-m", "logitlab", "ab", "--engine", f"cmd:{fake}", "--control", "vocab=64", "--candidate",
              "vocab=64", "--control-env", env, "--candidate-env", env, "--prompt", SHORT_PROMPT, "--tokens", "2",
-             "--repeats", "1", "--warmup", "0", "--quiet", "--self-check", "--require", "bit-exact",
+             "--repeats", "1", "--warmup", "0", "--self-check", "--require", "bit-exact",
              "--json", str(out)], capture_output=True, text=True, cwd=tmp_path)
 
     stale = ab("FAKE_BAD=stale", tmp_path / "stale.json")

@@ -108,7 +108,7 @@ def test_cli_ab_between_two_real_servers(servers, tmp_path):
         [PY, "-m", "logitlab", "ab", "--engine", f"openai:{a}", "--candidate", f"openai:{b}?decode_timing=0",
          "--control", "decode_timing=0",
          "--control-model", "a", "--candidate-model", "b", "--prompt", PROMPT, "--tokens", str(N_DECODE),
-         "--repeats", "1", "--warmup", "0", "--quiet", "--json", str(out)],
+         "--repeats", "1", "--warmup", "0", "--json", str(out)],
         capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())

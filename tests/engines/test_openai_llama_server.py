@@ -151,7 +151,7 @@ def test_invariance_matrix_runs_determinism_and_skips_the_axes_a_server_cannot_r
     proc = subprocess.run([sys.executable, "-m", "logitlab", "invariance", "matrix", "--engine",
                            f"openai:{servers['off']}/v1", "--prompt", SHORT_PROMPT, "--tokens", "3", "--runs", "3",
                            "--axes", "determinism,batch,prefill-decode,chunked-prefill,threads,verify,process",
-                           "--quiet", "--json", str(out), "--html", str(page), "--require", "bit-exact"],
+                           "--json", str(out), "--html", str(page), "--require", "bit-exact"],
                           capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())

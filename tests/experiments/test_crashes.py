@@ -101,7 +101,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_the_command_line_reports_crashed_and_require_fails_it(tmp_path):
     proc = _cli("ab", "--engine", ENGINE, "--candidate", "crash_phase=prefill", "--tokens", "4", "--repeats", "1",
-                "--require", "divergent", "--json", str(tmp_path / "ab.json"), "--quiet", cwd=tmp_path)
+                "--require", "divergent", "--json", str(tmp_path / "ab.json"), cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     assert "A/B verdict: crashed" in proc.stdout, proc.stdout
     assert "crashed in prefill (killed by SIGSEGV (signal 11))" in proc.stdout

@@ -197,7 +197,7 @@ def test_local_2x2(local_run, matrix_file, tmp_path):
     assert '<figure class="plot" id="figure-1" data-kind="sweep-heatmap">' in text and 'id="figure-1-cells"' in text
     # --resume with every job done runs nothing and keeps every file
     before = {p.name: p.read_bytes() for p in (out / "jobs").iterdir()}
-    resumed = logitlab("sweep", matrix_file, "--out", out, "--resume", "-q")
+    resumed = logitlab("sweep", matrix_file, "--out", out, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert {p.name: p.read_bytes() for p in (out / "jobs").iterdir()} == before
     assert "resumed: 4 of 4 job(s) had finished before and were kept; 0 ran now" in resumed.stdout

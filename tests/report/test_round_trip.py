@@ -36,7 +36,7 @@ def run_and_render_again(tmp_path, *command):
     the JSON survives load and dump unchanged; returns the typed result read back.
     """
     saved, run_md, again_md = tmp_path / "result.json", tmp_path / "run.md", tmp_path / "again.md"
-    run = logitlab(*command, "--quiet", "--json", saved, "--markdown", run_md)
+    run = logitlab(*command, "--json", saved, "--markdown", run_md)  # not --quiet: its report is compared
     assert run.returncode == 0, run.stderr
     again = logitlab("report", saved, "--markdown", again_md)
     assert again.returncode == 0 and again.stderr == "", again.stderr

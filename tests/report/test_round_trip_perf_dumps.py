@@ -30,7 +30,7 @@ def test_bench_run_round_trip(tmp_path, sides):
     from logitlab.perf.commands import BenchRunResult
 
     js, md = tmp_path / "run.json", tmp_path / "run.md"
-    proc = logitlab("bench", "run", "--control", "sleep 0.01", *sides, "--blocks", "3", "--warmup", "0", "-q",
+    proc = logitlab("bench", "run", "--control", "sleep 0.01", *sides, "--blocks", "3", "--warmup", "0",
                     "--json", js, "--markdown", md)
     assert proc.returncode == 0, proc.stderr
     result = assert_round_trip(js, md, proc.stdout, tmp_path, BenchRunResult)
@@ -50,7 +50,7 @@ def test_bench_run_blocks_auto_with_a_calibration_round_trip_and_a_version_2_dec
     assert aa.returncode == 0, aa.stderr
     js, md = tmp_path / "run.json", tmp_path / "run.md"
     proc = logitlab("bench", "run", "--control", "sleep 0.01", "--aa", "--blocks", "auto", "--max-blocks", "3",
-                    "--warmup", "0", "--noise", tmp_path / "aa.json", "-q", "--json", js, "--markdown", md)
+                    "--warmup", "0", "--noise", tmp_path / "aa.json", "--json", js, "--markdown", md)
     assert proc.returncode == 0, proc.stderr
     result = assert_round_trip(js, md, proc.stdout, tmp_path, BenchRunResult)
     wall = result.sequential["wall"]
@@ -133,7 +133,7 @@ def test_dump_diff_of_real_llamacpp_dumps_round_trip(tmp_path):
               parse_variant("flash_attn=1", "candidate", default_engine="llamacpp"), SHORT_PROMPT, 1, tmp_path / "d",
               select=TensorFilter.parse(layers="0-1"))
     js, md = tmp_path / "diff.json", tmp_path / "diff.md"
-    proc = logitlab("dump-diff", tmp_path / "d" / "control", tmp_path / "d" / "candidate", "-q", "--json", js,
+    proc = logitlab("dump-diff", tmp_path / "d" / "control", tmp_path / "d" / "candidate", "--json", js,
                     "--markdown", md)
     assert proc.returncode == 0, proc.stderr
     result = assert_round_trip(js, md, proc.stdout, tmp_path, DumpDiffResult)
@@ -152,7 +152,7 @@ def test_dump_diff_with_problems_and_one_sided_tensors_round_trip(tmp_path):
     cut = raw_path(b, "p", "l_out", 3, 0)
     cut.write_bytes(cut.read_bytes()[:-2])
     js, md = tmp_path / "diff.json", tmp_path / "diff.md"
-    proc = logitlab("dump-diff", a, b, "--format", "raw-f32", "--shape", "64", "--shape", "result_output=128", "-q",
+    proc = logitlab("dump-diff", a, b, "--format", "raw-f32", "--shape", "64", "--shape", "result_output=128",
                     "--json", js, "--markdown", md)
     assert proc.returncode == 0, proc.stderr
     result = assert_round_trip(js, md, proc.stdout, tmp_path, DumpDiffResult)

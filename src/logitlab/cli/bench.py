@@ -167,8 +167,7 @@ def _read_pair(base: str, candidate: str | None, fmt: str | None, baseline: str 
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
 @click.option("--fail-on", type=click.Choice(["regressed", "inconclusive"]), default=None,
               help="Exit 1 when a scenario regressed (or regressed or is inconclusive).")
-@output_options(json_help="Write the full comparison as JSON.",
-                quiet_help="Do not print the report on the terminal (only write the files).")
+@output_options(json_help="Write the full comparison as JSON.")
 @record_options()
 @handle_errors
 def compare_cmd(**opts: Any) -> None:
@@ -241,7 +240,7 @@ def _load_json(path: str) -> Any:
               help="Wall-clock or CPU time (as bench compare --time; calibrate the clock you compare).")
 @click.option("--confidence", type=float, default=0.95, show_default=True,
               help="Share of A/A comparisons the margin must cover.")
-@output_options(json=False, quiet_help="Do not print the report on the terminal (only write the files).")
+@output_options(json=False)
 @handle_errors
 def calibrate_cmd(**opts: Any) -> None:
     """Per-scenario noise from two or more runs of the same code (A/A), for compare --noise.

@@ -119,7 +119,8 @@ def bisect(**opts: Any) -> None:
     result, error = _run_with_progress(top, good, bad, probe, opts)
     if result is not None:
         write_reports(result, opts)
-        show_report(result, show_error=error is None)
+        if not opts["quiet"]:
+            show_report(result, show_error=error is None)
         if not result.restored:
             click.echo(f"warning: the repository {top} was not restored to its checkout "
                        f"({result.original.get('branch') or result.original['sha']})", err=True)

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from logitlab.cli.common import handle_errors, make_progress
+from logitlab.cli.options import quiet_option
 from logitlab.cli.outputs import STDOUT, write_json_output
 from logitlab.errors import InputError
 
@@ -28,7 +29,7 @@ from logitlab.errors import InputError
 @click.option("--json", "json_path", default=None, metavar="PATH",
               help="Write what was built (folder, cache key, seconds, flags, source digest) as JSON. '-': to "
                    "stdout (then the rest goes to stderr).")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@quiet_option
 @handle_errors
 def build(**opts: Any) -> None:
     """Build an engine's library from its sources, cached by sources and flags, for a lib=DIR variant.
@@ -40,7 +41,9 @@ def build(**opts: Any) -> None:
     cached under $LOGITLAB_CACHE/llama-builds by a hash of the source files,
     the flags and the compiler: the same sources and flags build once. Load
     it with the llamacpp engine's lib option; each build runs in a process
-    of its own. Prints the folder.
+    of its own. Prints the folder on stdout, also with --quiet (it is the
+    command's answer, as the JSON of --json -; --quiet drops the line on
+    stderr that says how it was built).
 
     \b
     Examples:

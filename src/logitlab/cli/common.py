@@ -144,7 +144,7 @@ def finish(result: Any, error: LogitlabError | None, opts: dict[str, Any], *, ex
     """The tail of a command that ran an experiment: write, show, record, then exit.
 
     Writes the reports asked for (:func:`~logitlab.cli.outputs.write_reports`),
-    prints the terminal report (without its "stopped early" line when ``error``
+    prints the terminal report unless ``--quiet`` (without its "stopped early" line when ``error``
     is printed below), adds the result to the history (``target`` from
     :func:`~logitlab.cli.recording.record_target`; :data:`NO_RECORD` for a
     command without ``--record``), says where the run log is (``log_path``,
@@ -159,7 +159,8 @@ def finish(result: Any, error: LogitlabError | None, opts: dict[str, Any], *, ex
     from logitlab.cli.recording import record_result
 
     write_reports(result, opts)
-    show_report(result, show_error=error is None)  # else the error: line below says it
+    if not opts["quiet"]:
+        show_report(result, show_error=error is None)  # else the error: line below says it
     if target is not NO_RECORD:
         record_result(result, opts, target)
     if log_path is not None and not opts["quiet"]:

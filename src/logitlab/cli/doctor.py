@@ -18,8 +18,7 @@ from logitlab.errors import InputError
               help="Do not import the engines' libraries (torch takes seconds): versions from the installed "
                    "packages only.")
 @click.option("--require-ready", is_flag=True, help="Exit 1 when a default run cannot work (the report says why).")
-@output_options(json_help="Write the findings as JSON.",
-                quiet_help="Do not print the report on the terminal (only write the files).")
+@output_options(json_help="Write the findings as JSON.")
 @handle_errors
 def doctor(**opts: Any) -> None:
     """What this installation has: versions, engines, the embedded model, tools, devices.

@@ -36,8 +36,7 @@ from logitlab.cli.outputs import (check_output_paths, report_paths, show_report,
 @click.option("-o", "--out", "out_dir", required=True, type=str,
               help="Dump folder. With --candidate: OUT/control and OUT/candidate.")
 @click.option("--force", is_flag=True, help="Replace an earlier logitlab dump in the folder.")
-@output_options(json_help="Write a summary of the capture(s) as JSON.", markdown=False,
-                quiet_help="No progress bar and no size estimate.")
+@output_options(json_help="Write a summary of the capture(s) as JSON.", markdown=False)
 @handle_errors
 def dump(**opts: Any) -> None:
     """Dump named intermediate tensors (per layer and position) of one or two variants.
@@ -79,9 +78,13 @@ def dump(**opts: Any) -> None:
             check_out_dir(folder, force=opts["force"])
         results = _capture(opts, control, candidate if pair else None, prompt, select, max_bytes)
     for name, result in results.items():
+        if opts["quiet"]:  # a capture stopped early is still said, as a warning
+            if result.manifest.stopped:
+                click.echo(f"warning: {name}: stopped early: {result.manifest.stopped}", err=True)
+            continue
         for line in capture_lines(name, result):
             click.echo(line)
-    if pair:
+    if pair and not opts["quiet"]:
         click.echo(f"next: logitlab dump-diff {out / 'control'} {out / 'candidate'}")
     if opts["json_path"]:
         write_json_output(opts["json_path"], {name: _capture_summary(r) for name, r in results.items()})
@@ -104,7 +107,7 @@ def _capture(opts: dict[str, Any], control: Any, candidate: Any, prompt: Any, se
             if kind == "variant":
                 label[0] = data["label"]
                 progress.update(task, completed=0, total=None, description=f"{label[0]}: loading")
-            elif kind == "estimate" and not quiet:
+            elif kind == "estimate" and not quiet:  # --quiet: a capture that stops early is one warning at the end
                 line = (f"{label[0]}: estimated dump size {format_bytes(data['bytes'])} "
                         f"({format_bytes(data['bytes_per_token'])} per position × "
                         f"{plural(data['positions'], 'position')})")
@@ -193,9 +196,11 @@ def dump_diff(**opts: Any) -> None:
                             on_progress=lambda done, total: progress.update(task, completed=done, total=total))
     shown = dict(max_rows=opts["rows"], all_tensors=opts["all_tensors"])
     write_reports(result, opts, **shown)
-    show_report(result, **shown)
+    if not opts["quiet"]:
+        show_report(result, **shown)
     if result.verdict == "nothing-aligned":
         why = (f": {result.problems[0]}" if len(result.problems) == 1 else
+               f" ({len(result.problems)} problems, the first: {result.problems[0]})" if opts["quiet"] else
                f" ({len(result.problems)} problems, listed in the report)")  # stdout: not always "above" stderr
         click.echo(f"error: nothing could be compared between {opts['dump_a']} and {opts['dump_b']}{why}", err=True)
         sys.exit(EXIT_BAD_INPUT)

@@ -17,8 +17,6 @@ from logitlab.errors import InputError
 
 #: Verdicts ``--allow`` accepts (divergent is never a pass).
 ALLOW_CHOICES = REQUIRE_CHOICES
-#: golden's --quiet: a gate in CI reads the exit status and the files, so it prints nothing but errors.
-GOLDEN_QUIET = "No progress bar and no terminal report (the files and the exit status only)."
 
 
 def variant_options(*, recorded: bool, under_test: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -100,7 +98,7 @@ def golden() -> None:
 @positions_option
 @click.option("--build-commit", default=None, help="Source commit of the engine build (recorded as provenance).")
 @memory_check_option
-@output_options(json_help="Write the manifest (the result) as JSON too.", quiet_help=GOLDEN_QUIET)
+@output_options(json_help="Write the manifest (the result) as JSON too.")
 @handle_errors
 def record(**opts: Any) -> None:
     """Record golden logits: per prompt, greedy token ids and every position's logits, with provenance.
@@ -170,7 +168,7 @@ def _topk_bytes(data: dict[str, Any]) -> int:
                   "for the verdict's prompt; 7-26 s for the 9 built-in prompts × 64 tokens on the embedded model")
 @memory_check_option
 @threshold_options
-@output_options(quiet_help=GOLDEN_QUIET)
+@output_options()
 @record_options()
 @handle_errors
 def check(golden_dir: str | None, **opts: Any) -> None:
@@ -258,7 +256,7 @@ def _finish(result: Any, opts: dict[str, Any]) -> None:
 @variant_options(recorded=True)
 @click.option("--build-commit", default=None, help="Source commit of this engine build (recorded as provenance).")
 @threshold_options
-@output_options(json_help="Write the new manifest (the result) as JSON too.", quiet_help=GOLDEN_QUIET)
+@output_options(json_help="Write the new manifest (the result) as JSON too.")
 @handle_errors
 def update(golden_dir: str, **opts: Any) -> None:
     """Re-record this device's golden; its history keeps the old and new hashes, the reason and the verdict.

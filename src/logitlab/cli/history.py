@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from logitlab.cli.common import EXIT_CHECK_FAILED, EXIT_OK, handle_errors
-from logitlab.cli.options import FiniteRange, output_options
+from logitlab.cli.options import FiniteRange, output_options, quiet_option
 from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
 from logitlab.cli.recording import (DEFAULT_HISTORY, HISTORY_ENV, history_folder, record_options, record_result,
                                     record_target)
@@ -70,8 +70,7 @@ def _refuse_runs_recorded_before(paths: Any, results: list[Any], target: Any) ->
               help="Significance level of a change point (Welch t test of the levels either side).")
 @click.option("--min-size", type=click.IntRange(min=2), default=DEFAULT_MIN_SIZE, show_default=True,
               help="Builds a new level needs before it is reported.")
-@output_options(json_help="Write the series and change points as JSON.",
-                quiet_help="Do not print the report on the terminal (only write the files).")
+@output_options(json_help="Write the series and change points as JSON.")
 @handle_errors
 def show_cmd(**opts: Any) -> None:
     """Every series of the history with its change points.
@@ -114,7 +113,7 @@ def show_cmd(**opts: Any) -> None:
 @click.argument("results", nargs=-1, required=True, metavar="RESULT.json...")
 @click.option("--dir", "root", default=None, metavar="DIR", help=_DIR_HELP)
 @record_options(record_flag=False)
-@click.option("--quiet", "-q", is_flag=True, help="Do not say where each record went.")
+@quiet_option  # its report: where each record went
 @handle_errors
 def add_cmd(**opts: Any) -> None:
     """Record results saved with --json (ab, verify, bench run, bench compare) for one commit.

@@ -8,7 +8,7 @@ typed object the experiment takes: :func:`variant_pair_options` /
 :func:`thresholds_from`, :func:`positions_option` / :func:`positions_from`,
 :func:`run_log_option` / :func:`run_log_path`, :func:`metric_options` /
 :func:`metric_name`, and
-:func:`output_options` (``--json``, ``--markdown``, ``--html``, ``--quiet``).
+:func:`output_options` (``--json``, ``--markdown``, ``--html``, ``--quiet``: :func:`quiet_option`).
 """
 
 from __future__ import annotations
@@ -38,11 +38,24 @@ class FiniteRange(click.FloatRange):
 SPEC_HELP = "KEY=VALUE[,KEY=VALUE] engine options, or [ENGINE:][MODEL][?KEY=VALUE&...]"
 
 
+#: ``--quiet``/``-q``, one meaning in every command (:func:`quiet_option`): as pip's, pytest's and curl's -q, less
+#: output, not only no progress bar.
+QUIET_HELP = ("Print no progress bar and no report: only errors and warnings, one line each on stderr. The files "
+              "asked for are still written (--json -: the JSON on stdout), and the exit status is the same.")
+
+
+def quiet_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--quiet``/``-q`` (:data:`QUIET_HELP`): the command shows no progress bar and prints no report, nor notes such
+    as where the run log or a record went; it still writes every file asked for, prints each error or warning as
+    one ``error:``/``warning:`` line on stderr and exits with the same status (the verdict of ``--require``)."""
+    return click.option("--quiet", "-q", is_flag=True, help=QUIET_HELP)(func)
+
+
 def output_options(*, json_help: str = "Write the full result as JSON.", markdown: bool = True,
-                   quiet_help: str = "No progress bar.",
                    json: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``--json PATH``, ``--NAME PATH`` for each report format of :data:`logitlab.formats.FORMATS` (``--markdown``,
-    ``--html``; unless ``markdown=False``: a command without a report) and ``--quiet``: one group for every command.
+    ``--html``; unless ``markdown=False``: a command without a report) and ``--quiet`` (:func:`quiet_option`): one
+    group for every command.
 
     ``json=False``: the command declares its own JSON output option (``bench calibrate --out/--json``,
     required there); it must keep the ``json_path`` name that :func:`~logitlab.cli.outputs.write_reports` reads.
@@ -53,7 +66,7 @@ def output_options(*, json_help: str = "Write the full result as JSON.", markdow
         if markdown:
             options.extend(click.option(f"--{name}", f"{name}_path", type=str, default=None, help=fmt.help)
                            for name, fmt in FORMATS.items())
-        options.append(click.option("--quiet", "-q", is_flag=True, help=quiet_help))
+        options.append(quiet_option)
         return apply_options(func, options)
     return decorate
 

@@ -135,7 +135,7 @@ def record_result(result: Any, opts: dict[str, Any], target: Any = None, *, quie
         return None
     quiet = opts.get("quiet", False) if quiet is None else quiet
     if getattr(result, "error", None):
-        click.echo(f"not recorded in {target.root}: the run stopped early", err=True)
+        click.echo(f"warning: not recorded in {target.root}: the run stopped early", err=True)
         return None
     record = record_from_result(result, machine=target.machine, commit=target.commit, commit_date=target.commit_date)
     path = HistoryStore(target.root).add(record)

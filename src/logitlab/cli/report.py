@@ -13,8 +13,7 @@ from logitlab.cli.outputs import check_output_paths, report_paths, show_report, 
 
 @click.command()
 @click.argument("result_file", metavar="RESULT.json|RUNS.jsonl|SWEEP_DIR")
-@output_options(json_help="Write the result again as JSON.",
-                quiet_help="Do not print the report on the terminal (only write the files).")
+@output_options(json_help="Write the result again as JSON.")
 @handle_errors
 def report(result_file: str, **opts: Any) -> None:
     """Render a saved result again: terminal, --markdown, --html, --json.

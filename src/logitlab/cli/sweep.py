@@ -37,8 +37,7 @@ from logitlab.numerics import VERDICTS
 @click.option("--require", type=click.Choice(REQUIRE_CHOICES), default=None,
               help="Exit 1 when a cell's verdict is worse than this (bit-exact: also when a cell's control "
                    "does not reproduce itself).")
-@output_options(json_help="Write the sweep summary as JSON here too (it is always in OUT/sweep.json).",
-                quiet_help="No progress bar.")
+@output_options(json_help="Write the sweep summary as JSON here too (it is always in OUT/sweep.json).")
 @handle_errors
 def sweep(matrix_file: str, **opts: Any) -> None:
     """Run a matrix of variants × prompts as one job set: verdicts, KLD, flips and speed per cell.
@@ -80,7 +79,8 @@ def sweep(matrix_file: str, **opts: Any) -> None:
     result, interrupted = _run_with_progress(matrix, out, executor, opts)
     jobs = os.path.join(out, "jobs", "")
     write_reports(result, opts)
-    show_report(result, show_error=not interrupted)
+    if not opts["quiet"]:
+        show_report(result, show_error=not interrupted)
     if interrupted:
         click.echo(f"error: interrupted; finished jobs are in {jobs}; --resume continues", err=True)
         sys.exit(EXIT_INTERRUPTED)
