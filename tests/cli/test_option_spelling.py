@@ -190,3 +190,43 @@ def test_bench_run_takes_the_common_names_and_its_former_ones():
     bad = run("--repeats", "4", "--max-repeats", "8")
     assert bad.returncode == 2 and bad.stderr == ("error: --max-repeats is the budget of --repeats auto; with "
                                                   "--repeats 4 drop it\n")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--blocks", "0"], "--blocks must be at least 1 (2 or more for a CI), got 0"),  # said --repeats
+    (["--repeats", "0"], "--repeats must be at least 1 (2 or more for a CI), got 0"),
+    (["--blocks", "4", "--max-blocks", "8"], "--max-blocks is the budget of --blocks auto; with --blocks 4 drop it"),
+    (["--blocks", "auto", "--max-blocks", "2"], "--max-blocks must be an integer from 3 (the first look) to 100, "
+                                                "got 2"),
+    (["--repeats", "auto", "--max-blocks", "2"], "--max-blocks must be an integer from 3 (the first look) to 100, "
+                                                 "got 2"),
+    (["--blocks", "2", "--max-time", "10m"], "--max-time is the budget of --blocks auto; with a fixed number of "
+                                             "blocks drop it"),
+    (["--timeout", "-1"], "--timeout must be positive seconds, got -1.0"),
+    (["--slot-timeout", "-1"], "--slot-timeout must be positive seconds, got -1.0"),
+    (["--repeats", "3", "--blocks", "4"], "--repeats and --blocks name the same option: give it once (see "
+                                          "'logitlab bench run --help')"),
+])
+def test_bench_run_bad_values_name_the_option_as_typed(args, message, tmp_path):
+    """A former name given a bad value is named in the message as the user typed it (``--blocks 0`` said
+    "--repeats must be at least 1"): one error line, exit 2, before any command runs."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "logitlab", "bench", "run", "--control", "touch ran", "--candidate",
+                           "touch ran", "--warmup", "0", "-q", *args], capture_output=True, text=True, cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (2, f"error: {message}\n")
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.engine  # the conftest guard counts every bisect as a model run; this one stops before any
+def test_bisect_speed_budget_names_the_option_as_typed(tmp_path):
+    import subprocess
+    import sys
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    for option in ("--max-blocks", "--max-repeats"):
+        proc = subprocess.run([sys.executable, "-m", "logitlab", "bisect", "HEAD~1..HEAD", "--repo", str(tmp_path),
+                               "--probe", "speed", option, "2", "-q", "--", "true"], capture_output=True, text=True)
+        assert (proc.returncode, proc.stderr) == (
+            2, f"error: {option} must be an integer from 3 (the first look) to 100, got 2\n"), proc.stderr

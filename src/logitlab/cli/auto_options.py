@@ -9,6 +9,8 @@ from typing import Any, Callable
 
 import click
 
+from logitlab.cli.options import SpelledOption
+
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 
@@ -55,17 +57,19 @@ def sequential_options(flag: str, *, default: int, each: str, called: str, noise
 
     ``former``: the command's earlier spelling of ``flag`` (``bench run --blocks``, now ``--repeats`` as in
     ``ab``), kept as a second name of the option and of its budget (``--max-blocks``), so old scripts run; the
-    values keep the former's name in the command's options (``opts["blocks"]``, ``opts["max_blocks"]``)."""
+    values keep the former's name in the command's options (``opts["blocks"]``, ``opts["max_blocks"]``), and
+    :func:`~logitlab.cli.options.spelled` says which name the command line used (a message names that one)."""
     budget = f"--max-{flag.lstrip('-')}"
     names = [flag, former, former.lstrip("-").replace("-", "_")] if former else [flag]
     budget_names = [budget, f"--max-{former.lstrip('-')}", f"max_{former.lstrip('-')}"] if former else [budget]
     was = f" ({former}: the same, its former name.)" if former else ""
+    spelling = {"cls": SpelledOption} if former else {}
     options = [
-        click.option(*names, type=CountOrAuto(), default=default, show_default=True,
+        click.option(*names, **spelling, type=CountOrAuto(), default=default, show_default=True,
                      help=f"ABBA/BAAB blocks (4 timed {each} each), or 'auto': after each block a sequential rule "
                           "(O'Brien-Fleming-type alpha spending, repeated CIs valid at any stopping time) stops as "
                           f"soon as {called} is called faster, slower or equivalent.{was}"),
-        click.option(*budget_names, type=int, default=None,
+        click.option(*budget_names, **spelling, type=int, default=None,
                      help=f"Budget of blocks of {flag} auto.  [default: 12]"
                           + (f" ({budget_names[1]}: the same, its former name.)" if former else "")),
         click.option("--max-time", type=Duration(), default=None,

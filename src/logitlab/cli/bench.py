@@ -12,7 +12,7 @@ import click
 
 from logitlab.cli.auto_options import sequential_options
 from logitlab.cli.common import EXIT_CHECK_FAILED, EXIT_OK, finish, handle_errors, run_with_progress
-from logitlab.cli.options import metric_name, metric_options, output_options, run_log_path
+from logitlab.cli.options import SpelledOption, metric_name, metric_options, output_options, run_log_path, spelled
 from logitlab.cli.outputs import STDOUT, check_output_paths, report_paths, show_report, write_reports
 from logitlab.cli.recording import logged_run_options, record_options, record_result, record_target
 from logitlab.errors import InputError
@@ -45,7 +45,8 @@ def bench() -> None:
 @click.option("--margin", type=float, default=None,
               help="Equivalence margin δ as a fraction (0.02 = 2 %). Default: from the control's A/A slots "
                    "(--repeats auto: --noise, else 2 %).")
-@click.option("--slot-timeout", "--timeout", "timeout", type=float, default=None, metavar="SECONDS",
+@click.option("--slot-timeout", "--timeout", "timeout", cls=SpelledOption, type=float, default=None,
+              metavar="SECONDS",
               help="Seconds per timed run (slot), as ab's --slot-timeout; a run past it is killed and fails. "
                    "(--timeout: the same, its former name.)")
 @click.option("--fail-on", type=click.Choice(["slower", "not-faster"]), default=None,
@@ -84,20 +85,22 @@ def run_cmd(**opts: Any) -> None:
     if opts["higher_is_better"] is not None and not opts["metric_regex"]:
         raise InputError("--higher-is-better/--lower-is-better is the direction of --metric: add --metric REGEX "
                          "(without it the metric is the wall time, lower is better)")
+    names = _typed_names()
     config = BenchRunConfig(
         control=opts["control"], candidate=opts["control"] if opts["aa"] else opts["candidate"],
-        **_blocks(opts), warmup=opts["warmup"], randomize=opts["randomize"], seed=opts["seed"],
+        **_blocks(opts, names), warmup=opts["warmup"], randomize=opts["randomize"], seed=opts["seed"],
         metric_regex=opts["metric_regex"], metric_name=opts["metric_name"] or metric_name(opts["metric_regex"]),
         metric_unit=opts["metric_unit"], higher_is_better=bool(opts["higher_is_better"]), aa=opts["aa"],
-        margin=opts["margin"], timeout=opts["timeout"],
+        margin=opts["margin"], timeout=opts["timeout"], names=names,
     )
     if opts["noise_path"] is not None:  # read and checked before any run
         from logitlab.perf.run_calibration import bench_run_calibration
 
         if not config.auto:
-            raise InputError(f"--noise is the pre-registered δ of --repeats auto; with --repeats {config.blocks} drop "
-                             "it (or give --margin)")
-        config = dataclasses.replace(config, calibration=bench_run_calibration(opts["noise_path"], config))
+            raise InputError(f"--noise is the pre-registered δ of {names['blocks']} auto; with {names['blocks']} "
+                             f"{config.blocks} drop it (or give --margin)")
+        config = dataclasses.replace(config, calibration=bench_run_calibration(opts["noise_path"], config),
+                                     names=names)
     result, error = run_with_progress(lambda on_event: bench_run(config, on_event=on_event, log_path=log_path),
                                       quiet=opts["quiet"], first="bench run", describe=_run_progress)
     finish(result, error, opts, target=target, log_path=log_path,
@@ -124,13 +127,19 @@ def _fail_on_exit_code(result: Any, fail_on: str | None) -> int:
     return EXIT_OK
 
 
-def _blocks(opts: dict[str, Any]) -> dict[str, Any]:
+def _typed_names() -> dict[str, str]:
+    """``bench run``'s options whose former names still work (``--blocks``, ``--max-blocks``, ``--timeout``), as the
+    command line spelled them, by :class:`~logitlab.perf.commands.BenchRunConfig` field: what its messages name."""
+    return {"blocks": spelled("blocks"), "max_blocks": spelled("max_blocks"), "timeout": spelled("timeout")}
+
+
+def _blocks(opts: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
     """--repeats N, or --repeats auto with its budget (--max-repeats, --max-time); --blocks, --max-blocks: their
-    former names."""
+    former names (``names``: as typed, for the messages)."""
     if opts["blocks"] != "auto":
         if opts["max_blocks"] is not None:
-            raise InputError(f"--max-repeats is the budget of --repeats auto; with --repeats {opts['blocks']} drop "
-                             "it")
+            raise InputError(f"{names['max_blocks']} is the budget of {names['blocks']} auto; with {names['blocks']} "
+                             f"{opts['blocks']} drop it")
         return {"blocks": opts["blocks"], "max_time": opts["max_time"]}
     return {"blocks": 12 if opts["max_blocks"] is None else opts["max_blocks"], "auto": True,
             "max_time": opts["max_time"]}

@@ -11,8 +11,8 @@ import click
 from logitlab.cli.auto_options import Duration
 from logitlab.cli.common import (EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_OK, REQUIRE_CHOICES, fail, handle_errors,
                                  make_progress)
-from logitlab.cli.options import (MODEL_HELP, metric_name, metric_options, output_options, prompt_from,
-                                  prompt_inputs, prompt_options, threshold_options, thresholds_from)
+from logitlab.cli.options import (MODEL_HELP, SpelledOption, metric_name, metric_options, output_options, prompt_from,
+                                  prompt_inputs, prompt_options, spelled, threshold_options, thresholds_from)
 from logitlab.cli.outputs import check_output_paths, report_paths, show_report, write_reports
 from logitlab.engines import DEFAULT_ENGINE
 from logitlab.errors import InputError, Interrupted, LogitlabError
@@ -50,12 +50,12 @@ def _probe_text(words: tuple[str, ...]) -> str:
 @metric_options(example="decode_seconds=([0-9.]+)", scope="speed: ")
 @click.option("--margin", type=float, default=None,
               help="speed: equivalence margin δ (0.05 = 5 %). Default: half the change BAD shows against GOOD.")
-@click.option("--max-repeats", "--max-blocks", "max_blocks", type=int, default=12, show_default=True,
+@click.option("--max-repeats", "--max-blocks", "max_blocks", cls=SpelledOption, type=int, default=12, show_default=True,
               help="speed: budget of ABBA/BAAB blocks per build (the sequential rule looks from the 3rd), as "
                    "--max-repeats of ab and bench run; inconclusive at the budget is a skip. (--max-blocks: the "
                    "same, its former name.)")
 @click.option("--warmup", type=int, default=1, show_default=True, help="speed: untimed runs per side first.")
-@click.option("--slot-timeout", "--timeout", "timeout", type=Duration(), default=None,
+@click.option("--slot-timeout", "--timeout", "timeout", cls=SpelledOption, type=Duration(), default=None,
               help="speed: time one benchmark run (slot) may take, as --slot-timeout of ab and bench run. "
                    "(--timeout: the same, its former name.)")
 @output_options(json_help="Write the bisection (every step and its evidence) as JSON.")
@@ -115,7 +115,8 @@ def bisect(**opts: Any) -> None:
                            metric_name=opts["metric_name"] or metric_name(opts["metric_regex"]),
                            metric_unit=opts["metric_unit"], higher_is_better=bool(opts["higher_is_better"]),
                            margin=opts["margin"], max_blocks=opts["max_blocks"], warmup=opts["warmup"],
-                           timeout=opts["timeout"])
+                           timeout=opts["timeout"],
+                           names={"max_blocks": spelled("max_blocks"), "timeout": spelled("timeout")})
     result, error = _run_with_progress(top, good, bad, probe, opts)
     if result is not None:
         write_reports(result, opts)

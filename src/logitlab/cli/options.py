@@ -35,6 +35,46 @@ class FiniteRange(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
         return number
+
+
+class SpelledOption(click.Option):
+    """A click option with more than one name (``--repeats`` and its former name ``--blocks``) that remembers which
+    one the command line used, so that a message about its value names the option the user typed
+    (:func:`spelled`). Parsed, helped and completed as any option; a value option only (not a flag), given by one
+    spelling: ``--repeats 3 --blocks 4`` is refused (which one was meant?)."""
+
+    def add_to_parser(self, parser: Any, ctx: click.Context) -> None:
+        if self.is_flag or self.multiple or self.count or len(self.opts) < 2:
+            raise TypeError(f"SpelledOption {self.name}: a value option with several names")
+        for opt in self.opts:  # one parser entry per spelling: the value lands under the spelling that was typed
+            parser.add_option(obj=self, opts=[opt], dest=f"{self.name}{_TYPED_AS}{opt}", action="store",
+                              nargs=self.nargs)
+
+    def handle_parse_result(self, ctx: click.Context, opts: Any, args: list[str]) -> Any:
+        typed = [key.split(_TYPED_AS, 1)[1] for key in opts if key.startswith(f"{self.name}{_TYPED_AS}")]
+        if len(typed) > 1:
+            raise click.UsageError(f"{' and '.join(typed)} name the same option: give it once", ctx)
+        if typed:
+            ctx.meta.setdefault(_TYPED, {})[self.name] = typed[0]
+            opts = {**opts, self.name: opts[f"{self.name}{_TYPED_AS}{typed[0]}"]}
+        return super().handle_parse_result(ctx, opts, args)
+
+
+#: a SpelledOption's parser destination when typed as OPT: NAME@OPT; the ctx.meta key of the spellings typed
+_TYPED_AS, _TYPED = "@", "logitlab.typed_options"
+
+
+def spelled(name: str) -> str:
+    """The option of the running command whose value is ``opts[name]``, as the command line spelled it (a
+    :class:`SpelledOption` given by a former name: that name), else its first name: what a message about the
+    value names."""
+    ctx = click.get_current_context()
+    typed = ctx.meta.get(_TYPED, {}).get(name)
+    if typed:
+        return typed
+    return next(p.opts[0] for p in ctx.command.params if p.name == name)
+
+
 SPEC_HELP = "KEY=VALUE[,KEY=VALUE] engine options, or [ENGINE:][MODEL][?KEY=VALUE&...]"
 
 

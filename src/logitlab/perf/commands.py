@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Mapping
 
 import numpy as np
 
@@ -143,7 +143,25 @@ class BenchRunConfig:
     calibration : PreregisteredMargin or None
         With ``auto``: δ read from ``--noise FILE`` (:func:`logitlab.perf.run_calibration.bench_run_calibration`),
         used when ``margin`` is None.
+
+    Parameters
+    ----------
+    names : mapping of str to str, optional
+        Init only (not a field, not in the JSON): the option a check's message names, by field, where the
+        caller spells it otherwise than :attr:`OPTIONS` (``bench run --blocks 0``: ``{"blocks": "--blocks"}``;
+        ``bisect --max-blocks``).
+
+    Raises
+    ------
+    InputError
+        A setting out of range; the message names its option.
     """
+
+    #: The option of each setting, as ``bench run`` spells it, that the checks of ``__post_init__`` name (with
+    #: ``auto``, ``blocks`` is the budget: ``max_blocks``'s option).
+    OPTIONS: ClassVar[dict[str, str]] = {
+        "control": "--control", "candidate": "--candidate", "blocks": "--repeats", "max_blocks": "--max-repeats",
+        "max_time": "--max-time", "timeout": "--slot-timeout", "margin": "--margin", "calibration": "--noise"}
 
     control: str
     candidate: str
@@ -163,29 +181,32 @@ class BenchRunConfig:
     auto: bool = False
     max_time: float | None = None
     calibration: PreregisteredMargin | None = None
+    names: InitVar[Mapping[str, str] | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, names: Mapping[str, str] | None) -> None:
+        option = {**self.OPTIONS, **(names or {})}
         if isinstance(self.calibration, dict):  # read back from a run log's header
             object.__setattr__(self, "calibration", PreregisteredMargin.from_dict(self.calibration))
         if self.calibration is not None and not self.auto:
-            raise InputError(f"--noise is the pre-registered δ of --repeats auto; with --repeats {self.blocks} drop "
-                             "it")
+            raise InputError(f"{option['calibration']} is the pre-registered δ of {option['blocks']} auto; with "
+                             f"{option['blocks']} {self.blocks} drop it")
         for name in ("control", "candidate"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
-                raise InputError(f"--{name} is empty: give a shell command")
+                raise InputError(f"{option[name]} is empty: give a shell command")
         if self.aa and self.candidate != self.control:
             raise InputError("A/A mode runs the control on both sides: drop --candidate or --aa")
         if self.auto:  # --repeats auto: ``blocks`` is the budget, --max-repeats
-            check_auto_budget(self.blocks, self.max_time, flag="--max-repeats")
+            check_auto_budget(self.blocks, self.max_time, flag=option["max_blocks"], time_flag=option["max_time"])
         elif isinstance(self.blocks, bool) or not isinstance(self.blocks, int) or self.blocks < 1:
-            raise InputError(f"--repeats must be at least 1 (2 or more for a CI), got {self.blocks!r}")
+            raise InputError(f"{option['blocks']} must be at least 1 (2 or more for a CI), got {self.blocks!r}")
         if self.timeout is not None and not self.timeout > 0:
-            raise InputError(f"--slot-timeout must be positive seconds, got {self.timeout!r}")
+            raise InputError(f"{option['timeout']} must be positive seconds, got {self.timeout!r}")
         if self.margin is not None:
-            check_margin(self.margin, option="--margin")
+            check_margin(self.margin, option=option["margin"])
         if not self.auto and self.max_time is not None:
-            raise InputError("--max-time is the budget of --repeats auto; with a fixed number of blocks drop it")
+            raise InputError(f"{option['max_time']} is the budget of {option['blocks']} auto; with a fixed number of "
+                             "blocks drop it")
         compile_metric(self.metric_regex)
 
     @property

@@ -217,6 +217,8 @@ class SpeedProbe:
         warmup: untimed runs per side before the blocks.
         timeout: seconds per run.
         seed: seed of the bootstrap.
+        names: the option a message about a setting names, by :class:`~logitlab.perf.commands.BenchRunConfig`
+            field, where the command line spelled it otherwise than ``bench run`` (``bisect --max-blocks 2``).
     """
 
     command: str
@@ -229,6 +231,7 @@ class SpeedProbe:
     warmup: int = 1
     timeout: float | None = None
     seed: int = 0
+    names: dict[str, str] | None = None
     kind: str = "speed"
     good_tree: Path | None = field(default=None, init=False)
     margin_used: float = field(default=DEFAULT_BAD_MARGIN, init=False)
@@ -248,7 +251,7 @@ class SpeedProbe:
             candidate=f"cd {shlex.quote(build)} && {self.command}",
             blocks=self.max_blocks, auto=True, warmup=self.warmup, seed=self.seed, metric_regex=self.metric_regex,
             metric_name=self.metric_name, metric_unit=self.metric_unit, higher_is_better=self.higher_is_better,
-            margin=self.margin_used, timeout=self.timeout)
+            margin=self.margin_used, timeout=self.timeout, names=self.names)
 
     def prepare(self, good: Path, on_event: Event = ignore_event) -> dict[str, Any]:
         """Keep GOOD's built work tree; its command runs there in every comparison."""
