@@ -46,7 +46,7 @@ import argparse
 import math
 import time
 
-from logitlab.perf.anchors import METHODS, VALIDITY_SCENARIOS, score_methods
+from logitlab.perf.validity_sim import METHODS, VALIDITY_SCENARIOS, score_methods
 from logitlab.perf.power import minimum_detectable_effect
 from logitlab.perf.prereg import calibrated_margin
 from logitlab.perf.simulate_sequential import simulate_sequential
