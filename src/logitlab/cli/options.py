@@ -80,8 +80,9 @@ SPEC_HELP = "KEY=VALUE[,KEY=VALUE] engine options, or [ENGINE:][MODEL][?KEY=VALU
 
 #: ``--quiet``/``-q``, one meaning in every command (:func:`quiet_option`): as pip's, pytest's and curl's -q, less
 #: output, not only no progress bar.
-QUIET_HELP = ("Print no progress bar and no report: only errors and warnings, one line each on stderr. The files "
-              "asked for are still written (--json -: the JSON on stdout), and the exit status is the same.")
+QUIET_HELP = ("Print no progress bar and no report: only errors, warnings and a failed check (--require), one line "
+              "each on stderr. The files asked for are still written (--json -: the JSON on stdout); the exit "
+              "status is the same.")
 
 
 def quiet_option(func: Callable[..., Any]) -> Callable[..., Any]:
