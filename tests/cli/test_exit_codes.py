@@ -252,7 +252,7 @@ def explain_runs(work, engines) -> dict[str, subprocess.CompletedProcess]:
     bug still exits 0."""
     return {
         "pass": cli("explain", "--engine", engines["numpy"], "--candidate", engines["swap"], "--tokens", "8",
-                    "--prompt", PROMPT, "--quiet", "--json", "why.json", cwd=work),
+                    "--prompt", PROMPT, "--json", "why.json", cwd=work),  # not --quiet: its report is read
         "bad": in_process("explain", "--prompt-file", "missing.txt", "--quiet", cwd=work),
     }
 

@@ -37,9 +37,10 @@ def variant(url: str, **options: object):
     return parse_variant(f"?{query}" if query else "", "control", default_engine=f"openai:{url}")
 
 
-def ab_cli(url: str, tmp_path, *extra: str, prompt: str = "hello") -> subprocess.CompletedProcess:
+def ab_cli(url: str, tmp_path, *extra: str, prompt: str = "hello", quiet: bool = True) -> subprocess.CompletedProcess:
+    """``logitlab ab`` against ``url``; ``quiet=False`` for a test that reads the report on stdout."""
     return subprocess.run([PY, "-m", "logitlab", "ab", "--engine", f"openai:{url}", "--prompt", prompt, "--tokens",
-                           str(N_DECODE), "--repeats", "1", "--warmup", "0", "--quiet", *extra],
+                           str(N_DECODE), "--repeats", "1", "--warmup", "0", *(["--quiet"] if quiet else []), *extra],
                           capture_output=True, text=True, cwd=tmp_path)
 
 
@@ -190,7 +191,7 @@ def test_ab_json_keeps_scoring_and_row_offsets_per_run_and_renders_again(tmp_pat
 
     saved, run_md, again_md = tmp_path / "ab.json", tmp_path / "run.md", tmp_path / "again.md"
     with stub_server(VllmStub) as (url, _):
-        proc = ab_cli(url, tmp_path, "--json", str(saved), "--markdown", str(run_md))
+        proc = ab_cli(url, tmp_path, "--json", str(saved), "--markdown", str(run_md), quiet=False)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(saved.read_text())
     reference, *others = data["runs"]
