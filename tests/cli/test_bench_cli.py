@@ -123,11 +123,11 @@ def test_hyperfine_compare(tmp_path):
     (["run", "--control", "echo x=2", "--candidate", "echo x=2", "--metric", "x=[0-9]+", "--higher-is-better"],
      "--metric 'x=[0-9]+' has no capture group"),
     (["run", "--control", "true", "--aa", "--blocks", "auto", "--max-blocks", "101"],
-     "--max-repeats must be an integer from 3 (the first look) to 100, got 101"),
+     "--max-blocks must be an integer from 3 (the first look) to 100, got 101"),  # named as typed
     (["run", "--control", "true", "--aa", "--blocks", "auto", "--max-blocks", "0"],  # not "--repeats must be ..."
-     "--max-repeats must be an integer from 3 (the first look) to 100, got 0"),
+     "--max-blocks must be an integer from 3 (the first look) to 100, got 0"),
     (["run", "--control", "true", "--aa", "--blocks", "4", "--max-blocks", "8"],
-     "--max-repeats is the budget of --repeats auto; with --repeats 4 drop it"),
+     "--max-blocks is the budget of --blocks auto; with --blocks 4 drop it"),
     (["run", "--control", "true", "--aa", "--max-time", "1m"], "--max-time is the budget of --repeats auto"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
@@ -328,7 +328,7 @@ def test_bad_noise_files_are_refused_before_any_run(tmp_path):
         ([*auto, "--noise", "cpu.json"], "error: --noise file cpu.json was calibrated on cpu time; bench run decides"),
         ([*auto, "--noise", "many.json"], "error: --noise file many.json has 2 scenarios and none is named 'touch"),
         ([*run, "--blocks", "4", "--noise", "aa.json"],
-         "error: --noise is the pre-registered δ of --repeats auto; with --repeats 4 drop it"),
+         "error: --noise is the pre-registered δ of --blocks auto; with --blocks 4 drop it"),
     ]:
         one_line_error(in_process(*args, cwd=tmp_path), message)
         assert not (tmp_path / "ran").exists(), args

@@ -285,7 +285,7 @@ MATRIX = [
     pytest.param("bench run --fail-on not-faster", "pass", 0, "bench_run_runs", "not-faster-pass", ""),
     pytest.param("bench run --fail-on not-faster", "fail", 1, "bench_run_runs", "not-faster-fail",
                  ["fail-on not-faster: the call is slower"]),
-    pytest.param("bench run --fail-on", "bad", 2, "bench_run_runs", "bad", "error: --repeats must be at least 1"),
+    pytest.param("bench run --fail-on", "bad", 2, "bench_run_runs", "bad", "error: --blocks must be at least 1"),
     pytest.param("bench compare --fail-on regressed", "pass", 0, "bench_compare_runs", "regressed-pass", ""),
     pytest.param("bench compare --fail-on regressed", "fail", 1, "bench_compare_runs", "regressed-fail",
                  ["fail-on regressed: 1 scenario(s): matmul/f32_256"]),
