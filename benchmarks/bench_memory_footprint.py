@@ -71,18 +71,25 @@ def _tree(root: int) -> list[int]:
     return out
 
 
-#: The smaps_rollup lines summed: all of PSS, or (``--made``) only the pages the processes made, anonymous memory
-#: and shared memory (/dev/shm), without the libraries' and model file's pages, whose proportional share falls as
-#: other processes (other logitlab runs on the machine) map the same files.
-KEYS = ("Pss:",)
+#: The smaps_rollup lines of the memory the processes made (``--made``): anonymous memory and shared memory
+#: (/dev/shm), without the libraries', the model file's and other files' pages (page cache the kernel can drop,
+#: whose proportional share falls as other processes — other logitlab runs on the machine — map the same files).
+MADE = ("Pss_Anon:", "Pss_Shmem:")
 
 
-def _pss(pid: int) -> int:
+def _pss(pid: int) -> tuple[int, int]:
+    """(PSS, the part of it the process made: :data:`MADE`) of ``pid``, in bytes; zeros once it is gone."""
+    pss = made = 0
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
-            return sum(int(line.split()[1]) * 1024 for line in f if line.startswith(KEYS))
+            for line in f:
+                if line.startswith("Pss:"):
+                    pss += int(line.split()[1]) * 1024
+                elif line.startswith(MADE):
+                    made += int(line.split()[1]) * 1024
     except OSError:
-        return 0
+        pass
+    return pss, made
 
 
 def _role(pid: int, root: int) -> str:
@@ -97,15 +104,18 @@ def _role(pid: int, root: int) -> str:
     return f"worker {pid}" if b"logitlab.engines.supervised_worker" in words else f"other {pid}"
 
 
-def peak_pss(argv: list[str], cwd: str) -> tuple[int, float, int, dict[str, int]]:
-    """(peak summed PSS in bytes, wall seconds, exit status, the peak's PSS per process by role) of ``argv`` and
-    its descendants."""
+def peak_pss(argv: list[str], cwd: str, made: bool = False) -> tuple[int, float, int, dict[str, int], int]:
+    """(peak summed PSS in bytes, wall seconds, exit status, the peak's PSS per process by role, the peak of the
+    summed memory made: :data:`MADE`) of ``argv`` and its descendants. ``made``: the first and fourth are of the
+    memory made too."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    peak, parts = 0, {}
+    peak, parts, peak_made = 0, {}, 0
     while proc.poll() is None:
         sample = time.perf_counter()
-        now = {_role(p, proc.pid): _pss(p) for p in _tree(proc.pid)}
+        both = {_role(p, proc.pid): _pss(p) for p in _tree(proc.pid)}
+        now = {role: values[1 if made else 0] for role, values in both.items()}
+        peak_made = max(peak_made, sum(values[1] for values in both.values()))
         if sum(now.values()) > peak:
             peak, parts = sum(now.values()), now
         # Every 0.1 s, or less often where a sample is dear: reading smaps_rollup walks the page tables of every
@@ -116,7 +126,7 @@ def peak_pss(argv: list[str], cwd: str) -> tuple[int, float, int, dict[str, int]
         # processes) while side by side, unsampled, they measured the same (0.985). At most 2 % of a core now:
         # the peaks of these commands last for a run (seconds), not milliseconds.
         time.sleep(max(SAMPLE_SECONDS, 50 * (time.perf_counter() - sample)))
-    return peak, time.perf_counter() - start, proc.returncode, parts
+    return peak, time.perf_counter() - start, proc.returncode, parts, peak_made
 
 
 def main() -> None:
@@ -135,9 +145,6 @@ def main() -> None:
     parser.add_argument("--breakdown", action="store_true",
                         help="print each process's PSS at the peak (the command, each engine worker)")
     args = parser.parse_args()
-    global KEYS
-    if args.made:
-        KEYS = ("Pss_Anon:", "Pss_Shmem:")
 
     from logitlab.engines.tokenizers import GgufTokenizer
     from logitlab.experiments.prompts import DEFAULT_PROMPT
@@ -177,7 +184,7 @@ def main() -> None:
                 if name == "invariance batch":
                     argv.remove("--tokens")
                     argv.remove(str(decode))
-                peak, wall, code, parts = peak_pss(argv, work)
+                peak, wall, code, parts, _ = peak_pss(argv, work, made=args.made)
                 peaks.append(peak)
                 print(f"  {name:24s} {label:5s} rc={code} wall {wall:6.1f} s  peak PSS {peak / 1e9:.3f} GB", flush=True)
                 if args.breakdown:

@@ -178,14 +178,15 @@ def measure(model: str, label: str, n: int, args: argparse.Namespace, work: Path
                 "--tokens", str(args.tokens), "--repeats", str(args.repeats), "--warmup", "1",
                 "--control", f"n_ctx={n_ctx}", "--candidate", f"n_ctx={n_ctx}", "--positions", spec,
                 "--no-detection-limit", "--quiet", "--json", str(out)]
-        peak, wall, code, _ = peak_pss(argv, str(work))
+        peak, wall, code, _, made = peak_pss(argv, str(work))
         if code != 0 or not out.is_file():
             print(f"{label:8s} {positions:6d} ab --positions {spec}: exit {code}", flush=True)
             continue
         data = json.loads(out.read_text())
         ab_json = ab_json or data
         print(f"{label:8s} {positions:6d} {vocab:7d} {run_gb:7.3f}  ab --positions {spec:5s} {wall:8.1f} "
-              f"{peak / 1e9:7.2f} {peak / 1e9 / run_gb:6.2f}  ({len(data['runs'])} runs)", flush=True)
+              f"{peak / 1e9:7.2f} {peak / 1e9 / run_gb:6.2f}  ({len(data['runs'])} runs; made {made / 1e9:.2f} GB = "
+              f"{made / 1e9 / run_gb:.2f}×)", flush=True)
         if spec == args.positions[0]:
             ab_wall = wall
     if ab_json is None or args.no_bare:
@@ -195,12 +196,13 @@ def measure(model: str, label: str, n: int, args: argparse.Namespace, work: Path
                                "runs": len(ab_json["runs"])}))
     argv = [sys.executable, __file__, "--bare", str(ids), "--model", model, "--n-ctx", str(n_ctx)]
     proc_out = work / "bare.out"
-    peak, wall, code, _ = peak_pss(["sh", "-c", f'"$0" "$@" > {proc_out}', *argv], str(work))
+    peak, wall, code, _, made = peak_pss(["sh", "-c", f'"$0" "$@" > {proc_out}', *argv], str(work))
     if code != 0:
         print(f"{label:8s} {positions:6d} bare: exit {code}", flush=True)
         return
     print(f"{label:8s} {positions:6d} {vocab:7d} {run_gb:7.3f}  bare llama-cpp-python {wall:8.1f} {peak / 1e9:7.2f} "
-          f"{peak / 1e9 / run_gb:6.2f}  ab / bare wall {ab_wall / wall:.3f} (--positions {args.positions[0]})",
+          f"{peak / 1e9 / run_gb:6.2f}  ab / bare wall {ab_wall / wall:.3f} (--positions {args.positions[0]}; made "
+          f"{made / 1e9:.2f} GB = {made / 1e9 / run_gb:.2f}×)",
           flush=True)
     # Where the difference is: the engines' own steps (each run's prefill + decode seconds, as ab records them)
     # and the rest of each whole process (start-up, loads, the harness around each run, the analysis, reports).

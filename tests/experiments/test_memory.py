@@ -143,6 +143,7 @@ def test_positions_count_the_rows_kept_beyond_the_run_itself():
 
 
 def test_check_memory_with_positions_refuses_or_passes_by_the_rows_kept(monkeypatch):
+    monkeypatch.setenv("LOGITLAB_SPILL", "off")  # every row held in memory: a reference kept on disk counts one run
     cls = engine_class("llamacpp")
     monkeypatch.setattr(cls, "token_counter_before_load", classmethod(lambda c, m, o: lambda text: len(text) // 4))
     prompt = "x" * 400_000  # 100,000 tokens
@@ -154,3 +155,31 @@ def test_check_memory_with_positions_refuses_or_passes_by_the_rows_kept(monkeypa
     assert e.fits and e.selected == 1
     with pytest.raises(InputError, match=r"\(100,008 positions × 49,152 vocabulary"):
         check_memory("ab", _engines(), [prompt], 8, available=lambda: room)
+
+
+def test_ab_with_its_reference_on_disk_counts_one_run(tmp_path, monkeypatch):
+    """Issue #31: a large reference is kept in a file on disk (experiments/spill.py): the estimate counts the run
+    being compared, not two, where a disk can take it, and two where it cannot (LOGITLAB_SPILL=off, tmpfs)."""
+    from logitlab.experiments import spill
+
+    ab = FOOTPRINTS["ab"]
+    assert ab.spilled is not None and 1.0 <= ab.spilled <= 1.5 < ab.runs
+    kept = estimate("ab", 8192, 129_280, available_bytes=12 * GB, spilled=True)
+    assert kept.factor == ab.spilled and kept.spilled and not estimate("ab", 8192, 129_280).spilled
+    assert kept.fits and not estimate("ab", 8192, 129_280, available_bytes=12 * GB).fits
+    assert " (a large reference kept on disk)" in refusal(estimate("ab", 8192, 262_144, available_bytes=9 * GB,
+                                                               spilled=True))
+    assert estimate("verify", 8192, 129_280, spilled=True).factor == FOOTPRINTS["verify"].runs  # it does not spill
+    # one run either way: --positions keeps fewer rows, but the run still crosses whole before they are taken
+    assert estimate("ab", 8192, 129_280, selected=1, spilled=True).factor == ab.spilled
+    llamacpp = (engine_class("llamacpp"), None, {})
+    monkeypatch.setenv("LOGITLAB_SPILL", str(tmp_path))
+    if spill._file_system(tmp_path) in spill.MEMORY_FILE_SYSTEMS:
+        pytest.skip(f"{tmp_path} is on a memory file system here")
+    on_disk = check_memory("ab", [llamacpp, llamacpp], ["x" * 4000], 16, available=lambda: 100 * GB)
+    monkeypatch.setenv("LOGITLAB_SPILL", "off")
+    in_memory = check_memory("ab", [llamacpp, llamacpp], ["x" * 4000], 16, available=lambda: 100 * GB)
+    assert on_disk.spilled and on_disk.factor == ab.spilled
+    assert not in_memory.spilled and in_memory.factor == round(ab.runs, 1)
+    short = check_memory("ab", [llamacpp, llamacpp], ["x" * 20], 4, available=lambda: 100 * GB)
+    assert not short.spilled  # a run under SPILL_BYTES stays in memory

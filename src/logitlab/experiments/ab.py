@@ -29,8 +29,9 @@ from logitlab.experiments.ab_config import AbConfig
 from logitlab.experiments.base import Experiment
 from logitlab.experiments.explain import ExplainConfig, ExplainExperiment
 from logitlab.experiments.inverse_controls import control, planted_token
-from logitlab.experiments.positions import select_rows, selection
 from logitlab.experiments.isolation import SlotRunner, load_supervised, stronger_isolation
+from logitlab.experiments.positions import select_rows, selection
+from logitlab.experiments.spill import spill
 from logitlab.manifest import build_manifest, busy_machine_note  # noqa: F401  (re-exported)
 from logitlab.numerics import LogitComparison, Verdict, classify, compare_logits
 from logitlab.numerics.compare import check_top_k
@@ -283,9 +284,12 @@ class AbExperiment(Experiment):
             return record
         output = select_rows(output, self.rows)
         if self.reference is None:
-            self.reference = output
             record.is_reference = True
             result.fingerprints[CONTROL] = output.fingerprint()
+            # a large reference lives in a file on disk (page cache), so that the one run held in memory that the
+            # kernel cannot drop is the run being compared: experiments/spill.py
+            self.reference = output if output.topk is not None else dataclasses.replace(output,
+                                                                                         logits=spill(output.logits))
             result.generated_ids = list(output.generated)
             result.generated_text = self._detokenize(output.generated)
             return record

@@ -72,6 +72,9 @@ class Footprint:
             ``--positions``.
         workers: W, the engine workers alive at once whose :data:`BATCH_ROWS` are counted apart from F (F is
             then the slope between two prompts past 512 rows); 0: they are inside F.
+        spilled: for a command that keeps its reference run on disk where it can
+            (:mod:`~logitlab.experiments.spill`), F when it does: the memory the kernel cannot drop (anonymous and
+            shared), the reference's pages being page cache. None: the command does not spill.
     """
 
     runs: float
@@ -81,6 +84,7 @@ class Footprint:
     fewer: str = "a shorter prompt or fewer --tokens"
     whole_run: float | None = None
     workers: int = 0
+    spilled: float | None = None
 
     def factor(self, units: int = 0) -> float:
         """F for ``units`` of :attr:`units` (at least 1: a run is held once)."""
@@ -104,8 +108,11 @@ FOOTPRINTS: dict[str, Footprint] = {
                          "anonymous and shared memory, --made, 1.732 vs 1.313 GB, F 2.15); against 73 "
                          "positions, batch buffers inside: 1.345 vs 0.503 GB, F 4.33 (main the same day: 1.980 vs "
                          "0.593 GB, F 7.14); --positions last the same way: 1.347 vs 1.120 GB, F 1.16 (the run "
-                         "itself, written whole by the worker)",
-                    whole_run=1.2, workers=2),
+                         "itself, written whole by the worker); with the reference kept on disk (experiments/spill.py), "
+                         "--made (anonymous and shared memory: the reference's pages are page cache), 1.304 vs 1.122 GB, "
+                         "F 0.93: the run being compared; --positions last the same way, 1.208 vs 1.014 GB, F 1.00: the "
+                         "run crossing whole",
+                    whole_run=1.2, workers=2, spilled=1.0),
     "verify": Footprint(2.4, "--k 1 4, one prompt (prompts run one at a time: the longest counts): 0.83 vs 0.36 GB"),
     "explain": Footprint(10.0, "--candidate flash_attn=1 --no-dump (two engines and the controls' runs): "
                                 "2.86 vs 0.93 GB; kept, as its peak is mostly the workers' (the controls' prefills "
@@ -150,6 +157,7 @@ class MemoryEstimate:
         available_bytes: what the machine has available (None: unknown).
         selected: the rows of each run kept (``--positions``; None: all of them).
         workers: W of :attr:`Footprint.workers`.
+        spilled: the reference run is kept on disk (:attr:`Footprint.spilled` is F).
     """
 
     command: str
@@ -161,6 +169,7 @@ class MemoryEstimate:
     available_bytes: int | None = None
     selected: int | None = None
     workers: int = 0
+    spilled: bool = False
 
     @property
     def run_bytes(self) -> int:
@@ -198,7 +207,8 @@ class MemoryEstimate:
 
 
 def estimate(command: str, positions: int, n_vocab: int, model_bytes: int = 0, *, exact: bool = True,
-             available_bytes: int | None = None, units: int = 0, selected: int | None = None) -> MemoryEstimate:
+             available_bytes: int | None = None, units: int = 0, selected: int | None = None,
+             spilled: bool = False) -> MemoryEstimate:
     """The expected peak of ``command`` on runs of ``positions`` × ``n_vocab`` logits.
 
     Args:
@@ -211,6 +221,10 @@ def estimate(command: str, positions: int, n_vocab: int, model_bytes: int = 0, *
         units: what :attr:`Footprint.units` counts (``--runs``, the --batch sizes together).
         selected: S, the rows of each run kept (``--positions``); for a command with a
             :attr:`Footprint.whole_run`, F is then ``whole_run + (F - whole_run) × S / N``.
+        spilled: a whole run would be kept on disk as the reference (:func:`~logitlab.experiments.spill.spill_folder`
+            gives a folder for N × V × 4 bytes): F is :attr:`Footprint.spilled`, for a command that has one, whatever
+            ``selected`` (one run is held either way: the run compared, or the run crossing whole before its rows
+            are taken — measured the same, F 0.93 and 1.00).
 
     Raises:
         KeyError: an unknown command.
@@ -221,11 +235,12 @@ def estimate(command: str, positions: int, n_vocab: int, model_bytes: int = 0, *
         (4.24, 12.8, True)
     """
     footprint = FOOTPRINTS[command]
-    factor = footprint.factor(units)
-    if selected is not None and footprint.whole_run is not None and positions > 0:
+    spilled = spilled and footprint.spilled is not None
+    factor = footprint.spilled if spilled else footprint.factor(units)
+    if not spilled and selected is not None and footprint.whole_run is not None and positions > 0:
         factor = footprint.whole_run + (factor - footprint.whole_run) * min(selected, positions) / positions
     return MemoryEstimate(command, positions, n_vocab, round(factor, 1), BASE_BYTES + model_bytes, exact,
-                          available_bytes, selected, footprint.workers)
+                          available_bytes, selected, footprint.workers, spilled)
 
 
 def refusal(e: MemoryEstimate) -> str:
@@ -238,9 +253,10 @@ def refusal(e: MemoryEstimate) -> str:
               else "no run of this model fits")
     bound = "" if e.exact else "at least "
     batch = f" and {format_bytes(e.batch_bytes)} for the engines' batch buffers" if e.batch_bytes else ""
+    disk = " (a large reference kept on disk)" if e.spilled else ""
     return (f"{e.command} would need about {format_bytes(e.peak_bytes)} of memory at its peak ({bound}"
             f"{e.positions:,} positions × {e.n_vocab:,} vocabulary × 4 bytes = {format_bytes(e.run_bytes)} a run, about "
-            f"{e.factor:g} such arrays held at once today, plus {format_bytes(e.base_bytes)} for the processes and "
+            f"{e.factor:g} such array{'' if e.factor == 1 else 's'} held at once today{disk}, plus {format_bytes(e.base_bytes)} for the processes and "
             f"the model{batch}), but this machine has {format_bytes(e.available_bytes or 0)} available: {advice}; "
             f"{OVERRIDE} runs it anyway")
 
@@ -278,6 +294,7 @@ def check_memory(command: str, engines: Sequence[tuple[type, str | None, dict]],
         where it cannot be, the run is not refused.
     """
     from logitlab.device import available_memory
+    from logitlab.experiments.spill import spill_folder
 
     vocabs = [cls.vocab_before_load(model, options) for cls, model, options in engines]
     if not vocabs or any(v is None for v in vocabs):
@@ -290,8 +307,9 @@ def check_memory(command: str, engines: Sequence[tuple[type, str | None, dict]],
     n_vocab = max(vocabs)  # type: ignore[type-var]
 
     def at(n: int, exact: bool = True) -> MemoryEstimate:
+        spills = FOOTPRINTS[command].spilled is not None and spill_folder(n * n_vocab * LOGIT_BYTES) is not None
         return estimate(command, n, n_vocab, model_bytes, exact=exact, available_bytes=have, units=units,
-                        selected=None if selected is None else selected(n))
+                        selected=None if selected is None else selected(n), spilled=spills)
 
     if positions is not None:
         e = at(positions)

@@ -1,0 +1,138 @@
+"""A large reference run kept on disk, not in memory: the run every later run is compared with.
+
+An experiment that compares each run with one reference (``ab``) holds two runs' logits at once: the reference
+and the run being compared. A run is N positions × V vocabulary × 4 bytes (8,192 × 129,280: 4.2 GB), so the
+second array sets how long a prompt fits the machine. :func:`spill` writes the reference's logits to a file on
+disk and returns them as a read-only memory mapping of that file: the same bits, read through the page cache.
+The kernel keeps those pages while memory is free and drops them (they are clean file pages, as the model's own
+weights are) when it is not, so what the command holds that the kernel cannot give back is one run, the one
+being compared, not two.
+
+The file is unlinked as soon as it is open: its space is freed when the mapping goes, or when the process ends
+however it ends (a ``kill -9`` leaves nothing behind). It lives under ``$LOGITLAB_SPILL``, else
+``spill/`` in logitlab's cache folder (:func:`~logitlab.engines.build_cache.cache_root`);
+``LOGITLAB_SPILL=off`` keeps every run in memory. A folder on a
+memory-backed file system (``tmpfs``, ``ramfs``: ``/dev/shm``, and ``/tmp`` on some systems) gains nothing,
+and a disk without room for the run cannot take it: then the run stays in memory, as
+:func:`spill_folder` tells before any work (the memory check counts the reference in memory then).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["SPILL_BYTES", "MEMORY_FILE_SYSTEMS", "OFF", "spill_folder", "spill", "is_spilled"]
+
+#: Runs smaller than this (bytes) stay in memory: the second copy of a small run costs less than a constant of
+#: the memory bound, and writing it out costs time for nothing. The same size as the supervised engine's
+#: :data:`~logitlab.engines.supervised.KEEP_BUFFER_BYTES` (a run that big crosses in a file of its own).
+SPILL_BYTES = 64 << 20
+#: File systems whose files are memory: a run spilled there is held as before.
+MEMORY_FILE_SYSTEMS = frozenset({"tmpfs", "ramfs", "hugetlbfs", "devtmpfs"})
+#: ``LOGITLAB_SPILL=off`` keeps every run in memory.
+OFF = "off"
+#: Bytes written at once (the file's bytes do not depend on it).
+_WRITE_BYTES = 1 << 24
+
+
+class _SpillMap(mmap.mmap):
+    """The mapping of a spilled run (its own type, for :func:`is_spilled`)."""
+
+
+def _folder() -> Path | None:
+    from logitlab.engines.build_cache import cache_root
+
+    env = os.environ.get("LOGITLAB_SPILL", "")
+    if env.strip().lower() == OFF:
+        return None
+    return Path(env) if env else cache_root() / "spill"
+
+
+def _file_system(path: Path) -> str | None:
+    """The type of the file system holding ``path`` (``/proc/self/mounts``, the longest mount point above it);
+    None where it cannot be read."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    path = path.resolve()
+    best, kind = -1, None
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = Path(fields[1].replace("\\040", " "))
+        if (path == point or point in path.parents) and len(point.parts) > best:
+            best, kind = len(point.parts), fields[2]
+    return kind
+
+
+def spill_folder(n_bytes: int) -> Path | None:
+    """The folder a run of ``n_bytes`` would be spilled to, or None if it would stay in memory.
+
+    None when the run is under :data:`SPILL_BYTES`, ``LOGITLAB_SPILL`` is ``off``, the folder cannot be made, it is on a memory-backed file
+    system (:data:`MEMORY_FILE_SYSTEMS`), or its disk has less than ``n_bytes`` + 1 % free. Creates the folder.
+    """
+    if n_bytes < SPILL_BYTES:
+        return None
+    folder = _folder()
+    if folder is None:
+        return None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return None
+    if _file_system(folder) in MEMORY_FILE_SYSTEMS or free < n_bytes * 1.01:
+        return None
+    return folder
+
+
+def spill(logits: np.ndarray) -> np.ndarray:
+    """``logits`` kept in an unlinked file on disk, as a read-only array mapping it; or ``logits`` itself.
+
+    Args:
+        logits: a C-contiguous ``(n_positions, n_vocab)`` array (float32 in practice; any dtype is kept as is).
+
+    Returns:
+        An array of the same shape, dtype and bits, read-only (writing to it raises ``ValueError``), backed by a
+        shared read-only mapping of the file; ``logits`` itself when :func:`spill_folder` gives no folder, or when
+        writing or mapping the file fails (a full disk: the run stays in memory, nothing is lost).
+    """
+    folder = spill_folder(int(logits.nbytes))
+    if folder is None or not logits.flags.c_contiguous:
+        return logits
+    try:
+        handle, name = tempfile.mkstemp(prefix="reference-", suffix=".logits", dir=folder)
+    except OSError:
+        return logits
+    try:
+        os.unlink(name)
+        with os.fdopen(handle, "w+b") as f:
+            handle = -1
+            flat = logits.reshape(-1).view(np.uint8)
+            for start in range(0, flat.size, _WRITE_BYTES):
+                f.write(memoryview(flat[start:start + _WRITE_BYTES]))
+            f.flush()
+            mapped = _SpillMap(f.fileno(), flat.size, access=mmap.ACCESS_READ)
+    except OSError:
+        if handle >= 0:
+            os.close(handle)
+        return logits
+    return np.frombuffer(mapped, dtype=logits.dtype).reshape(logits.shape)
+
+
+def is_spilled(logits: np.ndarray) -> bool:
+    """Does ``logits`` (or the array it views) map a spilled file (:func:`spill`)?"""
+    base = logits
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    return isinstance(base, _SpillMap)
