@@ -213,6 +213,30 @@ def test_nondeterminism_is_counted_grouped_and_located():
     assert result.verdict.word == "ulp-noise" and not result.invariant  # the drift is a few ULP by construction
 
 
+@pytest.mark.engine
+def test_determinism_keeps_its_runs_on_disk_and_finds_the_same(monkeypatch, tmp_path):
+    """Issue #31: each run kept to be compared is spilled to disk where it is large (experiments/spill.py; here
+    every run counts as large), so what is held in memory is the run being made; the comparisons read the same
+    bits — a real engine's runs are still bit-exact, the drifting fake's drift is still found where it is."""
+    import logitlab.experiments.invariance as invariance
+    from logitlab.experiments import spill
+
+    monkeypatch.setenv("LOGITLAB_SPILL", str(tmp_path))
+    if spill._file_system(tmp_path) in spill.MEMORY_FILE_SYSTEMS:
+        pytest.skip(f"{tmp_path} is on a memory file system here: nothing to spill to")
+    monkeypatch.setattr(spill, "SPILL_BYTES", 1)
+    kept = []
+    monkeypatch.setattr(invariance, "spill_run", lambda output: kept.append(spill.spill_run(output)) or kept[-1])
+    result = probe("determinism", runs=3, n_decode=4)
+    assert len(kept) == 3 and all(spill.is_spilled(k.logits) for k in kept)
+    assert result.details["distinct_logits"] == 1 and result.verdict.word == "bit-exact"
+    kept.clear()
+    drift = probe("determinism", engine="drift", spec="", runs=4, n_decode=6)
+    assert len(kept) == 4 and all(spill.is_spilled(k.logits) for k in kept)
+    assert drift.details["logit_groups"] == [[1, 2], [3], [4]]
+    assert drift.checks[0].comparison.first_mismatch["position"] == 5 and drift.verdict.word == "ulp-noise"
+
+
 # -- config, reports ------------------------------------------------------------------------------
 @pytest.mark.parametrize("kwargs, message", [
     ({"probe": "batch", "batch_sizes": (1, 0)}, "--batch sizes must be at least 1, got 0"),

@@ -172,6 +172,10 @@ def test_ab_with_its_reference_on_disk_counts_one_run(tmp_path, monkeypatch):
     assert estimate("verify", 8192, 129_280, spilled=True).factor == FOOTPRINTS["verify"].runs  # it does not spill
     # one run either way: --positions keeps fewer rows, but the run still crosses whole before they are taken
     assert estimate("ab", 8192, 129_280, selected=1, spilled=True).factor == ab.spilled
+    # invariance determinism keeps every run to compare them: on disk, the run being made, whatever --runs
+    determinism = FOOTPRINTS["invariance determinism"]
+    assert estimate("invariance determinism", 8192, 129_280, units=10, spilled=True).factor == determinism.spilled
+    assert determinism.spilled <= 1.5 < estimate("invariance determinism", 8192, 129_280, units=10).factor
     llamacpp = (engine_class("llamacpp"), None, {})
     monkeypatch.setenv("LOGITLAB_SPILL", str(tmp_path))
     if spill._file_system(tmp_path) in spill.MEMORY_FILE_SYSTEMS:

@@ -31,7 +31,7 @@ from logitlab.experiments.explain import ExplainConfig, ExplainExperiment
 from logitlab.experiments.inverse_controls import control, planted_token
 from logitlab.experiments.isolation import SlotRunner, load_supervised, stronger_isolation
 from logitlab.experiments.positions import select_rows, selection
-from logitlab.experiments.spill import spill
+from logitlab.experiments.spill import spill_run
 from logitlab.manifest import build_manifest, busy_machine_note  # noqa: F401  (re-exported)
 from logitlab.numerics import LogitComparison, Verdict, classify, compare_logits
 from logitlab.numerics.compare import check_top_k
@@ -288,8 +288,7 @@ class AbExperiment(Experiment):
             result.fingerprints[CONTROL] = output.fingerprint()
             # a large reference lives in a file on disk (page cache), so that the one run held in memory that the
             # kernel cannot drop is the run being compared: experiments/spill.py
-            self.reference = output if output.topk is not None else dataclasses.replace(output,
-                                                                                         logits=spill(output.logits))
+            self.reference = spill_run(output)
             result.generated_ids = list(output.generated)
             result.generated_text = self._detokenize(output.generated)
             return record

@@ -66,6 +66,7 @@ from logitlab.experiments.invariance_verify import VerifyAxis
 from logitlab.experiments.invariance_server import ServerProbes
 from logitlab.experiments.inverse_controls import Control, control, planted_token, rows_text, same_shapes
 from logitlab.experiments.isolation import SlotRunner
+from logitlab.experiments.spill import spill_run
 from logitlab.engines.workload import RunOutput, environment, run_workload
 from logitlab.manifest import build_manifest
 from logitlab.numerics import classify, compare_logits
@@ -319,11 +320,13 @@ class InvarianceProbe(VerifyAxis, ProcessAxis, ServerProbes, Experiment):
                 runner.adopt("control", adopt)
             for index in range(cfg.runs):
                 try:
+                    # each run kept to be compared lives on disk where it is large (experiments/spill.py): what is
+                    # held that the kernel cannot drop is the run being made, not every run so far
                     if engine is not None:  # session isolation: a fresh session per run on the loaded engine
                         with environment(cfg.variant.env):
-                            outputs.append(run_workload(engine, ids, cfg.n_decode, None))
+                            outputs.append(spill_run(run_workload(engine, ids, cfg.n_decode, None)))
                     else:
-                        outputs.append(runner.run("control", ids, cfg.n_decode, None, slot=index))
+                        outputs.append(spill_run(runner.run("control", ids, cfg.n_decode, None, slot=index)))
                     generated = tuple(outputs[-1].generated)
                     if generated not in self._texts:  # now, so that a stopped probe needs no engine to report
                         self._texts[generated] = self._detokenize(list(generated))

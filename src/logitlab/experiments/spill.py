@@ -19,6 +19,7 @@ and a disk without room for the run cannot take it: then the run stays in memory
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 import shutil
@@ -27,7 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["SPILL_BYTES", "MEMORY_FILE_SYSTEMS", "OFF", "spill_folder", "spill", "is_spilled"]
+from logitlab.engines.workload import RunOutput
+
+__all__ = ["SPILL_BYTES", "MEMORY_FILE_SYSTEMS", "OFF", "spill_folder", "spill", "spill_run", "is_spilled"]
 
 #: Runs smaller than this (bytes) stay in memory: the second copy of a small run costs less than a constant of
 #: the memory bound, and writing it out costs time for nothing. The same size as the supervised engine's
@@ -126,6 +129,15 @@ def spill(logits: np.ndarray) -> np.ndarray:
             os.close(handle)
         return logits
     return np.frombuffer(mapped, dtype=logits.dtype).reshape(logits.shape)
+
+
+def spill_run(output: RunOutput) -> RunOutput:
+    """``output`` with its logits :func:`spill`-ed (a copy of the record, the same ids and timings); ``output``
+    itself where they stay in memory, or for an engine that returns top-k data (its rows are k wide)."""
+    if output.topk is not None:
+        return output
+    kept = spill(output.logits)
+    return output if kept is output.logits else dataclasses.replace(output, logits=kept)
 
 
 def is_spilled(logits: np.ndarray) -> bool:
