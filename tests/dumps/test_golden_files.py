@@ -84,6 +84,15 @@ def test_writer_and_reader_round_trip(tmp_path):
     with GoldenLogits(Manifest()) as reader:
         assert reader.ids(1).tolist() == [4, 5, 6, 7, 8]
         assert reader.logits(0).tobytes() == a.tobytes() and reader.logits(1).dtype == np.float32
+        # the logits are a read-only mapping of the file (page cache), not a copy held in memory (issue #31)
+        mapped = reader.logits(1)
+        assert isinstance(mapped, np.memmap) and not mapped.flags.writeable and mapped.tobytes() == b.tobytes()
+        with pytest.raises(InputError, match="no such tensor"):
+            reader._files.map(reader.path, "p0099.logits")
+    path = tmp_path / "logits.safetensors"
+    path.write_bytes(path.read_bytes()[:-8])  # the last tensor cut short
+    with GoldenLogits(Manifest()) as reader, pytest.raises(InputError, match="truncated"):
+        reader.logits(1)
     with pytest.raises(InputError, match="token ids for logits"):
         GoldenWriter(tmp_path / "x", "topk:2").add([1], a)
 

@@ -73,3 +73,26 @@ def test_a_long_prompt_s_ab_allocates_no_run_sized_array_in_this_process():
         held = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f
                 if line.startswith(("Pss_Anon", "Pss_Shmem"))}
     assert held["Pss_Shmem"] < run_bytes / 2, f"{held} with one run of {run_bytes / 1e6:.0f} MB"
+
+
+def test_a_large_first_candidate_kept_for_self_check_is_spilled_and_a_reference_left_in_memory_is_said(
+        monkeypatch, tmp_path):
+    """--self-check keeps the first candidate run whole (its inverse control replays it): on disk too, so that one
+    run is held, not two; a large reference that stays in memory (LOGITLAB_SPILL=off) is a note of the result."""
+    from logitlab.experiments import spill
+
+    monkeypatch.setattr(spill, "SPILL_BYTES", 1)  # every run counts as large (the fake engine's are kB)
+    monkeypatch.setattr("logitlab.experiments.ab.SPILL_BYTES", 1)
+    monkeypatch.setenv("LOGITLAB_SPILL", str(tmp_path))
+    if spill._file_system(tmp_path) in spill.MEMORY_FILE_SYSTEMS:
+        pytest.skip(f"{tmp_path} is on a memory file system here: nothing to spill to")
+    experiment = AbExperiment(_config(self_check=True))
+    result = experiment.run()
+    assert is_spilled(experiment.reference.logits) and is_spilled(experiment.first_candidate.logits)
+    assert not any("held in memory" in note for note in result.notes)
+    monkeypatch.setenv("LOGITLAB_SPILL", "off")
+    experiment = AbExperiment(_config())
+    result = experiment.run()
+    assert not is_spilled(experiment.reference.logits)
+    assert any(note.startswith("the reference run (") and "is held in memory, not on disk" in note
+               for note in result.notes), result.notes

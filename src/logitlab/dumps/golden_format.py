@@ -368,8 +368,9 @@ class GoldenLogits:
         return self._files.get(self.path, _key(index, "ids"))
 
     def logits(self, index: int) -> np.ndarray:
-        """``(n_positions, n_vocab)`` logits of prompt ``index`` (full store)."""
-        return self._files.get(self.path, _key(index, "logits"))
+        """``(n_positions, n_vocab)`` logits of prompt ``index`` (full store): a read-only mapping of the file
+        (:meth:`~logitlab.dumps.safetensors_io.SafetensorsFiles.map`), read through the page cache."""
+        return self._files.map(self.path, _key(index, "logits"))
 
     def topk(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Top-k ids, logits and logsumexp of prompt ``index`` (topk store)."""

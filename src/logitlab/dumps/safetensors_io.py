@@ -105,6 +105,29 @@ class SafetensorsFiles:
         except (SafetensorError, OSError, ValueError, TypeError, KeyError) as exc:
             raise InputError(f"{path}: cannot read tensor {key!r}: {exc}") from None
 
+    def map(self, path: str | Path, key: str) -> np.ndarray:
+        """Tensor ``key`` of ``path`` as a read-only memory mapping of the file's bytes, not a copy: its pages are
+        page cache, which the kernel keeps while memory is free and drops when it is short (a golden's run of
+        N × V logits is not held in memory beside the run checked against it: issue #31).
+
+        Raises:
+            InputError: missing key, a dtype numpy cannot map, or a header :func:`read_safetensors_header`
+                rejects (truncated, corrupt).
+        """
+        header, start = read_safetensors_header(path)
+        info = header.get(key)
+        if not isinstance(info, dict) or key == "__metadata__":
+            raise InputError(f"{path}: cannot read tensor {key!r}: no such tensor")
+        if info["dtype"] not in NP_DTYPES:
+            raise InputError(f"{path}: cannot map tensor {key!r}: dtype {info['dtype']}")
+        dtype = np_dtype(NP_DTYPES[info["dtype"]]).newbyteorder("<")
+        shape, (begin, end) = tuple(info["shape"]), info["data_offsets"]
+        if start + end > Path(path).stat().st_size:
+            raise InputError(f"{path} is truncated: tensor {key!r} ends at byte {start + end}")
+        if begin == end:
+            return np.zeros(shape, dtype=dtype)
+        return np.memmap(path, dtype=dtype, mode="r", offset=start + begin, shape=shape)
+
     def close(self) -> None:
         self._handles.clear()
 

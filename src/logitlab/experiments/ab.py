@@ -31,7 +31,7 @@ from logitlab.experiments.explain import ExplainConfig, ExplainExperiment
 from logitlab.experiments.inverse_controls import control, planted_token
 from logitlab.experiments.isolation import SlotRunner, load_supervised, stronger_isolation
 from logitlab.experiments.positions import select_rows, selection
-from logitlab.experiments.spill import spill_run
+from logitlab.experiments.spill import SPILL_BYTES, is_spilled, spill_run
 from logitlab.manifest import build_manifest, busy_machine_note  # noqa: F401  (re-exported)
 from logitlab.numerics import LogitComparison, Verdict, classify, compare_logits
 from logitlab.numerics.compare import check_top_k
@@ -289,6 +289,10 @@ class AbExperiment(Experiment):
             # a large reference lives in a file on disk (page cache), so that the one run held in memory that the
             # kernel cannot drop is the run being compared: experiments/spill.py
             self.reference = spill_run(output)
+            if output.topk is None and output.logits.nbytes > SPILL_BYTES and not is_spilled(self.reference.logits):
+                result.notes.append(f"the reference run ({output.logits.nbytes / 1e9:.2f} GB) is held in memory, "
+                                    "not on disk (LOGITLAB_SPILL=off, a memory file system, too little room on the "
+                                    "disk, or the write failed): two runs are held at once")
             result.generated_ids = list(output.generated)
             result.generated_text = self._detokenize(output.generated)
             return record
@@ -303,7 +307,7 @@ class AbExperiment(Experiment):
                 result.fingerprints[CANDIDATE] = output.fingerprint()
                 whole = self._keep_first_candidate or output.topk is not None  # top-k data: rows of k, kept
                 # not a slice of the run: a view would keep the whole run's pages (its mapping) alive
-                self.first_candidate = output if whole else dataclasses.replace(
+                self.first_candidate = spill_run(output) if whole else dataclasses.replace(
                     output, logits=np.empty((0, output.logits.shape[1]), dtype=output.logits.dtype))
                 self._first_candidate_whole = whole
             elif self._first_candidate_whole:

@@ -108,9 +108,10 @@ FOOTPRINTS: dict[str, Footprint] = {
                          "anonymous and shared memory, --made, 1.732 vs 1.313 GB, F 2.15); against 73 "
                          "positions, batch buffers inside: 1.345 vs 0.503 GB, F 4.33 (main the same day: 1.980 vs "
                          "0.593 GB, F 7.14); --positions last the same way: 1.347 vs 1.120 GB, F 1.16 (the run "
-                         "itself, written whole by the worker); with the reference kept on disk (experiments/spill.py), "
-                         "--made (anonymous and shared memory: the reference's pages are page cache), 1.304 vs 1.122 GB, "
-                         "F 0.93: the run being compared; --positions last the same way, 1.208 vs 1.014 GB, F 1.00: the "
+                         "itself, written whole by the worker); with the reference kept on disk "
+                         "(experiments/spill.py), --made (anonymous and shared memory: the reference's pages are page "
+                         "cache), 1.304 vs 1.122 GB, F 0.93: the run being compared; --positions last the same way, "
+                         "1.208 vs 1.014 GB, F 1.00: the "
                          "run crossing whole",
                     whole_run=1.2, workers=2, spilled=1.0),
     "verify": Footprint(2.4, "--k 1 4, one prompt (prompts run one at a time: the longest counts): 0.83 vs 0.36 GB"),
@@ -125,9 +126,12 @@ FOOTPRINTS: dict[str, Footprint] = {
         1.0, "--store topk:64, one prompt, the top-k selected 16 rows at a time: 1,061 vs 2,053 positions at n_ctx "
              "4096, 0.763 vs 0.955 GB, slope 0.99, with the worker's batch buffers apart (whole runs, before: 4.099 "
              "vs 7.472 GB, slope 17.3; against 73 positions 4.09 vs 0.51 GB, F 18.4)", workers=1),
-    "golden check": Footprint(6.4, "a --store full golden of one prompt, detection limit on: 1.66 vs 0.43 GB "
-                                   "(1.35 GB with it off; measured before the engine change, not since)",
-                              fewer="a golden recorded with fewer positions"),
+    "golden check": Footprint(1.1, "a --store full golden of one prompt, detection limit on, 2,016 vs 1,016 "
+                                   "positions at n_ctx 4096 (2026-12-06): --made 0.904 vs 0.698 GB, F 1.05, the run "
+                                   "checked; the golden's logits are a read-only mapping of its file (page cache: "
+                                   "PSS 1.495 vs 1.092 GB, F 2.05); a golden on a memory file system is not "
+                                   "counted apart (before: 1.66 vs 0.43 GB against 57 tokens, F 6.4)",
+                              fewer="a golden recorded with fewer positions", workers=1),
     "invariance batch": Footprint(
         0.0, "--batch 1 4: 4.55 vs 0.47 GB (21.0 runs for 5 sequences; the batch runs on a context of its own); "
              "--batch 1 8 at 1,045 positions: 7.83 GB before the engine change",
@@ -248,6 +252,7 @@ def estimate(command: str, positions: int, n_vocab: int, model_bytes: int = 0, *
 def refusal(e: MemoryEstimate) -> str:
     """The one line that refuses ``e`` (without ``error:``)."""
     from logitlab.dumps.sizes import format_bytes
+    from logitlab.experiments.spill import SPILL_BYTES
 
     footprint = FOOTPRINTS[e.command]
     fit = e.positions_that_fit()
@@ -255,10 +260,12 @@ def refusal(e: MemoryEstimate) -> str:
               else "no run of this model fits")
     bound = "" if e.exact else "at least "
     batch = f" and {format_bytes(e.batch_bytes)} for the engines' batch buffers" if e.batch_bytes else ""
-    disk = " (a large reference kept on disk)" if e.spilled else ""
+    kept = e.positions if e.selected is None else e.selected
+    disk = " (a large reference kept on disk)" if e.spilled and kept * e.n_vocab * LOGIT_BYTES > SPILL_BYTES else ""
     return (f"{e.command} would need about {format_bytes(e.peak_bytes)} of memory at its peak ({bound}"
-            f"{e.positions:,} positions × {e.n_vocab:,} vocabulary × 4 bytes = {format_bytes(e.run_bytes)} a run, about "
-            f"{e.factor:g} such array{'' if e.factor == 1 else 's'} held at once today{disk}, plus {format_bytes(e.base_bytes)} for the processes and "
+            f"{e.positions:,} positions × {e.n_vocab:,} vocabulary × 4 bytes = {format_bytes(e.run_bytes)} a run, "
+            f"about {e.factor:g} such array{'' if e.factor == 1 else 's'} held at once today{disk}, plus "
+            f"{format_bytes(e.base_bytes)} for the processes and "
             f"the model{batch}), but this machine has {format_bytes(e.available_bytes or 0)} available: {advice}; "
             f"{OVERRIDE} runs it anyway")
 
@@ -309,7 +316,10 @@ def check_memory(command: str, engines: Sequence[tuple[type, str | None, dict]],
     n_vocab = max(vocabs)  # type: ignore[type-var]
 
     def at(n: int, exact: bool = True) -> MemoryEstimate:
-        spills = FOOTPRINTS[command].spilled is not None and spill_folder(n * n_vocab * LOGIT_BYTES) is not None
+        # the disk must take every run the command keeps (invariance determinism: --runs of them)
+        kept_runs = max(1, units) if FOOTPRINTS[command].per else 1
+        spills = (FOOTPRINTS[command].spilled is not None
+                  and spill_folder(kept_runs * n * n_vocab * LOGIT_BYTES) is not None)
         return estimate(command, n, n_vocab, model_bytes, exact=exact, available_bytes=have, units=units,
                         selected=None if selected is None else selected(n), spilled=spills)
 

@@ -9,7 +9,8 @@ weights are) when it is not, so what the command holds that the kernel cannot gi
 being compared, not two.
 
 The file is unlinked as soon as it is open: its space is freed when the mapping goes, or when the process ends
-however it ends (a ``kill -9`` leaves nothing behind). It lives under ``$LOGITLAB_SPILL``, else
+however it ends (on a local disk a ``kill -9`` leaves nothing behind; NFS keeps a ``.nfs…`` file until then).
+It lives under ``$LOGITLAB_SPILL``, else
 ``spill/`` in logitlab's cache folder (:func:`~logitlab.engines.build_cache.cache_root`);
 ``LOGITLAB_SPILL=off`` keeps every run in memory. A folder on a
 memory-backed file system (``tmpfs``, ``ramfs``: ``/dev/shm``, and ``/tmp`` on some systems) gains nothing,
@@ -22,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import mmap
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -32,7 +34,7 @@ from logitlab.engines.workload import RunOutput
 
 __all__ = ["SPILL_BYTES", "MEMORY_FILE_SYSTEMS", "OFF", "spill_folder", "spill", "spill_run", "is_spilled"]
 
-#: Runs smaller than this (bytes) stay in memory: the second copy of a small run costs less than a constant of
+#: Runs of this size (bytes) or smaller stay in memory: the second copy of a small run costs less than a constant of
 #: the memory bound, and writing it out costs time for nothing. The same size as the supervised engine's
 #: :data:`~logitlab.engines.supervised.KEEP_BUFFER_BYTES` (a run that big crosses in a file of its own).
 SPILL_BYTES = 64 << 20
@@ -51,10 +53,14 @@ class _SpillMap(mmap.mmap):
 def _folder() -> Path | None:
     from logitlab.engines.build_cache import cache_root
 
-    env = os.environ.get("LOGITLAB_SPILL", "")
-    if env.strip().lower() == OFF:
+    env = os.environ.get("LOGITLAB_SPILL", "").strip()
+    if env.lower() == OFF:
         return None
     return Path(env) if env else cache_root() / "spill"
+
+
+#: The escapes of /proc/self/mounts (space, tab, newline, backslash as ``\\ooo``).
+_OCTAL = re.compile(r"\\([0-7]{3})")
 
 
 def _file_system(path: Path) -> str | None:
@@ -70,8 +76,9 @@ def _file_system(path: Path) -> str | None:
         fields = line.split()
         if len(fields) < 3:
             continue
-        point = Path(fields[1].replace("\\040", " "))
-        if (path == point or point in path.parents) and len(point.parts) > best:
+        point = Path(_OCTAL.sub(lambda m: chr(int(m.group(1), 8)), fields[1]))
+        # >=: of two mounts on one point the later listed is on top (a tmpfs mounted over a disk folder)
+        if (path == point or point in path.parents) and len(point.parts) >= best:
             best, kind = len(point.parts), fields[2]
     return kind
 
@@ -79,10 +86,11 @@ def _file_system(path: Path) -> str | None:
 def spill_folder(n_bytes: int) -> Path | None:
     """The folder a run of ``n_bytes`` would be spilled to, or None if it would stay in memory.
 
-    None when the run is under :data:`SPILL_BYTES`, ``LOGITLAB_SPILL`` is ``off``, the folder cannot be made, it is on a memory-backed file
-    system (:data:`MEMORY_FILE_SYSTEMS`), or its disk has less than ``n_bytes`` + 1 % free. Creates the folder.
+    None when the run is :data:`SPILL_BYTES` or smaller, ``LOGITLAB_SPILL`` is ``off``, the folder cannot be made,
+    it is on a memory-backed file system (:data:`MEMORY_FILE_SYSTEMS`), or its disk has less than ``n_bytes`` + 1 %
+    free. Creates the folder.
     """
-    if n_bytes < SPILL_BYTES:
+    if n_bytes <= SPILL_BYTES:
         return None
     folder = _folder()
     if folder is None:
