@@ -31,7 +31,7 @@ def test_a_spilled_run_has_the_same_bits_is_read_only_and_leaves_no_file(large, 
         kept[0, 0] = 1.0
     assert os.listdir(tmp_path / "spill") == []  # unlinked once open: nothing is left however the process ends
     maps = open("/proc/self/maps").read()
-    assert f"{tmp_path / 'spill'}/reference-" in maps and "(deleted)" in maps
+    assert f"{tmp_path / 'spill'}/run-" in maps and "(deleted)" in maps
 
 
 @pytest.mark.parametrize("setting", ["off", "/dev/shm"])

@@ -1,9 +1,10 @@
-"""A large reference run kept on disk, not in memory: the run every later run is compared with.
+"""Large runs kept on disk, not in memory: the reference every later run is compared with, the runs kept to compare.
 
 An experiment that compares each run with one reference (``ab``) holds two runs' logits at once: the reference
-and the run being compared. A run is N positions × V vocabulary × 4 bytes (8,192 × 129,280: 4.2 GB), so the
-second array sets how long a prompt fits the machine. :func:`spill` writes the reference's logits to a file on
-disk and returns them as a read-only memory mapping of that file: the same bits, read through the page cache.
+and the run being compared (``invariance determinism`` holds every run until they are all made). A run is N
+positions × V vocabulary × 4 bytes (8,192 × 129,280: 4.2 GB), so the second array sets how long a prompt fits the
+machine. :func:`spill` writes a kept run's logits to a file on disk and returns them as a read-only memory
+mapping of that file: the same bits, read through the page cache.
 The kernel keeps those pages while memory is free and drops them (they are clean file pages, as the model's own
 weights are) when it is not, so what the command holds that the kernel cannot give back is one run, the one
 being compared, not two.
@@ -120,7 +121,7 @@ def spill(logits: np.ndarray) -> np.ndarray:
     if folder is None or not logits.flags.c_contiguous:
         return logits
     try:
-        handle, name = tempfile.mkstemp(prefix="reference-", suffix=".logits", dir=folder)
+        handle, name = tempfile.mkstemp(prefix="run-", suffix=".logits", dir=folder)
     except OSError:
         return logits
     try:
