@@ -114,14 +114,19 @@ FOOTPRINTS: dict[str, Footprint] = {
                          "1.208 vs 1.014 GB, F 1.00: the "
                          "run crossing whole",
                     whole_run=1.2, workers=2, spilled=1.0),
-    "verify": Footprint(2.4, "--k 1 4, one prompt (prompts run one at a time: the longest counts): 0.83 vs 0.36 GB"),
+    "verify": Footprint(1.4, "--k 1 4, one prompt (prompts run one at a time: the longest counts), 2,053 vs 1,061 "
+                             "positions at n_ctx 4096, --made (2026-12-06): 0.837 vs 0.578 GB, F 1.33, with the "
+                             "worker's batch buffers apart (before, against 57 tokens, PSS: 0.83 vs 0.36 GB, F 2.4)",
+                        workers=1),
     "explain": Footprint(10.0, "--candidate flash_attn=1 --no-dump (two engines and the controls' runs): "
                                 "2.86 vs 0.93 GB; kept, as its peak is mostly the workers' (the controls' prefills "
                                 "and batches): 1,061 vs 2,053 positions at n_ctx 4096 (--short 1000 --long 2000), "
                                 "2.501 vs 2.884 GB, slope 1.96 (2.29 before the reruns kept only the explained "
                                 "rows; 3.007 GB at 2,053), the workers 1.9 of the 2.5 GB at 1,061"),
-    "golden record": Footprint(3.1, "--store full, one prompt (prompts are recorded one at a time: the longest "
-                                    "counts): 0.84 vs 0.23 GB"),
+    "golden record": Footprint(1.1, "--store full, one prompt (prompts are recorded one at a time: the longest "
+                                    "counts), 2,053 vs 1,061 positions at n_ctx 4096, --made (2026-12-06): 0.796 vs "
+                                    "0.590 GB, F 1.06, with the worker's batch buffers apart (before, against 57 "
+                                    "tokens, PSS: 0.84 vs 0.23 GB, F 3.1)", workers=1),
     "golden record --store topk": Footprint(
         1.0, "--store topk:64, one prompt, the top-k selected 16 rows at a time: 1,061 vs 2,053 positions at n_ctx "
              "4096, 0.763 vs 0.955 GB, slope 0.99, with the worker's batch buffers apart (whole runs, before: 4.099 "
