@@ -72,9 +72,10 @@ class Footprint:
             ``--positions``.
         workers: W, the engine workers alive at once whose :data:`BATCH_ROWS` are counted apart from F (F is
             then the slope between two prompts past 512 rows); 0: they are inside F.
-        spilled: for a command that keeps its reference run on disk where it can
-            (:mod:`~logitlab.experiments.spill`), F when it does: the memory the kernel cannot drop (anonymous and
-            shared), the reference's pages being page cache. None: the command does not spill.
+        spilled: for a command that keeps its large runs on disk where it can (``ab``'s reference,
+            ``invariance determinism``'s runs: :mod:`~logitlab.experiments.spill`), F when it does: the memory the
+            kernel cannot drop (anonymous and shared), the kept runs' pages being page cache. None: the command
+            does not spill.
     """
 
     runs: float
@@ -111,8 +112,7 @@ FOOTPRINTS: dict[str, Footprint] = {
                          "itself, written whole by the worker); with the reference kept on disk "
                          "(experiments/spill.py), --made (anonymous and shared memory: the reference's pages are page "
                          "cache), 1.304 vs 1.122 GB, F 0.93: the run being compared; --positions last the same way, "
-                         "1.208 vs 1.014 GB, F 1.00: the "
-                         "run crossing whole",
+                         "1.208 vs 1.014 GB, F 1.00: the run crossing whole",
                     whole_run=1.2, workers=2, spilled=1.0),
     "verify": Footprint(1.4, "--k 1 4, one prompt (prompts run one at a time: the longest counts), 2,053 vs 1,061 "
                              "positions at n_ctx 4096, --made (2026-12-06): 0.837 vs 0.578 GB, F 1.33, with the "
@@ -168,7 +168,7 @@ class MemoryEstimate:
         available_bytes: what the machine has available (None: unknown).
         selected: the rows of each run kept (``--positions``; None: all of them).
         workers: W of :attr:`Footprint.workers`.
-        spilled: the reference run is kept on disk (:attr:`Footprint.spilled` is F).
+        spilled: the command's large runs are kept on disk (:attr:`Footprint.spilled` is F).
     """
 
     command: str
