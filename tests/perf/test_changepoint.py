@@ -242,3 +242,19 @@ def test_a_step_after_builds_that_wobble_more_than_the_builds_after_it_is_found(
     found = detect_change_points(values, kind="lower-is-better", labels=[f"build{i}" for i in range(8)])
     assert [c.index for c in found.change_points] == [4] and found.outliers == ()
     assert found.change_points[0].direction == "regression"
+
+
+def test_a_step_after_a_level_whose_flags_are_scattered_is_found():
+    """Measured by a CI run of tests/report/test_round_trip_history.py (sleep 0.01 then sleep 0.3, 5 builds
+    each; the first five values are that run's, the log cut the rest, and the five after the step are a tight
+    level like its sixth, 0.304372): the tight builds after the step set the pooled noise sd, and
+    the Hampel filter flagged builds 1, 3 and 4 before it — not a run of min_size, so still "outliers" — which
+    left two builds on that side and the step's t test at p > 0.001. A segment with more than a third of its
+    builds flagged is judged again by its own noise sd."""
+    values = [0.013828, 0.01472, 0.014157, 0.013617, 0.01369, 0.3014, 0.3013, 0.3006, 0.3008, 0.302]
+    found = detect_change_points(values, kind="lower-is-better")
+    assert [c.index for c in found.change_points] == [5] and found.outliers == ()
+    # A one-off slow build in a level of ten is still an outlier: one flag is not a noisy level.
+    values = [0.0138, 0.0139, 0.0138, 0.0140, 0.0139, 0.0250, 0.0139, 0.0138, 0.0140, 0.0139] + [0.3031] * 3
+    found = detect_change_points(values, kind="lower-is-better")
+    assert found.outliers == (5,) and [c.index for c in found.change_points] == [10]

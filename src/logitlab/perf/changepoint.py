@@ -21,7 +21,10 @@ seconds, KLD) go through three steps, the functions of
    Pearson et al. 2016); ``min_size`` or more flagged builds in a row are a
    level, not outliers (the builds before a step, when they wobble more than
    the builds after it). Outliers are reported, replaced by that median for
-   the segmentation, and left out of the tests and levels below. The cleaned
+   the segmentation, and left out of the tests and levels below; in a PELT
+   segment (below) where more than a third of the builds were flagged (a
+   level noisier than the pooled sigma, which the quieter levels set), the
+   flags are judged again with that segment's own sigma. The cleaned
    series is segmented by PELT with the least-squares (``l2``) cost and the
    BIC/SIC penalty ``penalty * sigma**2 * ln(n)`` (Killick, Fearnhead &
    Eckley 2012), using the maintained ``ruptures`` library (Truong, Oudre &
@@ -83,7 +86,7 @@ from logitlab.perf.changepoint_defaults import (  # re-exported: the settings li
     DEFAULT_OUTLIER_SIGMAS,
     DEFAULT_PENALTY,
 )
-from logitlab.perf.changepoint_stats import hampel, merge_segments, noise_sd, pelt
+from logitlab.perf.changepoint_stats import hampel, merge_segments, noise_sd, pelt, rejudge_noisy_segments
 from logitlab.perf.metrics import SERIES_KINDS  # re-exported: the kinds of a history metric
 
 __all__ = [
@@ -421,6 +424,7 @@ def detect_change_points(
 
     clean, bad = hampel(x, scale, outlier_sigmas, max_run=min_size - 1)  # min_size builds in a row: a level
     cuts = pelt(clean, penalty * scale * scale * math.log(x.size), min_size)
+    bad = rejudge_noisy_segments(x, bad, cuts, scale, outlier_sigmas, max_run=min_size - 1)
     keep = ~bad
     cuts, ps = merge_segments(x, keep, cuts, max_pvalue)
 
