@@ -21,7 +21,7 @@ def _config(control="", candidate="", *, engine="fake", prompt=SHORT_PROMPT, **k
 
 
 @pytest.mark.parametrize("candidate, exact", [("", True), ("leak=1", False)])
-def test_the_first_candidate_run_is_not_kept_and_later_ones_are_checked_by_its_fingerprint(candidate, exact):
+def test_the_first_candidate_run_is_not_kept_and_later_ones_are_checked_by_a_key_of_its_bits(candidate, exact):
     kept = AbExperiment(_config("", candidate), keep_first_candidate=True)
     kept_result = kept.run()
     lean = AbExperiment(_config("", candidate))

@@ -62,6 +62,26 @@ def test_fingerprint_is_the_logits_bits():
                                                     []).fingerprint()
 
 
+def test_bits_key_is_equal_iff_the_bits_are(tmp_path):
+    """RunOutput.bits_key (XXH3-128) tells runs apart as same_bits does: one ulp, a sign of zero, a shape, a dtype;
+    a view, a copy and a read-only mapping of the same bits share it."""
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((40, 3000)).astype(np.float32)
+    a = RunOutput(logits, [1], [], [])
+    path = tmp_path / "run.f32"
+    logits.tofile(path)
+    mapped = RunOutput(np.memmap(path, dtype=np.float32, mode="r", shape=logits.shape), [1], [], [])
+    strided = RunOutput(np.asfortranarray(logits), [1], [], [])  # not C-contiguous: hashed as its C-order copy
+    assert a.bits_key() == mapped.bits_key() == strided.bits_key() == RunOutput(logits.copy(), [], [], []).bits_key()
+    one_ulp = logits.copy()
+    one_ulp[39, 2999] = np.nextafter(one_ulp[39, 2999], np.float32(np.inf))
+    signed = np.zeros((1, 2), np.float32)
+    others = [one_ulp, logits.reshape(3000, 40), logits.astype(np.float64), signed, -signed]
+    keys = {a.bits_key(), *(RunOutput(x, [1], [], []).bits_key() for x in others)}
+    assert len(keys) == 1 + len(others)
+    assert all(len(k) == 32 for k in keys) and a.bits_key() != a.fingerprint()
+
+
 @pytest.mark.engine
 def test_ab_records_both_builds_the_numerics_and_the_ratio(numpy_ab, tmp_path):
     ab, _ = numpy_ab

@@ -80,6 +80,7 @@ class AbExperiment(Experiment):
         self.first_candidate: RunOutput | None = None  # whole only when kept (see __init__), else without logits
         self._keep_first_candidate = keep_first_candidate or config.self_check
         self._first_candidate_whole = False
+        self._first_candidate_key: str | None = None  # RunOutput.bits_key of the first candidate run, when not kept
         self.candidate_verdicts: list[tuple[int, Verdict]] = []
         self.detection: dict[int, DetectionLimits] = {}  # slot -> limits, for runs that were the worst so far
         self.autostop: AutoStop | None = None
@@ -306,14 +307,17 @@ class AbExperiment(Experiment):
             if self.first_candidate is None:
                 result.fingerprints[CANDIDATE] = output.fingerprint()
                 whole = self._keep_first_candidate or output.topk is not None  # top-k data: rows of k, kept
+                # later candidate runs are checked against a fast key, not the SHA-256 fingerprint kept in the
+                # result (0.022 s against 0.252 s a 2k-position run: workload.RunOutput.bits_key)
+                self._first_candidate_key = None if whole else output.bits_key()
                 # not a slice of the run: a view would keep the whole run's pages (its mapping) alive
                 self.first_candidate = spill_run(output) if whole else dataclasses.replace(
                     output, logits=np.empty((0, output.logits.shape[1]), dtype=output.logits.dtype))
                 self._first_candidate_whole = whole
             elif self._first_candidate_whole:
                 record.candidate_self_exact = self.first_candidate.same_bits(output)
-            else:  # its logits were not kept: the same bits iff the same fingerprint (SHA-256 of shape and bits)
-                record.candidate_self_exact = result.fingerprints[CANDIDATE] == output.fingerprint()
+            else:  # its logits were not kept: the same bits iff the same key (XXH3-128 of shape and bits)
+                record.candidate_self_exact = self._first_candidate_key == output.bits_key()
         record.comparison = comparison
         verdict = classify(comparison, self.config.thresholds)
         record.verdict = verdict.word

@@ -41,7 +41,6 @@ on the engine, :mod:`~logitlab.experiments.invariance_steps`. Both are re-export
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from typing import Any, Sequence
 
 import numpy as np
@@ -95,10 +94,6 @@ def _topk_check(name: str, reference_text: str, observed_text: str, reference: R
     comparison = compare_topk(reference.topk.head(n_rows), observed.topk.head(n_rows), top_k=config.top_k,
                               token_ids=list(map(int, reference.input_ids[:n_rows])))
     return Check(name, reference_text, observed_text, comparison, classify(comparison, config.thresholds), details)
-
-
-def _digest(array: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
 
 
 # -- probes ------------------------------------------------------------------------------
@@ -405,7 +400,7 @@ class InvarianceProbe(VerifyAxis, ProcessAxis, ServerProbes, Experiment):
         cfg, ids = self.config, result.prompt_ids
         groups: dict[str, list[int]] = {}
         for index, out in enumerate(outputs):
-            groups.setdefault(out.fingerprint() if out.topk is not None else _digest(out.logits), []).append(index + 1)
+            groups.setdefault(out.bits_key(), []).append(index + 1)  # runs of the same bits, one group
         texts: dict[tuple[int, ...], list[int]] = {}
         for index, out in enumerate(outputs):
             texts.setdefault(tuple(out.generated), []).append(index + 1)

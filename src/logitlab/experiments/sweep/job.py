@@ -125,7 +125,7 @@ def logits_digest(outputs: Sequence[RunOutput | None]) -> str | None:
     for output in outputs:
         logits = np.ascontiguousarray(output.logits, dtype=np.float32)
         digest.update(repr(logits.shape).encode("ascii"))
-        digest.update(logits.tobytes())
+        digest.update(logits.reshape(-1).view(np.uint8))  # the array's own bytes, read in place (no copy)
         if output.topk is not None:
             digest.update(dumps_line(output.topk.to_dict()).encode("utf-8"))
     return digest.hexdigest()
