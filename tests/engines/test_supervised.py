@@ -232,7 +232,8 @@ def test_a_long_run_is_kept_from_the_file_the_worker_wrote_never_copied():
     """The memory bound's mechanism across the process boundary (#31): a 700-token run (137 MB of logits, over
     KEEP_BUFFER_BYTES) is written by the worker into a file of its own, which this process then maps and keeps as
     the run's array: no run-sized allocation here, no mapping of it left in the worker, nothing in the shared
-    buffer; the bits are the engine's own, a later run does not overwrite them, and the pages go with the array."""
+    buffer; the bits are the engine's own, a later run does not overwrite them; a run nobody views any more has its
+    pages written again by the next run of its size, and they go with the engine's close."""
     import gc
     import mmap
     import tracemalloc
@@ -262,9 +263,29 @@ def test_a_long_run_is_kept_from_the_file_the_worker_wrote_never_copied():
         assert os.stat(worker._folder / "logits.f32").st_blocks == 0  # the shared buffer was not used
         again = worker.run_workload(ids, 2, expected.generated)
         assert got.same_bits(expected) and again.same_bits(expected)  # each run its own pages
-        del got, again, base
+
+        def run_files() -> int:
+            return sum("/run-" in line for line in _maps("self").splitlines())
+
+        assert run_files() == 2
+        # a run nobody views is kept, and the next run of its size is written into its pages (run_files.py): no new
+        # file; a run still viewed, even by one row, is never written into
+        other = ids[1:] + ids[:1]  # the same length, other logits
+        row = again.logits[3:4]
+        del got, base, again
         gc.collect()
-        assert "/run-" not in _maps("self")  # the pages went with the arrays
+        moved = worker.run_workload(other, 2, expected.generated)
+        assert run_files() == 2 and not np.array_equal(moved.logits.view(np.uint32), expected.logits.view(np.uint32))
+        assert np.array_equal(row.view(np.uint32), expected.logits[3:4].view(np.uint32))
+        del moved, row
+        gc.collect()
+        assert run_files() == 2  # both kept, free, until a run of another size or the engine's close
+        last = worker.run_workload(ids, 2, expected.generated)
+        assert last.same_bits(expected) and run_files() == 1  # one written again, the other freed
+        del last
+        gc.collect()
+        worker.close(wait=True)
+        assert "/run-" not in _maps("self")  # the pages went with the engine's close
     finally:
         plain.close()
         worker.close(wait=True)

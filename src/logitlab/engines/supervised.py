@@ -11,7 +11,8 @@ worker's logits buffer, one file that both processes map for the worker's whole 
 (the worker gathers the rows into it, this process copies them out: one copy across
 the boundary); a large one (over :data:`KEEP_BUFFER_BYTES`) in a file of its own that
 the worker writes and this process then keeps, mapped, as the run's array (no copy:
-the run is held once, :meth:`SupervisedEngine.run_workload`).
+the run is held once, :meth:`SupervisedEngine.run_workload`); once nothing views it,
+the next run of its size is written into the same pages (:mod:`logitlab.engines.run_files`).
 An experiment that drives the engine step by step (sessions, verify blocks,
 batches, dump capture) runs each step there: :func:`call_engine` with a
 module-level function of the engine, its result pickled back.
@@ -52,6 +53,7 @@ import numpy as np
 
 from logitlab.engines.base import Engine, StepTiming
 from logitlab.engines.crash import CrashEvidence, read_phase
+from logitlab.engines.run_files import RUN_FILES, keep_file
 from logitlab.errors import EngineCrashed, EngineError, InputError, InternalError, LogitlabError
 
 __all__ = ["SupervisedEngine", "supervise", "load_supervised", "call_engine", "engine_supports", "is_supervised"]
@@ -260,19 +262,30 @@ class SupervisedEngine:
 
         self._ensure()
         self._runs += 1
-        own = self._own_file(len(prompt_ids) + int(n_decode))
+        positions = len(prompt_ids) + int(n_decode)
+        own = self._own_file(positions)
+        # a kept file of an earlier run that nothing views any more, to write this run into (run_files.py)
+        held = RUN_FILES.take(positions * self.n_vocab * 4) if own is not None else None
         try:
             answer = self._ask({"op": "run", "prompt_ids": [int(t) for t in prompt_ids], "n_decode": int(n_decode),
                                 "replay": None if replay is None else [int(t) for t in replay], "fresh": fresh,
-                                "options": self._raw_options, "own_file": None if own is None else str(own)},
+                                "options": self._raw_options, "own_file": None if own is None else str(own),
+                                "reuse_file": None if held is None else held.proc_path},
                                timeout=self.timeout)
         except BaseException:
+            if held is not None:
+                RUN_FILES.put_back(held)
             if own is not None:
                 own.unlink(missing_ok=True)
             raise
         shape = tuple(answer["shape"])
-        logits = self._take_logits(shape) if answer.get("own_file") is None else _keep_file(Path(answer["own_file"]),
-                                                                                           shape)
+        if held is not None and answer.get("reused"):
+            logits = held.array(shape)
+        else:
+            if held is not None:
+                RUN_FILES.put_back(held)
+            logits = self._take_logits(shape) if answer.get("own_file") is None else keep_file(
+                Path(answer["own_file"]), shape)
         topk = answer.get("topk")
         return RunOutput(logits=logits, input_ids=answer["input_ids"], generated=answer["generated"],
                          timings=[StepTiming(**t) for t in answer["timings"]],
@@ -351,6 +364,7 @@ class SupervisedEngine:
         buffer, self._buffer = getattr(self, "_buffer", None), None
         if buffer is not None:
             buffer.close()  # every run was copied out of it: no view of it is left
+        RUN_FILES.release()  # the kept run files nothing views: no run of this engine will be written into them
         proc, self._proc = self._proc, None
         folder, self._folder = self._folder, None
         if proc is not None and proc.poll() is None:
@@ -496,26 +510,6 @@ class SupervisedEngine:
         except (ProcessLookupError, PermissionError):
             pass
 
-
-
-def _keep_file(path: Path, shape: tuple[int, int]) -> np.ndarray:
-    """A run's logits from the file of its own that the worker wrote (and no longer maps), kept as they are.
-
-    The file is mapped here (shared, writable) and removed from the folder at once: its pages belong to this
-    mapping alone, freed when the last view of the array goes. Nothing is copied.
-
-    Returns:
-        A float32 array of ``shape`` (n_positions, n_vocab), C order, a view of the mapping (``owndata`` False:
-        the mapping owns the pages; no other process maps them).
-    """
-    try:
-        with open(path, "r+b") as f:
-            mapped = mmap.mmap(f.fileno(), 0) if int(np.prod(shape)) else None
-    finally:
-        path.unlink(missing_ok=True)
-    if mapped is None:
-        return np.empty(shape, dtype=np.float32)
-    return np.frombuffer(mapped, dtype=np.float32, count=int(np.prod(shape))).reshape(shape)
 
 
 def engine_supports(engine: Any, ability: str) -> bool:

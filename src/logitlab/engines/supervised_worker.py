@@ -105,15 +105,44 @@ def remove_folder(phase_file: str) -> None:
 class RunFile:
     """One run's logits in a file of its own (``own_file`` of a run request): created at the run's size, mapped
     while the engine writes the rows into it, unmapped before the answer, so that the parent's mapping is then
-    the only one (it keeps the file as the run's array: no copy, and no second buffer of the run here)."""
+    the only one (it keeps the file as the run's array: no copy, and no second buffer of the run here).
 
-    def __init__(self, path: str):
+    With ``reuse`` (``reuse_file`` of the request: ``/proc/<parent>/fd/<fd>``, an unlinked file of an earlier run
+    that the parent keeps, :mod:`logitlab.engines.run_files`), the rows go into that file when it opens and has
+    the run's size, its existing pages mapped at once (``MAP_POPULATE``): no page is allocated or zeroed.
+    :attr:`reused` says which file was written.
+    """
+
+    def __init__(self, path: str, reuse: str | None = None):
         self.path = path
+        self.reuse = reuse
+        self.reused = False
         self._map: mmap.mmap | None = None
+
+    def _reuse(self, need: int) -> mmap.mmap | None:
+        """The parent's file mapped here, or None (it cannot be opened, e.g. ``/proc`` access refused, or it is
+        not ``need`` bytes)."""
+        try:
+            fd = os.open(self.reuse, os.O_RDWR)
+        except OSError:
+            return None
+        try:
+            if os.fstat(fd).st_size != need:
+                return None
+            return mmap.mmap(fd, need, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
 
     def array(self, shape: tuple[int, int]) -> np.ndarray:
         """A float32 view of shape ``shape`` on the file, made at that size (once per run)."""
         need = int(np.prod(shape)) * 4
+        if self.reuse and need:
+            self._map = self._reuse(need)
+            if self._map is not None:
+                self.reused = True
+                return np.frombuffer(self._map, dtype=np.float32, count=int(np.prod(shape))).reshape(shape)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.ftruncate(fd, need)
@@ -175,7 +204,7 @@ def main(argv: list[str]) -> int:
                     shape = (len(request["prompt_ids"]) + request["n_decode"], int(target.n_vocab))
                     # the rows are gathered into the buffer the parent maps (it copies them out: the one copy across
                     # the boundary), or into a file of the run's own that the parent keeps (no copy)
-                    own = RunFile(request["own_file"]) if request.get("own_file") else None
+                    own = RunFile(request["own_file"], request.get("reuse_file")) if request.get("own_file") else None
                     into = own or buffer
                     mapped = None if target.supports("workload") else into.array(shape)
                     try:
@@ -198,7 +227,9 @@ def main(argv: list[str]) -> int:
                             own.close()
                         except BufferError:  # a view of the rows outlived the run here: unmapped when it goes
                             pass
-                    answer({"ok": True, "shape": shape, "own_file": None if own is None else own.path,
+                    reused = own is not None and own.reused
+                    answer({"ok": True, "shape": shape, "own_file": None if own is None or reused else own.path,
+                            "reused": reused,
                             "input_ids": output.input_ids,
                             "generated": output.generated, "timings": [dataclasses.asdict(t) for t in output.timings],
                             "topk": None if output.topk is None else output.topk.to_dict(), "scoring": output.scoring})
