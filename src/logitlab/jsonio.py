@@ -31,11 +31,23 @@ from logitlab.errors import InputError
 R = TypeVar("R", bound="ResultRecord")
 
 
+#: Item types of a list that :func:`to_jsonable` copies as it is when their sum is finite.
+_NUMBERS = frozenset({float, int})
+
+
 def to_jsonable(value: Any) -> Any:
     """Recursively turn numpy scalars/arrays, tuples and non-finite floats into JSON types."""
     if isinstance(value, dict):
         return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
+        # a result's per-position lists (thousands of Python floats each): a finite sum means no NaN or infinity
+        # among them (either would make it non-finite; an overflow only sends the list the long way)
+        if set(map(type, value)) <= _NUMBERS:
+            try:
+                if math.isfinite(sum(value)):
+                    return list(value)
+            except OverflowError:  # an int too large for a float beside floats
+                pass
         return [to_jsonable(v) for v in value]
     if isinstance(value, np.ndarray):
         return to_jsonable(value.tolist())
