@@ -36,7 +36,12 @@ _NUMBERS = frozenset({float, int})
 
 
 def to_jsonable(value: Any) -> Any:
-    """Recursively turn numpy scalars/arrays, tuples and non-finite floats into JSON types."""
+    """Recursively turn numpy scalars/arrays, tuples and non-finite floats (to None) into JSON types.
+
+    A list or tuple of plain Python ``float``/``int`` items whose sum is finite holds no NaN or infinity, and is
+    copied as it is (a result's per-position lists: thousands of items); any other goes item by item, with the
+    same answer.
+    """
     if isinstance(value, dict):
         return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

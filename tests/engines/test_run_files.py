@@ -24,6 +24,16 @@ def folder():
         yield Path(d)
 
 
+@pytest.fixture
+def files():
+    """A RunFiles of the test's own; at the end (the test's arrays gone) its mappings and descriptors are closed."""
+    kept = RunFiles()
+    yield kept
+    gc.collect()
+    kept.release()
+    assert kept.followed() == 0
+
+
 def _written(folder: Path, name: str, value: float) -> Path:
     """A run file as a worker leaves it: written at the run's size, not mapped."""
     path = folder / name
@@ -43,15 +53,13 @@ def _open_maps() -> int:
     return sum(" (deleted)" in line and "/run-" in line for line in Path("/proc/self/maps").read_text().splitlines())
 
 
-def test_a_kept_run_is_its_file_s_pages_unlinked_at_once(folder):
-    files = RunFiles()
+def test_a_kept_run_is_its_file_s_pages_unlinked_at_once(folder, files):
     a = files.keep(_written(folder, "run-1.f32", 1.5), SHAPE)
     assert a.shape == SHAPE and a.dtype == np.float32 and not a.flags.owndata and np.all(a == 1.5)
     assert not list(folder.iterdir()) and files.followed() == 1 and _open_maps() == 1
 
 
-def test_only_a_mapping_nothing_views_is_taken_and_only_at_its_size(folder):
-    files = RunFiles()
+def test_only_a_mapping_nothing_views_is_taken_and_only_at_its_size(folder, files):
     a = files.keep(_written(folder, "run-1.f32", 1.0), SHAPE)
     n = a.nbytes
     assert files.take(n) is None  # the array views it
@@ -68,8 +76,7 @@ def test_only_a_mapping_nothing_views_is_taken_and_only_at_its_size(folder):
     assert _open_maps() == 0
 
 
-def test_a_taken_mapping_is_written_again_through_proc_by_another_process(folder):
-    files = RunFiles()
+def test_a_taken_mapping_is_written_again_through_proc_by_another_process(folder, files):
     a = files.keep(_written(folder, "run-1.f32", 1.0), SHAPE)
     n = a.nbytes
     del a
@@ -87,8 +94,7 @@ def test_a_taken_mapping_is_written_again_through_proc_by_another_process(folder
     assert files.followed() == 1 and _open_maps() == 1
 
 
-def test_put_back_frees_a_taken_mapping_and_release_closes_the_free_ones(folder):
-    files = RunFiles()
+def test_put_back_frees_a_taken_mapping_and_release_closes_the_free_ones(folder, files):
     a = files.keep(_written(folder, "run-1.f32", 1.0), SHAPE)
     b = files.keep(_written(folder, "run-2.f32", 2.0), SHAPE)
     n = a.nbytes
@@ -106,8 +112,7 @@ def test_put_back_frees_a_taken_mapping_and_release_closes_the_free_ones(folder)
     assert files.followed() == 0 and _open_maps() == 0
 
 
-def test_keeping_a_run_closes_the_free_ones_so_that_one_run_s_pages_wait_at_most(folder):
-    files = RunFiles()
+def test_keeping_a_run_closes_the_free_ones_so_that_one_run_s_pages_wait_at_most(folder, files):
     first = files.keep(_written(folder, "run-1.f32", 1.0), SHAPE)
     del first
     gc.collect()
@@ -115,10 +120,9 @@ def test_keeping_a_run_closes_the_free_ones_so_that_one_run_s_pages_wait_at_most
     assert files.followed() == 1 and np.all(second == 2.0) and _open_maps() == 1
 
 
-def test_past_max_tracked_the_oldest_run_in_use_is_let_go_and_keeps_its_bits(folder, monkeypatch):
+def test_past_max_tracked_the_oldest_run_in_use_is_let_go_and_keeps_its_bits(folder, files, monkeypatch):
     monkeypatch.setattr(run_files, "MAX_TRACKED", 3)
     fds = len(os.listdir("/proc/self/fd"))
-    files = RunFiles()
     runs = [files.keep(_written(folder, f"run-{i}.f32", float(i)), SHAPE) for i in range(5)]
     assert files.followed() == 3
     assert all(np.all(r == float(i)) for i, r in enumerate(runs)) and _open_maps() == 5
@@ -129,9 +133,56 @@ def test_past_max_tracked_the_oldest_run_in_use_is_let_go_and_keeps_its_bits(fol
     assert files.followed() == 0 and _open_maps() == 0 and len(os.listdir("/proc/self/fd")) == fds  # no descriptor left
 
 
-def test_an_empty_run_is_an_empty_array_and_leaves_nothing(folder):
+def test_an_empty_run_is_an_empty_array_and_leaves_nothing(folder, files):
     path = folder / "run-1.f32"
     path.write_bytes(b"")
-    files = RunFiles()
     a = files.keep(path, (0, 1024))
     assert a.shape == (0, 1024) and files.followed() == 0 and not path.exists()
+
+
+def test_reference_counts_tell_a_free_mapping_here():
+    """The module's load-time check: on CPython a view raises the mapping's count (else nothing would be reused)."""
+    assert run_files.REUSE is True
+
+
+def test_a_forgotten_mapping_is_closed_and_never_handed_out_again(folder, files):
+    """What a run interrupted before its answer leaves: the worker may still write into the file."""
+    fds = len(os.listdir("/proc/self/fd"))
+    a = files.keep(_written(folder, "run-1.f32", 1.0), SHAPE)
+    n = a.nbytes
+    del a
+    gc.collect()
+    kept = files.take(n)
+    files.forget(kept)
+    assert files.followed() == 0 and files.take(n) is None and _open_maps() == 0
+    assert len(os.listdir("/proc/self/fd")) == fds
+
+
+def test_release_waits_for_nothing_when_the_lock_is_held(folder, files):
+    """An engine's close run by the garbage collector inside RunFiles' own methods must not block on their lock."""
+    a = files.keep(_written(folder, "run-1.f32", 1.0), SHAPE)
+    del a
+    gc.collect()
+    with files._lock:
+        files.release()  # returns at once, closes nothing
+        assert files.followed() == 1
+    files.release()
+    assert files.followed() == 0
+
+
+def test_a_taken_mapping_is_never_let_go_past_max_tracked(folder, files, monkeypatch):
+    """Its descriptor must stay open: the worker opens the file through it."""
+    monkeypatch.setattr(run_files, "MAX_TRACKED", 1)
+    a = files.keep(_written(folder, "run-1.f32", 1.0), SHAPE)
+    n = a.nbytes
+    del a
+    gc.collect()
+    kept = files.take(n)
+    others = [files.keep(_written(folder, f"run-{i}.f32", float(i)), SHAPE) for i in (2, 3)]
+    assert kept in files._kept and os.fstat(kept.fd).st_size == n
+    assert files.followed() == 2  # the taken one and the run just kept (no view of it yet when trimmed)
+    files.put_back(kept)
+    del others
+    gc.collect()
+    files.release()
+    assert files.followed() == 0

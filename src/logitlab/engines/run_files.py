@@ -10,13 +10,16 @@ array it keeps, does not pay.
 So the mapping of a run that is no longer used is kept (:class:`RunFiles`): the next run of the same size is
 written into it (the worker opens the same unlinked file through ``/proc/<this pid>/fd/<fd>`` and maps its
 pages, which exist: 0.03 s to map them, 0.03 s to write the rows). A kept mapping is free when no array or other
-buffer views it: its reference count (CPython) says so, and only a free one is written again, so a run still held
-anywhere (a reference, a view of a few rows) is never overwritten.
+buffer views it: its reference count says so (every numpy array, slice or memoryview of the mapping holds a
+reference to it; CPython's count, checked when this module loads — where the check fails, nothing is reused),
+and only a free one is written again, so a run still held anywhere (a reference, a view of a few rows) is never
+overwritten.
 
-At most one free mapping is kept, and only until the next run asks for another size or every supervised engine
-of this process is closed: the pages a run would have freed when it was dropped are the pages the next run
-writes, so the peak memory is as before. The files are unlinked from the first: a ``kill -9`` of this process
-frees them with it, as before.
+Free mappings wait only until the next call into a supervised engine (:meth:`RunFiles.take` for a large run: the
+one of its size is kept, the others closed; :meth:`RunFiles.release` for any other call, and at an engine's close):
+the pages a run would have freed when it was dropped are the pages the next run writes, so no engine call
+allocates beside a waiting run, and the peak memory is as before. The files are unlinked from the first: a
+``kill -9`` of this process frees them with it, as before.
 
 Measured by ``benchmarks/bench_run_files.py``.
 """
@@ -32,22 +35,46 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["RunFiles", "RUN_FILES", "MAX_TRACKED", "keep_file"]
+__all__ = ["RunFiles", "KeptRun", "RUN_FILES", "MAX_TRACKED", "REUSE", "keep_file"]
 
 #: Kept mappings followed at once (free or in use): past it, the oldest in use is let go (its array keeps it).
 MAX_TRACKED = 16
 
 
+def _counts_views() -> bool:
+    """Does a view of a mapping raise the mapping's reference count (CPython does), and dropping it lower it?"""
+    probe = mmap.mmap(-1, mmap.PAGESIZE)
+    try:
+        before = sys.getrefcount(probe)
+        view = np.frombuffer(probe, dtype=np.uint8)
+        during = sys.getrefcount(probe)
+        del view
+        return during > before == sys.getrefcount(probe)
+    finally:
+        probe.close()
+
+
+#: Whether runs are written again at all: only where reference counts tell a free mapping (:func:`_counts_views`).
+REUSE = _counts_views()
+
+
 @dataclass
-class _Kept:
-    """One kept run file: its descriptor (open while followed, for the worker's ``/proc`` path) and mapping."""
+class KeptRun:
+    """One kept run file: its descriptor (open while followed, for the worker's ``/proc`` path) and mapping.
+
+    Attributes:
+        fd: this process's descriptor of the (unlinked) file.
+        map: the shared, writable mapping of the whole file.
+        taken: handed out by :meth:`RunFiles.take` for the next run, its array not made yet.
+    """
 
     fd: int
     map: mmap.mmap
-    taken: bool = False  # handed out by RunFiles.take for the next run, its array not made yet
+    taken: bool = False
 
     @property
     def size(self) -> int:
+        """Bytes of the file (and of the mapping)."""
         return len(self.map)
 
     @property
@@ -64,12 +91,9 @@ class _Kept:
         return out
 
 
-def _free(kept: _Kept) -> bool:
-    """No array, memoryview or other buffer views ``kept.map``: the references are this record's and the call's.
-
-    CPython's reference count: every view (numpy array made from the mapping, slice of one, memoryview) holds a
-    reference to the mapping object.
-    """
+def _free(kept: KeptRun) -> bool:
+    """Not taken, and no array, memoryview or other buffer views ``kept.map``: its references are the record's and
+    this call's (every view holds one: :func:`_counts_views`)."""
     return not kept.taken and sys.getrefcount(kept.map) <= 2
 
 
@@ -77,7 +101,7 @@ class RunFiles:
     """The run files this process keeps (:mod:`logitlab.engines.run_files`); one per process, :data:`RUN_FILES`."""
 
     def __init__(self) -> None:
-        self._kept: list[_Kept] = []
+        self._kept: list[KeptRun] = []
         self._lock = threading.Lock()
 
     def keep(self, path: Path, shape: tuple[int, int]) -> np.ndarray:
@@ -88,6 +112,9 @@ class RunFiles:
 
         Returns:
             A float32 array of ``shape`` (n_positions, n_vocab), C order, a view of the mapping (``owndata`` False).
+
+        Raises:
+            OSError: the file cannot be opened or mapped (it is unlinked all the same).
         """
         count = int(np.prod(shape))
         try:
@@ -98,7 +125,7 @@ class RunFiles:
             os.close(fd)
             return np.empty(shape, dtype=np.float32)
         try:
-            kept = _Kept(fd, mmap.mmap(fd, 0))
+            kept = KeptRun(fd, mmap.mmap(fd, 0))
         except BaseException:
             os.close(fd)
             raise
@@ -108,16 +135,17 @@ class RunFiles:
             self._trim()
         return kept.array(shape)
 
-    def take(self, n_bytes: int) -> _Kept | None:
+    def take(self, n_bytes: int) -> KeptRun | None:
         """A free kept mapping of exactly ``n_bytes`` to write the next run into, or None; the other free ones are
         closed (their pages freed), as the runs they held would have been. The one returned is taken until its
-        :meth:`_Kept.array` is made (the run was written into it) or it is :meth:`put_back`."""
+        :meth:`KeptRun.array` is made (the run was written into it), it is :meth:`put_back` or :meth:`forget`-ten.
+        None always where :data:`REUSE` is off."""
         with self._lock:
             found = None
             for kept in list(self._kept):
                 if not _free(kept):
                     continue
-                if found is None and kept.size == n_bytes:
+                if REUSE and found is None and kept.size == n_bytes:
                     found = kept
                 else:
                     self._close(kept)
@@ -125,19 +153,33 @@ class RunFiles:
                 found.taken = True
             return found
 
-    def put_back(self, kept: _Kept) -> None:
-        """A mapping :meth:`take` handed out that the run was not written into (the worker failed, crashed or
-        could not open it): free again."""
+    def put_back(self, kept: KeptRun) -> None:
+        """A mapping :meth:`take` handed out that the run was not written into, the worker done with it (it
+        answered, crashed or was killed): free again."""
         with self._lock:
             kept.taken = False
 
-    def release(self) -> None:
-        """Close every free kept mapping (the supervised engines are closed: no run will follow)."""
+    def forget(self, kept: KeptRun) -> None:
+        """A mapping :meth:`take` handed out that a worker may still be writing into (interrupted before its
+        answer): no longer followed or handed out; this process's mapping and descriptor are closed, the pages
+        go when the worker's mapping does."""
         with self._lock:
+            if kept in self._kept:
+                kept.taken = False
+                self._close(kept)
+
+    def release(self) -> None:
+        """Close every free kept mapping (the next call writes no large run, or an engine is closed). Skipped when
+        the lock is held: a garbage-collected engine's close can run inside this object's own methods."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
             self._drop_free()
+        finally:
+            self._lock.release()
 
     def followed(self) -> int:
-        """How many mappings are followed (free or in use)."""
+        """How many mappings are followed (free, taken or in use)."""
         return len(self._kept)
 
     def _drop_free(self) -> None:
@@ -146,11 +188,15 @@ class RunFiles:
                 self._close(kept)
 
     def _trim(self) -> None:
-        while len(self._kept) > MAX_TRACKED:  # the oldest in use: let go, its arrays keep its mapping alive
-            kept = self._kept.pop(0)
-            os.close(kept.fd)
+        """Past :data:`MAX_TRACKED`, let go of the oldest in use (never a taken one: a worker may open its fd)."""
+        for kept in list(self._kept):
+            if len(self._kept) <= MAX_TRACKED:
+                return
+            if not kept.taken and not _free(kept):
+                self._kept.remove(kept)
+                os.close(kept.fd)  # its arrays keep the mapping
 
-    def _close(self, kept: _Kept) -> None:
+    def _close(self, kept: KeptRun) -> None:
         self._kept.remove(kept)
         try:
             kept.map.close()

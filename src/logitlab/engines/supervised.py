@@ -53,7 +53,7 @@ import numpy as np
 
 from logitlab.engines.base import Engine, StepTiming
 from logitlab.engines.crash import CrashEvidence, read_phase
-from logitlab.engines.run_files import RUN_FILES, keep_file
+from logitlab.engines.run_files import RUN_FILES, KeptRun, keep_file
 from logitlab.errors import EngineCrashed, EngineError, InputError, InternalError, LogitlabError
 
 __all__ = ["SupervisedEngine", "supervise", "load_supervised", "call_engine", "engine_supports", "is_supervised"]
@@ -253,6 +253,12 @@ class SupervisedEngine:
         ``fresh``: on a new engine object in the worker, closed after the run. A worker that died in an
         earlier call is started again first (and loads the engine again).
 
+        Returns:
+            A :class:`~logitlab.engines.workload.RunOutput` whose ``logits`` (n_positions, n_vocab) float32 are a
+            copy out of the worker's buffer for a small run, and for one over :data:`KEEP_BUFFER_BYTES` a view of
+            a mapped file: a new one, or the kept file of an earlier run of the same size that nothing views any
+            more, written again (:mod:`logitlab.engines.run_files`).
+
         Raises:
             EngineCrashed: the worker died, or the run passed ``timeout``.
             InputError, EngineError: what the engine raised.
@@ -263,45 +269,66 @@ class SupervisedEngine:
         self._ensure()
         self._runs += 1
         positions = len(prompt_ids) + int(n_decode)
-        own = self._own_file(positions)
-        # a kept file of an earlier run that nothing views any more, to write this run into (run_files.py)
-        held = RUN_FILES.take(positions * self.n_vocab * 4) if own is not None else None
+        held = self._held_file(positions)  # a kept file of an earlier run to write this one into (run_files.py)
+        own = self._own_file(positions, held is not None)
+        answered = used = False
         try:
             answer = self._ask({"op": "run", "prompt_ids": [int(t) for t in prompt_ids], "n_decode": int(n_decode),
                                 "replay": None if replay is None else [int(t) for t in replay], "fresh": fresh,
                                 "options": self._raw_options, "own_file": None if own is None else str(own),
                                 "reuse_file": None if held is None else held.proc_path},
                                timeout=self.timeout)
+            answered = True
+            shape = tuple(answer["shape"])
+            if held is not None and answer.get("reused"):
+                logits, used = held.array(shape), True
+            elif answer.get("own_file") is None:
+                logits = self._take_logits(shape)
+            else:
+                logits = keep_file(Path(answer["own_file"]), shape)
         except BaseException:
-            if held is not None:
-                RUN_FILES.put_back(held)
             if own is not None:
                 own.unlink(missing_ok=True)
             raise
-        shape = tuple(answer["shape"])
-        if held is not None and answer.get("reused"):
-            logits = held.array(shape)
-        else:
-            if held is not None:
-                RUN_FILES.put_back(held)
-            logits = self._take_logits(shape) if answer.get("own_file") is None else keep_file(
-                Path(answer["own_file"]), shape)
+        finally:
+            if held is not None and not used:
+                # the worker is done with it once it answered or is gone; else (Ctrl-C while the request was
+                # being sent) it may still write into it: never handed out again
+                done = answered or self._proc is None or self._proc.poll() is not None
+                (RUN_FILES.put_back if done else RUN_FILES.forget)(held)
         topk = answer.get("topk")
         return RunOutput(logits=logits, input_ids=answer["input_ids"], generated=answer["generated"],
                          timings=[StepTiming(**t) for t in answer["timings"]],
                          topk=None if topk is None else TopKRows.from_dict(topk), scoring=answer.get("scoring"))
 
-    def _own_file(self, positions: int) -> Path | None:
+    def _run_bytes(self, positions: int) -> int | None:
+        """Bytes of a run of ``positions`` rows' logits (None: the engine does not say its vocabulary)."""
+        try:
+            return positions * self.n_vocab * 4
+        except (KeyError, TypeError):
+            return None
+
+    def _held_file(self, positions: int) -> KeptRun | None:
+        """A free kept run file of the size of a run of ``positions`` rows, to write it into (the other free ones
+        are closed first, so the space check of :meth:`_own_file` sees their room); for a run that goes through
+        the buffer, every free one is closed (:mod:`logitlab.engines.run_files`)."""
+        need = self._run_bytes(positions)
+        if need is None or need <= KEEP_BUFFER_BYTES:
+            RUN_FILES.release()
+            return None
+        return RUN_FILES.take(need)
+
+    def _own_file(self, positions: int, held: bool = False) -> Path | None:
         """The file a run of ``positions`` rows is to be written into and kept from (None: the logits buffer, copied
         out): a run over :data:`KEEP_BUFFER_BYTES` whose logits fit the free space of the worker's folder (its
         width is the engine's vocabulary; ``/dev/shm`` is a RAM file system whose size is capped, by default at
-        half the memory: a run that would not fit it goes through the buffer, as before)."""
-        try:
-            need = positions * self.n_vocab * 4
-        except (KeyError, TypeError):  # an engine that does not say its vocabulary: through the buffer
+        half the memory: a run that would not fit it goes through the buffer, as before). ``held``: a kept file
+        of the run's size is to be written instead, which needs no room (the path is the worker's fallback)."""
+        need = self._run_bytes(positions)
+        if need is None or need <= KEEP_BUFFER_BYTES:  # no vocabulary said, or small: through the buffer
             return None
-        if need <= KEEP_BUFFER_BYTES:
-            return None
+        if held:
+            return self._folder / f"run-{self._runs}.f32"
         try:
             free = os.statvfs(self._folder)
         except OSError:
@@ -346,6 +373,7 @@ class SupervisedEngine:
         """
         self._ensure()
         self._runs += 1
+        RUN_FILES.release()  # a step allocates as it likes: no dropped run's pages wait beside it
         request, out = self._folder / f"call-{self._runs}.in", self._folder / f"call-{self._runs}.out"
         request.write_bytes(pickle.dumps(args, protocol=pickle.HIGHEST_PROTOCOL))
         try:
@@ -359,27 +387,30 @@ class SupervisedEngine:
 
     def close(self, wait: bool = False) -> None:
         """Ask the worker to close the engine and exit, and return; a thread waits for it (killing it after
-        :data:`CLOSE_TIMEOUT`) and removes its folder. ``wait``: wait here instead."""
-        self._closed = True
-        buffer, self._buffer = getattr(self, "_buffer", None), None
-        if buffer is not None:
-            buffer.close()  # every run was copied out of it: no view of it is left
-        RUN_FILES.release()  # the kept run files nothing views: no run of this engine will be written into them
-        proc, self._proc = self._proc, None
-        folder, self._folder = self._folder, None
-        if proc is not None and proc.poll() is None:
-            try:
-                proc.stdin.write(json.dumps({"op": "close"}) + "\n")
-                proc.stdin.flush()
-            except (OSError, ValueError):
-                self._kill(proc)
-        if proc is None and folder is None:
-            return
-        streams = (getattr(self, "_answers", None), getattr(self, "_stderr", None))
-        if wait:
-            _reap(proc, folder, streams)
-        else:
-            threading.Thread(target=_reap, args=(proc, folder, streams), daemon=True).start()
+        :data:`CLOSE_TIMEOUT`) and removes its folder. ``wait``: wait here instead. The kept run files nothing
+        views are closed last (:mod:`logitlab.engines.run_files`)."""
+        try:
+            self._closed = True
+            buffer, self._buffer = getattr(self, "_buffer", None), None
+            if buffer is not None:
+                buffer.close()  # every run was copied out of it: no view of it is left
+            proc, self._proc = self._proc, None
+            folder, self._folder = self._folder, None
+            if proc is not None and proc.poll() is None:
+                try:
+                    proc.stdin.write(json.dumps({"op": "close"}) + "\n")
+                    proc.stdin.flush()
+                except (OSError, ValueError):
+                    self._kill(proc)
+            if proc is None and folder is None:
+                return
+            streams = (getattr(self, "_answers", None), getattr(self, "_stderr", None))
+            if wait:
+                _reap(proc, folder, streams)
+            else:
+                threading.Thread(target=_reap, args=(proc, folder, streams), daemon=True).start()
+        finally:
+            RUN_FILES.release()
 
     def __del__(self) -> None:
         try:

@@ -8,12 +8,14 @@ standard error, so that what native code prints cannot corrupt the answers):
 - ``{"op": "load", "target", "name", "model", "options"}`` →
   ``{"ok": true, "describe", "n_vocab", "n_ctx", "load_seconds"}``
 - ``{"op": "tokenize", "text"}`` → ``{"ok": true, "ids"}``; ``{"op": "detokenize", "ids"}`` → ``{"ok": true, "text"}``
-- ``{"op": "run", "prompt_ids", "n_decode", "replay", "fresh", "own_file"}`` → the run's token ids, timings
-  and the ``shape`` of its logits, which are in the worker's logits buffer (:class:`LogitsBuffer`: the file
-  ``logits.f32`` in its folder, float32, C order, from offset 0; the parent maps it once and copies the run
-  out), or, where the request names an ``own_file``, in that file (:class:`RunFile`: created for this run,
+- ``{"op": "run", "prompt_ids", "n_decode", "replay", "fresh", "own_file", "reuse_file"}`` → the run's token
+  ids, timings and the ``shape`` of its logits, which are in the worker's logits buffer (:class:`LogitsBuffer`:
+  the file ``logits.f32`` in its folder, float32, C order, from offset 0; the parent maps it once and copies the
+  run out), or, where the request names an ``own_file``, in that file (:class:`RunFile`: created for this run,
   float32, C order; the worker no longer maps it when it answers, and the answer's ``own_file`` names it: the
-  parent keeps it as the run's array); ``fresh``: on a new engine object, closed after the run (``--isolation
+  parent keeps it as the run's array) — or in ``reuse_file``, where the request names one that opens at the
+  run's size (the parent's kept file of an earlier run, ``/proc/<pid>/fd/<fd>``: the answer's ``reused`` is
+  true and its ``own_file`` null); ``fresh``: on a new engine object, closed after the run (``--isolation
   engine``).
 - ``{"op": "call", "fn": "module:function", "args", "out", "phase", "events"}`` → ``{"ok": true}`` after
   ``function(engine, *args)`` ran, its arguments unpickled from the file ``args`` and its return value pickled

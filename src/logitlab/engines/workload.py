@@ -24,7 +24,8 @@ from logitlab.engines.topk import TopKRows
 from logitlab.errors import InputError
 
 
-#: Bytes hashed at once by :meth:`RunOutput.fingerprint` (the digest does not depend on it).
+#: Bytes hashed at once by :meth:`RunOutput.fingerprint` and :meth:`RunOutput.bits_key` (the digest does not
+#: depend on it).
 _HASH_BYTES = 1 << 24
 
 
@@ -68,16 +69,7 @@ class RunOutput:
         bytes of ``logits`` after a header naming the shape and dtype; for a
         top-k run, of its rows' ids and float64 bits instead.
         """
-        h = hashlib.sha256()
-        if self.topk is not None:
-            h.update(json.dumps(self.topk.to_dict(), sort_keys=True).encode())
-            return "topk-" + h.hexdigest()
-        logits = np.ascontiguousarray(self.logits, dtype=self.logits.dtype.newbyteorder("<"))
-        h.update(f"{logits.dtype.str}{logits.shape}".encode())
-        flat = logits.reshape(-1).view(np.uint8)
-        for start in range(0, flat.size, _HASH_BYTES):  # the array's own bytes, read in place (no run-sized copy)
-            h.update(flat[start:start + _HASH_BYTES])
-        return h.hexdigest()
+        return self._digest(hashlib.sha256())
 
     def bits_key(self) -> str:
         """A 128-bit key of the logits' dtype, shape and bits (or of the top-k data): equal iff :meth:`same_bits`
@@ -89,13 +81,19 @@ class RunOutput:
         """
         import xxhash
 
-        h = xxhash.xxh3_128()
+        return self._digest(xxhash.xxh3_128())
+
+    def _digest(self, h: Any) -> str:
+        """``h`` (a hashlib-style object) fed the top-k data, or a header naming the logits' dtype and shape and
+        then their little-endian bytes, read in place; its hex digest (``topk-`` first for top-k data)."""
         if self.topk is not None:
             h.update(json.dumps(self.topk.to_dict(), sort_keys=True).encode())
             return "topk-" + h.hexdigest()
-        logits = np.ascontiguousarray(self.logits)
+        logits = np.ascontiguousarray(self.logits, dtype=self.logits.dtype.newbyteorder("<"))
         h.update(f"{logits.dtype.str}{logits.shape}".encode())
-        h.update(logits.reshape(-1).view(np.uint8))  # the array's own bytes, read in place
+        flat = logits.reshape(-1).view(np.uint8)
+        for start in range(0, flat.size, _HASH_BYTES):  # the array's own bytes, read in place (no run-sized copy)
+            h.update(flat[start:start + _HASH_BYTES])
         return h.hexdigest()
 
     def seconds(self, kind: str) -> float:

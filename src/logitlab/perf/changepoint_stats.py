@@ -22,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["noise_sd", "hampel", "rejudge_noisy_segments", "welch_p", "pelt", "merge_segments"]
+__all__ = ["MAX_OUTLIER_SHARE", "noise_sd", "hampel", "rejudge_noisy_segments", "welch_p", "pelt", "merge_segments"]
 
 #: Hampel filter half-width, in builds.
 _HAMPEL_HALF = 2
@@ -148,6 +148,11 @@ def rejudge_noisy_segments(x: np.ndarray, bad: np.ndarray, cuts: Sequence[int], 
     level; with few builds left on its side, the step's t test fails. Measured
     by ``tests/report/test_round_trip_history.py`` (sleep 0.01 then sleep 0.3,
     5 builds each): builds 1, 3 and 4 of the first 5 flagged, no change point.
+
+    The segments stay as :func:`pelt` found them (on the series cleaned with
+    the first mask); only which builds the t tests and levels leave out
+    changes. The second pass's windows end at the segment's ends, so a build
+    there is judged against its own level alone.
     """
     out = np.array(bad, dtype=bool, copy=True)
     bounds = [0, *cuts, x.size]
