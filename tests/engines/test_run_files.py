@@ -41,6 +41,15 @@ def _written(folder: Path, name: str, value: float) -> Path:
     return path
 
 
+def _taken(files: RunFiles, folder: Path):
+    """A run kept, then dropped (nothing views it), then taken for the next run: the kept file and its bytes."""
+    a = files.keep(_written(folder, "run-1.f32", 1.0), SHAPE)
+    n = a.nbytes
+    del a
+    gc.collect()
+    return files.take(n), n
+
+
 def _mapping(array: np.ndarray):
     """The object at the end of ``array``'s chain of bases (a memoryview's, its exporter)."""
     base = array
@@ -77,11 +86,7 @@ def test_only_a_mapping_nothing_views_is_taken_and_only_at_its_size(folder, file
 
 
 def test_a_taken_mapping_is_written_again_through_proc_by_another_process(folder, files):
-    a = files.keep(_written(folder, "run-1.f32", 1.0), SHAPE)
-    n = a.nbytes
-    del a
-    gc.collect()
-    kept = files.take(n)
+    kept, n = _taken(files, folder)
     assert kept is not None and kept.proc_path == f"/proc/{os.getpid()}/fd/{kept.fd}"
     assert files.take(n) is None  # taken: not handed out twice, not closed by a second take
     child = ("import mmap, os, sys, numpy as np\n"
@@ -95,12 +100,8 @@ def test_a_taken_mapping_is_written_again_through_proc_by_another_process(folder
 
 
 def test_put_back_frees_a_taken_mapping_and_release_closes_the_free_ones(folder, files):
-    a = files.keep(_written(folder, "run-1.f32", 1.0), SHAPE)
+    kept, n = _taken(files, folder)
     b = files.keep(_written(folder, "run-2.f32", 2.0), SHAPE)
-    n = a.nbytes
-    del a
-    gc.collect()
-    kept = files.take(n)
     files.put_back(kept)
     assert files.take(n) is kept  # free again
     files.put_back(kept)
@@ -148,11 +149,7 @@ def test_reference_counts_tell_a_free_mapping_here():
 def test_a_forgotten_mapping_is_closed_and_never_handed_out_again(folder, files):
     """What a run interrupted before its answer leaves: the worker may still write into the file."""
     fds = len(os.listdir("/proc/self/fd"))
-    a = files.keep(_written(folder, "run-1.f32", 1.0), SHAPE)
-    n = a.nbytes
-    del a
-    gc.collect()
-    kept = files.take(n)
+    kept, n = _taken(files, folder)
     files.forget(kept)
     assert files.followed() == 0 and files.take(n) is None and _open_maps() == 0
     assert len(os.listdir("/proc/self/fd")) == fds
@@ -173,11 +170,7 @@ def test_release_waits_for_nothing_when_the_lock_is_held(folder, files):
 def test_a_taken_mapping_is_never_let_go_past_max_tracked(folder, files, monkeypatch):
     """Its descriptor must stay open: the worker opens the file through it."""
     monkeypatch.setattr(run_files, "MAX_TRACKED", 1)
-    a = files.keep(_written(folder, "run-1.f32", 1.0), SHAPE)
-    n = a.nbytes
-    del a
-    gc.collect()
-    kept = files.take(n)
+    kept, n = _taken(files, folder)
     others = [files.keep(_written(folder, f"run-{i}.f32", float(i)), SHAPE) for i in (2, 3)]
     assert kept in files._kept and os.fstat(kept.fd).st_size == n
     assert files.followed() == 2  # the taken one and the run just kept (no view of it yet when trimmed)
