@@ -13,7 +13,7 @@ import os
 import numpy as np
 import pytest
 
-from logitlab.engines import supervised
+from logitlab.engines import supervised, worker_folders
 from logitlab.engines.supervised import load_supervised
 from logitlab.engines.variant import Variant
 from logitlab.engines.workload import run_workload
@@ -191,20 +191,20 @@ def test_a_folder_whose_parent_and_worker_were_killed_together_goes_when_the_nex
                                 stderr=subprocess.PIPE, text=True, env=env)
         folder = Path(proc.stdout.readline().strip())
         # (a "closed" leaver may have removed its folder already)
-        assert folder.name.startswith(supervised.FOLDER_PREFIX) and (how == "closed" or folder.is_dir()), \
+        assert folder.name.startswith(worker_folders.FOLDER_PREFIX) and (how == "closed" or folder.is_dir()), \
             proc.stderr.read()
         return proc, folder
 
     proc, stale = leaver("killed")
-    pids = [int(p) for p in (stale / supervised.OWNER_FILE).read_text().split()]
+    pids = [int(p) for p in (stale / worker_folders.OWNER_FILE).read_text().split()]
     assert pids[0] == proc.pid and len(pids) == 2
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     proc.communicate(timeout=60)
     deadline = time.monotonic() + 20
-    while supervised._alive(pids[1]) and time.monotonic() < deadline:
+    while worker_folders.alive(pids[1]) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not supervised._alive(pids[1])
+    assert not worker_folders.alive(pids[1])
     assert (stale / "phase").exists()  # left behind: nobody could remove it
     proc, folder = leaver("closed")  # the next process to start a worker
     proc.communicate(timeout=60)
@@ -213,14 +213,14 @@ def test_a_folder_whose_parent_and_worker_were_killed_together_goes_when_the_nex
     # the rule on folders of its own making: only both-gone owners go
     for name, owner in [("gone", f"{pids[0]} {pids[1]}"), ("parent-alive", f"{os.getpid()} {pids[1]}"),
                         ("starting", None)]:
-        (tmp_path / (supervised.FOLDER_PREFIX + name)).mkdir()
+        (tmp_path / (worker_folders.FOLDER_PREFIX + name)).mkdir()
         if owner is not None:
-            (tmp_path / (supervised.FOLDER_PREFIX + name) / supervised.OWNER_FILE).write_text(owner)
+            (tmp_path / (worker_folders.FOLDER_PREFIX + name) / worker_folders.OWNER_FILE).write_text(owner)
     (tmp_path / "other-gone").mkdir()
-    (tmp_path / "other-gone" / supervised.OWNER_FILE).write_text(f"{pids[0]} {pids[1]}")
-    assert supervised._remove_stale(str(tmp_path)) == [tmp_path / (supervised.FOLDER_PREFIX + "gone")]
+    (tmp_path / "other-gone" / worker_folders.OWNER_FILE).write_text(f"{pids[0]} {pids[1]}")
+    assert worker_folders.remove_stale(str(tmp_path)) == [tmp_path / (worker_folders.FOLDER_PREFIX + "gone")]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [supervised.FOLDER_PREFIX + "parent-alive", supervised.FOLDER_PREFIX + "starting", "other-gone"])
+        [worker_folders.FOLDER_PREFIX + "parent-alive", worker_folders.FOLDER_PREFIX + "starting", "other-gone"])
 
 
 def _maps(pid: int | str) -> str:

@@ -32,18 +32,15 @@ Engines that already run out of process (the ``workload`` ability: ``cmd``,
 
 from __future__ import annotations
 
-import atexit
 import base64
 import json
 import mmap
 import os
 import pickle
 import select
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -54,6 +51,7 @@ import numpy as np
 from logitlab.engines.base import Engine, StepTiming
 from logitlab.engines.crash import CrashEvidence, read_phase
 from logitlab.engines.run_files import RUN_FILES, KeptRun, keep_file
+from logitlab.engines.worker_folders import new_folder, remove_folder, write_owner
 from logitlab.errors import EngineCrashed, EngineError, InputError, InternalError, LogitlabError
 
 __all__ = ["SupervisedEngine", "supervise", "load_supervised", "call_engine", "engine_supports", "is_supervised"]
@@ -65,66 +63,6 @@ CLOSE_TIMEOUT = 10.0
 #: never twice, not even while it crosses); smaller runs go through the buffer, whose pages are kept for the next
 #: run (allocating them again costs about 1.2 ms per MB on a 2-core machine: 30 ms for 121 × 49,152 logits).
 KEEP_BUFFER_BYTES = 64 << 20
-_SHM = "/dev/shm"
-#: The prefix of a worker's folder (the worker removes only a folder so named).
-FOLDER_PREFIX = "logitlab-engine-"
-#: The worker folders this process made and has not removed yet; :func:`_remove_owned` removes them when the
-#: interpreter exits, so that a ``close`` whose reaping thread is cut off at exit, or a worker that crashed and
-#: was not started again, leaves nothing in ``/dev/shm`` (a worker removes its own folder when it is closed or
-#: its standard input ends: :mod:`logitlab.engines.supervised_worker`).
-_OWNED: set[Path] = set()
-
-
-#: The file in a worker's folder naming its two processes, "PARENT_PID WORKER_PID" (:func:`_remove_stale`).
-OWNER_FILE = "owner"
-_STALE_SWEPT = False
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (a zombie counts: its parent has not reaped it yet)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
-def _remove_stale(where: str) -> list[Path]:
-    """Remove the worker folders in ``where`` whose parent and worker processes are both gone; returns them.
-
-    A worker removes its folder when it is closed or its standard input ends, and a parent removes the folders
-    it owns at exit; neither runs where both were killed together (a SIGKILL of a whole process tree: a test
-    harness, a batch scheduler, the OOM killer). Each folder names its two processes in :data:`OWNER_FILE`; a
-    folder without that file (a worker still starting, or an older logitlab's) is left alone. Called once per
-    process, before its first worker starts. Assumes ``where`` is not shared with another PID namespace.
-    """
-    removed = []
-    try:
-        names = [n for n in os.listdir(where) if n.startswith(FOLDER_PREFIX)]
-    except OSError:
-        return removed
-    for name in names:
-        folder = Path(where, name)
-        try:
-            pids = [int(p) for p in (folder / OWNER_FILE).read_text().split()]
-        except (OSError, ValueError):
-            continue
-        if pids and not any(_alive(pid) for pid in pids):
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
-    return removed
-
-
-@atexit.register
-def _remove_owned() -> None:
-    """Remove every worker folder this process still owns (at interpreter exit)."""
-    for folder in list(_OWNED):
-        shutil.rmtree(folder, ignore_errors=True)
-        _OWNED.discard(folder)
-
-
 def _reap(proc: subprocess.Popen | None, folder: Path | None, streams: Sequence[Any]) -> None:
     """Wait for a closing worker (kill its group after :data:`CLOSE_TIMEOUT`), close its pipes, remove its folder."""
     if proc is not None:
@@ -141,8 +79,7 @@ def _reap(proc: subprocess.Popen | None, folder: Path | None, streams: Sequence[
         except OSError:
             pass
     if folder is not None:
-        shutil.rmtree(folder, ignore_errors=True)
-        _OWNED.discard(folder)
+        remove_folder(folder)
 
 
 class SupervisedEngine:
@@ -420,14 +357,8 @@ class SupervisedEngine:
 
     # -- the worker -----------------------------------------------------------------------------------
     def _start(self) -> None:
-        global _STALE_SWEPT
         if self._folder is None:
-            where = _SHM if os.path.isdir(_SHM) and os.access(_SHM, os.W_OK) else tempfile.gettempdir()
-            if not _STALE_SWEPT:
-                _STALE_SWEPT = True
-                _remove_stale(where)
-            self._folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX, dir=where))
-            _OWNED.add(self._folder)
+            self._folder = new_folder()
         read_fd, write_fd = os.pipe()
         self._stderr = open(self._folder / "stderr.log", "w+b")
         # the worker imports the adapter by "module:Class": it gets this process's import path, so that an
@@ -443,7 +374,7 @@ class SupervisedEngine:
                 text=True, start_new_session=True, env=env)
         finally:
             os.close(write_fd)
-        (self._folder / OWNER_FILE).write_text(f"{os.getpid()} {self._proc.pid}\n")
+        write_owner(self._folder, self._proc.pid)
         self._answers = os.fdopen(read_fd, "rb", buffering=0)
         self._buffer = None  # the worker's logits buffer, mapped on its first run
         self._pending_bytes = b""

@@ -97,7 +97,7 @@ class LogitsBuffer:
 def remove_folder(phase_file: str) -> None:
     """Remove the worker's folder (the one ``phase_file`` is in) if it is a supervised engine's folder: the
     worker is done with it and the parent no longer needs it (closed, or gone)."""
-    from logitlab.engines.supervised import FOLDER_PREFIX
+    from logitlab.engines.worker_folders import FOLDER_PREFIX
 
     folder = os.path.dirname(os.path.abspath(phase_file))
     if os.path.basename(folder).startswith(FOLDER_PREFIX):
