@@ -21,6 +21,9 @@ from logitlab.engines.llamacpp import LlamaCppEngine, LlamaCppSession
 from logitlab.engines.options import positive_int
 
 NAME = "crashing-llamacpp"
+#: The same engine, its workers forked from a fork server that imported llama-cpp-python and this module
+#: (:attr:`~logitlab.engines.base.Engine.PRELOAD`; tests/engines/test_forkserver.py).
+FORKED = "crashing-llamacpp-forked"
 
 
 def segfault(how: str = "segv") -> None:
@@ -72,11 +75,25 @@ class CrashingLlamaCpp(LlamaCppEngine):
         return {**super().describe(), "engine": NAME}
 
 
+class ForkedCrashingLlamaCpp(CrashingLlamaCpp):
+    name = FORKED
+    PRELOAD = ("llama_cpp", "crash_engine")
+
+
+def worker_facts(engine: object, names: list[str]) -> dict:
+    """Run in a worker (``call_engine``): its pid, its parent's, and the environment variables ``names``."""
+    import os
+
+    return {"pid": os.getpid(), "ppid": os.getppid(), "env": {n: os.environ.get(n) for n in names}}
+
+
 def register() -> None:
     register_engine(NAME, "crash_engine:CrashingLlamaCpp")
+    register_engine(FORKED, "crash_engine:ForkedCrashingLlamaCpp")
 
 
 def unregister() -> None:
     from logitlab.engines import ENGINES
 
     ENGINES.pop(NAME, None)
+    ENGINES.pop(FORKED, None)

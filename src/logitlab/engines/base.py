@@ -279,6 +279,10 @@ class Engine:
     #: logitlab's pip extra that installs :attr:`LIBRARIES` (``pip install 'logitlab[EXTRA]'``); None: nothing to
     #: install.
     EXTRA: ClassVar[str | None] = None
+    #: Modules a supervised worker of this engine imports before it loads a model, imported once by a fork server
+    #: that then forks the workers (:mod:`logitlab.engines.forkserver`): for libraries slow to import (PyTorch and
+    #: transformers, ~4.5 s); () for a new process per worker.
+    PRELOAD: ClassVar[tuple[str, ...]] = ()
     #: Prefixes of the environment variables the engine's libraries read at start-up or per call (``GGML_``);
     #: a golden records the variables of the process environment that start with them.
     ENV_PREFIXES: ClassVar[tuple[str, ...]] = ()

@@ -171,6 +171,10 @@ class HfEngine(Engine):
     LIBRARIES = (("torch", "torch"), ("transformers", "transformers"), ("gguf", "gguf"), ("accelerate", "accelerate"))
     EXTRA = "hf"
     ENV_PREFIXES = ("TORCH_", "PYTORCH_", "CUDA_", "CUBLAS_", "NVIDIA_TF32")
+    # what a worker imports to load a model (the model class's own module is loaded by the model's type)
+    PRELOAD = ("torch", "transformers", "transformers.modeling_utils", "transformers.generation",
+               "transformers.tokenization_utils_fast", "logitlab.engines.hf", "logitlab.engines.workload",
+               "logitlab.engines.supervised_worker")
     #: The invariance matrix's thread sweep: torch intra-op threads 1 vs 2.
     AXIS_SETTINGS = {"threads": ({"threads": "1"}, {"threads": "2"})}
     OPTIONS = {

@@ -26,6 +26,11 @@ engine's build identity and a hint where the engine knows one
 (:meth:`~logitlab.engines.base.Engine.crash_hint`). The next call starts a new
 worker, which loads the engine again (a crash in that load is a crash too).
 
+An adapter whose libraries are slow to import names them in its ``PRELOAD`` (``hf``: PyTorch and
+transformers); its workers are then forked from a fork server that imported them once under the worker's
+environment (:mod:`logitlab.engines.forkserver`: 1.2 s a worker instead of 5.5 s), seen here as a
+:class:`subprocess.Popen` is; where no server can be reached, a new process as for any engine.
+
 Engines that already run out of process (the ``workload`` ability: ``cmd``,
 ``openai``) are not supervised: :func:`supervise` returns them as they are.
 """
@@ -48,6 +53,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from logitlab.engines import forkserver
 from logitlab.engines.base import Engine, StepTiming
 from logitlab.engines.crash import CrashEvidence, read_phase
 from logitlab.engines.run_files import RUN_FILES, KeptRun, keep_file
@@ -155,6 +161,7 @@ class SupervisedEngine:
                 raise
             finally:
                 self._pending = False
+            write_owner(self._folder, self._proc.pid)
             if self.model is None:
                 self.model = self._loaded_answer.get("model")
         return self._loaded_answer
@@ -366,15 +373,25 @@ class SupervisedEngine:
         paths = [p for p in sys.path if p and os.path.isdir(p)]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(
             paths + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))}
+        argv = [str(write_fd), str(self._folder / "phase")]
         try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "logitlab.engines.supervised_worker", str(write_fd),
-                 str(self._folder / "phase")],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._stderr, pass_fds=(write_fd,),
-                text=True, start_new_session=True, env=env)
+            self._proc = None
+            if self.engine_cls.PRELOAD and forkserver.enabled():  # forked with the adapter's libraries imported
+                try:
+                    self._proc = forkserver.fork_worker(self.engine_cls.PRELOAD, argv, env, self._stderr.fileno(),
+                                                        write_fd)
+                except OSError:  # no server to reach: a new process, as for any engine
+                    self._proc = None
+            if self._proc is None:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", "logitlab.engines.supervised_worker", *argv],
+                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._stderr, pass_fds=(write_fd,),
+                    text=True, start_new_session=True, env=env)
         finally:
             os.close(write_fd)
-        write_owner(self._folder, self._proc.pid)
+        # a forked worker's pid is known once the server forked it (after its imports, for its first worker):
+        # this process alone is named until the load's answer (a folder of a live owner is never swept)
+        write_owner(self._folder, self._proc.pid if isinstance(self._proc, subprocess.Popen) else None)
         self._answers = os.fdopen(read_fd, "rb", buffering=0)
         self._buffer = None  # the worker's logits buffer, mapped on its first run
         self._pending_bytes = b""
@@ -469,7 +486,7 @@ class SupervisedEngine:
     def _kill(proc: subprocess.Popen) -> None:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+        except OSError:  # gone already (or a fork server that ended before it forked it: no worker)
             pass
 
 

@@ -82,9 +82,10 @@ def new_folder() -> Path:
     return folder
 
 
-def write_owner(folder: Path, worker_pid: int) -> None:
-    """Name this process and the worker in the folder's :data:`OWNER_FILE` (what :func:`remove_stale` reads)."""
-    (folder / OWNER_FILE).write_text(f"{os.getpid()} {worker_pid}\n")
+def write_owner(folder: Path, worker_pid: int | None) -> None:
+    """Name this process and the worker (None: not known yet) in the folder's :data:`OWNER_FILE` (what
+    :func:`remove_stale` reads)."""
+    (folder / OWNER_FILE).write_text(f"{os.getpid()}{'' if worker_pid is None else f' {worker_pid}'}\n")
 
 
 def remove_folder(folder: Path) -> None:
