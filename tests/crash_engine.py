@@ -81,10 +81,11 @@ class ForkedCrashingLlamaCpp(CrashingLlamaCpp):
 
 
 def worker_facts(engine: object, names: list[str]) -> dict:
-    """Run in a worker (``call_engine``): its pid, its parent's, and the environment variables ``names``."""
+    """Run in a worker (``call_engine``): its pid, its parent's, its current folder and the environment variables
+    ``names``."""
     import os
 
-    return {"pid": os.getpid(), "ppid": os.getppid(), "env": {n: os.environ.get(n) for n in names}}
+    return {"pid": os.getpid(), "ppid": os.getppid(), "cwd": os.getcwd(), "env": {n: os.environ.get(n) for n in names}}
 
 
 def register() -> None:

@@ -167,10 +167,73 @@ def test_a_load_error_in_a_forked_worker_is_raised_as_from_a_new_process(crashin
     for setting in ("1", "0"):
         monkeypatch.setenv("LOGITLAB_FORKSERVER", setting)
         engine = load_supervised(Variant("v", crashing.FORKED, model=str(bad)))
+        kind = type(engine._proc).__name__
         try:
             with pytest.raises(LogitlabError) as caught:
                 engine.tokenize("x")
-            raised.append((type(engine._proc).__name__ if engine._proc else None, type(caught.value), str(caught.value)))
+            raised.append((kind, type(caught.value), str(caught.value)))
         finally:
             engine.close(wait=True)
     assert raised[0][1:] == raised[1][1:] and raised[0][1] is not EngineCrashed, raised
+    assert [r[0] for r in raised] == ["ForkedWorker", "Popen"]
+
+
+def test_a_module_changed_on_disk_is_never_forked_from_the_old_imports(crashing):
+    """bisect rebuilds and reinstalls between probes: a server whose imported files changed refuses, the worker
+    starts as a new process, and the next one comes from a new server; the old server still tells the exit
+    status of the worker it forked before (a segfault reads as SIGSEGV, not as killed)."""
+    source = Path(crashing.__file__)
+    before = source.stat()
+    first = load_supervised(Variant("v", crashing.FORKED, options={"crash_phase": "decode"}))
+    try:
+        ids = first.tokenize(SHORT_PROMPT)
+        old = _server_of(first)
+        os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+        refused = load_supervised(Variant("v", crashing.FORKED))
+        assert refused.n_vocab > 0 and isinstance(refused._proc, subprocess.Popen), type(refused._proc)
+        refused.close(wait=True)
+        again = load_supervised(Variant("v", crashing.FORKED))
+        assert again.n_vocab > 0 and type(again._proc).__name__ == "ForkedWorker"
+        assert _server_of(again) is not old
+        again.close(wait=True)
+        with pytest.raises(EngineCrashed) as caught:
+            first.run_workload(ids, 2)
+        assert caught.value.evidence.signal == signal.SIGSEGV, caught.value.evidence
+    finally:
+        os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))
+        first.close(wait=True)
+
+
+def test_a_worker_runs_in_the_callers_folder_and_another_folder_is_another_server(crashing, monkeypatch, tmp_path):
+    engines = []
+    try:
+        for folder in (tmp_path, TESTS):
+            monkeypatch.chdir(folder)
+            engines.append(load_supervised(Variant("v", crashing.FORKED)))
+        facts = [call_engine(e, crashing.worker_facts, [], phase="facts") for e in engines]
+        assert [f["cwd"] for f in facts] == [str(tmp_path), str(TESTS)]
+        assert _server_of(engines[0]) is not _server_of(engines[1])
+    finally:
+        for engine in engines:
+            engine.close(wait=True)
+
+
+def test_a_server_closed_for_a_newer_one_still_tells_its_worker_s_segfault(crashing):
+    first = load_supervised(Variant("v", crashing.FORKED, options={"crash_phase": "decode"},
+                                    env={"LOGITLAB_TEST_KNOB": "0"}))
+    others = []
+    try:
+        ids = first.tokenize(SHORT_PROMPT)
+        server = _server_of(first)
+        for knob in ("1", "2"):  # MAX_SERVERS = 2: the first server is closed for the third
+            others.append(load_supervised(Variant("v", crashing.FORKED, env={"LOGITLAB_TEST_KNOB": knob})))
+            assert others[-1].n_vocab > 0
+        assert forkserver.MAX_SERVERS == 2 and server not in [s.proc for s in forkserver._SERVERS.values()]
+        assert server.poll() is None  # closed, but its worker still runs: it stays to tell its exit
+        with pytest.raises(EngineCrashed) as caught:
+            first.run_workload(ids, 2)
+        assert caught.value.evidence.signal == signal.SIGSEGV, caught.value.evidence
+        server.wait(timeout=30)  # its last worker gone, it ends
+    finally:
+        for engine in (first, *others):
+            engine.close(wait=True)

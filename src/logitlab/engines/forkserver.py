@@ -8,11 +8,17 @@ modules once and then forks one worker per request, which skips the imports.
 
 What a forked worker shares with a worker started afresh, and how:
 
-- **The environment.** A server is started with the worker's environment and serves only workers whose
-  environment is the same (:func:`server_key`), but for :data:`UNREAD_AT_IMPORT`, variables no library reads
-  while it is imported (the child is given its exact environment before the worker runs). A variant's
-  environment knobs (``TORCH_*``, ``OMP_NUM_THREADS``, ...) therefore reach the imports exactly as they would
-  in a new process: another environment is another server, never a knob set after the imports.
+- **The environment and the current folder.** A server is started with the worker's environment in the
+  caller's current folder and serves only workers whose environment and folder are the same
+  (:func:`server_key`), but for :data:`UNREAD_AT_IMPORT`, variables no library reads while it is imported (the
+  child is given its exact environment and folder before the worker runs). A variant's environment knobs
+  (``TORCH_*``, ``OMP_NUM_THREADS``, ...) therefore reach the imports as they reach a new process's: another
+  environment is another server, never a knob set after the imports.
+- **The code.** Before each fork the server checks that no file of a module it imported changed on disk since
+  (a library reinstalled, a source tree checked out, as ``bisect`` does between builds) and that CUDA is not
+  initialised in it; otherwise it answers ``refused``, takes no more requests, and the worker is started as a
+  new process (:class:`~logitlab.engines.supervised.SupervisedEngine`), as is a worker whose server ended before
+  it forked it (a crash while importing then shows with its evidence, in the new process).
 - **Its streams, session and exit status.** The worker's standard input, answer pipe and standard error are
   passed to the server over a Unix socket (``SCM_RIGHTS``); the child calls ``setsid`` (a process group of
   its own, as ``start_new_session``) before its pid is reported; the server reaps it and writes its exit status
@@ -31,8 +37,9 @@ Why not :mod:`multiprocessing.forkserver`: it keeps one server per process, star
 first use (a knob set later would go unseen), gives the child no standard input, and runs pickled targets.
 
 ``LOGITLAB_FORKSERVER=0`` turns the servers off (every worker a new process). A process keeps at most
-:data:`MAX_SERVERS` servers; a server exits when the socket to it closes (this process ended or closed it),
-and its workers are not affected (their standard input is this process's pipe).
+:data:`MAX_SERVERS` servers; a server closed (this process ended, or it was the least recently used) takes no
+more requests and exits once its last worker has ended, telling their exit statuses until then. A server killed
+from outside cannot tell them: its workers run on, and their exit reads as -9 (``-SIGKILL``).
 """
 
 from __future__ import annotations
@@ -63,9 +70,9 @@ MAX_REQUEST = 1 << 17
 
 
 def server_key(env: dict[str, str], preload: Sequence[str]) -> tuple:
-    """What two workers must share to be forked from one server: the modules to import and the environment
-    (but :data:`UNREAD_AT_IMPORT`), and this interpreter."""
-    return (sys.executable, tuple(preload),
+    """What two workers must share to be forked from one server: the modules to import, the environment (but
+    :data:`UNREAD_AT_IMPORT`), the current folder (relative paths, ``sys.path[0]``) and this interpreter."""
+    return (sys.executable, os.getcwd(), tuple(preload),
             tuple(sorted((k, v) for k, v in env.items() if k not in UNREAD_AT_IMPORT)))
 
 
@@ -75,19 +82,21 @@ class ForkedWorker:
     :meth:`wait` (raises :class:`subprocess.TimeoutExpired`).
 
     The status pipe carries the worker's pid (written once it leads its own session) and, when the server has
-    reaped it, its exit code. An end of the pipe with no exit code (the server was killed) reads as the
-    worker's end once the pid is gone (or a zombie), exit code -9 (``-SIGKILL``): the only way a server dies
-    unasked, and its worker may have gone the same way.
+    reaped it, its exit code; or ``refused REASON`` in place of both (not forked: :meth:`never_started`). An
+    end of the pipe with no exit code (the server was killed from outside) reads as the worker's end once the
+    pid is gone (or a zombie), exit code -9 (``-SIGKILL``): its worker may have gone the same way.
     """
 
-    def __init__(self, status_fd: int, stdin: Any, args: Sequence[str]):
+    def __init__(self, status_fd: int, stdin: Any, args: Sequence[str], server: subprocess.Popen | None = None):
         self.args = list(args)
+        self.server = server
         self.stdin = stdin
         self.returncode: int | None = None
         self._status = os.fdopen(status_fd, "rb", buffering=0)
         self._pending = b""
         self._pid: int | None = None
         self._orphan = False  # the server ended before it told the worker's exit status
+        self.refused: str | None = None
 
     @property
     def pid(self) -> int:
@@ -122,9 +131,33 @@ class ForkedWorker:
         what, _, number = line.decode().partition(" ")
         if what == "pid":
             self._pid = int(number)
-        else:  # "exit" (before any pid: the child died before it could say it, its setsid failed)
+        elif what == "exit":  # (before any pid: the child died before it could say it, its setsid failed)
             self.returncode = int(number)
+        else:  # "refused": not forked (the server's libraries changed on disk, or fork failed); it has ended
+            self.returncode = -signal.SIGKILL
+            self.refused = number
         return True
+
+    def never_started(self, timeout: float = 10.0) -> bool:
+        """Whether the server ended or refused without forking the worker. Asked once the worker's answer pipe
+        ended: the server has then forked it (its pid or exit code is on the way) or ended or refused (it says so,
+        or its end closes the pipe), so this waits at most ``timeout`` seconds for that line. Such a worker is
+        started as a new process instead."""
+        deadline = time.monotonic() + timeout
+        while self._pid is None and self.returncode is None:
+            if not self._read_line(max(0.0, deadline - time.monotonic())):
+                break
+        return self._pid is None and self.returncode is not None
+
+    def killpg(self) -> None:
+        """SIGKILL the worker's process group; before its pid is known (its server still importing, or hung),
+        the server itself, which ends the worker's start (nothing is waited for here)."""
+        if self.poll() is not None:  # reaped: its pid may be another process's by now
+            return
+        if self._pid is not None:
+            os.killpg(self._pid, signal.SIGKILL)
+        elif self.server is not None:
+            self.server.kill()
 
     def _wait_orphan(self, deadline: float | None) -> bool:
         """Wait until the worker whose server is gone is gone or a zombie (its new parent may never reap it), or
@@ -182,6 +215,9 @@ class ForkServer:
                 [sys.executable, "-m", "logitlab.engines.forkserver", str(theirs.fileno()), *self.preload],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),), start_new_session=True, env=env)
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
         self.sock = ours
@@ -198,7 +234,7 @@ class ForkServer:
         """
         status_r, status_w = os.pipe()
         try:
-            request = json.dumps({"argv": list(argv), "env": env}).encode()
+            request = json.dumps({"argv": list(argv), "env": env, "cwd": os.getcwd()}).encode()
             if len(request) > MAX_REQUEST:
                 raise OSError(f"a fork request of {len(request)} bytes (over {MAX_REQUEST})")
             with self.lock:
@@ -211,15 +247,10 @@ class ForkServer:
         return status_r
 
     def close(self) -> None:
-        """Close the socket: the server exits (its workers go on)."""
-        try:
+        """Close the socket: the server takes no more requests and exits once its workers have ended (it reports
+        their exit statuses until then). Nothing is waited for here."""
+        with self.lock:
             self.sock.close()
-        finally:
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 _SERVERS: dict[tuple, ForkServer] = {}
@@ -242,9 +273,35 @@ def fork_worker(preload: Sequence[str], argv: Sequence[str], env: dict[str, str]
         OSError: the server could not be reached (the caller starts a new process instead).
     """
     key = server_key(env, preload)
+    for attempt in (1, 2):
+        server = _server(key, env, preload)
+        stdin_r, stdin_w = os.pipe()
+        try:
+            status = server.fork(argv, env, stdin_r, answers_fd, stderr_fd)
+        except OSError:  # the server stopped taking requests (ended, or refused one): another server, once
+            os.close(stdin_w)
+            with _SERVERS_LOCK:
+                if _SERVERS.get(key) is server:
+                    del _SERVERS[key]
+            server.close()
+            if attempt == 2:
+                raise
+            continue
+        except BaseException:
+            os.close(stdin_w)
+            raise
+        finally:
+            os.close(stdin_r)
+        return ForkedWorker(status, os.fdopen(stdin_w, "w", buffering=1), ["forkserver", *argv], server.proc)
+    raise AssertionError("unreachable")
+
+
+def _server(key: tuple, env: dict[str, str], preload: Sequence[str]) -> ForkServer:
+    """The live server for ``key``, started if there is none (the least recently used one closed beyond
+    :data:`MAX_SERVERS`)."""
     with _SERVERS_LOCK:
         server = _SERVERS.pop(key, None)
-        if server is not None and server.proc.poll() is not None:  # ended (killed): its socket is closed
+        if server is not None and server.proc.poll() is not None:  # ended (killed)
             server.close()
             server = None
         if server is None:
@@ -252,15 +309,7 @@ def fork_worker(preload: Sequence[str], argv: Sequence[str], env: dict[str, str]
                 _SERVERS.pop(next(iter(_SERVERS))).close()
             server = ForkServer(env, preload)
         _SERVERS[key] = server  # the most recently used last
-    stdin_r, stdin_w = os.pipe()
-    try:
-        status = server.fork(argv, env, stdin_r, answers_fd, stderr_fd)
-    except BaseException:
-        os.close(stdin_w)
-        raise
-    finally:
-        os.close(stdin_r)
-    return ForkedWorker(status, os.fdopen(stdin_w, "w", buffering=1), ["forkserver", *argv])
+        return server
 
 
 @atexit.register
@@ -277,63 +326,124 @@ def close_servers() -> None:
 
 
 # -- the server side ---------------------------------------------------------------------------------------
+def _module_files() -> dict[str, tuple[int, int]]:
+    """(mtime_ns, size) of the file of every module imported here: what a worker forked now would run."""
+    files = {}
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if path:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            files[path] = (st.st_mtime_ns, st.st_size)
+    return files
+
+
+def _why_not_fork(imported: dict[str, tuple[int, int]]) -> str | None:
+    """Why a worker must not be forked from this server now (None: it may): a module file changed on disk since
+    it was imported (a library reinstalled, a source tree checked out: a new process would run the new code), or
+    CUDA initialised here (a forked child cannot use it)."""
+    for path, seen in imported.items():
+        try:
+            st = os.stat(path)
+        except OSError:
+            return f"changed-on-disk:{path}"
+        if (st.st_mtime_ns, st.st_size) != seen:
+            return f"changed-on-disk:{path}"
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(getattr(torch, "cuda", None), "is_initialized", lambda: False)():
+        return "cuda-initialised"
+    return None
+
+
 def _serve(sock: socket.socket) -> None:
-    """Fork a worker per request until the socket ends; write each worker's exit code into its status pipe."""
+    """Fork a worker per request until the socket ends, then go on reaping until the last worker has ended;
+    each worker's exit code goes into its status pipe. A request that must not be forked (:func:`_why_not_fork`)
+    is answered ``refused REASON`` and the server ends (its next user starts a new one)."""
+    imported = _module_files()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     children: dict[int, int] = {}  # pid -> status pipe
-    while True:
-        ready, _, _ = select.select([sock, wake_r], [], [])
+    listening = True
+    while listening or children:
+        ready, _, _ = select.select([sock, wake_r] if listening else [wake_r], [], [])
         if wake_r in ready:
             os.read(wake_r, 512)
             _reap(children)
-        if sock not in ready:
+        if not listening or sock not in ready:
             continue
         data, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 4)
-        if not data:
-            return
+        if not data or len(fds) != 4:
+            listening = False
+            sock.close()
+            for fd in fds:
+                os.close(fd)
+            continue
         request = json.loads(data)
         stdin_fd, answers_fd, stderr_fd, status_fd = fds
-        pid = os.fork()
+        why = _why_not_fork(imported)
+        pid = None
+        if why is None:
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()  # nothing printed here is handed down to the child's streams
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                why = f"fork-failed:{exc.errno}"
         if pid == 0:
+            signal.set_wakeup_fd(-1)
             sock.close()
             for fd in (wake_r, wake_w, *children.values()):
                 os.close(fd)
             _child(request, stdin_fd, answers_fd, stderr_fd, status_fd)  # never returns
-        children[pid] = status_fd
+        if pid is None:  # said before the worker's answer pipe ends here: the parent asks once it ended
+            os.write(status_fd, f"refused {why}\n".encode())
+            os.close(status_fd)
         for fd in (stdin_fd, answers_fd, stderr_fd):
             os.close(fd)
+        if pid is None:
+            if not why.startswith("fork-failed"):  # a changed library or CUDA: this server is done (the requests
+                listening = False                  # queued behind this one end with the socket: never started)
+                sock.close()
+            continue
+        children[pid] = status_fd
         _reap(children)
 
 
 def _reap(children: dict[int, int]) -> None:
+    """Reap every ended worker of ``children`` (pid -> status pipe) and write ``exit CODE`` into its pipe
+    (``os.waitstatus_to_exitcode``: negative for a signal); the pipe is then closed."""
     for pid in list(children):
         try:
             done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            done, status = pid, -signal.SIGKILL << 8
+            code = os.waitstatus_to_exitcode(status) if done else None
+        except ChildProcessError:  # reaped elsewhere: its status is lost
+            done, code = pid, -signal.SIGKILL
         if done:
             fd = children.pop(pid)
             try:
-                os.write(fd, f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
-            except (OSError, ValueError):
+                os.write(fd, f"exit {code}\n".encode())
+            except OSError:  # the parent closed its end: nobody waits for this status
                 pass
             os.close(fd)
 
 
 def _child(request: dict[str, Any], stdin_fd: int, answers_fd: int, stderr_fd: int, status_fd: int) -> None:
+    """The forked worker: its own session, its streams and environment and current folder as asked, its pid
+    said, then :func:`logitlab.engines.supervised_worker.main`; exits with its status (never returns)."""
     code = 1
     try:
         os.setsid()
-        signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         argv = [str(answers_fd), *request["argv"][1:]]  # the worker writes its answers where they arrived
         os.dup2(stdin_fd, 0)
         os.dup2(stderr_fd, 2)
         for fd in (stdin_fd, stderr_fd):
             os.close(fd)
+        os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
         if "numpy" in sys.modules:
@@ -348,7 +458,7 @@ def _child(request: dict[str, Any], stdin_fd: int, answers_fd: int, stderr_fd: i
 
         _atexit._run_exitfuncs()  # as the interpreter would at a worker's exit
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+        code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001 - the worker's end, told on its standard error
         import traceback
 

@@ -155,7 +155,13 @@ class SupervisedEngine:
         """The worker's answer to the load (waited for on first use)."""
         if self._pending:
             try:
-                self._loaded_answer = self._read(self._proc, None)
+                try:
+                    self._loaded_answer = self._read(self._proc, None)
+                except EngineCrashed:
+                    if not self._not_forked:
+                        raise
+                    self._start(fork=False)  # its fork server ended or refused before forking it: a new process
+                    self._loaded_answer = self._read(self._proc, None)
             except KeyboardInterrupt:
                 self._abandon()
                 raise
@@ -363,7 +369,7 @@ class SupervisedEngine:
             pass
 
     # -- the worker -----------------------------------------------------------------------------------
-    def _start(self) -> None:
+    def _start(self, fork: bool = True) -> None:
         if self._folder is None:
             self._folder = new_folder()
         read_fd, write_fd = os.pipe()
@@ -375,8 +381,8 @@ class SupervisedEngine:
             paths + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))}
         argv = [str(write_fd), str(self._folder / "phase")]
         try:
-            self._proc = None
-            if self.engine_cls.PRELOAD and forkserver.enabled():  # forked with the adapter's libraries imported
+            self._proc, self._not_forked = None, False
+            if fork and self.engine_cls.PRELOAD and forkserver.enabled():  # forked, the adapter's libraries imported
                 try:
                     self._proc = forkserver.fork_worker(self.engine_cls.PRELOAD, argv, env, self._stderr.fileno(),
                                                         write_fd)
@@ -465,6 +471,8 @@ class SupervisedEngine:
         raise kinds.get(answer.get("type"), InternalError)(answer.get("message", "the engine failed"))
 
     def _crashed(self, proc: subprocess.Popen, hung: str | None) -> EngineCrashed:
+        if hung is None and isinstance(proc, forkserver.ForkedWorker) and proc.never_started():
+            self._not_forked = True  # no worker ever ran: not a crash of the engine (the load starts it afresh)
         try:
             code = proc.wait(timeout=CLOSE_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -485,8 +493,11 @@ class SupervisedEngine:
     @staticmethod
     def _kill(proc: subprocess.Popen) -> None:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:  # gone already (or a fork server that ended before it forked it: no worker)
+            if isinstance(proc, forkserver.ForkedWorker):
+                proc.killpg()  # (before it is forked: its server, which may be importing still)
+            else:
+                os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:  # gone already
             pass
 
 

@@ -23,7 +23,8 @@ __all__ = ["FOLDER_PREFIX", "OWNER_FILE", "alive", "new_folder", "remove_folder"
 
 #: The prefix of a worker's folder (the worker removes only a folder so named).
 FOLDER_PREFIX = "logitlab-engine-"
-#: The file in a worker's folder naming its two processes, "PARENT_PID WORKER_PID" (:func:`remove_stale`).
+#: The file in a worker's folder naming its two processes, "PARENT_PID WORKER_PID" (:func:`remove_stale`); only
+#: "PARENT_PID" while a forked worker's pid is not known yet (:mod:`logitlab.engines.forkserver`).
 OWNER_FILE = "owner"
 _SHM = "/dev/shm"
 #: The worker folders this process made and has not removed yet (:func:`_remove_owned`).
