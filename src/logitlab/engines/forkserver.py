@@ -101,7 +101,11 @@ class ForkedWorker:
     @property
     def pid(self) -> int:
         """The worker's pid (waits for the server to fork it: the first worker of a new server waits for the
-        server's imports)."""
+        server's imports).
+
+        Raises:
+            ProcessLookupError: the server ended or refused without forking it (:meth:`never_started`).
+        """
         while self._pid is None and self.returncode is None:
             if not self._read_line(None):
                 break
