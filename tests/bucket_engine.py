@@ -35,8 +35,9 @@ class BucketBatch(BatchRun):
         self.pads = inner.pads
         self.params = {**inner.params, "planted": f"every 7th logit + {BUMP} above B={THRESHOLD}"}
 
-    def run(self, sequences: Sequence[Sequence[int]], padding: str = "right") -> list[np.ndarray]:
-        rows = self.inner.run(sequences, padding)
+    def run(self, sequences: Sequence[Sequence[int]], padding: str = "right", *,
+            outputs: str = "all") -> list[np.ndarray]:
+        rows = self.inner.run(sequences, padding, outputs=outputs)
         if len(sequences) > THRESHOLD:
             for array in rows:
                 array[:, ::7] += BUMP

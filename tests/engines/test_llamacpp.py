@@ -182,3 +182,28 @@ def test_rows_are_written_into_the_callers_array(engine):
     assert run.logits is gathered
     assert run.logits[: len(ids)].tobytes() == plain[: len(ids)].tobytes()
     assert run.generated == run_workload(engine, ids, 3).generated
+
+
+def test_a_batch_asked_for_its_last_rows_holds_one_row_a_sequence(engine):
+    """``outputs="last"`` sets llama.cpp's output flag on each sequence's last token only (as its server does when
+    it prefills): one row per sequence comes back and llama.cpp's output buffer holds B rows, not every token's.
+    The row is a real one: bit-identical between two calls, and close to the same row with every flag set (the
+    last layer's rows after attention then run for those tokens only: another matmul width, so not bit-exact
+    everywhere)."""
+    ids = engine.tokenize(SHORT_PROMPT)
+    other = ids[: len(ids) // 2]
+    with engine.open_batch(3, 3 * len(ids)) as backend:
+        every = backend.run([ids, other, ids])
+        last = backend.run([ids, other, ids], outputs="last")
+        again = backend.run([ids, other, ids], outputs="last")
+        with pytest.raises(InputError, match=r"^unknown batch outputs 'first'; valid: all, last$"):
+            backend.run([ids], outputs="first")
+    assert [a.shape for a in every] == [(len(ids), engine.n_vocab), (len(other), engine.n_vocab),
+                                        (len(ids), engine.n_vocab)]
+    assert [a.shape for a in last] == [(1, engine.n_vocab)] * 3 and all(a.dtype == np.float32 for a in last)
+    assert all(np.array_equal(a, b) for a, b in zip(last, again))
+    for a, b in zip(every, last):
+        assert int(a[-1].argmax()) == int(b[0].argmax())
+        assert np.max(np.abs(a[-1] - b[0])) < 0.5  # the same row up to rounding, not another position's
+    assert not np.allclose(last[0][0], last[1][0], atol=0.5)  # sequence 1's own last row, not sequence 0's
+    print(f"\nlast rows vs every row's last, bit-identical: {[np.array_equal(a[-1], b[0]) for a, b in zip(every, last)]}")

@@ -46,6 +46,9 @@ def test_every_command_with_a_check_has_a_measured_footprint():
     # the commands whose F grows with an option
     assert estimate("invariance batch", 100, 1000, units=5).factor == 21.0
     assert estimate("invariance determinism", 100, 1000, units=10).factor == 11.4
+    # the commands that keep their large runs on disk where they can: F is then about one run (#31)
+    assert estimate("explain", 2053, 49_152, spilled=True).factor == 1.1
+    assert estimate("explain", 2053, 49_152).factor == 3.1 and estimate("explain", 2053, 49_152).workers == 2
 
 
 def test_the_refusal_names_peak_available_and_what_would_fit():

@@ -505,6 +505,16 @@ class Engine:
         return []
 
 
+#: What :meth:`BatchRun.run` returns per sequence: every position's row, or the last position's only.
+BATCH_OUTPUTS = ("all", "last")
+
+
+def check_outputs(outputs: str) -> None:
+    """Raise :class:`~logitlab.errors.InputError` unless ``outputs`` is one of :data:`BATCH_OUTPUTS`."""
+    if outputs not in BATCH_OUTPUTS:
+        raise InputError(f"unknown batch outputs {outputs!r}; valid: {', '.join(BATCH_OUTPUTS)}")
+
+
 class BatchRun:
     """Several sequences through one forward pass of an engine (``Engine.open_batch``).
 
@@ -520,8 +530,22 @@ class BatchRun:
     pads: bool = False
     params: dict[str, Any] = {}
 
-    def run(self, sequences: Sequence[Sequence[int]], padding: str = "right") -> list[np.ndarray]:
-        """Logits of every position of every sequence: one ``(len(seq), n_vocab)`` float32 array each."""
+    def run(self, sequences: Sequence[Sequence[int]], padding: str = "right", *,
+            outputs: str = "all") -> list[np.ndarray]:
+        """Logits of the sequences, one float32 array each.
+
+        Args:
+            sequences: B non-empty token-id lists.
+            padding: the padding side, for an engine that pads (:attr:`pads`).
+            outputs: ``"all"``: every position's row, ``(len(seq), n_vocab)``; ``"last"``: the last position's
+                only, ``(1, n_vocab)`` — what a server computes for a batch it prefills. An engine that can asks
+                for the last rows alone (llama.cpp: the output flag on each sequence's last token only, so it holds
+                B rows, not B runs, and skips the last layer's other rows; the bits of a row may then differ from
+                ``"all"``'s, as a matmul of another width may); the others compute every row and keep the last.
+
+        Raises:
+            InputError: an empty sequence, too many for the batch, or ``outputs`` not in :data:`BATCH_OUTPUTS`.
+        """
         raise NotImplementedError
 
     def forward_rows(self, sequences: Sequence[Sequence[int]]) -> list[int] | None:

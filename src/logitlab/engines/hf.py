@@ -35,7 +35,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from logitlab.engines.build_cache import building, cache_root, exclusive, publish, read_meta
-from logitlab.engines.base import BatchRun, Engine, Session
+from logitlab.engines.base import BatchRun, Engine, Session, check_outputs
 from logitlab.engines.options import choice, positive_int, to_bool
 from logitlab.errors import EngineError, InputError
 from logitlab.models import check_gguf, default_model_path, file_sha256
@@ -306,7 +306,8 @@ class HfEngine(Engine):
         cache = getattr(out, "cache", None)
         return cache if cache is not None else getattr(out, "past_key_values", None)
 
-    def batch_logits(self, sequences: Sequence[Sequence[int]], padding: str = "right") -> list[np.ndarray]:
+    def batch_logits(self, sequences: Sequence[Sequence[int]], padding: str = "right", *,
+                     outputs: str = "all") -> list[np.ndarray]:
         """Evaluate sequences as one padded batch in one forward (no KV cache).
 
         Padding uses the tokenizer's pad id (else EOS, else 0) under an attention
@@ -316,14 +317,18 @@ class HfEngine(Engine):
         Args:
             sequences: B token-id lists, each non-empty.
             padding: ``right`` or ``left``.
+            outputs: ``all`` (every row) or ``last`` (each sequence's last row; the forward computes every row
+                all the same).
 
         Returns:
-            B arrays, ``(len(sequence), n_vocab)`` float32, padding rows removed.
+            B arrays, ``(len(sequence), n_vocab)`` float32, padding rows removed; ``(1, n_vocab)`` with
+            ``outputs="last"``.
 
         Raises:
-            InputError: no sequences, an empty one, or an unknown padding side.
+            InputError: no sequences, an empty one, an unknown padding side or ``outputs``.
         """
         torch = self.torch
+        check_outputs(outputs)
         if padding not in PADDING_SIDES:
             raise InputError(f"unknown padding {padding!r}; valid: {', '.join(PADDING_SIDES)}")
         if not sequences or any(len(s) == 0 for s in sequences):
@@ -344,6 +349,8 @@ class HfEngine(Engine):
             out = self.forward(ids.to(self.device), attention_mask=mask.to(self.device),
                                position_ids=positions.to(self.device), use_cache=False)
             logits = out.logits.to(torch.float32).cpu().numpy()
+        if outputs == "last":
+            spans = [(b - 1, b) for _, b in spans]
         return [np.array(logits[row, a:b], dtype=np.float32, copy=True) for row, (a, b) in enumerate(spans)]
 
     def forward_rows(self, n_tokens: int) -> list[int]:
@@ -427,8 +434,9 @@ class _HfBatch(BatchRun):
     def __init__(self, engine: HfEngine):
         self.engine = engine
 
-    def run(self, sequences: Sequence[Sequence[int]], padding: str = "right") -> list[np.ndarray]:
-        return self.engine.batch_logits(sequences, padding)
+    def run(self, sequences: Sequence[Sequence[int]], padding: str = "right", *,
+            outputs: str = "all") -> list[np.ndarray]:
+        return self.engine.batch_logits(sequences, padding, outputs=outputs)
 
     def forward_rows(self, sequences: Sequence[Sequence[int]]) -> list[int]:
         """One forward of B sequences padded to the longest: B × that length rows."""

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from logitlab.engines.base import BatchRun
+from logitlab.engines.base import BatchRun, check_outputs
 from logitlab.engines.llamacpp import LlamaCppEngine
 from logitlab.errors import EngineError, InputError
 
@@ -89,16 +89,26 @@ class LlamaCppBatch(BatchRun):
         simple split, used with a unified KV cache)."""
         return split_rows(sum(len(s) for s in sequences), self.params["n_ubatch"])
 
-    def run(self, sequences: Sequence[Sequence[int]], padding: str = "none") -> list[np.ndarray]:
+    def run(self, sequences: Sequence[Sequence[int]], padding: str = "none", *,
+            outputs: str = "all") -> list[np.ndarray]:
         """Evaluate the sequences (seq ids 0..B-1, positions from 0) in one ``llama_decode``; no padding.
 
+        With ``outputs="last"`` only each sequence's last token has its output flag (``llama_batch.logits``) set,
+        as llama.cpp's server sets it when it prefills: llama.cpp's output buffer then holds B rows instead of
+        every token's, and its graph runs the last layer's rows after attention only for those tokens
+        (``inp_out_ids``), so a row's bits may differ from the same row with every flag set.
+
         Returns:
-            One ``(len(sequence), n_vocab)`` float32 array per sequence, freshly copied.
+            One float32 array per sequence, freshly copied: ``(len(sequence), n_vocab)``, or ``(1, n_vocab)``
+            with ``outputs="last"``.
 
         Raises:
-            InputError: too many sequences or tokens for this context, or an empty sequence.
+            InputError: too many sequences or tokens for this context, an empty sequence, or an unknown
+                ``outputs``.
             EngineError: ``llama_decode`` failed.
         """
+        check_outputs(outputs)
+        last_only = outputs == "last"
         lib = self._lib
         total = sum(len(s) for s in sequences)
         if not sequences or any(len(s) == 0 for s in sequences):
@@ -117,7 +127,7 @@ class LlamaCppBatch(BatchRun):
                 batch.pos[index] = pos
                 batch.n_seq_id[index] = 1
                 batch.seq_id[index][0] = seq_id
-                batch.logits[index] = 1
+                batch.logits[index] = 0 if last_only and pos < len(seq) - 1 else 1
                 index += 1
         batch.n_tokens = total
         code = lib.llama_decode(self.ctx, batch)
@@ -125,6 +135,7 @@ class LlamaCppBatch(BatchRun):
             raise EngineError(f"llama_decode of {len(sequences)} sequences ({total} tokens) failed with code {code}")
         out = []
         for start, stop in spans:
+            start = stop - 1 if last_only else start
             rows = np.empty((stop - start, self.n_vocab), dtype=np.float32)
             for row, i in enumerate(range(start, stop)):
                 pointer = lib.llama_get_logits_ith(self.ctx, i)

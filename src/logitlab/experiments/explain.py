@@ -28,7 +28,9 @@ The controls (each on the variant of each side, where the engine can)
       prefill of 0..p-1 and one decode step);
     - **alone vs in a batch** (engines with batches): tokens 0..p alone vs
       as the last of ``batch`` copies (llama.cpp's parallel sequences) or
-      next to other sequences (padded engines);
+      next to other sequences (padded engines), the last token's row of
+      each, with outputs on the last tokens only, as a server prefills a
+      batch (so the worker holds ``batch`` rows, not ``batch`` runs);
     - **M=1 vs M=K**: the M=1 row vs the row of a verify replay in blocks of
       ``width_k`` (decode positions only);
     - **exact tie**: are the top-2 logits of either row bit-identical (then
@@ -75,6 +77,7 @@ from logitlab.events import Event
 from logitlab.experiments import crossengine
 from logitlab.experiments.base import Experiment
 from logitlab.experiments.invariance_steps import filler_sequences
+from logitlab.experiments.spill import spill_run
 from logitlab.experiments.verify.run import greedy_m1, replay_mk
 from logitlab.manifest import build_manifest
 from logitlab.numerics import Thresholds, Verdict, classify, compare_logits
@@ -171,10 +174,12 @@ class ExplainExperiment(Experiment):
         ids = result.prompt_ids
         self.on_event("step", {"what": "the pair"})
         if cfg.mode == "ab":
+            # each side of the pair is kept on disk where it is large (experiments/spill.py): what explain holds
+            # that the kernel cannot drop is then the run being made, never the pair beside it (issue #31)
             with environment(cfg.control.env):
-                ref = run_workload(control, ids, cfg.n_decode)
+                ref = spill_run(run_workload(control, ids, cfg.n_decode))
             with environment(cfg.candidate.env):
-                obs = run_workload(candidate, ids, cfg.n_decode, ref.generated)
+                obs = spill_run(run_workload(candidate, ids, cfg.n_decode, ref.generated))
             result.generated_ids = list(ref.generated)
             result.first_position = 0
             self._check_shapes(ref, obs)
@@ -352,11 +357,11 @@ class ExplainExperiment(Experiment):
         padded = engine_supports(engine, "padded-batch")
         batch = [seq] + filler_sequences(seq, b - 1) if padded else [seq] * b
         with environment(side.variant.env):
-            alone, rows = call_engine(engine, _alone_and_batched, seq, batch,
-                                      phase=f"batch control at position {p}")
-        inside = rows[0][-1] if padded else rows[-1][-1]
+            alone, inside = call_engine(engine, _alone_and_batched, seq, batch, 0 if padded else b - 1,
+                                        phase=f"batch control at position {p}")
         note = (f"tokens 0..{p} alone vs " + (f"as sequence 0 of {b}, left-padded among other lengths" if padded
-                                               else f"as the last of {b} copies in one batch"))
+                                               else f"as the last of {b} copies in one batch")
+                + ", the last token's row of each (outputs on the last tokens, as a server prefills a batch)")
         return self._check(name, side.name, alone, inside, flip, pair_spread, note)
 
     def _width_control(self, side: _Side, width: Any, first: int, p: int, i: int, prompt_ids: list[int],
@@ -413,11 +418,18 @@ def _decode_row(engine: Engine, sequence: Sequence[int], p: int) -> np.ndarray:
         return session.decode([int(sequence[p])])[0]
 
 
-def _alone_and_batched(engine: Engine, seq: list[int], batch: list[list[int]]) -> tuple[np.ndarray, list[np.ndarray]]:
-    """``seq`` alone (its last row) and ``batch``'s rows, left-padded, on one batch backend."""
+def _alone_and_batched(engine: Engine, seq: list[int], batch: list[list[int]],
+                       which: int) -> tuple[np.ndarray, np.ndarray]:
+    """The last row of ``seq`` alone and of ``batch[which]`` in the batch, left-padded, on one batch backend
+    (two ``(n_vocab,)`` float32 rows).
+
+    Both runs ask for the last token's row of each sequence only (``BatchRun.run(outputs="last")``): the worker
+    holds B rows, not B runs, and two rows cross back (before issue #31 every row of every sequence did: B + 1
+    runs, explain's peak on a long prompt)."""
     backend = engine.open_batch(len(batch), sum(len(s) for s in batch))
     try:
-        return backend.run([seq], "left")[0][-1], backend.run(batch, "left")
+        alone = backend.run([seq], "left", outputs="last")[0][-1]
+        return alone, backend.run(batch, "left", outputs="last")[which][-1]
     finally:
         backend.close()
 

@@ -118,11 +118,13 @@ FOOTPRINTS: dict[str, Footprint] = {
                              "positions at n_ctx 4096, --made (2026-12-06): 0.837 vs 0.578 GB, F 1.33, with the "
                              "worker's batch buffers apart (before, against 57 tokens, PSS: 0.83 vs 0.36 GB, F 2.4)",
                         workers=1),
-    "explain": Footprint(10.0, "--candidate flash_attn=1 --no-dump (two engines and the controls' runs): "
-                                "2.86 vs 0.93 GB; kept, as its peak is mostly the workers' (the controls' prefills "
-                                "and batches): 1,061 vs 2,053 positions at n_ctx 4096 (--short 1000 --long 2000), "
-                                "2.501 vs 2.884 GB, slope 1.96 (2.29 before the reruns kept only the explained "
-                                "rows; 3.007 GB at 2,053), the workers 1.9 of the 2.5 GB at 1,061"),
+    "explain": Footprint(3.1, "--candidate flash_attn=1 --no-dump, 2,053 vs 1,061 positions at n_ctx 4096, --made "
+                              "(2026-12-06, issue #31): the pair kept on disk (experiments/spill.py) and the "
+                              "alone-vs-in-a-batch control's last rows only, 1.219 vs 1.013 GB, F 1.05 (the rerun "
+                              "crossing whole; main the same day: 2.867 vs 2.171 GB, F 3.57); LOGITLAB_SPILL=off, "
+                              "2.026 vs 1.430 GB, F 3.05 (the pair and the rerun); with the two workers' batch buffers "
+                              "apart (before, PSS against 73 positions: 2.86 vs 0.93 GB, F 10)",
+                         workers=2, spilled=1.1),
     "golden record": Footprint(1.1, "--store full, one prompt (prompts are recorded one at a time: the longest "
                                     "counts), 2,053 vs 1,061 positions at n_ctx 4096, --made (2026-12-06): 0.796 vs "
                                     "0.590 GB, F 1.06, with the worker's batch buffers apart (before, against 57 "
