@@ -35,6 +35,21 @@ def test_aliases_resolve_to_hf():
     assert engine_class("transformers") is HfEngine and engine_class("huggingface") is HfEngine
 
 
+@pytest.mark.parametrize("padding", ["left", "right"])
+def test_a_padded_batch_asked_for_its_last_rows_gives_each_sequence_s_own_last_row(engine, padding):
+    """``outputs="last"``: the forward is the same (hf computes every row), the last real token's row of each
+    sequence is taken before the float32 copy — bit-identical to the last row of ``outputs="all"``, whichever side
+    pads."""
+    ids = engine.tokenize(SHORT_PROMPT)
+    batch = [ids, ids[: len(ids) // 2], ids[:3]]
+    with engine.open_batch(3, 3 * len(ids)) as backend:
+        every = backend.run(batch, padding)
+        last = backend.run(batch, padding, outputs="last")
+    assert [a.shape for a in last] == [(1, engine.n_vocab)] * 3 and all(a.dtype == np.float32 for a in last)
+    assert all(np.array_equal(a[-1], b[0]) for a, b in zip(every, last))
+    assert not np.array_equal(last[0], last[1])
+
+
 def test_prefill_and_decode_return_fresh_float32_rows(engine):
     ids = engine.tokenize(SHORT_PROMPT)
     with engine.open_session() as session:

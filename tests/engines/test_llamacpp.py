@@ -196,6 +196,9 @@ def test_a_batch_asked_for_its_last_rows_holds_one_row_a_sequence(engine):
         every = backend.run([ids, other, ids])
         last = backend.run([ids, other, ids], outputs="last")
         again = backend.run([ids, other, ids], outputs="last")
+        # llama.cpp itself holds no row for a token without the flag (it answers NULL): not rows sliced afterwards
+        assert not backend._lib.llama_get_logits_ith(backend.ctx, 0)
+        assert backend._lib.llama_get_logits_ith(backend.ctx, len(ids) - 1)
         with pytest.raises(InputError, match=r"^unknown batch outputs 'first'; valid: all, last$"):
             backend.run([ids], outputs="first")
     assert [a.shape for a in every] == [(len(ids), engine.n_vocab), (len(other), engine.n_vocab),

@@ -51,3 +51,33 @@ def test_a_long_prompt_s_explain_keeps_its_pair_on_disk_and_its_batch_control_to
     batch = [c for c in result.positions[0].controls if c.control == "alone vs in a batch"]
     assert len(batch) == 2 and all(c.available and "outputs on the last tokens" in c.note for c in batch)
     assert all(np.isfinite(row).all() for answer in answers for row in answer)
+
+
+@pytest.mark.engine
+def test_the_batch_control_asks_the_engine_for_the_last_rows_only(monkeypatch):
+    """What runs in the worker, run here: both batch runs ask for ``outputs="last"`` (llama.cpp then holds B rows,
+    not B runs), and the rows it gives back are the alone sequence's and the chosen batch sequence's."""
+    from logitlab.engines import engine_class
+    from logitlab.engines.llamacpp_batch import LlamaCppBatch
+
+    asked = []
+    run = LlamaCppBatch.run
+
+    def recorded(self, sequences, padding="none", *, outputs="all"):
+        asked.append((len(sequences), outputs))
+        return run(self, sequences, padding, outputs=outputs)
+
+    monkeypatch.setattr(LlamaCppBatch, "run", recorded)
+    engine = engine_class("llamacpp")(model=None, options={})
+    try:
+        seq = engine.tokenize(SHORT_PROMPT)
+        alone, inside = explain_module._alone_and_batched(engine, seq, [seq] * 4, 3)
+        n_vocab = engine.n_vocab
+        with engine.open_batch(4, 4 * len(seq)) as backend:
+            every = run(backend, [seq] * 4, "none")
+    finally:
+        engine.close()
+    assert asked == [(1, "last"), (4, "last")]
+    assert alone.shape == inside.shape == (n_vocab,) and alone.dtype == inside.dtype == np.float32
+    assert int(inside.argmax()) == int(every[3][-1].argmax())
+    assert np.max(np.abs(inside - every[3][-1])) < 0.5  # the last row of the batch's sequence 3, up to rounding

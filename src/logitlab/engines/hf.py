@@ -348,9 +348,12 @@ class HfEngine(Engine):
         with self.threads(), torch.inference_mode():
             out = self.forward(ids.to(self.device), attention_mask=mask.to(self.device),
                                position_ids=positions.to(self.device), use_cache=False)
+            if outputs == "last":  # the last rows taken before the copy to float32 numpy: B rows, not B runs
+                ends = torch.tensor([b - 1 for _, b in spans], device=out.logits.device)
+                last = out.logits[torch.arange(len(spans), device=out.logits.device), ends]
+                return [np.array(row[None], dtype=np.float32, copy=True)
+                        for row in last.to(torch.float32).cpu().numpy()]
             logits = out.logits.to(torch.float32).cpu().numpy()
-        if outputs == "last":
-            spans = [(b - 1, b) for _, b in spans]
         return [np.array(logits[row, a:b], dtype=np.float32, copy=True) for row, (a, b) in enumerate(spans)]
 
     def forward_rows(self, n_tokens: int) -> list[int]:

@@ -139,6 +139,8 @@ class LlamaCppBatch(BatchRun):
             rows = np.empty((stop - start, self.n_vocab), dtype=np.float32)
             for row, i in enumerate(range(start, stop)):
                 pointer = lib.llama_get_logits_ith(self.ctx, i)
+                if not pointer:  # llama.cpp answers NULL for a token without an output
+                    raise EngineError(f"llama.cpp has no logits for token {i} of the batch")
                 rows[row] = np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
             out.append(rows)
         return out

@@ -77,7 +77,7 @@ from logitlab.events import Event
 from logitlab.experiments import crossengine
 from logitlab.experiments.base import Experiment
 from logitlab.experiments.invariance_steps import filler_sequences
-from logitlab.experiments.spill import spill_run
+from logitlab.experiments.spill import spill, spill_run
 from logitlab.experiments.verify.run import greedy_m1, replay_mk
 from logitlab.manifest import build_manifest
 from logitlab.numerics import Thresholds, Verdict, classify, compare_logits
@@ -189,13 +189,15 @@ class ExplainExperiment(Experiment):
         else:
             with environment(cfg.control.env):
                 m1 = call_engine(control, greedy_m1, ids, cfg.n_decode, phase="M=1 greedy (the pair)")
-                mk, _ = call_engine(control, replay_mk, ids, m1.tokens, cfg.k,
-                                    phase=f"verify blocks M={cfg.k} (the pair)")
-            result.generated_ids = list(m1.tokens)
+                m1_rows, tokens = spill(m1.decode_rows), list(m1.tokens)
+                del m1  # its rows now on disk where they are large
+                mk = spill(call_engine(control, replay_mk, ids, tokens, cfg.k,
+                                       phase=f"verify blocks M={cfg.k} (the pair)")[0])
+            result.generated_ids = tokens
             result.first_position = len(ids)
-            sides = (_Side("reference", cfg.control, control, m1.decode_rows, "m1"),
+            sides = (_Side("reference", cfg.control, control, m1_rows, "m1"),
                      _Side("observed", cfg.control, control, mk, "mk"))
-            sequence = list(ids) + list(m1.tokens)
+            sequence = list(ids) + tokens
         result.generated_text = self._detokenize(result.generated_ids)
         self._n_prompt = len(ids)
         first = result.first_position
@@ -211,7 +213,7 @@ class ExplainExperiment(Experiment):
             return
         self.on_event("start", {"steps": 2 + len(chosen)})
         reruns = self._reruns(result, sides, chosen)
-        widths = self._widths(result, sides, sequence)
+        widths = self._widths(result, sides, [first + i for i in chosen])
         for i in chosen:
             self.on_event("step", {"what": f"position {first + i}"})
             evidence = self._position(result, sides, sequence, i, reruns, widths)
@@ -250,12 +252,14 @@ class ExplainExperiment(Experiment):
             del rows
         return out
 
-    def _widths(self, result: ExplainResult, sides: Sequence[_Side], sequence: list[int]) -> dict[str, Any]:
+    def _widths(self, result: ExplainResult, sides: Sequence[_Side], positions: Sequence[int]) -> dict[str, Any]:
         """Per side: the decode rows of the same variant at the other width (M=K for an M=1 side, M=1 for an
-        M=K side), or a note when the engine has no sessions."""
+        M=K side) — the pair's own rows, or of a replay only the rows at the decode ``positions`` explained (by
+        decode step), each replay let go once they are copied — or a note when the engine has no sessions."""
         cfg = self.config
         out: dict[str, Any] = {}
         ids, gen = result.prompt_ids, result.generated_ids
+        steps = [p - len(ids) for p in positions if p >= len(ids)]
         self.on_event("step", {"what": f"M=1 vs M={cfg.width_k} replays"})
         for side in sides:
             if not engine_supports(side.engine, "sessions"):
@@ -266,8 +270,10 @@ class ExplainExperiment(Experiment):
                 out[side.name] = sides[1].rows
             else:
                 with environment(side.variant.env):
-                    out[side.name] = call_engine(side.engine, replay_mk, ids, gen, cfg.width_k,
-                                                 phase=f"M={cfg.width_k} replay of the {side.name} side")[0]
+                    rows = call_engine(side.engine, replay_mk, ids, gen, cfg.width_k,
+                                       phase=f"M={cfg.width_k} replay of the {side.name} side")[0]
+                out[side.name] = {j: np.array(rows[j]) for j in steps}
+                del rows
         return out
 
     # -- one position -------------------------------------------------------------------------

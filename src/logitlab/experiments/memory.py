@@ -73,9 +73,11 @@ class Footprint:
         workers: W, the engine workers alive at once whose :data:`BATCH_ROWS` are counted apart from F (F is
             then the slope between two prompts past 512 rows); 0: they are inside F.
         spilled: for a command that keeps its large runs on disk where it can (``ab``'s reference,
-            ``invariance determinism``'s runs: :mod:`~logitlab.experiments.spill`), F when it does: the memory the
+            ``explain``'s pair, ``invariance determinism``'s runs: :mod:`~logitlab.experiments.spill`), F when it does: the memory the
             kernel cannot drop (anonymous and shared), the kept runs' pages being page cache. None: the command
             does not spill.
+        on_disk: the whole runs a spilling command keeps on disk at once (``explain``: its pair, 2), for the disk
+            check; a command whose runs grow with :attr:`units` keeps that many.
     """
 
     runs: float
@@ -86,6 +88,7 @@ class Footprint:
     whole_run: float | None = None
     workers: int = 0
     spilled: float | None = None
+    on_disk: int = 1
 
     def factor(self, units: int = 0) -> float:
         """F for ``units`` of :attr:`units` (at least 1: a run is held once)."""
@@ -124,7 +127,10 @@ FOOTPRINTS: dict[str, Footprint] = {
                               "crossing whole; main the same day: 2.867 vs 2.171 GB, F 3.57); LOGITLAB_SPILL=off, "
                               "2.026 vs 1.430 GB, F 3.05 (the pair and the rerun); with the two workers' batch buffers "
                               "apart (before, PSS against 73 positions: 2.86 vs 0.93 GB, F 10)",
-                         workers=2, spilled=1.1),
+                         workers=2, spilled=1.1, on_disk=2),
+    "explain --k": Footprint(3.1, "not measured: M=1 vs M=K keeps its pair on disk too, but its worker builds each "
+                                  "side's rows as a list and stacks them (two of a run's decode rows at once), so it "
+                                  "is counted as explain with its pair in memory", workers=1),
     "golden record": Footprint(1.1, "--store full, one prompt (prompts are recorded one at a time: the longest "
                                     "counts), 2,053 vs 1,061 positions at n_ctx 4096, --made (2026-12-06): 0.796 vs "
                                     "0.590 GB, F 1.06, with the worker's batch buffers apart (before, against 57 "
@@ -323,8 +329,8 @@ def check_memory(command: str, engines: Sequence[tuple[type, str | None, dict]],
     n_vocab = max(vocabs)  # type: ignore[type-var]
 
     def at(n: int, exact: bool = True) -> MemoryEstimate:
-        # the disk must take every run the command keeps (invariance determinism: --runs of them)
-        kept_runs = max(1, units) if FOOTPRINTS[command].per else 1
+        # the disk must take every run the command keeps (invariance determinism: --runs of them; explain: 2)
+        kept_runs = max(1, units) if FOOTPRINTS[command].per else FOOTPRINTS[command].on_disk
         spills = (FOOTPRINTS[command].spilled is not None
                   and spill_folder(kept_runs * n * n_vocab * LOGIT_BYTES) is not None)
         return estimate(command, n, n_vocab, model_bytes, exact=exact, available_bytes=have, units=units,

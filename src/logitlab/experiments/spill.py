@@ -1,10 +1,10 @@
 """Large runs kept on disk, not in memory: the reference every later run is compared with, the runs kept to compare.
 
 An experiment that compares each run with one reference (``ab``) holds two runs' logits at once: the reference
-and the run being compared (``invariance determinism`` holds every run until they are all made). A run is N
-positions × V vocabulary × 4 bytes (8,192 × 129,280: 4.2 GB), so the second array sets how long a prompt fits the
-machine. :func:`spill` writes a kept run's logits to a file on disk and returns them as a read-only memory
-mapping of that file: the same bits, read through the page cache.
+and the run being compared (``invariance determinism`` holds every run until they are all made; ``explain`` its
+pair beside each run it makes next). A run is N positions × V vocabulary × 4 bytes (8,192 × 129,280: 4.2 GB), so
+the second array sets how long a prompt fits the machine. :func:`spill` writes a kept run's logits to a file on
+disk and returns them as a read-only memory mapping of that file: the same bits, read through the page cache.
 The kernel keeps those pages while memory is free and drops them (they are clean file pages, as the model's own
 weights are) when it is not, so what the command holds that the kernel cannot give back is one run, the one
 being compared, not two.
