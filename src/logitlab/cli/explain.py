@@ -66,8 +66,8 @@ def explain(**opts: Any) -> None:
     config.validate()
     check_output_paths(**report_paths(opts),
                        inputs=[control.model, candidate.model, *prompt_inputs(opts)])
-    check_memory(opts, "explain" if config.mode == "ab" else "explain --k", [control] if config.candidate is None else [control, candidate], [config.prompt],
-                 config.n_decode)
+    check_memory(opts, "explain" if config.mode == "ab" else "explain --k",
+                 [control] if config.candidate is None else [control, candidate], [config.prompt], config.n_decode)
     try:
         result, error = run_experiment(ExplainExperiment, config, quiet=opts["quiet"], describe=_progress,
                                        first="explain: loading")

@@ -73,9 +73,9 @@ class Footprint:
         workers: W, the engine workers alive at once whose :data:`BATCH_ROWS` are counted apart from F (F is
             then the slope between two prompts past 512 rows); 0: they are inside F.
         spilled: for a command that keeps its large runs on disk where it can (``ab``'s reference,
-            ``explain``'s pair, ``invariance determinism``'s runs: :mod:`~logitlab.experiments.spill`), F when it does: the memory the
-            kernel cannot drop (anonymous and shared), the kept runs' pages being page cache. None: the command
-            does not spill.
+            ``explain``'s pair, ``invariance determinism``'s runs: :mod:`~logitlab.experiments.spill`), F when it
+            does: the memory the kernel cannot drop (anonymous and shared), the kept runs' pages being page cache.
+            None: the command does not spill.
         on_disk: the whole runs a spilling command keeps on disk at once (``explain``: its pair, 2), for the disk
             check; a command whose runs grow with :attr:`units` keeps that many.
     """
