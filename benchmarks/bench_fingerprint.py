@@ -23,7 +23,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 import numpy as np  # noqa: E402
 
 from logitlab.engines.workload import RunOutput  # noqa: E402
-from logitlab.experiments.spill import is_spilled, spill  # noqa: E402
+from logitlab.engines.spill import is_spilled, spill  # noqa: E402
 
 
 def _seconds(fn) -> float:

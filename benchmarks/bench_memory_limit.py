@@ -3,7 +3,7 @@
 Run:  PYTHONPATH=src python benchmarks/bench_memory_limit.py [--tokens 2000] [--limit-gb 1.5] [--n-ctx 4096]
 
 ``ab`` holds the reference run and the run being compared. A large reference is kept in a file on disk, read
-through the page cache (``experiments/spill.py``): pages the kernel can drop when memory runs short, so what ab
+through the page cache (``engines/spill.py``): pages the kernel can drop when memory runs short, so what ab
 holds that the kernel cannot give back is one run. This benchmark checks that claim where it matters — under a
 hard limit — rather than by reading a peak: it runs the same ``ab`` A/A (2 blocks + 1 warmup, 16 decode tokens,
 no detection limit, the memory check off) on a prompt of ``--tokens`` tokens of the embedded model twice inside

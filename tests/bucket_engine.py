@@ -12,7 +12,7 @@ A worker process imports this module by its name (``bucket_engine``): tests put 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -35,13 +35,13 @@ class BucketBatch(BatchRun):
         self.pads = inner.pads
         self.params = {**inner.params, "planted": f"every 7th logit + {BUMP} above B={THRESHOLD}"}
 
-    def run(self, sequences: Sequence[Sequence[int]], padding: str = "right", *,
-            outputs: str = "all") -> list[np.ndarray]:
+    def run(self, sequences: Sequence[Sequence[int]], padding: str = "right", *, outputs: str = "all",
+            keep: Callable[[np.ndarray], np.ndarray] | None = None) -> list[np.ndarray]:
         rows = self.inner.run(sequences, padding, outputs=outputs)
         if len(sequences) > THRESHOLD:
             for array in rows:
                 array[:, ::7] += BUMP
-        return rows
+        return rows if keep is None else [keep(r) for r in rows]
 
     def forward_rows(self, sequences: Sequence[Sequence[int]]) -> list[int] | None:
         return self.inner.forward_rows(sequences)

@@ -184,6 +184,26 @@ def test_rows_are_written_into_the_callers_array(engine):
     assert run.generated == run_workload(engine, ids, 3).generated
 
 
+def test_a_batch_hands_each_sequence_to_keep_as_soon_as_it_is_copied(engine):
+    """``keep`` (invariance batch spills each sequence to disk with it): called once per sequence, in order, on
+    the rows that would otherwise come back; its answer is what comes back."""
+    ids = engine.tokenize(SHORT_PROMPT)
+    other = ids[: len(ids) // 2]
+    seen = []
+
+    def keep(rows):
+        seen.append(rows)
+        return rows[:1].copy()
+
+    with engine.open_batch(3, 3 * len(ids)) as backend:
+        every = backend.run([ids, other, ids])
+        kept = backend.run([ids, other, ids], keep=keep)
+    assert [a.shape[0] for a in seen] == [len(ids), len(other), len(ids)]
+    assert all(np.array_equal(a, b) for a, b in zip(seen, every))  # the rows themselves, bit for bit
+    assert [a.shape for a in kept] == [(1, engine.n_vocab)] * 3 and all(np.array_equal(k, s[:1])
+                                                                           for k, s in zip(kept, seen))
+
+
 def test_a_batch_asked_for_its_last_rows_holds_one_row_a_sequence(engine):
     """``outputs="last"`` sets llama.cpp's output flag on each sequence's last token only (as its server does when
     it prefills): one row per sequence comes back and llama.cpp's output buffer holds B rows, not every token's.

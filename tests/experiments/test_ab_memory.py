@@ -9,7 +9,7 @@ import pytest
 
 from logitlab.engines.variant import parse_variant
 from logitlab.experiments.ab import AbConfig, AbExperiment
-from logitlab.experiments.spill import is_spilled, spill_folder
+from logitlab.engines.spill import is_spilled, spill_folder
 
 from conftest import SHORT_PROMPT
 
@@ -79,7 +79,7 @@ def test_a_large_first_candidate_kept_for_self_check_is_spilled_and_a_reference_
         monkeypatch, tmp_path):
     """--self-check keeps the first candidate run whole (its inverse control replays it): on disk too, so that one
     run is held, not two; a large reference that stays in memory (LOGITLAB_SPILL=off) is a note of the result."""
-    from logitlab.experiments import spill
+    from logitlab.engines import spill
 
     monkeypatch.setattr(spill, "SPILL_BYTES", 1)  # every run counts as large (the fake engine's are kB)
     monkeypatch.setattr("logitlab.experiments.ab.SPILL_BYTES", 1)

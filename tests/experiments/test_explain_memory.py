@@ -10,7 +10,7 @@ from logitlab.engines.tokenizers import GgufTokenizer
 from logitlab.engines.variant import parse_variant
 from logitlab.experiments import explain as explain_module
 from logitlab.experiments.explain import ExplainConfig, run_explain
-from logitlab.experiments.spill import SPILL_BYTES, is_spilled, spill_folder
+from logitlab.engines.spill import SPILL_BYTES, is_spilled, spill_folder
 from logitlab.models import default_model_path
 
 from conftest import SHORT_PROMPT

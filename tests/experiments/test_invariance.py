@@ -215,11 +215,11 @@ def test_nondeterminism_is_counted_grouped_and_located():
 
 @pytest.mark.engine
 def test_determinism_keeps_its_runs_on_disk_and_finds_the_same(monkeypatch, tmp_path):
-    """Issue #31: each run kept to be compared is spilled to disk where it is large (experiments/spill.py; here
+    """Issue #31: each run kept to be compared is spilled to disk where it is large (engines/spill.py; here
     every run counts as large), so what is held in memory is the run being made; the comparisons read the same
     bits — a real engine's runs are still bit-exact, the drifting fake's drift is still found where it is."""
     import logitlab.experiments.invariance as invariance
-    from logitlab.experiments import spill
+    from logitlab.engines import spill
 
     monkeypatch.setenv("LOGITLAB_SPILL", str(tmp_path))
     if spill._file_system(tmp_path) in spill.MEMORY_FILE_SYSTEMS:

@@ -3,6 +3,7 @@ the vocabulary from a model file's metadata, the machine's available memory."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 
@@ -44,7 +45,7 @@ def test_every_command_with_a_check_has_a_measured_footprint():
                     "invariance determinism"):
         assert FOOTPRINTS[command].factor(1) >= 1 and FOOTPRINTS[command].source
     # the commands whose F grows with an option
-    assert estimate("invariance batch", 100, 1000, units=5).factor == 21.0
+    assert estimate("invariance batch", 100, 1000, units=6).factor == 21.0  # --batch 1 4: 6 sequences run
     assert estimate("invariance determinism", 100, 1000, units=10).factor == 11.4
     # the commands that keep their large runs on disk where they can: F is then about one run (#31)
     assert estimate("explain", 2053, 49_152, spilled=True).factor == 1.1
@@ -161,9 +162,9 @@ def test_check_memory_with_positions_refuses_or_passes_by_the_rows_kept(monkeypa
 
 
 def test_ab_with_its_reference_on_disk_counts_one_run(tmp_path, monkeypatch):
-    """Issue #31: a large reference is kept in a file on disk (experiments/spill.py): the estimate counts the run
+    """Issue #31: a large reference is kept in a file on disk (engines/spill.py): the estimate counts the run
     being compared, not two, where a disk can take it, and two where it cannot (LOGITLAB_SPILL=off, tmpfs)."""
-    from logitlab.experiments import spill
+    from logitlab.engines import spill
 
     ab = FOOTPRINTS["ab"]
     assert ab.spilled is not None and 1.0 <= ab.spilled <= 1.5 < ab.runs
@@ -179,6 +180,11 @@ def test_ab_with_its_reference_on_disk_counts_one_run(tmp_path, monkeypatch):
     determinism = FOOTPRINTS["invariance determinism"]
     assert estimate("invariance determinism", 8192, 129_280, units=10, spilled=True).factor == determinism.spilled
     assert determinism.spilled <= 1.5 < estimate("invariance determinism", 8192, 129_280, units=10).factor
+    # invariance batch: its runs on disk, what is left is the engine's own output buffer, about a run a sequence
+    batch = FOOTPRINTS["invariance batch"]
+    on_disk_batch = estimate("invariance batch", 2053, 49_152, units=6, spilled=True)  # --batch 1 4: 6 sequences
+    assert on_disk_batch.factor == batch.spilled + 6 * batch.spilled_per == 6.0
+    assert on_disk_batch.factor < estimate("invariance batch", 2053, 49_152, units=6).factor == 21.0
     llamacpp = (engine_class("llamacpp"), None, {})
     monkeypatch.setenv("LOGITLAB_SPILL", str(tmp_path))
     if spill._file_system(tmp_path) in spill.MEMORY_FILE_SYSTEMS:
@@ -190,3 +196,16 @@ def test_ab_with_its_reference_on_disk_counts_one_run(tmp_path, monkeypatch):
     assert not in_memory.spilled and in_memory.factor == round(ab.runs, 1)
     short = check_memory("ab", [llamacpp, llamacpp], ["x" * 20], 4, available=lambda: 100 * GB)
     assert not short.spilled  # a run under SPILL_BYTES stays in memory
+
+
+def test_the_batch_probe_counts_the_sequences_it_runs():
+    """What invariance batch's estimate multiplies: the prompt alone, each size at each padding on an engine that
+    pads, and B batches of each B > 1 with --slots."""
+    from logitlab.engines.variant import Variant
+    from logitlab.experiments.invariance import InvarianceConfig
+
+    config = InvarianceConfig(probe="batch", variant=Variant("v", "llamacpp"), prompt="x", batch_sizes=(1, 4))
+    assert config.batch_sequences(pads=False) == 1 + 1 + 4
+    assert config.batch_sequences(pads=True) == 1 + 1 + 4 * 2
+    assert dataclasses.replace(config, padding=("left",)).batch_sequences(pads=True) == 1 + 1 + 4
+    assert dataclasses.replace(config, slots=True, fill="mixed").batch_sequences(pads=False) == 1 + 1 + 4 * 4

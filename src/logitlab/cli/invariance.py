@@ -12,7 +12,7 @@ from logitlab.cli.common import (EXIT_INTERRUPTED, REQUIRE_CHOICES, finish, hand
 from logitlab.cli.options import (check_memory, memory_check_option, output_options, prompt_from, prompt_inputs,
                                   prompt_options, threshold_options, thresholds_from)
 from logitlab.cli.outputs import check_output_paths, report_paths
-from logitlab.engines import DEFAULT_ENGINE
+from logitlab.engines import DEFAULT_ENGINE, engine_class
 from logitlab.engines.variant import parse_env, parse_variant
 from logitlab.errors import InputError, Interrupted
 from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
@@ -164,7 +164,8 @@ def _run(probe: str, opts: dict[str, Any], **fields: Any) -> None:
         detection=opts["detection"], **fields,
     )
     config.validate()
-    units = {"batch": sum(set(config.batch_sizes)), "determinism": config.runs}.get(probe, 0)
+    pads = probe == "batch" and engine_class(variant.engine).supports("padded-batch")
+    units = {"batch": config.batch_sequences(pads), "determinism": config.runs}.get(probe, 0)
     check_memory(opts, f"invariance {probe}", [variant], [config.prompt], fields.get("n_decode", 0), units=units)
 
     def describe(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:

@@ -530,8 +530,8 @@ class BatchRun:
     pads: bool = False
     params: dict[str, Any] = {}
 
-    def run(self, sequences: Sequence[Sequence[int]], padding: str = "right", *,
-            outputs: str = "all") -> list[np.ndarray]:
+    def run(self, sequences: Sequence[Sequence[int]], padding: str = "right", *, outputs: str = "all",
+            keep: Callable[[np.ndarray], np.ndarray] | None = None) -> list[np.ndarray]:
         """Logits of the sequences, one float32 array each.
 
         Args:
@@ -542,6 +542,11 @@ class BatchRun:
                 for the last rows alone (llama.cpp: the output flag on each sequence's last token only, so it holds
                 B rows, not B runs, and skips the last layer's other rows; the bits of a row may then differ from
                 ``"all"``'s, as a matmul of another width may); the others compute every row and keep the last.
+            keep: each sequence's array is passed through it as soon as it is made (llama.cpp: copied out of its
+                output buffer; an engine that makes the batch's arrays at once, ``hf``: in turn afterwards), and
+                what it returns is the array given back (``invariance batch``: :func:`~logitlab.engines.spill.spill`,
+                so that the caller holds one sequence's rows beside the engine's buffer, not the whole batch
+                again); None: as made.
 
         Raises:
             InputError: an empty sequence, too many for the batch, or ``outputs`` not in :data:`BATCH_OUTPUTS`.

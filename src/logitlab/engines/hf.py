@@ -30,7 +30,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -437,9 +437,15 @@ class _HfBatch(BatchRun):
     def __init__(self, engine: HfEngine):
         self.engine = engine
 
-    def run(self, sequences: Sequence[Sequence[int]], padding: str = "right", *,
-            outputs: str = "all") -> list[np.ndarray]:
-        return self.engine.batch_logits(sequences, padding, outputs=outputs)
+    def run(self, sequences: Sequence[Sequence[int]], padding: str = "right", *, outputs: str = "all",
+            keep: Callable[[np.ndarray], np.ndarray] | None = None) -> list[np.ndarray]:
+        """One forward of the whole batch (its rows are all made at once); with ``keep``, each sequence's array
+        is handed to it in turn and its copy let go."""
+        rows = self.engine.batch_logits(sequences, padding, outputs=outputs)
+        if keep is None:
+            return rows
+        rows.reverse()
+        return [keep(rows.pop()) for _ in range(len(rows))]
 
     def forward_rows(self, sequences: Sequence[Sequence[int]]) -> list[int]:
         """One forward of B sequences padded to the longest: B × that length rows."""

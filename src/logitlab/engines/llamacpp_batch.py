@@ -12,7 +12,7 @@ run on the same context and differ only in the batch's composition.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -89,8 +89,8 @@ class LlamaCppBatch(BatchRun):
         simple split, used with a unified KV cache)."""
         return split_rows(sum(len(s) for s in sequences), self.params["n_ubatch"])
 
-    def run(self, sequences: Sequence[Sequence[int]], padding: str = "none", *,
-            outputs: str = "all") -> list[np.ndarray]:
+    def run(self, sequences: Sequence[Sequence[int]], padding: str = "none", *, outputs: str = "all",
+            keep: Callable[[np.ndarray], np.ndarray] | None = None) -> list[np.ndarray]:
         """Evaluate the sequences (seq ids 0..B-1, positions from 0) in one ``llama_decode``; no padding.
 
         With ``outputs="last"`` only each sequence's last token has its output flag (``llama_batch.logits``) set,
@@ -100,7 +100,7 @@ class LlamaCppBatch(BatchRun):
 
         Returns:
             One float32 array per sequence, freshly copied: ``(len(sequence), n_vocab)``, or ``(1, n_vocab)``
-            with ``outputs="last"``.
+            with ``outputs="last"`` — or what ``keep`` made of it, called on each as soon as it is copied.
 
         Raises:
             InputError: too many sequences or tokens for this context, an empty sequence, or an unknown
@@ -142,5 +142,6 @@ class LlamaCppBatch(BatchRun):
                 if not pointer:  # llama.cpp answers NULL for a token without an output
                     raise EngineError(f"llama.cpp has no logits for token {i} of the batch")
                 rows[row] = np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
-            out.append(rows)
+            out.append(rows if keep is None else keep(rows))
+            del rows  # kept: only the engine's buffer and the next sequence's rows are held
         return out

@@ -55,8 +55,10 @@ import numpy as np
 
 from logitlab.engines import forkserver
 from logitlab.engines.base import Engine, StepTiming
+from logitlab.engines.call_buffers import OUT_OF_BAND_BYTES, map_buffers
 from logitlab.engines.crash import CrashEvidence, read_phase
 from logitlab.engines.run_files import RUN_FILES, KeptRun, keep_file
+from logitlab.engines.spill import spill_folder
 from logitlab.engines.worker_folders import new_folder, remove_folder, write_owner
 from logitlab.errors import EngineCrashed, EngineError, InputError, InternalError, LogitlabError
 
@@ -313,24 +315,30 @@ class SupervisedEngine:
         runs in the worker, so its timings are the engine's own and a crash in it is an
         :class:`~logitlab.errors.EngineCrashed` here with ``phase`` (for example ``verify M=4 (prompt p1)``).
         ``fn`` is a module-level function (imported in the worker by name); ``args`` and the return value are
-        pickled through one file each in the worker's folder (``/dev/shm`` where it exists). With ``on_event``,
+        pickled through one file each in the worker's folder (``/dev/shm`` where it exists), but for the return
+        value's array buffers over :data:`~logitlab.engines.call_buffers.OUT_OF_BAND_BYTES`: each in an unlinked
+        file of its own, on disk where the spill folder has room, that the returned array maps
+        (:mod:`~logitlab.engines.call_buffers`). With ``on_event``,
         ``fn`` is called with ``on_event=`` a function whose calls come back here, in order, while it runs
         (progress: each event's data is pickled).
 
         Raises:
             EngineCrashed: the worker died, or the call passed ``timeout``.
-            InputError, EngineError: what ``fn`` raised.
+            InputError, EngineError: what ``fn`` raised; EngineError too where an array's file cannot be mapped.
         """
         self._ensure()
         self._runs += 1
         RUN_FILES.release()  # a step allocates as it likes: no dropped run's pages wait beside it
         request, out = self._folder / f"call-{self._runs}.in", self._folder / f"call-{self._runs}.out"
         request.write_bytes(pickle.dumps(args, protocol=pickle.HIGHEST_PROTOCOL))
+        # the return value's large arrays: in files of their own, on disk where it can (call_buffers.py)
+        spilled = spill_folder(OUT_OF_BAND_BYTES + 1)
         try:
-            self._ask({"op": "call", "fn": f"{fn.__module__}:{fn.__qualname__}", "args": str(request),
-                       "out": str(out), "phase": phase, "events": on_event is not None}, timeout=self.timeout,
-                      on_event=on_event)
-            return pickle.loads(out.read_bytes())
+            answer = self._ask({"op": "call", "fn": f"{fn.__module__}:{fn.__qualname__}", "args": str(request),
+                                "out": str(out), "phase": phase, "events": on_event is not None,
+                                "spill": None if spilled is None else str(spilled)},
+                               timeout=self.timeout, on_event=on_event)
+            return pickle.loads(out.read_bytes(), buffers=map_buffers(answer.get("buffers", [])))
         finally:
             request.unlink(missing_ok=True)
             out.unlink(missing_ok=True)

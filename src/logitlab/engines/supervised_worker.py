@@ -17,10 +17,13 @@ standard error, so that what native code prints cannot corrupt the answers):
   run's size (the parent's kept file of an earlier run, ``/proc/<pid>/fd/<fd>``: the answer's ``reused`` is
   true and its ``own_file`` null); ``fresh``: on a new engine object, closed after the run (``--isolation
   engine``).
-- ``{"op": "call", "fn": "module:function", "args", "out", "phase", "events"}`` → ``{"ok": true}`` after
-  ``function(engine, *args)`` ran, its arguments unpickled from the file ``args`` and its return value pickled
-  into the file ``out``; ``phase`` is written as the phase first. With ``events``, the function gets
-  ``on_event=``: each of its calls is a line ``{"event": kind, "data": base64 pickle}`` before the answer.
+- ``{"op": "call", "fn": "module:function", "args", "out", "phase", "events", "spill"}`` →
+  ``{"ok": true, "buffers"}`` after ``function(engine, *args)`` ran, its arguments unpickled from the file
+  ``args`` and its return value pickled into the file ``out`` (protocol 5), each array buffer over 64 MiB in an
+  unlinked file of its own in the folder ``spill`` (or the worker's own) kept open until the next request, the
+  answer's ``buffers`` naming them in order as ``/proc/<pid>/fd/<fd>`` (:mod:`logitlab.engines.call_buffers`);
+  ``phase`` is written as the phase first. With ``events``, the function gets ``on_event=``: each of its calls
+  is a line ``{"event": kind, "data": base64 pickle}`` before the answer.
 - ``{"op": "close"}`` → ``{"ok": true}``, then the worker removes its folder (the one ``PHASE_FILE`` is in) and
   exits 0. When its standard input ends without a ``close`` — the parent exited or was killed — it removes its
   folder and exits 0 too: a parent that cannot clean up (killed, or its reaping thread cut off at exit) leaves
@@ -172,11 +175,13 @@ def main(argv: list[str]) -> int:
 
     from logitlab.engines import import_engine
     from logitlab.engines.workload import run_workload
+    from logitlab.engines.call_buffers import OutOfBand
     from logitlab.errors import LogitlabError
 
     engine: Any = None
     engine_cls: Any = None
     request: dict[str, Any] = {}
+    held: OutOfBand | None = None  # the last call's array files, open until the parent has mapped them
 
     def answer(data: dict[str, Any]) -> None:
         answers.write(json.dumps(data) + "\n")
@@ -185,6 +190,9 @@ def main(argv: list[str]) -> int:
         for line in sys.stdin:
             request = json.loads(line)
             op = request["op"]
+            if held is not None:  # the parent asks again: it has mapped them (or given up on them)
+                held.close()
+                held = None
             try:
                 if op == "load":
                     phase("load")
@@ -250,9 +258,12 @@ def main(argv: list[str]) -> int:
 
                     value = fn(engine, *args, on_event=emit) if request.get("events") else fn(engine, *args)
                     phase("returning the call")
+                    out_of_band = OutOfBand(request.get("spill"), os.path.dirname(request["out"]))
                     with open(request["out"], "wb") as f:
-                        pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
-                    answer({"ok": True})
+                        pickle.dump(value, f, protocol=5, buffer_callback=out_of_band)
+                    del value  # the large arrays are in their files now: the parent maps them
+                    held = out_of_band  # open until the next request (the parent maps them first)
+                    answer({"ok": True, "buffers": out_of_band.buffers})
                 elif op == "close":
                     phase("close")
                     if engine is not None:

@@ -31,7 +31,7 @@ from logitlab.experiments.explain import ExplainConfig, ExplainExperiment
 from logitlab.experiments.inverse_controls import control, planted_token
 from logitlab.experiments.isolation import SlotRunner, load_supervised, stronger_isolation
 from logitlab.experiments.positions import select_rows, selection
-from logitlab.experiments.spill import SPILL_BYTES, is_spilled, spill_run
+from logitlab.engines.spill import SPILL_BYTES, is_spilled, spill_run
 from logitlab.manifest import build_manifest, busy_machine_note  # noqa: F401  (re-exported)
 from logitlab.numerics import LogitComparison, Verdict, classify, compare_logits
 from logitlab.numerics.compare import check_top_k
@@ -288,7 +288,7 @@ class AbExperiment(Experiment):
             record.is_reference = True
             result.fingerprints[CONTROL] = output.fingerprint()
             # a large reference lives in a file on disk (page cache), so that the one run held in memory that the
-            # kernel cannot drop is the run being compared: experiments/spill.py
+            # kernel cannot drop is the run being compared: engines/spill.py
             self.reference = spill_run(output)
             if output.topk is None and output.logits.nbytes > SPILL_BYTES and not is_spilled(self.reference.logits):
                 result.notes.append(f"the reference run ({output.logits.nbytes / 1e9:.2f} GB) is held in memory, "

@@ -77,7 +77,7 @@ from logitlab.events import Event
 from logitlab.experiments import crossengine
 from logitlab.experiments.base import Experiment
 from logitlab.experiments.invariance_steps import filler_sequences
-from logitlab.experiments.spill import spill, spill_run
+from logitlab.engines.spill import spill, spill_run
 from logitlab.experiments.verify.run import greedy_m1, replay_mk
 from logitlab.manifest import build_manifest
 from logitlab.numerics import Thresholds, Verdict, classify, compare_logits
@@ -174,7 +174,7 @@ class ExplainExperiment(Experiment):
         ids = result.prompt_ids
         self.on_event("step", {"what": "the pair"})
         if cfg.mode == "ab":
-            # each side of the pair is kept on disk where it is large (experiments/spill.py): what explain holds
+            # each side of the pair is kept on disk where it is large (engines/spill.py): what explain holds
             # that the kernel cannot drop is then the run being made, never the pair beside it (issue #31)
             with environment(cfg.control.env):
                 ref = spill_run(run_workload(control, ids, cfg.n_decode))

@@ -65,7 +65,7 @@ from logitlab.experiments.invariance_verify import VerifyAxis
 from logitlab.experiments.invariance_server import ServerProbes
 from logitlab.experiments.inverse_controls import Control, control, planted_token, rows_text, same_shapes
 from logitlab.experiments.isolation import SlotRunner
-from logitlab.experiments.spill import spill_run
+from logitlab.engines.spill import spill_run, spill_stack
 from logitlab.engines.workload import RunOutput, environment, run_workload
 from logitlab.manifest import build_manifest
 from logitlab.numerics import classify, compare_logits
@@ -215,7 +215,8 @@ class InvarianceProbe(VerifyAxis, ProcessAxis, ServerProbes, Experiment):
                 # Every copy is the prompt in a batch: all B are compared, stacked (copy c = rows c*n..).
                 text = (f"all {b} copies of the prompt in one batch, stacked: row c×{len(ids)}+p is copy c, "
                         f"position p")
-                reference, observed, token_ids = np.tile(alone, (b, 1)), np.concatenate(rows), list(ids) * b
+                # both stacks on disk where they are large (spill_stack): not 2 × B runs in memory
+                reference, observed, token_ids = spill_stack([alone] * b), spill_stack(rows), list(ids) * b
                 details["stacked"] = {"copies": b, "length": len(ids)}
                 details["copies_bit_exact"] = [bool(np.array_equal(alone.view(np.uint32), r.view(np.uint32)))
                                                for r in rows]
@@ -315,7 +316,7 @@ class InvarianceProbe(VerifyAxis, ProcessAxis, ServerProbes, Experiment):
                 runner.adopt("control", adopt)
             for index in range(cfg.runs):
                 try:
-                    # each run kept to be compared lives on disk where it is large (experiments/spill.py): what is
+                    # each run kept to be compared lives on disk where it is large (engines/spill.py): what is
                     # held that the kernel cannot drop is the run being made, not every run so far
                     if engine is not None:  # session isolation: a fresh session per run on the loaded engine
                         with environment(cfg.variant.env):

@@ -103,6 +103,13 @@ class InvarianceConfig:
             raise InputError(f"unknown --isolation {self.isolation!r}; valid: {', '.join(ISOLATION_LEVELS)}")
         check_at_least("--top-k", self.top_k, 1)
 
+    def batch_sequences(self, pads: bool) -> int:
+        """The sequences the ``batch`` probe runs, the prompt alone included: each B at each padding (on an engine
+        that ``pads``), and with :attr:`slots` B batches of each B > 1 (what its memory and disk estimates count).
+        """
+        paddings = len(self.padding or PADDINGS) if pads else 1
+        return 1 + sum(b * (b if self.slots else 1) * (paddings if b > 1 else 1) for b in set(self.batch_sizes))
+
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["variant"] = self.variant.to_dict()

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from logitlab.engines.base import Engine
+from logitlab.engines.spill import spill
 from logitlab.engines.workload import run_workload
 from logitlab.errors import InputError
 from logitlab.experiments.invariance_results import PADDINGS
@@ -39,7 +40,10 @@ def batch_rows(engine: Engine, ids: Sequence[int], batches: dict[Any, list[list[
 
     ``batches``: label (sortable: the batch probe's ``(B, slot)``) -> the batch's sequences.
     Returns ``alone`` (``(len(ids), n_vocab)`` float32 logits), ``runs`` (``(label, padding, rows)`` with one
-    array per sequence, in label order), ``paddings``, ``pads`` (whether the backend pads) and ``params``.
+    array per sequence, in label order), ``paddings``, ``pads`` (whether the backend pads) and ``params``. Each
+    run's rows are kept on disk as soon as the backend returns them where they are large
+    (:func:`~logitlab.engines.spill.spill`: read-only arrays), and cross to a supervised engine's parent in
+    files of their own (:mod:`~logitlab.engines.call_buffers`).
 
     Raises:
         InputError: the engine has no batches.
@@ -50,8 +54,9 @@ def batch_rows(engine: Engine, ids: Sequence[int], batches: dict[Any, list[list[
     backend = engine.open_batch(max(len(seqs) for seqs in batches.values()), max_tokens)
     try:
         paddings = list(padding or PADDINGS) if backend.pads else ["none"]
-        alone = backend.run([list(ids)], paddings[0])[0]
-        runs = [(label, pad, backend.run(batches[label], pad))
+        # each run kept on disk as it comes (spill.py), so that the worker holds one batch's rows at a time
+        alone = backend.run([list(ids)], paddings[0], keep=spill)[0]
+        runs = [(label, pad, backend.run(batches[label], pad, keep=spill))
                 for label in labels for pad in (paddings[:1] if len(batches[label]) == 1 else paddings)]
         shapes = {"alone": backend.forward_rows([list(ids)]),
                   "batches": {label: backend.forward_rows(batches[label]) for label in labels}}
@@ -66,7 +71,8 @@ def prefill_decode_rows(engine: Engine, prompt_ids: Sequence[int], n_decode: int
     prefill of the tokens before it (and, where the engine can, from a forward without a KV cache).
 
     Returns ``generated``, ``sequence``, ``full`` (its ``(len(sequence), n_vocab)`` prefill rows), ``paths``
-    (``(name, text, rows)`` per way of computing a position) and ``no_kv_cache``.
+    (``(name, text, rows)`` per way of computing a position) and ``no_kv_cache``; the arrays are float32,
+    kept on disk where they are large (:func:`~logitlab.engines.spill.spill`: read-only).
 
     Raises:
         InputError: fewer than 2 tokens in all.
@@ -80,20 +86,23 @@ def prefill_decode_rows(engine: Engine, prompt_ids: Sequence[int], n_decode: int
     if len(sequence) < 2:
         raise InputError("prefill-decode needs at least 2 tokens: a longer prompt or --tokens >= 1")
     with engine.open_session() as session:
-        full = session.prefill(sequence)
+        full = spill(session.prefill(sequence))
     openers = [("decode vs prefill", engine.open_session, "prefill of tokens 0..p-1, then one decode step (KV cache)")]
     if recompute:
         openers.append(("recompute vs prefill", recompute, "one forward over tokens 0..p without a KV cache"))
     paths = []
     for name, open_session, text in openers:
-        # Row p is position p; position 0 (nothing to prefill before it) is a one-token prefill.
+        # Row p is position p; position 0 (nothing to prefill before it) is a one-token prefill. Each row goes
+        # into one array as it comes (not a list stacked at the end: two copies), kept on disk when done.
+        rows = np.empty(full.shape, dtype=full.dtype)
         with open_session() as session:
-            rows = [session.prefill(sequence[:1])[0]]
+            rows[0] = session.prefill(sequence[:1])[0]
         for p in range(1, len(sequence)):
             with open_session() as session:
                 session.prefill(sequence[:p])
-                rows.append(session.decode([sequence[p]])[0])
-        paths.append((name, text, np.stack(rows)))
+                rows[p] = session.decode([sequence[p]])[0]
+        paths.append((name, text, spill(rows)))
+        del rows
     return {"generated": list(generated), "sequence": sequence, "full": full, "paths": paths,
             "no_kv_cache": no_kv_cache, "forward_rows": engine.forward_rows(len(sequence))}
 

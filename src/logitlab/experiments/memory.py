@@ -63,7 +63,7 @@ class Footprint:
             option sets, F at none of them).
         source: where F comes from (the measurement).
         per: runs added to F per unit of ``units`` (``invariance determinism``: per --runs; ``invariance
-            batch``: per sequence of the --batch sizes together).
+            batch``: per sequence run).
         units: what ``per`` counts, for the docs.
         fewer: the options that lower N, for the refusal's advice.
         whole_run: for a command that takes ``--positions``, F with one row of each run kept (``--positions
@@ -73,11 +73,14 @@ class Footprint:
         workers: W, the engine workers alive at once whose :data:`BATCH_ROWS` are counted apart from F (F is
             then the slope between two prompts past 512 rows); 0: they are inside F.
         spilled: for a command that keeps its large runs on disk where it can (``ab``'s reference,
-            ``explain``'s pair, ``invariance determinism``'s runs: :mod:`~logitlab.experiments.spill`), F when it
+            ``explain``'s pair, ``invariance determinism``'s runs: :mod:`~logitlab.engines.spill`), F when it
             does: the memory the kernel cannot drop (anonymous and shared), the kept runs' pages being page cache.
             None: the command does not spill.
+        spilled_per: runs added to :attr:`spilled` per unit of :attr:`units` (``invariance batch``: per sequence
+            run, where what is held is the engine's own output buffer, every row of its largest batch, and one
+            sequence's copy: counted per sequence run, which is never fewer).
         on_disk: the whole runs a spilling command keeps on disk at once (``explain``: its pair, 2), for the disk
-            check; a command whose runs grow with :attr:`units` keeps that many.
+            check; for a command whose runs grow with :attr:`units`, per unit.
     """
 
     runs: float
@@ -88,6 +91,7 @@ class Footprint:
     whole_run: float | None = None
     workers: int = 0
     spilled: float | None = None
+    spilled_per: float = 0.0
     on_disk: int = 1
 
     def factor(self, units: int = 0) -> float:
@@ -113,7 +117,7 @@ FOOTPRINTS: dict[str, Footprint] = {
                          "positions, batch buffers inside: 1.345 vs 0.503 GB, F 4.33 (main the same day: 1.980 vs "
                          "0.593 GB, F 7.14); --positions last the same way: 1.347 vs 1.120 GB, F 1.16 (the run "
                          "itself, written whole by the worker); with the reference kept on disk "
-                         "(experiments/spill.py), --made (anonymous and shared memory: the reference's pages are page "
+                         "(engines/spill.py), --made (anonymous and shared memory: the reference's pages are page "
                          "cache), 1.304 vs 1.122 GB, F 0.93: the run being compared; --positions last the same way, "
                          "1.208 vs 1.014 GB, F 1.00: the run crossing whole",
                     whole_run=1.2, workers=2, spilled=1.0),
@@ -122,7 +126,7 @@ FOOTPRINTS: dict[str, Footprint] = {
                              "worker's batch buffers apart (before, against 57 tokens, PSS: 0.83 vs 0.36 GB, F 2.4)",
                         workers=1),
     "explain": Footprint(3.1, "--candidate flash_attn=1 --no-dump, 2,053 vs 1,061 positions at n_ctx 4096, --made "
-                              "(2026-12-06, issue #31): the pair kept on disk (experiments/spill.py) and the "
+                              "(2026-12-06, issue #31): the pair kept on disk (engines/spill.py) and the "
                               "alone-vs-in-a-batch control's last rows only, 1.219 vs 1.013 GB, F 1.05 (the rerun "
                               "crossing whole; main the same day: 2.867 vs 2.171 GB, F 3.57); LOGITLAB_SPILL=off, "
                               "2.026 vs 1.430 GB, F 3.05 (the pair and the rerun); with the two workers' batch buffers "
@@ -146,16 +150,25 @@ FOOTPRINTS: dict[str, Footprint] = {
                                    "counted apart (before: 1.66 vs 0.43 GB against 57 tokens, F 6.4)",
                               fewer="a golden recorded with fewer positions", workers=1),
     "invariance batch": Footprint(
-        0.0, "--batch 1 4: 4.55 vs 0.47 GB (21.0 runs for 5 sequences; the batch runs on a context of its own); "
-             "--batch 1 8 at 1,045 positions: 7.83 GB before the engine change",
-        per=4.2, units="sequences (the --batch sizes together)", fewer="a shorter prompt or smaller --batch sizes"),
+        0.0, "--batch 1 4, --made, 2,053 vs 1,061 positions at n_ctx 4096 (2026-12-06, issue #31): each run kept on "
+             "disk in the worker as llama.cpp's batch gives it, crossing back in a file of its own "
+             "(engines/call_buffers.py), the stacked copies written to disk: 2.644 vs 1.484 GB, F 5.95 for 6 "
+             "sequences, the command's own process 0.07 GB, the rest the worker: llama.cpp's output buffer holding "
+             "every row of the B=4 batch and one sequence's copy (main the same day: 8.373 vs 4.401 GB, F 20.4); in "
+             "memory (LOGITLAB_SPILL=off, not measured since) the earlier 21.0 runs for 6 sequences, an upper bound; "
+             "on disk at once: each run in the worker's spill, again in the file it crosses in, and the two stacks",
+        per=3.5, units="sequences run (the prompt alone, each --batch size at each padding, B batches each with "
+                       "--slots)", fewer="a shorter prompt or smaller --batch sizes",
+        spilled=0.0, spilled_per=1.0, on_disk=4),
     "invariance prefill-decode": Footprint(
         11.3, "a 135-token prompt + 4 against a 17-token one + 4 (the probe runs a prefill per position: a long "
-              "prompt takes hours here): 0.51 and 0.56 GB (two runs) vs 0.27 GB, F 10.4 and 12.2; every way of "
-              "computing each row comes back at once (measured before the engine change, not since)"),
+              "prompt takes hours here): 0.51 and 0.56 GB (two runs) vs 0.27 GB, F 10.4 and 12.2, every way of "
+              "computing each row coming back at once (before the engine change); an upper bound since issue #31 "
+              "(each way fills one array kept on disk, crossing back in a file of its own): 404 positions, --made, "
+              "0.459 GB against main's 0.544 GB the same day, no slope measured"),
     "invariance determinism": Footprint(
         1.4, "--runs 3: 1.28 vs 0.42 GB (4.4 runs), of which one per run: every run is kept to be compared; with "
-             "the runs kept on disk (experiments/spill.py), --made, 2,053 vs 1,061 positions at n_ctx 4096: 0.813 "
+             "the runs kept on disk (engines/spill.py), --made, 2,053 vs 1,061 positions at n_ctx 4096: 0.813 "
              "vs 0.623 GB, F 0.97, the run being made",
         per=1.0, units="--runs", fewer="a shorter prompt, fewer --tokens or fewer --runs", spilled=1.0),
 }
@@ -176,7 +189,8 @@ class MemoryEstimate:
         available_bytes: what the machine has available (None: unknown).
         selected: the rows of each run kept (``--positions``; None: all of them).
         workers: W of :attr:`Footprint.workers`.
-        spilled: the command's large runs are kept on disk (:attr:`Footprint.spilled` is F).
+        spilled: the command's large runs are kept on disk (F is :attr:`Footprint.spilled` + its
+            :attr:`~Footprint.spilled_per` per unit).
     """
 
     command: str
@@ -237,11 +251,12 @@ def estimate(command: str, positions: int, n_vocab: int, model_bytes: int = 0, *
         model_bytes: the model files' size (they are memory-mapped and read whole).
         exact: N comes from the tokenizer.
         available_bytes: the machine's available memory, for :attr:`MemoryEstimate.fits`.
-        units: what :attr:`Footprint.units` counts (``--runs``, the --batch sizes together).
+        units: what :attr:`Footprint.units` counts (``--runs``, the batch probe's sequences run).
         selected: S, the rows of each run kept (``--positions``); for a command with a
             :attr:`Footprint.whole_run`, F is then ``whole_run + (F - whole_run) × S / N``.
-        spilled: a whole run would be kept on disk as the reference (:func:`~logitlab.experiments.spill.spill_folder`
-            gives a folder for N × V × 4 bytes): F is :attr:`Footprint.spilled`, for a command that has one, whatever
+        spilled: a whole run would be kept on disk as the reference (:func:`~logitlab.engines.spill.spill_folder`
+            gives a folder for N × V × 4 bytes): F is :attr:`Footprint.spilled` (+ :attr:`~Footprint.spilled_per`
+            × ``units``), for a command that has one, whatever
             ``selected`` (one run is held either way: the run compared, or the run crossing whole before its rows
             are taken — measured the same, F 0.93 and 1.00).
 
@@ -255,7 +270,7 @@ def estimate(command: str, positions: int, n_vocab: int, model_bytes: int = 0, *
     """
     footprint = FOOTPRINTS[command]
     spilled = spilled and footprint.spilled is not None
-    factor = footprint.spilled if spilled else footprint.factor(units)
+    factor = footprint.spilled + footprint.spilled_per * units if spilled else footprint.factor(units)
     if not spilled and selected is not None and footprint.whole_run is not None and positions > 0:
         factor = footprint.whole_run + (factor - footprint.whole_run) * min(selected, positions) / positions
     return MemoryEstimate(command, positions, n_vocab, round(factor, 1), BASE_BYTES + model_bytes, exact,
@@ -265,7 +280,7 @@ def estimate(command: str, positions: int, n_vocab: int, model_bytes: int = 0, *
 def refusal(e: MemoryEstimate) -> str:
     """The one line that refuses ``e`` (without ``error:``)."""
     from logitlab.dumps.sizes import format_bytes
-    from logitlab.experiments.spill import SPILL_BYTES
+    from logitlab.engines.spill import SPILL_BYTES
 
     footprint = FOOTPRINTS[e.command]
     fit = e.positions_that_fit()
@@ -316,7 +331,7 @@ def check_memory(command: str, engines: Sequence[tuple[type, str | None, dict]],
         where it cannot be, the run is not refused.
     """
     from logitlab.device import available_memory
-    from logitlab.experiments.spill import spill_folder
+    from logitlab.engines.spill import spill_folder
 
     vocabs = [cls.vocab_before_load(model, options) for cls, model, options in engines]
     if not vocabs or any(v is None for v in vocabs):
@@ -330,7 +345,7 @@ def check_memory(command: str, engines: Sequence[tuple[type, str | None, dict]],
 
     def at(n: int, exact: bool = True) -> MemoryEstimate:
         # the disk must take every run the command keeps (invariance determinism: --runs of them; explain: 2)
-        kept_runs = max(1, units) if FOOTPRINTS[command].per else FOOTPRINTS[command].on_disk
+        kept_runs = FOOTPRINTS[command].on_disk * (max(1, units) if FOOTPRINTS[command].per else 1)
         spills = (FOOTPRINTS[command].spilled is not None
                   and spill_folder(kept_runs * n * n_vocab * LOGIT_BYTES) is not None)
         return estimate(command, n, n_vocab, model_bytes, exact=exact, available_bytes=have, units=units,

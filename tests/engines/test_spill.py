@@ -1,4 +1,4 @@
-"""The reference run kept on disk (experiments/spill.py, issue #31): the same bits, read-only, the file unlinked,
+"""The reference run kept on disk (engines/spill.py, issue #31): the same bits, read-only, the file unlinked,
 and kept in memory where a disk would gain nothing."""
 
 import os
@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from logitlab.experiments import spill
+from logitlab.engines import spill
 
 
 @pytest.fixture
@@ -54,3 +54,23 @@ def test_a_small_run_or_a_full_disk_stays_in_memory(large, tmp_path, monkeypatch
 def test_the_file_system_of_a_path_is_its_longest_mount_point():
     assert spill._file_system(Path("/proc/self")) == "proc"
     assert spill._file_system(Path("/dev/shm/x/y")) == "tmpfs"
+
+
+def test_a_stack_of_runs_is_written_part_by_part_with_the_concatenation_s_bits(large, tmp_path, monkeypatch):
+    """spill_stack (invariance batch's B copies stacked): the file holds np.concatenate(parts) bit for bit, with
+    no stack built in memory; with nowhere to spill, the concatenation itself."""
+    monkeypatch.setenv("LOGITLAB_SPILL", str(tmp_path / "spill"))
+    if spill._file_system(tmp_path) in spill.MEMORY_FILE_SYSTEMS:
+        pytest.skip(f"{tmp_path} is on a memory file system here: nothing to spill to")
+    parts = [large, large[::-1].copy(), large[5:12]]
+    kept = spill.spill_stack(parts)
+    assert spill.is_spilled(kept) and kept.shape == (87, 1000)
+    assert np.array_equal(kept.view(np.uint32), np.concatenate(parts).view(np.uint32))
+    assert os.listdir(tmp_path / "spill") == []
+    monkeypatch.setenv("LOGITLAB_SPILL", "off")
+    again = spill.spill_stack(parts)
+    assert not spill.is_spilled(again) and np.array_equal(again.view(np.uint32), kept.view(np.uint32))
+    with pytest.raises(ValueError, match="width or dtype"):
+        spill.spill_stack([large, large[:, :10]])
+    with pytest.raises(ValueError, match="at least one"):
+        spill.spill_stack([])

@@ -28,12 +28,14 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
 from logitlab.engines.workload import RunOutput
 
-__all__ = ["SPILL_BYTES", "MEMORY_FILE_SYSTEMS", "OFF", "spill_folder", "spill", "spill_run", "is_spilled"]
+__all__ = ["SPILL_BYTES", "MEMORY_FILE_SYSTEMS", "OFF", "spill_folder", "spill", "spill_stack", "spill_run",
+           "spill_map", "is_spilled"]
 
 #: Runs of this size (bytes) or smaller stay in memory: the second copy of a small run costs less than a constant of
 #: the memory bound, and writing it out costs time for nothing. The same size as the supervised engine's
@@ -49,6 +51,16 @@ _WRITE_BYTES = 1 << 24
 
 class _SpillMap(mmap.mmap):
     """The mapping of a spilled run (its own type, for :func:`is_spilled`)."""
+
+
+def spill_map(fileno: int, spilled: bool) -> mmap.mmap:
+    """A read-only mapping of the whole open file ``fileno``; one :func:`is_spilled` recognises where ``spilled``
+    (a file on disk in the spill folder: :mod:`~logitlab.engines.call_buffers`' out-of-band arrays).
+
+    Raises:
+        OSError: the file cannot be mapped (an empty file among them).
+    """
+    return (_SpillMap if spilled else mmap.mmap)(fileno, 0, access=mmap.ACCESS_READ)
 
 
 def _folder() -> Path | None:
@@ -114,30 +126,69 @@ def spill(logits: np.ndarray) -> np.ndarray:
 
     Returns:
         An array of the same shape, dtype and bits, read-only (writing to it raises ``ValueError``), backed by a
-        shared read-only mapping of the file; ``logits`` itself when :func:`spill_folder` gives no folder, or when
-        writing or mapping the file fails (a full disk: the run stays in memory, nothing is lost).
+        shared read-only mapping of the file; ``logits`` itself when it is spilled already (:func:`is_spilled`),
+        when :func:`spill_folder` gives no folder, or when writing or mapping the file fails (a full disk: the run
+        stays in memory, nothing is lost).
     """
-    folder = spill_folder(int(logits.nbytes))
-    if folder is None or not logits.flags.c_contiguous:
+    if not logits.flags.c_contiguous or is_spilled(logits):
         return logits
+    kept = _write([logits])
+    return logits if kept is None else kept
+
+
+def spill_stack(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(parts)`` kept on disk as :func:`spill` keeps one array, without building it in memory.
+
+    For a comparison over several runs' rows stacked (``invariance batch``: the B copies of the prompt in one
+    batch against the prompt alone B times), which would otherwise hold the stack beside its parts.
+
+    Args:
+        parts: ``(n_i, n_vocab)`` arrays of one dtype and width (at least one).
+
+    Returns:
+        The ``(sum n_i, n_vocab)`` concatenation, read-only, mapping an unlinked file; where nothing is spilled
+        (:func:`spill_folder` gives no folder, or writing fails) ``np.concatenate(parts)`` in memory.
+
+    Raises:
+        ValueError: no parts, or parts of other widths or dtypes.
+    """
+    if not parts:
+        raise ValueError("spill_stack needs at least one array")
+    first = parts[0]
+    if any(p.ndim != 2 or p.shape[1] != first.shape[1] or p.dtype != first.dtype for p in parts):
+        raise ValueError("spill_stack: the parts differ in width or dtype")
+    kept = _write(parts)
+    return np.concatenate(parts) if kept is None else kept
+
+
+def _write(parts: Sequence[np.ndarray]) -> np.ndarray | None:
+    """``parts`` (one dtype and width; each made C-contiguous as it is written) written one after another to an
+    unlinked file in :func:`spill_folder`, as a read-only array mapping it; None where there is no folder or the
+    write fails."""
+    n_bytes = sum(int(p.nbytes) for p in parts)
+    folder = spill_folder(n_bytes)
+    if folder is None:
+        return None
     try:
         handle, name = tempfile.mkstemp(prefix="run-", suffix=".logits", dir=folder)
     except OSError:
-        return logits
+        return None
     try:
         os.unlink(name)
         with os.fdopen(handle, "w+b") as f:
             handle = -1
-            flat = logits.reshape(-1).view(np.uint8)
-            for start in range(0, flat.size, _WRITE_BYTES):
-                f.write(memoryview(flat[start:start + _WRITE_BYTES]))
+            for part in parts:
+                flat = np.ascontiguousarray(part).reshape(-1).view(np.uint8)
+                for start in range(0, flat.size, _WRITE_BYTES):
+                    f.write(memoryview(flat[start:start + _WRITE_BYTES]))
             f.flush()
-            mapped = _SpillMap(f.fileno(), flat.size, access=mmap.ACCESS_READ)
+            mapped = _SpillMap(f.fileno(), n_bytes, access=mmap.ACCESS_READ)
     except OSError:
         if handle >= 0:
             os.close(handle)
-        return logits
-    return np.frombuffer(mapped, dtype=logits.dtype).reshape(logits.shape)
+        return None
+    rows = sum(p.shape[0] for p in parts)
+    return np.frombuffer(mapped, dtype=parts[0].dtype).reshape((rows, *parts[0].shape[1:]))
 
 
 def spill_run(output: RunOutput) -> RunOutput:
