@@ -69,11 +69,18 @@ class OutOfBand:
                 continue
             try:
                 os.unlink(name)
-                with os.fdopen(os.dup(fd), "wb") as f:
+                # a buffered file: one write of several GB loops over the system's 2 GiB-a-call writes
+                with os.fdopen(fd, "wb", closefd=False) as f:
                     f.write(raw)
-            except OSError:
+            except BaseException as e:  # nothing named left, no descriptor held
                 os.close(fd)
-                continue
+                try:
+                    os.unlink(name)
+                except OSError:
+                    pass
+                if isinstance(e, OSError):
+                    continue
+                raise
             self._fds.append(fd)
             self.buffers.append({"path": f"/proc/{os.getpid()}/fd/{fd}", "readonly": bool(raw.readonly),
                                  "spilled": spilled})
@@ -93,7 +100,7 @@ def map_buffers(buffers: Sequence[dict[str, Any]]) -> list[mmap.mmap]:
     copy-on-write (``ACCESS_COPY``: writable, nothing written back) for the others.
 
     Raises:
-        EngineError: a file cannot be opened or mapped (the worker is gone, or the folder was removed under it).
+        EngineError: a file cannot be opened or mapped (the worker is gone, or no longer holds the file).
     """
     from logitlab.engines.spill import spill_map
 

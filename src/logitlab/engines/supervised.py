@@ -58,7 +58,7 @@ from logitlab.engines.base import Engine, StepTiming
 from logitlab.engines.call_buffers import OUT_OF_BAND_BYTES, map_buffers
 from logitlab.engines.crash import CrashEvidence, read_phase
 from logitlab.engines.run_files import RUN_FILES, KeptRun, keep_file
-from logitlab.engines.spill import spill_folder
+from logitlab.engines.spill import SPILL_BYTES, spill_folder
 from logitlab.engines.worker_folders import new_folder, remove_folder, write_owner
 from logitlab.errors import EngineCrashed, EngineError, InputError, InternalError, LogitlabError
 
@@ -332,7 +332,7 @@ class SupervisedEngine:
         request, out = self._folder / f"call-{self._runs}.in", self._folder / f"call-{self._runs}.out"
         request.write_bytes(pickle.dumps(args, protocol=pickle.HIGHEST_PROTOCOL))
         # the return value's large arrays: in files of their own, on disk where it can (call_buffers.py)
-        spilled = spill_folder(OUT_OF_BAND_BYTES + 1)
+        spilled = spill_folder(max(OUT_OF_BAND_BYTES, SPILL_BYTES) + 1)
         try:
             answer = self._ask({"op": "call", "fn": f"{fn.__module__}:{fn.__qualname__}", "args": str(request),
                                 "out": str(out), "phase": phase, "events": on_event is not None,

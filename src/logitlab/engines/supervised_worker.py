@@ -20,7 +20,8 @@ standard error, so that what native code prints cannot corrupt the answers):
 - ``{"op": "call", "fn": "module:function", "args", "out", "phase", "events", "spill"}`` →
   ``{"ok": true, "buffers"}`` after ``function(engine, *args)`` ran, its arguments unpickled from the file
   ``args`` and its return value pickled into the file ``out`` (protocol 5), each array buffer over 64 MiB in an
-  unlinked file of its own in the folder ``spill`` (or the worker's own) kept open until the next request, the
+  unlinked file of its own in the folder ``spill`` (or the worker's own; in the pickle where neither has room)
+  kept open until the next request, the
   answer's ``buffers`` naming them in order as ``/proc/<pid>/fd/<fd>`` (:mod:`logitlab.engines.call_buffers`);
   ``phase`` is written as the phase first. With ``events``, the function gets ``on_event=``: each of its calls
   is a line ``{"event": kind, "data": base64 pickle}`` before the answer.
@@ -258,11 +259,12 @@ def main(argv: list[str]) -> int:
 
                     value = fn(engine, *args, on_event=emit) if request.get("events") else fn(engine, *args)
                     phase("returning the call")
-                    out_of_band = OutOfBand(request.get("spill"), os.path.dirname(request["out"]))
+                    # the array files stay open until the next request (the parent maps them first), and are
+                    # closed then too where the pickling fails after some were written
+                    out_of_band = held = OutOfBand(request.get("spill"), os.path.dirname(request["out"]))
                     with open(request["out"], "wb") as f:
                         pickle.dump(value, f, protocol=5, buffer_callback=out_of_band)
                     del value  # the large arrays are in their files now: the parent maps them
-                    held = out_of_band  # open until the next request (the parent maps them first)
                     answer({"ok": True, "buffers": out_of_band.buffers})
                 elif op == "close":
                     phase("close")
