@@ -155,9 +155,9 @@ FOOTPRINTS: dict[str, Footprint] = {
              "(engines/call_buffers.py), the stacked copies written to disk: 2.644 vs 1.484 GB, F 5.95 for 6 "
              "sequences, the command's own process 0.07 GB, the rest the worker: llama.cpp's output buffer holding "
              "every row of the B=4 batch and one sequence's copy (main the same day: 8.373 vs 4.401 GB, F 20.4); in "
-             "memory (LOGITLAB_SPILL=off, not measured since) the earlier 21.0 runs for 6 sequences, an upper bound; "
+             "memory (LOGITLAB_SPILL=off) 5.874 vs 2.851 GB, F 15.50 for 6 sequences, all in the command's process; "
              "on disk at once: each run in the worker's spill, again in the file it crosses in, and the two stacks",
-        per=3.5, units="sequences run (the prompt alone, each --batch size at each padding, B batches each with "
+        per=2.6, units="sequences run (the prompt alone, each --batch size at each padding, B batches each with "
                        "--slots)", fewer="a shorter prompt or smaller --batch sizes",
         spilled=0.0, spilled_per=1.0, on_disk=4),
     "invariance prefill-decode": Footprint(
