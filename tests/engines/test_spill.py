@@ -74,3 +74,22 @@ def test_a_stack_of_runs_is_written_part_by_part_with_the_concatenation_s_bits(l
         spill.spill_stack([large, large[:, :10]])
     with pytest.raises(ValueError, match="at least one"):
         spill.spill_stack([])
+
+
+def test_an_unlinked_file_that_fails_mid_write_leaves_no_name_and_no_descriptor(tmp_path):
+    """unlinked_file (spill's and the worker calls' files): the bytes are there through the descriptor, no name
+    in the folder; a write that fails half way closes the descriptor and raises, nothing left."""
+    fd = spill.unlinked_file(tmp_path, [b"ab", memoryview(b"cd")], prefix="t-", suffix=".x")
+    try:
+        assert os.listdir(tmp_path) == [] and os.pread(fd, 10, 0) == b"abcd"
+    finally:
+        os.close(fd)
+    opened = set(os.listdir("/proc/self/fd"))
+
+    def failing():
+        yield b"ab"
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        spill.unlinked_file(tmp_path, failing(), prefix="t-", suffix=".x")
+    assert os.listdir(tmp_path) == [] and set(os.listdir("/proc/self/fd")) <= opened

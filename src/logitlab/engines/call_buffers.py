@@ -24,9 +24,9 @@ import mmap
 import os
 import pickle
 import shutil
-import tempfile
 from typing import Any, Sequence
 
+from logitlab.engines.spill import spill_map, unlinked_file
 from logitlab.errors import EngineError
 
 __all__ = ["OUT_OF_BAND_BYTES", "OutOfBand", "map_buffers"]
@@ -64,23 +64,9 @@ class OutOfBand:
             try:
                 if shutil.disk_usage(folder).free < raw.nbytes * _ROOM:
                     continue
-                fd, name = tempfile.mkstemp(prefix="call-", suffix=".buf", dir=folder)
+                fd = unlinked_file(folder, [raw], prefix="call-", suffix=".buf")
             except OSError:
                 continue
-            try:
-                os.unlink(name)
-                # a buffered file: one write of several GB loops over the system's 2 GiB-a-call writes
-                with os.fdopen(fd, "wb", closefd=False) as f:
-                    f.write(raw)
-            except BaseException as e:  # nothing named left, no descriptor held
-                os.close(fd)
-                try:
-                    os.unlink(name)
-                except OSError:
-                    pass
-                if isinstance(e, OSError):
-                    continue
-                raise
             self._fds.append(fd)
             self.buffers.append({"path": f"/proc/{os.getpid()}/fd/{fd}", "readonly": bool(raw.readonly),
                                  "spilled": spilled})
@@ -102,8 +88,6 @@ def map_buffers(buffers: Sequence[dict[str, Any]]) -> list[mmap.mmap]:
     Raises:
         EngineError: a file cannot be opened or mapped (the worker is gone, or no longer holds the file).
     """
-    from logitlab.engines.spill import spill_map
-
     maps = []
     for buffer in buffers:
         try:

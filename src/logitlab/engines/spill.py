@@ -28,14 +28,14 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from logitlab.engines.workload import RunOutput
 
 __all__ = ["SPILL_BYTES", "MEMORY_FILE_SYSTEMS", "OFF", "spill_folder", "spill", "spill_stack", "spill_run",
-           "spill_map", "is_spilled"]
+           "spill_map", "unlinked_file", "is_spilled"]
 
 #: Runs of this size (bytes) or smaller stay in memory: the second copy of a small run costs less than a constant of
 #: the memory bound, and writing it out costs time for nothing. The same size as the supervised engine's
@@ -169,26 +169,52 @@ def _write(parts: Sequence[np.ndarray]) -> np.ndarray | None:
     folder = spill_folder(n_bytes)
     if folder is None:
         return None
+
+    def chunks():
+        for part in parts:
+            flat = np.ascontiguousarray(part).reshape(-1).view(np.uint8)
+            for start in range(0, flat.size, _WRITE_BYTES):
+                yield memoryview(flat[start:start + _WRITE_BYTES])
+
     try:
-        handle, name = tempfile.mkstemp(prefix="run-", suffix=".logits", dir=folder)
+        handle = unlinked_file(folder, chunks(), prefix="run-", suffix=".logits")
     except OSError:
         return None
     try:
-        os.unlink(name)
-        with os.fdopen(handle, "w+b") as f:
-            handle = -1
-            for part in parts:
-                flat = np.ascontiguousarray(part).reshape(-1).view(np.uint8)
-                for start in range(0, flat.size, _WRITE_BYTES):
-                    f.write(memoryview(flat[start:start + _WRITE_BYTES]))
-            f.flush()
-            mapped = _SpillMap(f.fileno(), n_bytes, access=mmap.ACCESS_READ)
+        mapped = _SpillMap(handle, n_bytes, access=mmap.ACCESS_READ)
     except OSError:
-        if handle >= 0:
-            os.close(handle)
         return None
+    finally:
+        os.close(handle)  # the mapping keeps the file
     rows = sum(p.shape[0] for p in parts)
     return np.frombuffer(mapped, dtype=parts[0].dtype).reshape((rows, *parts[0].shape[1:]))
+
+
+def unlinked_file(folder: Path | str, chunks: Iterable[Any], *, prefix: str, suffix: str) -> int:
+    """A new file in ``folder`` holding ``chunks`` (bytes-like, one after another), unlinked as soon as it is
+    created: the open descriptor is returned, and the file's space goes when the last descriptor or mapping of it
+    does, however the process ends (:func:`spill` maps it; :mod:`~logitlab.engines.call_buffers` hands it to the
+    parent process through ``/proc``).
+
+    Raises:
+        OSError: the file cannot be created or written (nothing named is left, no descriptor held). Anything else
+            raised while writing closes the descriptor too, and goes on.
+    """
+    fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
+    try:
+        os.unlink(name)
+        # a buffered file: one write of several GB loops over the system's 2 GiB-a-call writes
+        with os.fdopen(fd, "wb", closefd=False) as f:
+            for chunk in chunks:
+                f.write(chunk)
+    except BaseException:
+        os.close(fd)
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
+        raise
+    return fd
 
 
 def spill_run(output: RunOutput) -> RunOutput:
