@@ -19,6 +19,13 @@ Machine states: ``quiet`` (nothing else should run: the benchmark cannot check t
 benchmark starts ``--load-factor`` × cores busy-loop processes, each ending by itself after
 ``--load-seconds`` at the latest, and stops them at the end of the state).
 
+A second table takes the instance effects apart (issue #36 item 2): per configuration and metric, the
+one-way random-effects ANOVA of the runs' block log ratios (``logitlab.perf.between_run_variance``): the sd
+``tau`` of a run's fixed offset (at ``session`` isolation: the two engine objects' difference), the F test of
+``tau = 0``, how much wider a run's CI should be and the false-call rate that predicts, beside the same
+analysis of the control's own slots (one object). Each run's slots (variant, block, position, seconds) are
+kept in its record.
+
 ``--part detect`` measures the other side: the candidate is the ``cmd`` engine with
 ``LLAMACPP_CMD_SLOWDOWN=F`` (it busy-waits F × each call's wall time: exactly (1 + F)× slower), and the
 share of runs that call decode ``slower`` is printed with its interval and the time to a decision
@@ -133,7 +140,9 @@ def main() -> int:
     print(f"\n{len(done)} runs in {time.perf_counter() - started:.0f} s\n")
     if args.part == "detect":
         return _detect_table(done, args)
-    return _aa_table(done)
+    status = _aa_table(done)
+    _instance_table(done)
+    return status
 
 
 def _choices(text: str, valid: tuple[str, ...], option: str) -> tuple[str, ...]:
@@ -229,6 +238,9 @@ def _ab(config: str, state: str, index: int, args: argparse.Namespace, extra: li
         result = json.loads(out.read_text())
     for phase, comparison in (result.get("speed") or {}).items():
         _take(run, phase, comparison)
+    # each measured slot, for effects of a slot's place (variant, block, position; seconds of each phase)
+    run.detail["slots"] = [[r["variant"], r["block"], r["position"], r["prefill_seconds"], r["decode_seconds"]]
+                           for r in result.get("runs") or [] if r.get("block") is not None and not r.get("crash")]
     return run
 
 
@@ -237,7 +249,8 @@ def _take(run: Run, metric: str, comparison: dict[str, Any]) -> None:
     if comparison.get("mde") is not None:
         run.mde[metric] = comparison["mde"]
     run.blocks = max(run.blocks, int(comparison.get("n_blocks") or 0))
-    run.detail[metric] = {k: comparison.get(k) for k in ("ratio", "ci_low", "ci_high", "margin", "margin_source")}
+    run.detail[metric] = {k: comparison.get(k) for k in ("ratio", "ci_low", "ci_high", "margin", "margin_source",
+                                                         "block_log_ratios", "aa_log_ratios")}
 
 
 def _llama_bench_cmd(args: argparse.Namespace, reps: int, json_out: bool) -> list[str]:
@@ -348,6 +361,55 @@ def _aa_table(runs: list[Run]) -> int:
     print(f"\nnominal false-call rate {100 * NOMINAL:.0f} %; target: logitlab's upper bound <= {100 * TARGET_UPPER:.0f} %"
           " at 60 runs a configuration (anchors are printed for comparison, not judged)")
     return 0 if ok else 1
+
+
+def _instance_table(runs: list[Run]) -> None:
+    """Instance effects (issue #36 item 2): do the runs' A/B estimates spread more than their blocks allow?
+
+    Per configuration, state and metric, :func:`logitlab.perf.between_runs.between_run_variance` over the
+    runs' block log ratios: ``A/B`` the two arms (at ``session`` isolation two engine objects, each loaded once
+    a run), ``A/A`` the control's own slots within each block (one object). ``tau`` is the sd of a run's fixed
+    offset, ``sigma`` a block's own noise; ``x CI`` how much wider than its own CI a run of the median blocks
+    should be; ``pred.`` the share of runs whose CI that predicts to exclude 1
+    (:meth:`~logitlab.perf.between_runs.BetweenRuns.false_call_rate`; only where every run has as many
+    blocks), beside ``seen``, the share whose CI did (a call of ``faster``/``slower``, or an ``equivalent``
+    whose CI also excludes 1).
+    """
+    from logitlab.errors import InputError
+    from logitlab.perf.between_runs import between_run_variance
+
+    header = (f"{'configuration':12s} {'state':5s} {'metric':7s} {'runs':>4s} {'A/B mean [95% CI]':>24s} "
+              f"{'tau':>6s} {'sigma':>6s} {'F p':>7s} {'x CI':>5s} {'pred.':>6s} {'seen':>6s} "
+              f"{'A/A tau':>7s} {'A/A p':>7s}")
+    print("\ninstance effects: one-way random effects over runs (tau: sd of a run's offset; sigma: a block's noise)")
+    print(header + "\n" + "-" * len(header))
+    for config, state, group in _groups(runs):
+        metrics = dict.fromkeys(m for r in group for m, d in r.detail.items()
+                                if isinstance(d, dict) and d.get("block_log_ratios"))
+        for metric in metrics:
+            measured = [r for r in group if len((r.detail.get(metric) or {}).get("block_log_ratios") or []) >= 2]
+            try:
+                between = between_run_variance([r.detail[metric]["block_log_ratios"] for r in measured])
+                aa = [r.detail[metric].get("aa_log_ratios") or [] for r in measured]
+                aa_runs = between_run_variance(aa) if sum(len(x) >= 2 for x in aa) >= 2 else None
+            except InputError as e:
+                print(f"{config:12s} {state:5s} {metric:7s} {len(measured):4d} {e}")
+                continue
+            sizes = {len(r.detail[metric]["block_log_ratios"]) for r in measured}
+            n = max(sizes)
+            pred = f"{100 * between.false_call_rate(n):5.1f}%" if len(sizes) == 1 else f"{'—':>6s}"
+            seen = statistics.fmean(not (r.detail[metric]["ci_low"] <= 1.0 <= r.detail[metric]["ci_high"])
+                                    for r in measured)
+            aa_text = f"{'—':>7s} {'—':>7s}"
+            if aa_runs is not None:
+                aa_p = f"{aa_runs.p_value:7.3f}" if aa_runs.p_value is not None else f"{'—':>7s}"
+                aa_text = f"{100 * aa_runs.between_sd:6.2f}% {aa_p}"
+            mean = (f"{math.exp(between.mean_log):.4f} [{math.exp(between.ci_low_log):.4f}–"
+                    f"{math.exp(between.ci_high_log):.4f}]")
+            p = f"{between.p_value:7.3f}" if between.p_value is not None else f"{'—':>7s}"
+            print(f"{config:12s} {state:5s} {metric:7s} {between.n_runs:4d} {mean:>24s} "
+                  f"{100 * between.between_sd:5.2f}% {100 * between.within_sd:5.2f}% {p} "
+                  f"{between.run_sd_inflation(n):5.2f} {pred} {100 * seen:5.1f}% {aa_text}")
 
 
 def _detect_table(runs: list[Run], args: argparse.Namespace) -> int:

@@ -1,7 +1,8 @@
 """Speed statistics: the counterbalanced ABBA/BAAB design (:mod:`~logitlab.perf.design`),
 the per-block ratios (:mod:`~logitlab.perf.block_ratios`), the paired comparison
 (:mod:`~logitlab.perf.paired`), the equivalence call (:mod:`~logitlab.perf.equivalence`),
-power and MDE (:mod:`~logitlab.perf.power`), benchmark files (:mod:`~logitlab.perf.readers`,
+power and MDE (:mod:`~logitlab.perf.power`), the between-run variance of many runs' estimates
+(:mod:`~logitlab.perf.between_runs`), benchmark files (:mod:`~logitlab.perf.readers`,
 :mod:`~logitlab.perf.compare_files`, :mod:`~logitlab.perf.calibration`) and ``bench run``
 (:mod:`~logitlab.perf.commands`, its process runner :mod:`~logitlab.perf.process`).
 Nothing here prints or logs.
@@ -20,5 +21,6 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
                              "slot_position_effect"),
     "logitlab.perf.block_ratios": ("aa_log_ratios", "aa_margin", "block_log_ratios"),
     "logitlab.perf.power": ("blocks_needed", "minimum_detectable_effect"),
+    "logitlab.perf.between_runs": ("BetweenRuns", "between_run_variance"),
     "logitlab.perf.simulate": ("simulate_blocks", "simulate_calls"),
 })
