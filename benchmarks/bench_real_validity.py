@@ -369,8 +369,8 @@ def _instance_table(runs: list[Run]) -> None:
     Per configuration, state and metric, :func:`logitlab.perf.between_runs.between_run_variance` over the
     runs' block log ratios: ``A/B`` the two arms (at ``session`` isolation two engine objects, each loaded once
     a run), ``A/A`` the control's own slots within each block (one object). ``tau`` is the sd of a run's fixed
-    offset, ``sigma`` a block's own noise; ``x CI`` how much wider than its own CI a run of the median blocks
-    should be; ``pred.`` the share of runs whose CI that predicts to exclude 1
+    offset (with ``tau+``, its upper 95 % bound), ``sigma`` a block's own noise; ``x CI`` how much wider than its
+    own CI a run of the most blocks should be; ``pred.`` the share of runs whose CI that predicts to exclude 1
     (:meth:`~logitlab.perf.between_runs.BetweenRuns.false_call_rate`; only where every run has as many
     blocks), beside ``seen``, the share whose CI did (a call of ``faster``/``slower``, or an ``equivalent``
     whose CI also excludes 1).
@@ -379,7 +379,7 @@ def _instance_table(runs: list[Run]) -> None:
     from logitlab.perf.between_runs import between_run_variance
 
     header = (f"{'configuration':12s} {'state':5s} {'metric':7s} {'runs':>4s} {'A/B mean [95% CI]':>24s} "
-              f"{'tau':>6s} {'sigma':>6s} {'F p':>7s} {'x CI':>5s} {'pred.':>6s} {'seen':>6s} "
+              f"{'tau':>6s} {'tau+':>6s} {'sigma':>6s} {'F p':>7s} {'x CI':>5s} {'pred.':>6s} {'seen':>6s} "
               f"{'A/A tau':>7s} {'A/A p':>7s}")
     print("\ninstance effects: one-way random effects over runs (tau: sd of a run's offset; sigma: a block's noise)")
     print(header + "\n" + "-" * len(header))
@@ -407,8 +407,10 @@ def _instance_table(runs: list[Run]) -> None:
             mean = (f"{math.exp(between.mean_log):.4f} [{math.exp(between.ci_low_log):.4f}–"
                     f"{math.exp(between.ci_high_log):.4f}]")
             p = f"{between.p_value:7.3f}" if between.p_value is not None else f"{'—':>7s}"
+            bound = between.between_sd_upper()
+            upper = f"{100 * bound:5.2f}%" if bound is not None else f"{'—':>6s}"
             print(f"{config:12s} {state:5s} {metric:7s} {between.n_runs:4d} {mean:>24s} "
-                  f"{100 * between.between_sd:5.2f}% {100 * between.within_sd:5.2f}% {p} "
+                  f"{100 * between.between_sd:5.2f}% {upper} {100 * between.within_sd:5.2f}% {p} "
                   f"{between.run_sd_inflation(n):5.2f} {pred} {100 * seen:5.1f}% {aa_text}")
 
 
