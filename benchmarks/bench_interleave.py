@@ -1,0 +1,199 @@
+"""Resolution of interleaved decode steps (issue #36 item 3): real A/As and a planted slowdown, quiet and loaded.
+
+``ab`` times whole runs in ABBA/BAAB order; :mod:`logitlab.experiments.interleave` alternates the two arms'
+decode steps (``chunk`` steps a turn) inside one block, timed by the worker's wall or CPU clock. This
+benchmark runs it for real on the embedded model (llamacpp, both arms supervised: two engine objects loaded
+for each run, as ``ab --isolation session`` does) and prints, per machine state and configuration
+(``clock:chunk``):
+
+- the A/A runs: the block sd of the decode log ratio, the false calls (CI excludes 1) with their
+  Clopper-Pearson 95 % interval, the instance effect across runs (``logitlab.perf.between_run_variance``);
+- the MDE at 80 % power of the blocks a run used and of the blocks that fit in ``--budget`` seconds of the
+  runs' own pace (``perf.minimum_detectable_effect`` at the A/A block sd);
+- the planted runs (the candidate busy-waits ``--plant`` × each step's own time: exactly (1 + plant)× slower
+  in the run's clock): the share called ``slower``, with its interval, and the mean ratio.
+
+Machine states: ``quiet`` (nothing else should run) and ``load`` (``--load-factor`` × cores busy-loop
+processes started by the benchmark and stopped at the end of the state). Runs are interleaved across
+configurations and kinds; each run's record is appended to ``--out`` (JSON lines) as it ends.
+
+    python benchmarks/bench_interleave.py --states load --configs cpu:1,wall:1 --runs 16 --blocks 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from logitlab.engines.supervised import load_supervised  # noqa: E402
+from logitlab.engines.variant import Variant  # noqa: E402
+from logitlab.experiments.interleave import interleaved_block  # noqa: E402
+from logitlab.perf import between_run_variance, minimum_detectable_effect, paired_comparison  # noqa: E402
+from logitlab.perf.design import PATTERNS  # noqa: E402
+
+PROMPT = "The lighthouse keeper had kept a journal for thirty years. Every evening he wrote down"
+
+
+def clopper_pearson(k: int, n: int) -> tuple[float, float]:
+    """Exact 95 % interval of a binomial rate k/n (Clopper & Pearson 1934; scipy's ``binomtest``)."""
+    from scipy import stats
+
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def one_run(clock: str, chunk: int, pin: bool, plant: float, args: argparse.Namespace,
+            index: int) -> dict[str, Any]:
+    """Load a control and a candidate (the same variant), warm up with one block, run ``--blocks`` blocks;
+    where ``pin``, both arms decode on the last CPU and this process runs on the others."""
+    start = time.perf_counter()
+    control = load_supervised(Variant("control", "llamacpp"))
+    candidate = load_supervised(Variant("candidate", "llamacpp"))
+    cpus = sorted(os.sched_getaffinity(0))
+    try:
+        if pin:
+            os.sched_setaffinity(0, cpus[:-1] or cpus)
+        ids = control.tokenize(PROMPT)
+        tokens = control.run_workload(ids, args.tokens).generated
+        pinned = cpus[-1:] if pin else None
+        # one warm-up block, not analysed
+        interleaved_block(control, candidate, ids, tokens, chunk=chunk, clock=clock, plant=plant, cpus=pinned)
+        measured = time.perf_counter()
+        blocks = [interleaved_block(control, candidate, ids, tokens, pattern=PATTERNS[(b + index) % 2],
+                                    chunk=chunk, clock=clock, plant=plant, cpus=pinned) for b in range(args.blocks)]
+        block_seconds = (time.perf_counter() - measured) / args.blocks
+    finally:
+        os.sched_setaffinity(0, cpus)
+        control.close()
+        candidate.close()
+    comparison = paired_comparison([b.decode_block() for b in blocks], higher_is_better=True,
+                                   metric="decode tokens/s", unit="tokens/s", margin=args.margin)
+    return {"clock": clock, "chunk": chunk, "pin": pin, "plant": plant, "index": index, "call": comparison.call,
+            "ratio": comparison.ratio, "ci": [comparison.ci_low, comparison.ci_high], "mde": comparison.mde,
+            "log_ratios": comparison.block_log_ratios, "whole_log_ratios": [b.decode_log_ratio() for b in blocks],
+            "realised_plant": float(np.mean([b.candidate_steps.sum() / b.candidate_engine_steps.sum() - 1
+                                             for b in blocks])),
+            "block_seconds": block_seconds, "seconds": time.perf_counter() - start}
+
+
+class MachineState:
+    """``load``: ``factor`` × cores busy-loop processes for the life of the ``with`` (each ends by itself after
+    ``limit`` seconds at the latest)."""
+
+    def __init__(self, state: str, factor: float, limit: float) -> None:
+        self.state, self.factor, self.limit, self.procs = state, factor, limit, []
+
+    def __enter__(self) -> "MachineState":
+        if self.state == "load":
+            code = f"import time\nend = time.monotonic() + {self.limit}\nwhile time.monotonic() < end: pass"
+            count = max(1, round(self.factor * (os.cpu_count() or 1)))
+            self.procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(count)]
+            print(f"load: {count} busy processes", flush=True)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+
+
+def table(records: list[dict[str, Any]], budget: float) -> None:
+    """Per state and configuration: the A/A runs' figures, the MDE at ``budget`` seconds of blocks at the runs'
+    pace (``blocks``; ``+tau``: with the runs' instance effect, which more blocks do not shrink:
+    ``expm1((t_.975 + t_.8) sqrt(tau^2 + sd^2 / blocks))``), and the planted runs' detection."""
+    from scipy import stats
+
+    name = lambda r: f"{r['clock']}:{r['chunk']}" + (":pin" if r.get("pin") else "")  # noqa: E731
+    keys = dict.fromkeys((r["state"], name(r)) for r in records)
+    print(f"\n{'state':6} {'config':11} {'A/A runs':>8} {'block sd':>8} {'false calls [95% CI]':>24} {'tau (p)':>14} "
+          f"{'MDE run':>8} {'s/block':>8} {'blocks':>6} {'MDE@' + format(budget, 'g') + 's':>9} {'+tau':>9} "
+          f"{'planted':>8} "
+          f"{'called slower [95% CI]':>24} {'mean ratio':>10}")
+    for state, config in keys:
+        rows = [r for r in records if (r["state"], name(r)) == (state, config)]
+        aa = [r for r in rows if r["plant"] == 0]
+        planted = [r for r in rows if r["plant"] > 0]
+        cells = [f"{state:6} {config:11} {len(aa):8d}"]
+        if len(aa) >= 2:
+            logs = np.concatenate([r["log_ratios"] for r in aa])
+            sd = float(np.std(logs, ddof=1))
+            false = sum(r["call"] in ("faster", "slower") for r in aa)
+            lo, hi = clopper_pearson(false, len(aa))
+            between = between_run_variance([r["log_ratios"] for r in aa])
+            pace = float(np.mean([r["block_seconds"] for r in rows]))
+            fit = max(2, int(budget // pace))
+            mde_run = float(np.median([r["mde"] for r in aa if r["mde"] is not None]))
+            mde_budget = minimum_detectable_effect(sd, fit)
+            # the run's offset (tau) does not shrink with blocks: the sd of a run's estimate at the budget
+            run_sd = math.sqrt(between.between_sd ** 2 + sd ** 2 / fit)
+            mde_tau = math.expm1((stats.t.ppf(0.975, fit - 1) + stats.t.ppf(0.8, fit - 1)) * run_sd)
+            cells.append(f"{100 * sd:7.2f}% {false:3d}/{len(aa):<3d} {100 * false / len(aa):5.1f}% "
+                         f"[{100 * lo:4.1f}-{100 * hi:4.1f}%] {100 * between.between_sd:5.2f}% "
+                         f"({'-' if between.p_value is None else format(between.p_value, '.2f')}) "
+                         f"{100 * mde_run:7.2f}% {pace:8.2f} {fit:6d} {100 * mde_budget:8.2f}% {100 * mde_tau:8.2f}%")
+        else:
+            cells.append(" " * 111)
+        if planted:
+            hits = sum(r["call"] == "slower" for r in planted)
+            lo, hi = clopper_pearson(hits, len(planted))
+            mean = math.exp(float(np.mean([math.log(r["ratio"]) for r in planted])))
+            cells.append(f"{len(planted):8d} {hits:3d}/{len(planted):<3d} {100 * hits / len(planted):5.1f}% "
+                         f"[{100 * lo:4.1f}-{100 * hi:4.1f}%] {mean:10.4f}")
+        print(" ".join(cells))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--states", default="quiet,load", help="comma list of quiet, load")
+    parser.add_argument("--configs", default="cpu:1:pin,wall:1:pin,wall:1,wall:32",
+                        help="comma list of clock:chunk[:pin] (wall or cpu; chunk = tokens/2 is the whole-run "
+                             "design; pin: both arms on the last CPU, this process on the others)")
+    parser.add_argument("--runs", type=int, default=16, help="A/A runs (and as many planted runs) a configuration")
+    parser.add_argument("--planted-runs", type=int, default=None, help="planted runs a configuration (default --runs)")
+    parser.add_argument("--blocks", type=int, default=4, help="measured blocks a run (after one warm-up block)")
+    parser.add_argument("--tokens", type=int, default=64, help="decode steps an arm runs per block")
+    parser.add_argument("--plant", type=float, default=0.03, help="the candidate's planted slowdown (fraction)")
+    parser.add_argument("--margin", type=float, default=0.02, help="equivalence margin δ of the calls")
+    parser.add_argument("--budget", type=float, default=120.0, help="seconds of blocks for the projected MDE")
+    parser.add_argument("--load-factor", type=float, default=2.0, help="busy processes per core in the load state")
+    parser.add_argument("--out", type=Path, default=ROOT / "out" / "interleave.jsonl")
+    parser.add_argument("--table-only", action="store_true", help="print the table of --out and stop")
+    args = parser.parse_args()
+    configs = [(c.split(":")[0], int(c.split(":")[1]), c.endswith(":pin")) for c in args.configs.split(",")]
+    if args.table_only:
+        table([json.loads(line) for line in args.out.read_text().splitlines() if line.strip()], args.budget)
+        return 0
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    records = []
+    planted_runs = args.runs if args.planted_runs is None else args.planted_runs
+    for state in args.states.split(","):
+        with MachineState(state, args.load_factor, limit=4 * 3600):
+            for index in range(max(args.runs, planted_runs)):
+                for clock, chunk, pin in configs:
+                    for plant in ((0.0,) if index < args.runs else ()) + ((args.plant,) if index < planted_runs
+                                                                          else ()):
+                        record = {"state": state, **one_run(clock, chunk, pin, plant, args, index)}
+                        records.append(record)
+                        with args.out.open("a") as f:
+                            f.write(json.dumps(record) + "\n")
+                        print(f"{state} {clock}:{chunk}{':pin' if pin else ''} plant {plant:g} run {index}: "
+                              f"{record['call']} {record['ratio']:.4f} [{record['ci'][0]:.4f}-{record['ci'][1]:.4f}] "
+                              f"{record['seconds']:.1f}s", flush=True)
+    table(records, args.budget)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
