@@ -4,7 +4,7 @@
 decode steps (``chunk`` steps a turn) inside one block, timed by the worker's wall or CPU clock. This
 benchmark runs it for real on the embedded model (llamacpp, both arms supervised: two engine objects loaded
 for each run, as ``ab --isolation session`` does) and prints, per machine state and configuration
-(``clock:chunk``):
+(``clock:chunk[:pin][:inproc]``):
 
 - the A/A runs: the block sd of the decode log ratio, the false calls (CI excludes 1) with their
   Clopper-Pearson 95 % interval, the instance effect across runs (``logitlab.perf.between_run_variance``);
@@ -37,7 +37,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from logitlab.engines import engine_class  # noqa: E402
 from logitlab.engines.supervised import load_supervised  # noqa: E402
+from logitlab.engines.workload import run_workload  # noqa: E402
 from logitlab.engines.variant import Variant  # noqa: E402
 from logitlab.experiments.interleave import interleaved_block  # noqa: E402
 from logitlab.perf import between_run_variance, minimum_detectable_effect, paired_comparison  # noqa: E402
@@ -54,19 +56,24 @@ def clopper_pearson(k: int, n: int) -> tuple[float, float]:
     return float(ci.low), float(ci.high)
 
 
-def one_run(clock: str, chunk: int, pin: bool, plant: float, args: argparse.Namespace,
+def one_run(clock: str, chunk: int, pin: bool, inproc: bool, plant: float, args: argparse.Namespace,
             index: int) -> dict[str, Any]:
     """Load a control and a candidate (the same variant), warm up with one block, run ``--blocks`` blocks;
-    where ``pin``, both arms decode on the last CPU and this process runs on the others."""
+    where ``pin``, both arms decode on the last CPU and this process runs on the others (``inproc``: the engines
+    are in this process, which then decodes on the last CPU)."""
     start = time.perf_counter()
-    control = load_supervised(Variant("control", "llamacpp"))
-    candidate = load_supervised(Variant("candidate", "llamacpp"))
+    if inproc:  # both engines in this process: one thread decodes both arms (no worker processes)
+        control, candidate = (engine_class("llamacpp")(model=None, options={}) for _ in range(2))
+    else:
+        control = load_supervised(Variant("control", "llamacpp"))
+        candidate = load_supervised(Variant("candidate", "llamacpp"))
     cpus = sorted(os.sched_getaffinity(0))
     try:
-        if pin:
+        if pin and not inproc:
             os.sched_setaffinity(0, cpus[:-1] or cpus)
         ids = control.tokenize(PROMPT)
-        tokens = control.run_workload(ids, args.tokens).generated
+        reference = run_workload(control, ids, args.tokens) if inproc else control.run_workload(ids, args.tokens)
+        tokens = reference.generated
         pinned = cpus[-1:] if pin else None
         # one warm-up block, not analysed
         interleaved_block(control, candidate, ids, tokens, chunk=chunk, clock=clock, plant=plant, cpus=pinned)
@@ -80,7 +87,8 @@ def one_run(clock: str, chunk: int, pin: bool, plant: float, args: argparse.Name
         candidate.close()
     comparison = paired_comparison([b.decode_block() for b in blocks], higher_is_better=True,
                                    metric="decode tokens/s", unit="tokens/s", margin=args.margin)
-    return {"clock": clock, "chunk": chunk, "pin": pin, "plant": plant, "index": index, "call": comparison.call,
+    return {"clock": clock, "chunk": chunk, "pin": pin, "inproc": inproc, "plant": plant, "index": index,
+            "call": comparison.call,
             "ratio": comparison.ratio, "ci": [comparison.ci_low, comparison.ci_high], "mde": comparison.mde,
             "log_ratios": comparison.block_log_ratios, "whole_log_ratios": [b.decode_log_ratio() for b in blocks],
             "realised_plant": float(np.mean([b.candidate_steps.sum() / b.candidate_engine_steps.sum() - 1
@@ -115,9 +123,10 @@ def table(records: list[dict[str, Any]], budget: float) -> None:
     ``expm1((t_.975 + t_.8) sqrt(tau^2 + sd^2 / blocks))``), and the planted runs' detection."""
     from scipy import stats
 
-    name = lambda r: f"{r['clock']}:{r['chunk']}" + (":pin" if r.get("pin") else "")  # noqa: E731
+    name = lambda r: (f"{r['clock']}:{r['chunk']}" + (":pin" if r.get("pin") else "")  # noqa: E731
+                      + (":inproc" if r.get("inproc") else ""))
     keys = dict.fromkeys((r["state"], name(r)) for r in records)
-    print(f"\n{'state':6} {'config':11} {'A/A runs':>8} {'block sd':>8} {'false calls [95% CI]':>24} {'tau (p)':>14} "
+    print(f"\n{'state':6} {'config':17} {'A/A runs':>8} {'block sd':>8} {'false calls [95% CI]':>24} {'tau (p)':>14} "
           f"{'MDE run':>8} {'s/block':>8} {'blocks':>6} {'MDE@' + format(budget, 'g') + 's':>9} {'+tau':>9} "
           f"{'planted':>8} "
           f"{'called slower [95% CI]':>24} {'mean ratio':>10}")
@@ -125,7 +134,7 @@ def table(records: list[dict[str, Any]], budget: float) -> None:
         rows = [r for r in records if (r["state"], name(r)) == (state, config)]
         aa = [r for r in rows if r["plant"] == 0]
         planted = [r for r in rows if r["plant"] > 0]
-        cells = [f"{state:6} {config:11} {len(aa):8d}"]
+        cells = [f"{state:6} {config:17} {len(aa):8d}"]
         if len(aa) >= 2:
             logs = np.concatenate([r["log_ratios"] for r in aa])
             sd = float(np.std(logs, ddof=1))
@@ -158,8 +167,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--states", default="quiet,load", help="comma list of quiet, load")
     parser.add_argument("--configs", default="cpu:1:pin,wall:1:pin,wall:1,wall:32",
-                        help="comma list of clock:chunk[:pin] (wall or cpu; chunk = tokens/2 is the whole-run "
-                             "design; pin: both arms on the last CPU, this process on the others)")
+                        help="comma list of clock:chunk[:pin][:inproc] (wall or cpu; chunk = tokens/2 is the "
+                             "whole-run design; pin: both arms on the last CPU, this process on the others; "
+                             "inproc: both engines in this process, no workers)")
     parser.add_argument("--runs", type=int, default=16, help="A/A runs (and as many planted runs) a configuration")
     parser.add_argument("--planted-runs", type=int, default=None, help="planted runs a configuration (default --runs)")
     parser.add_argument("--blocks", type=int, default=4, help="measured blocks a run (after one warm-up block)")
@@ -171,7 +181,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "interleave.jsonl")
     parser.add_argument("--table-only", action="store_true", help="print the table of --out and stop")
     args = parser.parse_args()
-    configs = [(c.split(":")[0], int(c.split(":")[1]), c.endswith(":pin")) for c in args.configs.split(",")]
+    configs = [(c.split(":")[0], int(c.split(":")[1]), ":pin" in c, ":inproc" in c) for c in args.configs.split(",")]
     if args.table_only:
         table([json.loads(line) for line in args.out.read_text().splitlines() if line.strip()], args.budget)
         return 0
@@ -181,14 +191,15 @@ def main() -> int:
     for state in args.states.split(","):
         with MachineState(state, args.load_factor, limit=4 * 3600):
             for index in range(max(args.runs, planted_runs)):
-                for clock, chunk, pin in configs:
+                for clock, chunk, pin, inproc in configs:
                     for plant in ((0.0,) if index < args.runs else ()) + ((args.plant,) if index < planted_runs
                                                                           else ()):
-                        record = {"state": state, **one_run(clock, chunk, pin, plant, args, index)}
+                        record = {"state": state, **one_run(clock, chunk, pin, inproc, plant, args, index)}
                         records.append(record)
                         with args.out.open("a") as f:
                             f.write(json.dumps(record) + "\n")
-                        print(f"{state} {clock}:{chunk}{':pin' if pin else ''} plant {plant:g} run {index}: "
+                        label = f"{clock}:{chunk}" + (":pin" if pin else "") + (":inproc" if inproc else "")
+                        print(f"{state} {label} plant {plant:g} run {index}: "
                               f"{record['call']} {record['ratio']:.4f} [{record['ci'][0]:.4f}-{record['ci'][1]:.4f}] "
                               f"{record['seconds']:.1f}s", flush=True)
     table(records, args.budget)
