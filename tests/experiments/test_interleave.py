@@ -73,16 +73,17 @@ def test_adjacent_turns_of_one_arm_run_back_to_back_and_alternate_in_abba_order(
     assert arms == "ABBAABBAABBAABBA"
 
 
-def test_the_planted_slowdown_is_exact_in_the_clock_and_only_on_the_candidate():
+def test_the_planted_slowdown_is_at_least_its_size_in_wall_time_and_only_on_the_candidate():
     control, candidate = _pair(sleep=0.004)  # a known speed: 4 ms a token
     block = interleaved_block(control, candidate, [1, 2], list(range(8)), chunk=2, clock="wall", plant=0.5)
     ratio = block.candidate_steps / block.candidate_engine_steps
-    # busy-waited to 1.5x the step's own time: never less; more only where the wait was pre-empted (wall clock)
-    assert np.all(ratio >= 1.5) and np.median(ratio) < 1.52
+    # busy-waited to 1.5x the step's own time: never less (more where the wait was pre-empted: the wall clock
+    # counts that; the real test below checks the upper side in CPU time, which does not)
+    assert np.all(ratio >= 1.5)
+    assert np.all(block.candidate_engine_steps >= 0.004)
     assert np.all(block.control_steps >= 0.004)  # the control's steps are the engine's: not planted
     assert block.decode_log_ratio() == pytest.approx(
         math.log(block.control_steps.sum() / block.candidate_steps.sum()))
-    assert block.decode_log_ratio() < math.log(1 / 1.3)
 
 
 def test_without_a_plant_the_candidates_steps_are_its_engines():

@@ -117,7 +117,8 @@ class InterleavedBlock:
         pattern: ``ABBA`` or ``BAAB``: the order of the prefills and of the arms' chunks (``A`` control).
         chunk: decode steps an arm runs before the other takes its turn.
         clock: ``wall`` or ``cpu`` (see the module).
-        prefill_seconds: ``(control, candidate)``, seconds in ``clock``.
+        prefill_seconds: ``(control, candidate)``, seconds in ``clock`` (in ``cpu``: the calling thread's only, so
+            a prefill on several threads is undercounted).
         control_steps, candidate_steps: shape ``(n_steps,)`` float64, each decode step's seconds in ``clock``.
         candidate_engine_steps: shape ``(n_steps,)`` float64, the engine's part of each candidate step (the
             step's seconds without the plant; equal to ``candidate_steps`` where nothing is planted).
@@ -150,7 +151,7 @@ class InterleavedBlock:
         return Block(self.pattern, tuple(rates[arm].pop(0) for arm in self.pattern))
 
     def prefill_block(self) -> tuple[float, float]:
-        """``(control, candidate)`` prefill tokens/s."""
+        """``(control, candidate)`` prefill tokens/s (one prefill each, not interleaved; see ``prefill_seconds``)."""
         return (self.n_prompt / self.prefill_seconds[0], self.n_prompt / self.prefill_seconds[1])
 
 
@@ -172,8 +173,8 @@ def interleaved_block(control: Any, candidate: Any, prompt_ids: Sequence[int], t
     """Run one interleaved block (see the module) and return its timings.
 
     Parameters:
-        control, candidate: loaded engines with sessions (supervised or in this process); two objects, or the
-            same object for an A/A within one object.
+        control, candidate: loaded engines with sessions (supervised or in this process), two objects (each arm
+            keeps a session open across the block: one object cannot serve both).
         prompt_ids: the prompt's token ids (at least one).
         tokens: the decode inputs, replayed by both arms (e.g. a control run's greedy tokens); an even count
             of at least two, so each arm has two halves.
