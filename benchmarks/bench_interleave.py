@@ -26,7 +26,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,15 +44,10 @@ from logitlab.experiments.interleave import interleaved_block  # noqa: E402
 from logitlab.perf import between_run_variance, minimum_detectable_effect, paired_comparison  # noqa: E402
 from logitlab.perf.design import PATTERNS  # noqa: E402
 
+# the same interval and the same bounded load as the whole-run benchmark beside this one
+from bench_real_validity import _machine_state, clopper_pearson  # noqa: E402
+
 PROMPT = "The lighthouse keeper had kept a journal for thirty years. Every evening he wrote down"
-
-
-def clopper_pearson(k: int, n: int) -> tuple[float, float]:
-    """Exact 95 % interval of a binomial rate k/n (Clopper & Pearson 1934; scipy's ``binomtest``)."""
-    from scipy import stats
-
-    ci = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
-    return float(ci.low), float(ci.high)
 
 
 def one_run(clock: str, chunk: int, pin: bool, inproc: bool, plant: float, args: argparse.Namespace,
@@ -94,27 +88,6 @@ def one_run(clock: str, chunk: int, pin: bool, inproc: bool, plant: float, args:
             "realised_plant": float(np.mean([b.candidate_steps.sum() / b.candidate_engine_steps.sum() - 1
                                              for b in blocks])),
             "block_seconds": block_seconds, "seconds": time.perf_counter() - start}
-
-
-class MachineState:
-    """``load``: ``factor`` × cores busy-loop processes for the life of the ``with`` (each ends by itself after
-    ``limit`` seconds at the latest)."""
-
-    def __init__(self, state: str, factor: float, limit: float) -> None:
-        self.state, self.factor, self.limit, self.procs = state, factor, limit, []
-
-    def __enter__(self) -> "MachineState":
-        if self.state == "load":
-            code = f"import time\nend = time.monotonic() + {self.limit}\nwhile time.monotonic() < end: pass"
-            count = max(1, round(self.factor * (os.cpu_count() or 1)))
-            self.procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(count)]
-            print(f"load: {count} busy processes", flush=True)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for proc in self.procs:
-            proc.kill()
-            proc.wait()
 
 
 def table(records: list[dict[str, Any]], budget: float) -> None:
@@ -178,6 +151,8 @@ def main() -> int:
     parser.add_argument("--margin", type=float, default=0.02, help="equivalence margin δ of the calls")
     parser.add_argument("--budget", type=float, default=120.0, help="seconds of blocks for the projected MDE")
     parser.add_argument("--load-factor", type=float, default=2.0, help="busy processes per core in the load state")
+    parser.add_argument("--load-seconds", type=float, default=4 * 3600,
+                        help="the most seconds a busy process runs (it ends by itself then)")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "interleave.jsonl")
     parser.add_argument("--table-only", action="store_true", help="print the table of --out and stop")
     args = parser.parse_args()
@@ -189,7 +164,7 @@ def main() -> int:
     records = []
     planted_runs = args.runs if args.planted_runs is None else args.planted_runs
     for state in args.states.split(","):
-        with MachineState(state, args.load_factor, limit=4 * 3600):
+        with _machine_state(state, args):
             for index in range(max(args.runs, planted_runs)):
                 for clock, chunk, pin, inproc in configs:
                     for plant in ((0.0,) if index < args.runs else ()) + ((args.plant,) if index < planted_runs
