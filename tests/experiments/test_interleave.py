@@ -86,6 +86,12 @@ def test_the_planted_slowdown_is_at_least_its_size_in_wall_time_and_only_on_the_
         math.log(block.control_steps.sum() / block.candidate_steps.sum()))
 
 
+def test_two_engines_in_this_process_pinned_for_the_steps_give_the_process_its_own_cpus_back():
+    before = os.sched_getaffinity(0)
+    interleaved_block(*_pair(), [1], [1, 2, 3, 4], cpus=[max(before)])
+    assert os.sched_getaffinity(0) == before
+
+
 def test_without_a_plant_the_candidates_steps_are_its_engines():
     control, candidate = _pair(sleep=0.001)
     block = interleaved_block(control, candidate, [1], list(range(4)))

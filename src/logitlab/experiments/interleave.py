@@ -220,21 +220,21 @@ def interleaved_block(control: Any, candidate: Any, prompt_ids: Sequence[int], t
             for arm in pattern[:2]:
                 key, engine, _ = arms[arm]
                 restore[arm] = call_engine(engine, pin_process, pinned, phase=f"interleaved {key} pinning")
-        turns = [pattern[i % 4] for i in range(2 * math.ceil(len(steps) / chunk))]
-        for i, arm in enumerate(turns):
+        # ceil(steps / chunk) turns an arm, in the pattern's order
+        for arm in (pattern[i % 4] for i in range(2 * math.ceil(len(steps) / chunk))):
             done = len(times[arm])
-            if done >= len(steps):
-                continue
             key, engine, extra = arms[arm]
             part = steps[done:done + chunk]
             times[arm] += call_engine(engine, step_stream, key, part, clock, extra,
                                       phase=f"interleaved {key} decode steps {done}-{done + len(part) - 1}")
     finally:
-        for arm, (key, engine, _) in arms.items():
+        # sessions closed, then affinities given back in the reverse order of pinning (two engines in this
+        # process: the second pin saw the first's CPUs, so the first's restores the process's own)
+        undo = [(close_stream, key, "close", engine) for key, engine, _ in arms.values()]
+        undo += [(pin_process, restore[arm], "unpinning", arms[arm][1]) for arm in reversed(list(restore))]
+        for fn, arg, what, engine in undo:
             try:
-                call_engine(engine, close_stream, key, phase=f"interleaved {key} close")
-                if arm in restore:
-                    call_engine(engine, pin_process, restore[arm], phase=f"interleaved {key} unpinning")
+                call_engine(engine, fn, arg, phase=f"interleaved {what}")
             except Exception:  # noqa: BLE001 - a dead worker has nothing open; the first error is the one raised
                 pass
     a_steps, b_steps = (np.asarray(times[arm], dtype=np.float64).reshape(-1, 2) for arm in "AB")
