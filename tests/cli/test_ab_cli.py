@@ -10,6 +10,7 @@ import pytest
 
 from conftest import SHORT_PROMPT
 from logitlab.experiments.ab_results import analyse_speed
+from logitlab.perf.between_runs import between_run_variance
 from logitlab.perf.prereg import calibrated_margin
 from logitlab.report import read_result
 from logitlab.runlog import read_run_log
@@ -241,6 +242,23 @@ def test_repeats_auto_margin_is_preregistered_default_or_from_a_saved_aa(tmp_pat
     assert decode["margin_basis"].startswith("ab A/A of llamacpp SmolLM2-135M-Instruct.Q4_1.gguf, 4 tokens, "
                                              "session isolation, ")
     assert "from the calibration aa.json (ab A/A of llamacpp" in (tmp_path / "auto.md").read_text()
+    # --noise repeated: the A/As pooled (a second A/A's blocks, shifted by 5 block sds: another pair of objects)
+    blocks = data["speed"]["decode"]["block_log_ratios"]
+    shift = 5 * sd + 0.05
+    shifted = {**data, "speed": {**data["speed"], "decode": {**data["speed"]["decode"],
+                                                              "block_log_ratios": [x + shift for x in blocks]}}}
+    (tmp_path / "aa2.json").write_text(json.dumps(shifted))
+    third = logitlab("ab", *auto, "--noise", "aa.json", "--noise", "aa2.json", "--json", "pooled.json", cwd=tmp_path)
+    assert third.returncode == 0, third.stderr
+    decode = json.loads((tmp_path / "pooled.json").read_text())["sequential"]["decode"]
+    pooled = between_run_variance([blocks, shifted["speed"]["decode"]["block_log_ratios"]])
+    assert (decode["margin_source"], decode["margin_file"]) == ("calibration", "aa.json, aa2.json")
+    assert pooled.between_sd > 0 and decode["margin"] == calibrated_margin(
+        pooled.within_sd, 6, max_blocks=3, file="f", basis="", tau=pooled.between_sd).margin
+    assert decode["margin_basis"].startswith("2 A/As: ab A/A of llamacpp SmolLM2-135M-Instruct.Q4_1.gguf, 4 tokens, "
+                                             "session isolation, 6 blocks, pooled decode block sd ")
+    longer = {**data, "config": {**data["config"], "n_decode": 8}}
+    (tmp_path / "longer.json").write_text(json.dumps(longer))
     two = {**data, "config": {**data["config"], "candidate": {**data["config"]["candidate"],
                                                               "options": {"flash_attn": "1"}}}}
     (tmp_path / "two.json").write_text(json.dumps(two))
@@ -249,6 +267,8 @@ def test_repeats_auto_margin_is_preregistered_default_or_from_a_saved_aa(tmp_pat
         (["--noise", "missing.json"], "error: --noise file missing.json does not exist"),
         (["--noise", "bench.json"], "error: --noise file bench.json holds a result of kind 'bench-run': ab is "),
         (["--noise", "two.json"], "error: --noise file two.json is an ab of two different variants, not an A/A"),
+        (["--noise", "aa.json", "--noise", "longer.json"],
+         "error: --noise files aa.json and longer.json differ in n_decode: pool A/As of one variant, workload and "),
     ]:
         proc = logitlab("ab", *auto, *args, "--log", "runs.jsonl", cwd=tmp_path)
         assert proc.returncode == 2 and proc.stderr.startswith(message), proc.stderr

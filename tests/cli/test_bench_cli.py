@@ -287,7 +287,7 @@ def test_run_blocks_auto_takes_its_margin_from_a_saved_aa_or_the_default(tmp_pat
     assert r.returncode == 0, r.stderr
     wall = json.loads((tmp_path / "auto.json").read_text())["sequential"]["wall"]
     sd = json.loads((tmp_path / "aa.json").read_text())["comparisons"]["wall"]["sd_log_ratio"]
-    assert (wall["margin_source"], wall["margin_file"], wall["schema_version"]) == ("calibration", "aa.json", 3)
+    assert (wall["margin_source"], wall["margin_file"], wall["schema_version"]) == ("calibration", "aa.json", 4)
     assert wall["margin"] == calibrated_margin(sd, 3, max_blocks=4, file="aa.json", basis="").margin
     assert wall["margin_basis"].startswith("bench run --aa of 'sleep 0.01', 3 blocks, wall block sd ")
     md = (tmp_path / "auto.md").read_text()
@@ -303,6 +303,43 @@ def test_run_blocks_auto_takes_its_margin_from_a_saved_aa_or_the_default(tmp_pat
     wall = json.loads((tmp_path / "profile.json").read_text())["sequential"]["wall"]
     assert (wall["margin"], wall["margin_source"]) == (0.028, "calibration"), p.stderr
     assert "bench calibrate profile, scenario 'sleep 0.01' over 3 hyperfine runs, real time" == wall["margin_basis"]
+
+
+def test_run_blocks_auto_pools_several_saved_aas_with_their_between_run_sd(tmp_path):
+    """--noise repeated: the A/As' blocks pooled (within-run sd and tau, the sd of a run's own offset)."""
+    from logitlab.perf.between_runs import between_run_variance
+    from logitlab.perf.prereg import calibrated_margin
+
+    for name in ("aa1.json", "aa2.json", "aa3.json"):
+        aa = in_process("run", "--control", "sleep 0.01", "--aa", "--blocks", "3", "--warmup", "0", "--quiet",
+                        "--json", name, cwd=tmp_path)
+        assert aa.returncode == 0, aa.stderr
+    r = in_process("run", "--control", "sleep 0.01", "--aa", "--blocks", "auto", "--max-blocks", "4", "--warmup",
+                   "0", "--quiet", "--noise", "aa1.json", "--noise", "aa2.json", "--noise", "aa3.json", "--json",
+                   "auto.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    wall = json.loads((tmp_path / "auto.json").read_text())["sequential"]["wall"]
+    ratios = [json.loads((tmp_path / f"aa{i}.json").read_text())["comparisons"]["wall"]["block_log_ratios"]
+              for i in (1, 2, 3)]
+    pooled = between_run_variance(ratios)
+    assert (wall["margin_source"], wall["margin_file"]) == ("calibration", "aa1.json, aa2.json, aa3.json")
+    assert wall["margin"] == calibrated_margin(pooled.within_sd, 9, max_blocks=4, file="f", basis="",
+                                               tau=pooled.between_sd).margin
+    assert wall["margin_basis"].startswith("3 A/As: bench run --aa of 'sleep 0.01', 9 blocks, pooled wall block sd ")
+    assert "between-run sd (a run's own offset) " in wall["margin_basis"]
+    _noise_profile(tmp_path / "noise.json")
+    other = json.loads((tmp_path / "aa1.json").read_text())
+    other["config"]["control"] = other["config"]["candidate"] = "sleep 0.02"
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    auto = ["run", "--control", "touch ran", "--aa", "--warmup", "0", "--quiet", "--blocks", "auto"]
+    for args, message in [
+        (["--noise", "aa1.json", "--noise", "noise.json"],
+         "error: --noise: a bench calibrate profile already pools its runs; give it alone"),
+        (["--noise", "aa1.json", "--noise", "other.json"],
+         "error: --noise files are A/As of 2 different commands: pool A/As of one command"),
+    ]:
+        one_line_error(in_process(*auto, *args, cwd=tmp_path), message)
+        assert not (tmp_path / "ran").exists(), args
 
 
 def test_bad_noise_files_are_refused_before_any_run(tmp_path):

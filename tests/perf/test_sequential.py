@@ -180,6 +180,79 @@ def test_calibrated_margin_is_what_the_budget_resolves_floored_and_capped():
         PreregisteredMargin(0.02, "calibration")
 
 
+def test_calibrated_margin_carries_a_runs_own_offset():
+    # (c_K + z) sqrt(sd^2 / K + tau^2): the sd of an A/A's mean at the last look when each run has its own offset
+    c12 = spending_boundaries(min_blocks=3, max_blocks=12, statistic="t")[-1]
+    d = calibrated_margin(0.015, 40, max_blocks=12, file="f", basis="b", tau=0.01)
+    assert d.margin == pytest.approx(math.expm1((c12 + 1.644854) * math.hypot(0.015 / math.sqrt(12), 0.01)))
+    assert d.between_run_sd == 0.01 and calibrated_margin(0.015, 40, max_blocks=12, file="f",
+                                                           basis="b").between_run_sd is None
+    assert calibrated_margin(0.015, 40, max_blocks=12, file="f", basis="b", tau=0.0).margin == \
+        calibrated_margin(0.015, 40, max_blocks=12, file="f", basis="b").margin
+    assert calibrated_margin(0.015, 40, max_blocks=100, file="f", basis="b", tau=0.01).margin > 3.6 * 0.01
+    for bad in (-0.01, float("nan"), float("inf"), "0.01", True):
+        with pytest.raises(InputError, match="between-run sd"):
+            calibrated_margin(0.02, 40, max_blocks=12, file="f", basis="b", tau=bad)
+    with pytest.raises(InputError, match="only a calibration"):
+        PreregisteredMargin(0.02, "option", between_run_sd=0.01)
+
+
+def test_repeated_ci_carries_the_between_run_sd():
+    x = [0.01, 0.02, 0.015, 0.012, 0.018]
+    plain = sequential_step(x, margin=0.005)
+    wide = sequential_step(x, margin=0.005, between_run_sd=0.01)
+    half = wide.critical_t * math.hypot(plain.sd_log_ratio / math.sqrt(5), 0.01)
+    assert math.log(wide.ci_high) == pytest.approx(plain.mean_log_ratio + half)
+    assert math.log(wide.ci_low) == pytest.approx(plain.mean_log_ratio - half)
+    assert (plain.call, wide.call, wide.between_run_sd, plain.between_run_sd) == ("faster", "continue", 0.01, 0.0)
+    assert "its width carries a run's own offset, sd 1.00% from the calibration" in sequential_reason(wide)
+    with pytest.raises(InputError, match="between-run sd"):
+        sequential_step(x, margin=0.05, between_run_sd=-0.01)
+
+
+def test_pooled_margin_from_several_aas_keeps_aas_equivalent_and_calls_rare():
+    """Runs that differ by a fixed offset each (two engine objects, sd tau = 1 %) besides 1.5 % block noise:
+    δ pooled from 6 A/As carries tau, and so do the repeated CIs: about 90 % of later A/As end "equivalent" and
+    at most 5 % make a call (the looks share the offset: the boundaries stay conservative). δ and CIs from the
+    blocks' sd alone (one A/A: tau unseen) leave far fewer equivalent and call a third of them."""
+    from logitlab.perf.between_runs import between_run_variance
+    from logitlab.perf.prereg import pooled_calibrated_margin
+
+    rng = np.random.default_rng(21)
+    tau, sd = 0.01, 0.015
+    runs = [rng.normal(0.0, tau) + rng.normal(0.0, sd, 8) for _ in range(6)]
+    comparisons = [type("C", (), {"block_log_ratios": list(r), "n_blocks": 8,
+                                  "sd_log_ratio": float(np.std(r, ddof=1))})() for r in runs]
+    files = [f"aa{i}.json" for i in range(6)]
+    pooled = pooled_calibrated_margin(comparisons, max_blocks=12, files=files, what="ab A/A of x", metric="decode",
+                                      host="on h")
+    anova = between_run_variance(runs)
+    assert pooled == calibrated_margin(anova.within_sd, 48, max_blocks=12, file=", ".join(files),
+                                       basis=pooled.basis, tau=anova.between_sd)
+    assert pooled.basis.startswith("6 A/As: ab A/A of x, 48 blocks, pooled decode block sd ")
+    assert "between-run sd (a run's own offset) " in pooled.basis and pooled.basis.endswith(", on h")
+    one = pooled_calibrated_margin(comparisons[:1], max_blocks=12, files=files[:1], what="ab A/A of x",
+                                   metric="decode", host="on h")
+    assert one == calibrated_margin(comparisons[0].sd_log_ratio, 8, max_blocks=12, file="aa0.json",
+                                    basis=one.basis) and one.basis.endswith("not measured (one A/A)")
+    # later A/As of the same machine, each with its own offset; δ from the true sd and tau
+    later = [rng.normal(0.0, tau) + rng.normal(0.0, sd, 12) for _ in range(600)]
+    truth = calibrated_margin(sd, 48, max_blocks=12, file="f", basis="b", tau=tau)
+    carried = [run_until_stop(r, margin=truth.margin, between_run_sd=tau).call for r in later]
+    blocks_only = calibrated_margin(sd, 48, max_blocks=12, file="f", basis="b").margin
+    unseen = [run_until_stop(r, margin=blocks_only).call for r in later]
+    n, se = len(later), math.sqrt(0.05 * 0.95 / len(later))
+    assert carried.count("equivalent") / n >= 0.85
+    assert (carried.count("faster") + carried.count("slower")) / n <= 0.05 + 2 * se
+    assert unseen.count("equivalent") / n <= 0.65 and (unseen.count("faster") + unseen.count("slower")) / n >= 0.2
+    with pytest.raises(InputError, match="at least 3"):
+        pooled_calibrated_margin([type("C", (), {"block_log_ratios": [0.0, 0.1], "n_blocks": 2,
+                                                 "sd_log_ratio": 0.07})()], max_blocks=12, files=["a"],
+                                 what="w", metric="m", host="h")
+    with pytest.raises(InputError, match="one file per A/A"):
+        pooled_calibrated_margin(comparisons, max_blocks=12, files=files[:2], what="w", metric="m", host="h")
+
+
 def test_clear_effect_stops_early_and_faster():
     x = [0.10, 0.11, 0.09, 0.10, 0.105, 0.095]
     d = run_until_stop(x + [0.1] * 6, margin=0.02)
@@ -295,9 +368,12 @@ def test_json_round_trip():
     cal = sequential_step([0.01, 0.02, 0.015], margin=0.03, margin_source="calibration", margin_file="aa.json",
                           margin_basis="ab A/A")
     assert SequentialDecision.from_dict(json.loads(json.dumps(cal.to_dict()))) == cal
-    # version 2 (before margin_file and margin_basis) still loads, as version 3 with the two None
-    old = {k: v for k, v in d.to_dict().items() if k not in ("margin_file", "margin_basis")}
+    # version 2 (before margin_file and margin_basis) still loads, as version 4 with the two None; version 3
+    # (before between_run_sd) with it 0
+    old = {k: v for k, v in d.to_dict().items() if k not in ("margin_file", "margin_basis", "between_run_sd")}
     assert SequentialDecision.from_dict({**old, "schema_version": 2}) == d
+    three = {k: v for k, v in cal.to_dict().items() if k != "between_run_sd"}
+    assert SequentialDecision.from_dict({**three, "schema_version": 3}) == cal and cal.between_run_sd == 0.0
     with pytest.raises(InputError, match="schema_version"):
         SequentialDecision.from_dict({**d.to_dict(), "schema_version": 1})
     with pytest.raises(InputError, match="unknown keys"):

@@ -54,15 +54,15 @@ def test_bench_run_blocks_auto_with_a_calibration_round_trip_and_a_version_2_dec
     assert proc.returncode == 0, proc.stderr
     result = assert_round_trip(js, md, proc.stdout, tmp_path, BenchRunResult)
     wall = result.sequential["wall"]
-    assert (wall.margin_source, wall.margin_file, wall.schema_version) == ("calibration", str(tmp_path / "aa.json"), 3)
+    assert (wall.margin_source, wall.margin_file, wall.schema_version) == ("calibration", str(tmp_path / "aa.json"), 4)
     # a result saved before δ was pre-registered: decisions of version 2, δ from the blocks' A/A
     data = json.loads(js.read_text())
     for decision in data["sequential"].values():
-        del decision["margin_file"], decision["margin_basis"]
+        del decision["margin_file"], decision["margin_basis"], decision["between_run_sd"]
         decision.update(schema_version=2, margin_source="a/a")
     (tmp_path / "v2.json").write_text(json.dumps(data))
     old = read_result(tmp_path / "v2.json").sequential["wall"]
-    assert (old.schema_version, old.margin_source, old.margin_file) == (3, "a/a", None)
+    assert (old.schema_version, old.margin_source, old.margin_file, old.between_run_sd) == (4, "a/a", None, 0.0)
     shown = logitlab("report", tmp_path / "v2.json")
     assert shown.returncode == 0 and "from the A/A slots of the blocks so far, a decision saved before" in shown.stdout
 

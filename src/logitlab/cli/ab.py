@@ -125,7 +125,7 @@ def _auto_budget(opts: dict[str, Any]) -> dict[str, Any]:
             if opts[key] is not None:
                 raise InputError(f"{flag} is the budget of --repeats auto; with --repeats {opts['repeats']} "
                                  f"drop it")
-        if opts["noise_path"] is not None:
+        if opts["noise_path"]:
             raise InputError(f"--noise is the pre-registered δ of --repeats auto; with --repeats {opts['repeats']} "
                              "drop it (or give --margin)")
         return {}

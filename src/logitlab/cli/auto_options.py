@@ -52,7 +52,8 @@ def sequential_options(flag: str, *, default: int, each: str, called: str, noise
     ``called`` is called faster, slower or equivalent), ``--max-<flag>`` (the budget of blocks of auto, 12 when
     not given), ``--max-time`` (a :class:`Duration`, the wall-clock budget of auto) and ``--noise FILE`` (auto's
     equivalence margin δ, fixed before the first look, from a calibration of this machine: ``noise`` names the
-    files it takes; :mod:`logitlab.perf.prereg`). What each command does with them is its own (``ab`` refuses a
+    files it takes; repeatable, a tuple of paths; :mod:`logitlab.perf.prereg`). What each command does with them
+    is its own (``ab`` refuses a
     budget without auto; ``bench run`` takes ``--max-time`` for fixed blocks too).
 
     ``former``: the command's earlier spelling of ``flag`` (``bench run --blocks``, now ``--repeats`` as in
@@ -74,9 +75,10 @@ def sequential_options(flag: str, *, default: int, each: str, called: str, noise
                           + (f" ({budget_names[1]}: the same, its former name.)" if former else "")),
         click.option("--max-time", type=Duration(), default=None,
                      help=f"Wall-clock budget of {flag} auto, e.g. 10m: no block starts that would end past it."),
-        click.option("--noise", "noise_path", default=None, metavar="FILE",
+        click.option("--noise", "noise_path", multiple=True, metavar="FILE",
                      help=f"{flag} auto: δ fixed before the first look from a calibration of this machine, {noise} "
-                          "(--margin overrides it). Default δ of auto: 2 %, never the run's own A/A."),
+                          "(repeat the option to pool several A/As: δ then carries how much runs differ, not only "
+                          "blocks; --margin overrides it). Default δ of auto: 2 %, never the run's own A/A."),
     ]
 
     def decorate(func: Any) -> Any:

@@ -93,7 +93,7 @@ def run_cmd(**opts: Any) -> None:
         metric_unit=opts["metric_unit"], higher_is_better=bool(opts["higher_is_better"]), aa=opts["aa"],
         margin=opts["margin"], timeout=opts["timeout"], names=names,
     )
-    if opts["noise_path"] is not None:  # read and checked before any run
+    if opts["noise_path"]:  # read and checked before any run
         from logitlab.perf.run_calibration import bench_run_calibration
 
         if not config.auto:

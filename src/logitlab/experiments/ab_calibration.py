@@ -1,13 +1,25 @@
-"""``ab --repeats auto --noise FILE``: δ pre-registered from a saved ``ab`` A/A of this machine.
+"""``ab --repeats auto --noise FILE [--noise FILE ...]``: δ pre-registered from saved ``ab`` A/As of this machine.
 
-The file is an ``ab --json`` result whose candidate is the control (an A/A:
+Each file is an ``ab --json`` result whose candidate is the control (an A/A:
 ``ab`` without ``--candidate``) with 3 or more blocks of decode tokens/s, the
 metric ``--repeats auto`` decides on. δ is
-:func:`~logitlab.perf.prereg.calibrated_margin` of its decode block log-ratio
-sd (the change the run's budget resolves at that noise, 1 %-5 %); the record names the file and what it measured
-(engine, variant, tokens, isolation, blocks, host). ``bench run`` results and
-``bench calibrate`` profiles (times of commands and benchmark files, not an
-engine's tokens/s) are refused, as is an ``ab`` of two different variants.
+:func:`~logitlab.perf.prereg.calibrated_margin` (the change the run's budget
+resolves at that noise, 1 %-5 %) of:
+
+- one file: its decode block log-ratio sd; a run's own offset (the instance
+  effect of two engine objects) is not measured, and taken as 0;
+- two or more files (A/As of one variant, workload and isolation): the pooled
+  within-run block sd and the between-run sd ``tau`` of the one-way
+  random-effects ANOVA of their block log ratios
+  (:func:`~logitlab.perf.between_runs.between_run_variance`), so δ carries
+  the offset by which a run's two engine objects differ, which no number of
+  blocks shrinks.
+
+The record names the files and what they measured (engine, variant, tokens,
+isolation, blocks, host). ``bench run`` results and ``bench calibrate``
+profiles (times of commands and benchmark files, not an engine's tokens/s)
+are refused, as is an ``ab`` of two different variants, or A/As of different
+variants, workloads or isolations.
 :mod:`logitlab.perf.prereg` has the rule and the default.
 
 Nothing here prints or logs.
@@ -15,38 +27,66 @@ Nothing here prints or logs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import PurePath
 
 from logitlab.errors import InputError
 from logitlab.experiments.ab_results import AbResult
-from logitlab.perf.prereg import PreregisteredMargin, calibrated_margin, host_text, read_calibration
+from logitlab.perf.prereg import PreregisteredMargin, host_text, pooled_calibrated_margin, read_calibration
 
 __all__ = ["ab_calibration"]
 
+#: What A/As pooled into one calibration must share (``AbResult.config`` keys).
+_SAME = ("control", "prompt", "n_decode", "isolation")
 
-def ab_calibration(path: str, max_repeats: int) -> PreregisteredMargin:
-    """δ for ``ab --repeats auto`` from the saved ``ab`` A/A ``path``.
+
+def ab_calibration(paths: str | Sequence[str], max_repeats: int) -> PreregisteredMargin:
+    """δ for ``ab --repeats auto`` from the saved ``ab`` A/A(s) ``paths``.
 
     Parameters
     ----------
-    path : str
-        An ``ab --json`` result of an A/A.
+    paths : str or sequence of str
+        ``ab --json`` results of A/As: one, or several of the same variant,
+        tokens, prompt and isolation (e.g. the same command run at different
+        times).
     max_repeats : int
         The budget of blocks of the ``--repeats auto`` run to calibrate.
 
     Returns
     -------
     PreregisteredMargin
-        :func:`~logitlab.perf.prereg.calibrated_margin` of the A/A's decode block
-        log-ratio sd: source ``'calibration'``, the file and what it was measured on.
+        :func:`~logitlab.perf.prereg.calibrated_margin` of the decode block
+        log ratios (one file: its sd, ``tau`` 0; several: the pooled sd and
+        ``tau``): source ``'calibration'``, the file(s) and what they measured.
 
     Raises
     ------
     InputError
-        A file that is missing or not JSON; another kind of result (``bench
-        run``, ``bench calibrate``); an ``ab`` of two different variants; no
-        decode speed in it, or fewer than 3 blocks.
+        No file; a file that is missing or not JSON; another kind of result
+        (``bench run``, ``bench calibrate``); an ``ab`` of two different
+        variants; no decode speed in it, or fewer than 3 blocks; files of
+        different variants, tokens, prompts or isolations.
     """
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    if not paths:
+        raise InputError("--noise: no file given")
+    runs = [_read_aa(path) for path in paths]
+    first = runs[0]
+    for path, aa in zip(paths[1:], runs[1:]):
+        for key in _SAME:
+            if _spec(aa.config.get(key)) != _spec(first.config.get(key)):
+                raise InputError(f"--noise files {paths[0]} and {path} differ in {key}: pool A/As of one variant, "
+                                 "workload and isolation")
+    engine = first.manifest.get("engine") if isinstance(first.manifest.get("engine"), dict) else {}
+    model = PurePath(str(engine.get("model") or "")).name
+    what = (f"ab A/A of {engine.get('engine', '?')}{' ' + model if model else ''}, {first.config.get('n_decode')} "
+            f"tokens, {first.config.get('isolation')} isolation")
+    return pooled_calibrated_margin([aa.speed["decode"] for aa in runs], max_blocks=max_repeats, files=paths,
+                                    what=what, metric="decode", host=host_text(first.manifest.get("host")))
+
+
+def _read_aa(path: str) -> AbResult:
+    """The ``ab`` A/A saved in ``path``, checked: an A/A with decode blocks."""
     kind, data = read_calibration(path)
     if kind != AbResult.KIND:
         raise InputError(f"--noise file {path} holds a result of kind {kind!r}: ab is calibrated by a saved ab A/A "
@@ -55,16 +95,10 @@ def ab_calibration(path: str, max_repeats: int) -> PreregisteredMargin:
     if _spec(aa.config.get("control")) != _spec(aa.config.get("candidate")):
         raise InputError(f"--noise file {path} is an ab of two different variants, not an A/A: calibrate with ab "
                          "without --candidate")
-    decode = aa.speed.get("decode")
-    if decode is None:
+    if aa.speed.get("decode") is None:
         raise InputError(f"--noise file {path} has no decode tokens/s (no complete block): calibrate with a longer "
                          "A/A")
-    engine = aa.manifest.get("engine") if isinstance(aa.manifest.get("engine"), dict) else {}
-    model = PurePath(str(engine.get("model") or "")).name
-    basis = (f"ab A/A of {engine.get('engine', '?')}{' ' + model if model else ''}, {aa.config.get('n_decode')} "
-             f"tokens, {aa.config.get('isolation')} isolation, {decode.n_blocks} blocks, decode block sd "
-             f"{100 * (decode.sd_log_ratio or 0.0):.2f} %, {host_text(aa.manifest.get('host'))}")
-    return calibrated_margin(decode.sd_log_ratio, decode.n_blocks, max_blocks=max_repeats, file=path, basis=basis)
+    return aa
 
 
 def _spec(variant: object) -> object:

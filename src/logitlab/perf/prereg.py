@@ -23,14 +23,16 @@ Nothing here prints or logs.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from logitlab.errors import InputError, check_choice
 from logitlab.jsonio import PlainRecord
 from logitlab.perf.equivalence import DEFAULT_MARGIN, MAX_AA_MARGIN, MIN_AA_BLOCKS, MIN_AA_MARGIN, check_margin
 
 __all__ = ["DEFAULT_SEQUENTIAL_MARGIN", "PREREGISTERED_SOURCES", "PreregisteredMargin", "preregister",
-           "calibrated_margin"]
+           "calibrated_margin", "pooled_calibrated_margin"]
 
 #: δ of a sequential run given neither ``--margin`` nor ``--noise``: 2 %,
 #: :data:`~logitlab.perf.equivalence.DEFAULT_MARGIN`.
@@ -62,22 +64,43 @@ class PreregisteredMargin(PlainRecord):
         Relative equivalence margin (0.02 = 2 %), in (0, 1).
     source : {'option', 'calibration', 'default'}
     file : str or None
-        ``'calibration'``: the calibration file's path.
+        ``'calibration'``: the calibration file's path (several files: their paths joined by ``', '``).
     basis : str or None
         ``'calibration'``: what it was measured on (kind of run, command or
         engine, workload, blocks, host), as far as the file says.
+    between_run_sd : float or None
+        ``'calibration'`` of two or more A/As: ``tau``, the sd of a run's own
+        offset (natural-log units, >= 0), which the sequential run's repeated
+        CIs then carry (:func:`~logitlab.perf.sequential.sequential_step`);
+        None where it was not measured (one A/A, a profile, an option).
     """
 
     margin: float
     source: str
     file: str | None = None
     basis: str | None = None
+    between_run_sd: float | None = None
 
     def __post_init__(self) -> None:
         check_margin(self.margin)
         check_choice("source", self.source, PREREGISTERED_SOURCES)
         if (self.source == "calibration") != (self.file is not None):
             raise InputError("a pre-registered margin names its file exactly when it comes from a calibration")
+        if self.between_run_sd is not None:
+            if self.source != "calibration":
+                raise InputError("only a calibration measures a between-run sd")
+            check_between_run_sd(self.between_run_sd, self.file)
+
+
+def check_between_run_sd(tau: object, file: str | None = None) -> float:
+    """``tau`` as a float: a finite number >= 0 (the sd of a run's own offset, natural-log units).
+
+    Raises:
+        InputError: anything else (``file`` names where it came from).
+    """
+    if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not math.isfinite(tau) or tau < 0:
+        raise InputError(f"{file + ': ' if file else ''}the between-run sd {tau!r} is not a finite number >= 0")
+    return float(tau)
 
 
 def preregister(option: float | None, calibration: PreregisteredMargin | None = None) -> PreregisteredMargin:
@@ -103,17 +126,25 @@ def preregister(option: float | None, calibration: PreregisteredMargin | None = 
 
 
 def calibrated_margin(sd_log_ratio: float, n_blocks: int, *, max_blocks: int, file: str, basis: str,
-                      alpha: float = 0.05, spending: str = "obrien-fleming") -> PreregisteredMargin:
-    """δ from an earlier A/A's block sd: the change the run's budget resolves on that machine.
+                      tau: float | None = None, alpha: float = 0.05,
+                      spending: str = "obrien-fleming") -> PreregisteredMargin:
+    """δ from earlier A/As' block sd: the change the run's budget resolves on that machine.
 
-    ``delta = min(5 %, max(1 %, expm1((c_K + z_0.95) * sd / sqrt(K))))`` with
-    ``K = max_blocks`` (the budget), ``c_K`` the sequential design's boundary
-    at its last look (:func:`~logitlab.perf.spending.spending_boundaries`,
-    t statistic) and ``sd`` the A/A's block log-ratio sd: the smallest δ
-    that the budget can reach. At the last look the repeated CI is
-    ``mean +- c_K sd / sqrt(K)``, so an A/A with this noise ends "equivalent"
-    when ``|mean|`` is within 1.645 standard errors of 0 (about 90 % of
-    A/As), and a true change of δ is called with about 95 % power. At a
+    ``delta = min(5 %, max(1 %, expm1((c_K + z_0.95) * sqrt(sd^2 / K + tau^2))))``
+    with ``K = max_blocks`` (the budget), ``c_K`` the sequential design's
+    boundary at its last look (:func:`~logitlab.perf.spending.spending_boundaries`,
+    t statistic), ``sd`` the A/As' block log-ratio sd and ``tau`` the sd of a
+    run's own offset (the instance effect: two engine objects of one spec
+    differ by an amount fixed for the whole run, which more blocks do not
+    shrink; measured from two or more A/As,
+    :func:`~logitlab.perf.between_runs.between_run_variance`; None, taken as
+    0, from one): the smallest δ that the budget can reach. An A/A's mean has
+    sd ``s = sqrt(sd^2 / K + tau^2)`` at the last look, and the repeated CI
+    is ``mean +- c_K s`` there (the run's CIs carry ``tau``:
+    :func:`~logitlab.perf.sequential.sequential_step`), so an A/A with this
+    noise ends "equivalent" when ``|mean|`` is within 1.645 ``s`` of 0
+    (about 90 % of A/As), and a true change of δ is called with about 95 %
+    power. At a
     12-block budget δ is 1.2 block sds (2.4 % at a 2 % block sd); simulated
     (``benchmarks/bench_validity.py --part sequential --experiments 400``,
     2 % block sd): A/A "equivalent" 84 %, false calls 4.5 %; a true 2 %
@@ -125,13 +156,15 @@ def calibrated_margin(sd_log_ratio: float, n_blocks: int, *, max_blocks: int, fi
 
     Args:
         sd_log_ratio: sd (ddof 1) of the A/A's block log ratios, natural-log units, >= 0.
-        n_blocks: blocks of that A/A (at least 3; 8 or more give a steadier sd).
+        n_blocks: blocks of the A/As in all (at least 3; 8 or more give a steadier sd).
         max_blocks: the sequential run's budget (3-100).
         file, basis: for the record (:class:`PreregisteredMargin`).
+        tau: sd of a run's offset, natural-log units, >= 0, or None (not measured: taken as 0); kept in the
+            margin's ``between_run_sd``.
         alpha, spending: of the sequential design (:mod:`logitlab.perf.sequential`).
 
     Raises:
-        InputError: fewer than 3 blocks, a bad sd, budget, alpha or spending function.
+        InputError: fewer than 3 blocks, a bad sd, tau, budget, alpha or spending function.
     """
     from logitlab.perf.spending import DEFAULT_MIN_BLOCKS, check_budget, spending_boundaries
 
@@ -142,8 +175,59 @@ def calibrated_margin(sd_log_ratio: float, n_blocks: int, *, max_blocks: int, fi
     _, max_blocks = check_budget(DEFAULT_MIN_BLOCKS, max_blocks)
     c_last = float(spending_boundaries(min_blocks=DEFAULT_MIN_BLOCKS, max_blocks=max_blocks, alpha=alpha,
                                        spending=spending, statistic="t")[-1])
-    reach = math.expm1((c_last + POWER_Z) * float(sd_log_ratio) / math.sqrt(max_blocks))
-    return PreregisteredMargin(min(MAX_AA_MARGIN, max(MIN_AA_MARGIN, reach)), "calibration", file=file, basis=basis)
+    tau = None if tau is None else check_between_run_sd(tau, file)
+    spread = math.hypot(float(sd_log_ratio) / math.sqrt(max_blocks), tau or 0.0)
+    reach = math.expm1((c_last + POWER_Z) * spread)
+    return PreregisteredMargin(min(MAX_AA_MARGIN, max(MIN_AA_MARGIN, reach)), "calibration", file=file, basis=basis,
+                               between_run_sd=tau)
+
+
+def pooled_calibrated_margin(comparisons: Sequence[Any], *, max_blocks: int, files: Sequence[str], what: str,
+                             metric: str, host: str) -> PreregisteredMargin:
+    """δ from one or more saved A/As of one workload: :func:`calibrated_margin` of their block log ratios.
+
+    One A/A: its block sd (``sd_log_ratio``), ``tau`` 0 (a run's own offset
+    cannot be seen in one run). Two or more: the pooled within-run sd and the
+    between-run sd ``tau`` of the one-way random-effects ANOVA of their
+    block log ratios (:func:`~logitlab.perf.between_runs.between_run_variance`;
+    Searle, Casella & McCulloch 1992), so that δ carries the offset by which
+    a run's two engine objects (or anything else fixed for a run) differ.
+
+    Args:
+        comparisons: one :class:`~logitlab.perf.paired.PairedComparison` per A/A, of the metric the run
+            decides on (``block_log_ratios``: shape ``(n_i,)``, float, natural-log units; ``n_blocks`` >= 3
+            each).
+        max_blocks: the sequential run's budget.
+        files: the A/As' paths, in the order of ``comparisons``.
+        what: what each A/A ran, for the record (``"ab A/A of llamacpp ..., 32 tokens, session isolation"``).
+        metric: the metric's short name (``"decode"``).
+        host: :func:`host_text` of the first A/A.
+
+    Raises:
+        InputError: no A/A, or ``files`` of another length; an A/A with fewer than 3 blocks; what
+            :func:`calibrated_margin` raises.
+    """
+    from logitlab.perf.between_runs import between_run_variance
+
+    if not comparisons or len(files) != len(comparisons):
+        raise InputError(f"a calibration needs one file per A/A, got {len(files)} for {len(comparisons)}")
+    for path, comparison in zip(files, comparisons):
+        if not isinstance(comparison.n_blocks, int) or comparison.n_blocks < MIN_AA_BLOCKS:
+            raise InputError(f"{path}: the A/A has {comparison.n_blocks} block(s); a calibration needs at least "
+                             f"{MIN_AA_BLOCKS}")
+    if len(comparisons) == 1:
+        (comparison,) = comparisons
+        basis = (f"{what}, {comparison.n_blocks} blocks, {metric} block sd "
+                 f"{100 * (comparison.sd_log_ratio or 0.0):.2f} %, {host}; a run's own offset not measured (one A/A)")
+        return calibrated_margin(comparison.sd_log_ratio, comparison.n_blocks, max_blocks=max_blocks, file=files[0],
+                                 basis=basis)
+    pooled = between_run_variance([c.block_log_ratios for c in comparisons])
+    p_text = "" if pooled.p_value is None else f" (F test p {pooled.p_value:.2g})"
+    basis = (f"{len(comparisons)} A/As: {what}, {pooled.n_blocks} blocks, pooled {metric} block sd "
+             f"{100 * pooled.within_sd:.2f} %, between-run sd (a run's own offset) {100 * pooled.between_sd:.2f} %"
+             f"{p_text}, {host}")
+    return calibrated_margin(pooled.within_sd, pooled.n_blocks, max_blocks=max_blocks, file=", ".join(files),
+                             basis=basis, tau=pooled.between_sd)
 
 
 def read_calibration(path: str) -> tuple[str, dict]:

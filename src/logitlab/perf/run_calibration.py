@@ -1,64 +1,86 @@
-"""``bench run --repeats auto --noise FILE``: δ pre-registered from a calibration recorded earlier.
+"""``bench run --repeats auto --noise FILE [--noise FILE ...]``: δ pre-registered from a calibration recorded earlier.
 
 Two kinds of file calibrate a ``bench run`` (:mod:`logitlab.perf.prereg` has the rule and the default):
 
-- a saved ``bench run --aa --json`` result (kind ``'bench-run'``, the control
-  command on both sides, 3 or more blocks): δ from the block log-ratio sd of the
-  metric this run decides on (:func:`~logitlab.perf.prereg.calibrated_margin`:
-  the change this run's budget resolves at that noise, 1 %-5 %); the metric
-  must be in the file;
+- saved ``bench run --aa --json`` results (kind ``'bench-run'``, the control
+  command on both sides, 3 or more blocks; one, or several of one command):
+  δ from the block log ratios of the metric this run decides on
+  (:func:`~logitlab.perf.prereg.pooled_calibrated_margin`: the change this
+  run's budget resolves at that noise, 1 %-5 %; several runs also give how
+  much a run's own offset varies); the metric must be in each file;
 - a ``bench calibrate`` profile (kind ``'logitlab-bench-noise'``): the margin of
   the scenario named exactly as the control command (hyperfine names its
   scenarios by command), or of its only scenario, capped at 5 %; only for the
   wall time (its clock must be ``real``: benchmark files hold times, not a
-  ``--metric`` of the output).
+  ``--metric`` of the output); one profile, alone.
 
 Any other file is refused with one line. Nothing here prints or logs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from logitlab.errors import InputError
 from logitlab.perf.calibration import NoiseProfile
 from logitlab.perf.commands import BenchRunConfig, BenchRunResult
 from logitlab.perf.equivalence import MAX_AA_MARGIN
-from logitlab.perf.prereg import PreregisteredMargin, calibrated_margin, host_text, read_calibration
+from logitlab.perf.prereg import PreregisteredMargin, host_text, pooled_calibrated_margin, read_calibration
 
 __all__ = ["bench_run_calibration"]
 
 
-def bench_run_calibration(path: str, config: BenchRunConfig) -> PreregisteredMargin:
-    """δ for ``config`` (a ``bench run --repeats auto``) from the calibration file ``path``.
+def bench_run_calibration(paths: str | Sequence[str], config: BenchRunConfig) -> PreregisteredMargin:
+    """δ for ``config`` (a ``bench run --repeats auto``) from the calibration file(s) ``paths``.
 
     Parameters
     ----------
-    path : str
-        A ``bench run --aa --json`` result or a ``bench calibrate`` profile.
+    paths : str or sequence of str
+        ``bench run --aa --json`` results (one, or several of the same control command), or one ``bench
+        calibrate`` profile.
     config : BenchRunConfig
         The run to calibrate: its primary metric (``config.primary``), control command and budget (``blocks``).
 
     Returns
     -------
     PreregisteredMargin
-        Source ``'calibration'``, the file and what it was measured on.
+        Source ``'calibration'``, the file(s) and what they measured.
 
     Raises
     ------
     InputError
-        A file that is missing or not JSON; of another kind (an ``ab`` result, a
-        ``bench run`` of two different commands); without the metric this run
-        decides on; of another direction or clock; or with fewer than 3 blocks.
+        No file; a file that is missing or not JSON; of another kind (an ``ab``
+        result, a ``bench run`` of two different commands); without the metric
+        this run decides on; of another direction or clock; with fewer than 3
+        blocks; A/As of different commands; a profile with other files.
     """
-    kind, data = read_calibration(path)
-    if kind == BenchRunResult.KIND:
-        return _from_aa_run(path, BenchRunResult.from_dict(data), config)
-    if kind == NoiseProfile.KIND:
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    if not paths:
+        raise InputError("--noise: no file given")
+    read = [(path, *read_calibration(path)) for path in paths]
+    for path, kind, _ in read:
+        if kind not in (BenchRunResult.KIND, NoiseProfile.KIND):
+            raise InputError(f"--noise file {path} holds a result of kind {kind!r}: bench run is calibrated by a "
+                             "saved A/A of bench run (bench run --aa --json FILE) or a bench calibrate profile")
+    if any(kind == NoiseProfile.KIND for _, kind, _ in read):
+        if len(read) > 1:
+            raise InputError("--noise: a bench calibrate profile already pools its runs; give it alone, or give "
+                             "saved bench run --aa results")
+        path, _, data = read[0]
         return _from_profile(path, NoiseProfile.from_dict(data, source=f"--noise file {path}"), config)
-    raise InputError(f"--noise file {path} holds a result of kind {kind!r}: bench run is calibrated by a saved A/A "
-                     "of bench run (bench run --aa --json FILE) or a bench calibrate profile")
+    runs = [_aa_comparison(path, BenchRunResult.from_dict(data), config) for path, _, data in read]
+    commands = {aa.config.get("control") for aa, _ in runs}
+    if len(commands) > 1:
+        raise InputError(f"--noise files are A/As of {len(commands)} different commands: pool A/As of one command")
+    first = runs[0][0]
+    return pooled_calibrated_margin([comparison for _, comparison in runs], max_blocks=config.blocks, files=paths,
+                                    what=f"bench run --aa of {first.config.get('control')!r}", metric=config.primary,
+                                    host=host_text(first.host))
 
 
-def _from_aa_run(path: str, aa: BenchRunResult, config: BenchRunConfig) -> PreregisteredMargin:
+def _aa_comparison(path: str, aa: BenchRunResult, config: BenchRunConfig) -> tuple[BenchRunResult, Any]:
+    """The saved A/A ``aa`` and its comparison of ``config``'s metric, checked."""
     if aa.config.get("control") != aa.config.get("candidate"):
         raise InputError(f"--noise file {path} is a bench run of two different commands, not an A/A: calibrate with "
                          "bench run --aa --json FILE")
@@ -70,10 +92,7 @@ def _from_aa_run(path: str, aa: BenchRunResult, config: BenchRunConfig) -> Prere
     if comparison.higher_is_better != (config.higher_is_better if config.metric_regex else False):
         raise InputError(f"--noise file {path} measured {metric!r} in the other direction: calibrate with the same "
                          "--higher-is-better/--lower-is-better")
-    basis = (f"bench run --aa of {aa.config.get('control')!r}, {comparison.n_blocks} blocks, "
-             f"{metric} block sd {100 * (comparison.sd_log_ratio or 0.0):.2f} %, {host_text(aa.host)}")
-    return calibrated_margin(comparison.sd_log_ratio, comparison.n_blocks, max_blocks=config.blocks, file=path,
-                             basis=basis)
+    return aa, comparison
 
 
 def _from_profile(path: str, profile: NoiseProfile, config: BenchRunConfig) -> PreregisteredMargin:

@@ -30,7 +30,13 @@ through repeated confidence intervals (RCIs).
   shortcut, known-variance boundaries turned into t quantiles of the same
   nominal level, lets a 5 % design reach 5.5-5.9 % here.
 - At look ``k`` the RCI of the mean block log ratio is
-  ``mean +- c_k * sd / sqrt(n)``. The RCIs cover the true ratio at *all*
+  ``mean +- c_k * sd / sqrt(n)``; with ``between_run_sd`` ``tau`` (the sd of
+  an offset fixed for the whole run, e.g. two engine objects that differ,
+  measured by a calibration of several A/As: :mod:`logitlab.perf.prereg`)
+  ``mean +- c_k * sqrt(sd^2 / n + tau^2)``, so that the RCIs cover the
+  ratio of the variants rather than of this run's two objects. The looks
+  then share the offset and are more correlated than the boundaries assume,
+  which keeps them conservative (simulated in ``tests/perf/test_sequential.py``). The RCIs cover the true ratio at *all*
   looks at once with probability ``1 - alpha`` (Jennison & Turnbull, 1989,
   *J. R. Stat. Soc. B* 51(3):305-361; 2000, ch. 9), so any stopping rule
   keeps the claims valid, and the CI reported at the stop is the one valid
@@ -107,6 +113,9 @@ JSON format history (``schema_version`` of :class:`SequentialDecision`):
 - 3: ``margin_file``, ``margin_basis`` (the calibration a pre-registered
   delta came from); ``margin_source`` may be ``'calibration'``. Version 2 still
   loads (as 3, the two fields None).
+- 4: ``between_run_sd``, the sd of a run's own offset that the repeated CIs
+  carry (from a calibration of several A/As). Versions 2 and 3 still load (the
+  field 0: their CIs carried none).
 """
 
 from __future__ import annotations
@@ -124,7 +133,7 @@ from logitlab.perf.block_ratios import block_log_ratios
 from logitlab.perf.design import Block
 from logitlab.perf.equivalence import CALLS, DEGENERATE_SPREAD, check_margin, three_way_call
 from logitlab.perf.paired import PairedComparison, better_orientation
-from logitlab.perf.prereg import PreregisteredMargin, preregister
+from logitlab.perf.prereg import PreregisteredMargin, check_between_run_sd, preregister
 from logitlab.perf.spending import (
     DEFAULT_MAX_BLOCKS,
     DEFAULT_MIN_BLOCKS,
@@ -151,7 +160,7 @@ SEQUENTIAL_CALLS = CALLS + ("continue",)
 #: Why a sequential run stopped.
 STOP_REASONS = ("decided", "max-blocks", "max-time")
 #: Version of the JSON form of :class:`SequentialDecision`.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Where a sequential decision's delta came from: pre-registered (:data:`~logitlab.perf.prereg.PREREGISTERED_SOURCES`),
 #: or ``'a/a'`` (the blocks' own A/A: decisions saved before version 3, and the simulations that compare the rules).
 SEQUENTIAL_MARGIN_SOURCES = ("option", "calibration", "default", "a/a")
@@ -186,7 +195,7 @@ class SequentialDecision(PlainRecord):
         Cumulative alpha at this look, :func:`~logitlab.perf.spending.spent_alpha` of ``n / max_blocks``.
     critical_t : float or None
         The look's boundary for the t statistic (:func:`~logitlab.perf.spending.spending_boundaries`):
-        the repeated CI is ``mean +- critical_t * sd / sqrt(n)``.
+        the repeated CI is ``mean +- critical_t * sqrt(sd^2 / n + between_run_sd^2)``.
     nominal_confidence : float or None
         The level of a fixed-size t interval (df ``n - 1``) this wide.
     higher_is_better : bool
@@ -203,6 +212,8 @@ class SequentialDecision(PlainRecord):
         decisions saved before version 3 and in simulations.
     margin_file, margin_basis : str or None
         ``'calibration'``: the calibration file, and what it was measured on.
+    between_run_sd : float
+        The sd of a run's own offset the repeated CI carries (natural-log units; 0: none).
     schema_version : int
     """
 
@@ -234,10 +245,11 @@ class SequentialDecision(PlainRecord):
     margin_source: str
     margin_file: str | None = None
     margin_basis: str | None = None
+    between_run_sd: float = 0.0
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
-        if self.schema_version == 2:  # version 2 lacks margin_file and margin_basis: they load as None
+        if self.schema_version in (2, 3):  # 2 lacks margin_file and margin_basis (None), 2-3 between_run_sd (0)
             object.__setattr__(self, "schema_version", SCHEMA_VERSION)
         check_choice("call", self.call, SEQUENTIAL_CALLS)
         if self.stop_reason is not None:
@@ -280,6 +292,7 @@ def sequential_step(
     time_up: bool = False,
     metric: str = "",
     unit: str = "",
+    between_run_sd: float = 0.0,
 ) -> SequentialDecision:
     """Stop now, and with which call? The sequential rule after the blocks run so far.
 
@@ -309,6 +322,9 @@ def sequential_step(
         call is reached at this look.
     metric, unit : str, optional
         Names for the ``reason``.
+    between_run_sd : float, optional
+        ``tau``, the sd of an offset fixed for the whole run (natural-log
+        units, >= 0), which the repeated CIs carry. Defaults to 0.
 
     Returns
     -------
@@ -323,7 +339,7 @@ def sequential_step(
     Notes
     -----
     Look ``k`` (``n = min_blocks + k - 1`` blocks): repeated CI
-    ``mean +- t_{1 - p_k/2, n-1} sd / sqrt(n)`` with ``p_k = 2 (1 -
+    ``mean +- t_{1 - p_k/2, n-1} sqrt(sd^2 / n + tau^2)`` with ``p_k = 2 (1 -
     Phi(c_k))`` and ``c_k`` from
     :func:`logitlab.perf.spending.spending_boundaries`; call as
     :func:`logitlab.perf.paired.paired_comparison` on that interval, with
@@ -345,6 +361,7 @@ def sequential_step(
     for name, value in (("margin_file", margin_file), ("margin_basis", margin_basis)):
         if value is not None and not isinstance(value, str):
             raise InputError(f"{name} {value!r} is neither a string nor None")
+    tau = check_between_run_sd(between_run_sd)
 
     n = int(x.size)
     sign = 1.0 if higher_is_better else -1.0
@@ -363,7 +380,7 @@ def sequential_step(
         if math.isfinite(c):
             crit_t = float(c)
             nominal = 1.0 - float(2.0 * stats.t.sf(crit_t, n - 1))
-            half = crit_t * sd / math.sqrt(n)
+            half = crit_t * math.hypot(sd / math.sqrt(n), tau)
             lo, hi = mean - half, mean + half
 
     call = "continue" if lo is None else three_way_call(*better_orientation(lo, hi, higher_is_better), bound)
@@ -376,7 +393,7 @@ def sequential_step(
         metric=metric, unit=unit, mean_log_ratio=mean, sd_log_ratio=sd, ratio=_exp(mean), ci_low=_exp(lo),
         ci_high=_exp(hi), speedup=_exp(None if mean is None else sign * mean), speedup_ci_low=_exp(sp_lo),
         speedup_ci_high=_exp(sp_hi), margin=delta, margin_source=margin_source, margin_file=margin_file,
-        margin_basis=margin_basis,
+        margin_basis=margin_basis, between_run_sd=tau,
     )
 
 
@@ -426,7 +443,7 @@ def sequential_decision(blocks: Iterable[Block], *, higher_is_better: bool,
     margin : float or PreregisteredMargin, optional
         Equivalence margin delta: a number (source ``'option'``), a
         :class:`~logitlab.perf.prereg.PreregisteredMargin` (its source, file and
-        basis), or None: :data:`~logitlab.perf.prereg.DEFAULT_SEQUENTIAL_MARGIN`
+        basis; its ``between_run_sd``, which the repeated CIs then carry), or None: :data:`~logitlab.perf.prereg.DEFAULT_SEQUENTIAL_MARGIN`
         (2 %, source ``'default'``). Never from these blocks' A/A slots (the
         module docstring says why; fixed-size ``paired_comparison`` still does that).
     **options
@@ -448,7 +465,8 @@ def sequential_decision(blocks: Iterable[Block], *, higher_is_better: bool,
     ratios = block_log_ratios(items)  # validates the blocks
     prereg = margin if isinstance(margin, PreregisteredMargin) else preregister(margin)
     return sequential_step(ratios, margin=prereg.margin, margin_source=prereg.source, margin_file=prereg.file,
-                           margin_basis=prereg.basis, higher_is_better=higher_is_better, **options)
+                           margin_basis=prereg.basis, higher_is_better=higher_is_better,
+                           between_run_sd=prereg.between_run_sd or 0.0, **options)
 
 
 def sequential_comparison(comparison: PairedComparison, decision: SequentialDecision) -> PairedComparison:

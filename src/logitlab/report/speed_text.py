@@ -132,8 +132,11 @@ def sequential_reason(d: SequentialDecision) -> str:
             body += f"; the geometric-mean {label} ratio so far is {math.exp(mean):.4g}"
         return f"{head}; {body}."
     ci = f"{100 * (1 - alpha):g}% repeated CI {math.exp(lo):.4g}-{math.exp(hi):.4g}"
+    carries = (f"; its width carries a run's own offset, sd {100 * d.between_run_sd:.2f}% from the calibration"
+               if d.between_run_sd else "")
     stats_text = (f"candidate/control geometric-mean {label} ratio {math.exp(mean):.4g}, {ci} (look {look} of "
-                  f"{n_looks}: paired t at nominal {100 * nominal:.4g}%, df {n - 1}; valid at any stopping time)")
+                  f"{n_looks}: paired t at nominal {100 * nominal:.4g}%, df {n - 1}; valid at any stopping time"
+                  f"{carries})")
     region = f"equivalence region {1 / (1 + delta):.4g}-{1 + delta:.4g} ({margin_origin(d)})"
     side = "above" if higher_is_better else "below"
     other = "below" if higher_is_better else "above"
