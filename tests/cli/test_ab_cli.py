@@ -248,10 +248,15 @@ def test_repeats_auto_margin_is_preregistered_default_or_from_a_saved_aa(tmp_pat
     shifted = {**data, "speed": {**data["speed"], "decode": {**data["speed"]["decode"],
                                                               "block_log_ratios": [x + shift for x in blocks]}}}
     (tmp_path / "aa2.json").write_text(json.dumps(shifted))
-    third = logitlab("ab", *auto, "--noise", "aa.json", "--noise", "aa2.json", "--json", "pooled.json", cwd=tmp_path)
+    third = logitlab("ab", *auto[:-1], "--noise", "aa.json", "--noise", "aa2.json", "--json", "pooled.json",
+                     cwd=tmp_path)
     assert third.returncode == 0, third.stderr
-    decode = json.loads((tmp_path / "pooled.json").read_text())["sequential"]["decode"]
+    sequential = json.loads((tmp_path / "pooled.json").read_text())["sequential"]
+    decode = sequential["decode"]
     pooled = between_run_variance([blocks, shifted["speed"]["decode"]["block_log_ratios"]])
+    # decode's repeated CI carries tau; prefill's not (tau was measured on decode)
+    assert decode["between_run_sd"] == pooled.between_sd and sequential["prefill"]["between_run_sd"] == 0.0
+    assert "its width carries a run's own offset" in third.stdout
     assert (decode["margin_source"], decode["margin_file"]) == ("calibration", "aa.json, aa2.json")
     assert pooled.between_sd > 0 and decode["margin"] == calibrated_margin(
         pooled.within_sd, 6, max_blocks=3, file="f", basis="", tau=pooled.between_sd).margin
@@ -268,7 +273,10 @@ def test_repeats_auto_margin_is_preregistered_default_or_from_a_saved_aa(tmp_pat
         (["--noise", "bench.json"], "error: --noise file bench.json holds a result of kind 'bench-run': ab is "),
         (["--noise", "two.json"], "error: --noise file two.json is an ab of two different variants, not an A/A"),
         (["--noise", "aa.json", "--noise", "longer.json"],
-         "error: --noise files aa.json and longer.json differ in n_decode: pool A/As of one variant, workload and "),
+         "error: --noise files aa.json and longer.json differ in --tokens (4 vs 8): pool A/As of one variant, "),
+        (["--noise", "aa.json", "--noise", "aa.json"], "error: --noise file aa.json is given twice"),
+        (["--noise", "aa.json", "--noise", "aa2.json", "--margin", "0.03"],
+         "error: --margin replaces the δ of --noise, but the A/As given to --noise also measured"),
     ]:
         proc = logitlab("ab", *auto, *args, "--log", "runs.jsonl", cwd=tmp_path)
         assert proc.returncode == 2 and proc.stderr.startswith(message), proc.stderr

@@ -326,6 +326,7 @@ def test_run_blocks_auto_pools_several_saved_aas_with_their_between_run_sd(tmp_p
     assert wall["margin"] == calibrated_margin(pooled.within_sd, 9, max_blocks=4, file="f", basis="",
                                                tau=pooled.between_sd).margin
     assert wall["margin_basis"].startswith("3 A/As: bench run --aa of 'sleep 0.01', 9 blocks, pooled wall block sd ")
+    assert wall["between_run_sd"] == pooled.between_sd  # the repeated CI carries it
     assert "between-run sd (a run's own offset) " in wall["margin_basis"]
     _noise_profile(tmp_path / "noise.json")
     other = json.loads((tmp_path / "aa1.json").read_text())
@@ -336,7 +337,10 @@ def test_run_blocks_auto_pools_several_saved_aas_with_their_between_run_sd(tmp_p
         (["--noise", "aa1.json", "--noise", "noise.json"],
          "error: --noise: a bench calibrate profile already pools its runs; give it alone"),
         (["--noise", "aa1.json", "--noise", "other.json"],
-         "error: --noise files are A/As of 2 different commands: pool A/As of one command"),
+         "error: --noise files aa1.json and other.json are A/As of different commands ('sleep 0.01' vs 'sleep 0.02')"),
+        (["--noise", "aa1.json", "--noise", "./aa1.json"], "error: --noise file ./aa1.json is given twice"),
+        (["--noise", "aa1.json", "--noise", "aa2.json", "--margin", "0.03"],
+         "error: --margin replaces the δ of --noise, but the A/As given to --noise also measured"),
     ]:
         one_line_error(in_process(*auto, *args, cwd=tmp_path), message)
         assert not (tmp_path / "ran").exists(), args

@@ -119,6 +119,7 @@ def _auto_budget(opts: dict[str, Any]) -> dict[str, Any]:
     """--max-repeats / --max-time / --noise, which only --repeats auto takes (--noise's file read and checked)."""
     from logitlab.experiments.ab_calibration import ab_calibration
     from logitlab.perf.autostop import check_auto_budget
+    from logitlab.perf.prereg import preregister
 
     if opts["repeats"] != "auto":
         for flag, key in (("--max-repeats", "max_repeats"), ("--max-time", "max_time")):
@@ -131,8 +132,9 @@ def _auto_budget(opts: dict[str, Any]) -> dict[str, Any]:
         return {}
     budget = 12 if opts["max_repeats"] is None else opts["max_repeats"]
     check_auto_budget(budget, opts["max_time"])
-    return {"max_repeats": budget, "max_time": opts["max_time"],
-            "calibration": ab_calibration(opts["noise_path"], budget) if opts["noise_path"] else None}
+    calibration = ab_calibration(opts["noise_path"], budget) if opts["noise_path"] else None
+    preregister(opts["margin"], calibration)  # --margin with what the files measured: refused before any run
+    return {"max_repeats": budget, "max_time": opts["max_time"], "calibration": calibration}
 
 
 def _run(config: Any, log_path: str, quiet: bool) -> tuple[Any, BaseException | None]:

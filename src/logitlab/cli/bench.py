@@ -94,6 +94,7 @@ def run_cmd(**opts: Any) -> None:
         margin=opts["margin"], timeout=opts["timeout"], names=names,
     )
     if opts["noise_path"]:  # read and checked before any run
+        from logitlab.perf.prereg import preregister
         from logitlab.perf.run_calibration import bench_run_calibration
 
         if not config.auto:
@@ -101,6 +102,7 @@ def run_cmd(**opts: Any) -> None:
                              f"{config.blocks} drop it (or give --margin)")
         config = dataclasses.replace(config, calibration=bench_run_calibration(opts["noise_path"], config),
                                      names=names)
+        preregister(opts["margin"], config.calibration)  # --margin with what the files measured: refused here
     result, error = run_with_progress(lambda on_event: bench_run(config, on_event=on_event, log_path=log_path),
                                       quiet=opts["quiet"], first="bench run", describe=_run_progress)
     finish(result, error, opts, target=target, log_path=log_path,

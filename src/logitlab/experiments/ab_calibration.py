@@ -36,8 +36,9 @@ from logitlab.perf.prereg import PreregisteredMargin, host_text, pooled_calibrat
 
 __all__ = ["ab_calibration"]
 
-#: What A/As pooled into one calibration must share (``AbResult.config`` keys).
-_SAME = ("control", "prompt", "n_decode", "isolation")
+#: What A/As pooled into one calibration must share: ``AbResult.config`` key -> the option that sets it.
+_SAME = {"control": "the variant (--control)", "prompt": "the prompt", "n_decode": "--tokens",
+         "isolation": "--isolation"}
 
 
 def ab_calibration(paths: str | Sequence[str], max_repeats: int) -> PreregisteredMargin:
@@ -73,10 +74,12 @@ def ab_calibration(paths: str | Sequence[str], max_repeats: int) -> Preregistere
     runs = [_read_aa(path) for path in paths]
     first = runs[0]
     for path, aa in zip(paths[1:], runs[1:]):
-        for key in _SAME:
-            if _spec(aa.config.get(key)) != _spec(first.config.get(key)):
-                raise InputError(f"--noise files {paths[0]} and {path} differ in {key}: pool A/As of one variant, "
-                                 "workload and isolation")
+        for key, option in _SAME.items():
+            ours, theirs = _spec(first.config.get(key)), _spec(aa.config.get(key))
+            if ours != theirs:
+                values = "" if key in ("control", "prompt") else f" ({ours} vs {theirs})"
+                raise InputError(f"--noise files {paths[0]} and {path} differ in {option}{values}: pool A/As of "
+                                 "one variant, workload and isolation")
     engine = first.manifest.get("engine") if isinstance(first.manifest.get("engine"), dict) else {}
     model = PurePath(str(engine.get("model") or "")).name
     what = (f"ab A/A of {engine.get('engine', '?')}{' ' + model if model else ''}, {first.config.get('n_decode')} "

@@ -11,6 +11,7 @@ equivalence margin δ is fixed when it is built (:func:`~logitlab.perf.prereg.pr
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -101,8 +102,12 @@ class AutoStop:
         The same rule over the same blocks: for the driving metric this is the
         decision that stopped the run; another metric gets its own repeated CI,
         valid at this stop too (the repeated CIs hold under any stopping rule).
+        A calibration's between-run sd was measured on the driving metric: only
+        its CI carries it.
         """
-        decision = sequential_decision(blocks, higher_is_better=comparison.higher_is_better, margin=self.prereg,
+        prereg = (self.prereg if comparison.metric == self.metric
+                  else dataclasses.replace(self.prereg, between_run_sd=None))
+        decision = sequential_decision(blocks, higher_is_better=comparison.higher_is_better, margin=prereg,
                                        max_blocks=self.max_blocks, time_up=self.time_up, metric=comparison.metric,
                                        unit=comparison.unit)
         return sequential_comparison(comparison, decision), decision

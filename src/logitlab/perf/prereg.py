@@ -23,16 +23,20 @@ Nothing here prints or logs.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from logitlab.errors import InputError, check_choice
 from logitlab.jsonio import PlainRecord
 from logitlab.perf.equivalence import DEFAULT_MARGIN, MAX_AA_MARGIN, MIN_AA_BLOCKS, MIN_AA_MARGIN, check_margin
 
+if TYPE_CHECKING:
+    from logitlab.perf.paired import PairedComparison
+
 __all__ = ["DEFAULT_SEQUENTIAL_MARGIN", "PREREGISTERED_SOURCES", "PreregisteredMargin", "preregister",
-           "calibrated_margin", "pooled_calibrated_margin"]
+           "calibrated_margin", "pooled_calibrated_margin", "check_between_run_sd"]
 
 #: δ of a sequential run given neither ``--margin`` nor ``--noise``: 2 %,
 #: :data:`~logitlab.perf.equivalence.DEFAULT_MARGIN`.
@@ -114,8 +118,13 @@ def preregister(option: float | None, calibration: PreregisteredMargin | None = 
         PreregisteredMargin with source ``'option'``, ``'calibration'`` or ``'default'``.
 
     Raises:
-        InputError: ``option`` is not a margin in (0, 1), or ``calibration`` not a PreregisteredMargin.
+        InputError: ``option`` is not a margin in (0, 1), or ``calibration`` not a PreregisteredMargin; both
+            given where the calibration measured a between-run sd (``--margin`` would drop what the repeated
+            CIs must carry).
     """
+    if option is not None and calibration is not None and calibration.between_run_sd is not None:
+        raise InputError("--margin replaces the δ of --noise, but the A/As given to --noise also measured how much "
+                         "a run's own offset varies, which the CIs must carry: give --margin or the --noise files")
     if option is not None:
         return PreregisteredMargin(check_margin(option, option="--margin"), "option")
     if calibration is not None:
@@ -155,7 +164,8 @@ def calibrated_margin(sd_log_ratio: float, n_blocks: int, *, max_blocks: int, fi
     negligible, and the run ends "inconclusive" more often.
 
     Args:
-        sd_log_ratio: sd (ddof 1) of the A/A's block log ratios, natural-log units, >= 0.
+        sd_log_ratio: sd of a block's log ratio within a run, natural-log units, >= 0: one A/A's sd (ddof 1),
+            or the pooled within-run sd of several.
         n_blocks: blocks of the A/As in all (at least 3; 8 or more give a steadier sd).
         max_blocks: the sequential run's budget (3-100).
         file, basis: for the record (:class:`PreregisteredMargin`).
@@ -182,7 +192,7 @@ def calibrated_margin(sd_log_ratio: float, n_blocks: int, *, max_blocks: int, fi
                                between_run_sd=tau)
 
 
-def pooled_calibrated_margin(comparisons: Sequence[Any], *, max_blocks: int, files: Sequence[str], what: str,
+def pooled_calibrated_margin(comparisons: Sequence[PairedComparison], *, max_blocks: int, files: Sequence[str], what: str,
                              metric: str, host: str) -> PreregisteredMargin:
     """δ from one or more saved A/As of one workload: :func:`calibrated_margin` of their block log ratios.
 
@@ -203,14 +213,23 @@ def pooled_calibrated_margin(comparisons: Sequence[Any], *, max_blocks: int, fil
         metric: the metric's short name (``"decode"``).
         host: :func:`host_text` of the first A/A.
 
+    Returns:
+        PreregisteredMargin: source ``'calibration'``, ``file`` the paths joined by ``', '``, ``basis`` what
+        they measured; ``between_run_sd`` tau (None from one A/A).
+
     Raises:
-        InputError: no A/A, or ``files`` of another length; an A/A with fewer than 3 blocks; what
-            :func:`calibrated_margin` raises.
+        InputError: no A/A, or ``files`` of another length; a file given twice; an A/A with fewer than 3
+            blocks; what :func:`calibrated_margin` raises.
     """
     from logitlab.perf.between_runs import between_run_variance
 
     if not comparisons or len(files) != len(comparisons):
         raise InputError(f"a calibration needs one file per A/A, got {len(files)} for {len(comparisons)}")
+    resolved = [os.path.realpath(f) for f in files]
+    for i, path in enumerate(resolved):
+        if path in resolved[:i]:
+            raise InputError(f"--noise file {files[i]} is given twice: one A/A pooled twice would read as two runs "
+                             "that agree")
     for path, comparison in zip(files, comparisons):
         if not isinstance(comparison.n_blocks, int) or comparison.n_blocks < MIN_AA_BLOCKS:
             raise InputError(f"{path}: the A/A has {comparison.n_blocks} block(s); a calibration needs at least "

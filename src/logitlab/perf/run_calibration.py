@@ -20,12 +20,12 @@ Any other file is refused with one line. Nothing here prints or logs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from logitlab.errors import InputError
 from logitlab.perf.calibration import NoiseProfile
 from logitlab.perf.commands import BenchRunConfig, BenchRunResult
 from logitlab.perf.equivalence import MAX_AA_MARGIN
+from logitlab.perf.paired import PairedComparison
 from logitlab.perf.prereg import PreregisteredMargin, host_text, pooled_calibrated_margin, read_calibration
 
 __all__ = ["bench_run_calibration"]
@@ -70,16 +70,19 @@ def bench_run_calibration(paths: str | Sequence[str], config: BenchRunConfig) ->
         path, _, data = read[0]
         return _from_profile(path, NoiseProfile.from_dict(data, source=f"--noise file {path}"), config)
     runs = [_aa_comparison(path, BenchRunResult.from_dict(data), config) for path, _, data in read]
-    commands = {aa.config.get("control") for aa, _ in runs}
-    if len(commands) > 1:
-        raise InputError(f"--noise files are A/As of {len(commands)} different commands: pool A/As of one command")
+    for path, (aa, _) in zip(paths[1:], runs[1:]):
+        if aa.config.get("control") != runs[0][0].config.get("control"):
+            raise InputError(f"--noise files {paths[0]} and {path} are A/As of different commands "
+                             f"({runs[0][0].config.get('control')!r} vs {aa.config.get('control')!r}): pool A/As of "
+                             "one command")
     first = runs[0][0]
     return pooled_calibrated_margin([comparison for _, comparison in runs], max_blocks=config.blocks, files=paths,
                                     what=f"bench run --aa of {first.config.get('control')!r}", metric=config.primary,
                                     host=host_text(first.host))
 
 
-def _aa_comparison(path: str, aa: BenchRunResult, config: BenchRunConfig) -> tuple[BenchRunResult, Any]:
+def _aa_comparison(path: str, aa: BenchRunResult,
+                   config: BenchRunConfig) -> tuple[BenchRunResult, PairedComparison]:
     """The saved A/A ``aa`` and its comparison of ``config``'s metric, checked."""
     if aa.config.get("control") != aa.config.get("candidate"):
         raise InputError(f"--noise file {path} is a bench run of two different commands, not an A/A: calibrate with "

@@ -35,8 +35,10 @@ through repeated confidence intervals (RCIs).
   measured by a calibration of several A/As: :mod:`logitlab.perf.prereg`)
   ``mean +- c_k * sqrt(sd^2 / n + tau^2)``, so that the RCIs cover the
   ratio of the variants rather than of this run's two objects. The looks
-  then share the offset and are more correlated than the boundaries assume,
-  which keeps them conservative (simulated in ``tests/perf/test_sequential.py``). The RCIs cover the true ratio at *all*
+  then share the offset and are more correlated than the boundaries
+  assume, which keeps them conservative when tau is the true one
+  (simulated in ``tests/perf/test_sequential.py``); the error of a tau
+  estimated from a few A/As is not carried. The RCIs cover the true ratio at *all*
   looks at once with probability ``1 - alpha`` (Jennison & Turnbull, 1989,
   *J. R. Stat. Soc. B* 51(3):305-361; 2000, ch. 9), so any stopping rule
   keeps the claims valid, and the CI reported at the stop is the one valid
@@ -197,7 +199,8 @@ class SequentialDecision(PlainRecord):
         The look's boundary for the t statistic (:func:`~logitlab.perf.spending.spending_boundaries`):
         the repeated CI is ``mean +- critical_t * sqrt(sd^2 / n + between_run_sd^2)``.
     nominal_confidence : float or None
-        The level of a fixed-size t interval (df ``n - 1``) this wide.
+        The level of a fixed-size t interval (df ``n - 1``) with ``critical_t`` as its quantile (this wide
+        when ``between_run_sd`` is 0).
     higher_is_better : bool
     metric, unit : str
     mean_log_ratio, sd_log_ratio : float or None
