@@ -275,6 +275,9 @@ def test_repeats_auto_margin_is_preregistered_default_or_from_a_saved_aa(tmp_pat
         (["--noise", "aa.json", "--noise", "longer.json"],
          "error: --noise files aa.json and longer.json differ in --tokens (4 vs 8): pool A/As of one variant, "),
         (["--noise", "aa.json", "--noise", "aa.json"], "error: --noise file aa.json is given twice"),
+        (["--noise", "aa.json", "--isolation", "engine"],
+         "error: --noise files measured --isolation session; this run has --isolation engine: calibrate with "),
+        (["--noise", "longer.json"], "error: --noise files measured --tokens 8; this run has --tokens 4: "),
         (["--noise", "aa.json", "--noise", "aa2.json", "--margin", "0.03"],
          "error: --margin replaces the δ of --noise, but the A/As given to --noise also measured"),
     ]:

@@ -132,7 +132,8 @@ def _auto_budget(opts: dict[str, Any]) -> dict[str, Any]:
         return {}
     budget = 12 if opts["max_repeats"] is None else opts["max_repeats"]
     check_auto_budget(budget, opts["max_time"])
-    calibration = ab_calibration(opts["noise_path"], budget) if opts["noise_path"] else None
+    calibration = (ab_calibration(opts["noise_path"], budget, n_decode=opts["n_decode"], isolation=opts["isolation"])
+                   if opts["noise_path"] else None)
     preregister(opts["margin"], calibration)  # --margin with what the files measured: refused before any run
     return {"max_repeats": budget, "max_time": opts["max_time"], "calibration": calibration}
 

@@ -41,7 +41,8 @@ _SAME = {"control": "the variant (--control)", "prompt": "the prompt", "n_decode
          "isolation": "--isolation"}
 
 
-def ab_calibration(paths: str | Sequence[str], max_repeats: int) -> PreregisteredMargin:
+def ab_calibration(paths: str | Sequence[str], max_repeats: int, *, n_decode: int | None = None,
+                   isolation: str | None = None) -> PreregisteredMargin:
     """δ for ``ab --repeats auto`` from the saved ``ab`` A/A(s) ``paths``.
 
     Parameters
@@ -52,6 +53,10 @@ def ab_calibration(paths: str | Sequence[str], max_repeats: int) -> Preregistere
         times).
     max_repeats : int
         The budget of blocks of the ``--repeats auto`` run to calibrate.
+    n_decode, isolation : int or str, optional
+        The decode tokens and isolation of that run: the A/As must have run
+        the same (a block's noise and a run's offset depend on both); None:
+        not checked.
 
     Returns
     -------
@@ -66,7 +71,8 @@ def ab_calibration(paths: str | Sequence[str], max_repeats: int) -> Preregistere
         No file; a file that is missing or not JSON; another kind of result
         (``bench run``, ``bench calibrate``); an ``ab`` of two different
         variants; no decode speed in it, or fewer than 3 blocks; files of
-        different variants, tokens, prompts or isolations.
+        different variants, tokens, prompts or isolations; files of other
+        tokens or isolation than ``n_decode`` and ``isolation``.
     """
     paths = [paths] if isinstance(paths, str) else list(paths)
     if not paths:
@@ -80,6 +86,10 @@ def ab_calibration(paths: str | Sequence[str], max_repeats: int) -> Preregistere
                 values = "" if key in ("control", "prompt") else f" ({ours} vs {theirs})"
                 raise InputError(f"--noise files {paths[0]} and {path} differ in {option}{values}: pool A/As of "
                                  "one variant, workload and isolation")
+    for key, option, value in (("n_decode", "--tokens", n_decode), ("isolation", "--isolation", isolation)):
+        if value is not None and first.config.get(key) != value:
+            raise InputError(f"--noise files measured {option} {first.config.get(key)}; this run has {option} "
+                             f"{value}: calibrate with A/As of the workload and isolation you run")
     engine = first.manifest.get("engine") if isinstance(first.manifest.get("engine"), dict) else {}
     model = PurePath(str(engine.get("model") or "")).name
     what = (f"ab A/A of {engine.get('engine', '?')}{' ' + model if model else ''}, {first.config.get('n_decode')} "
