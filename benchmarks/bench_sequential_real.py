@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import subprocess
 import sys
 import time
@@ -104,15 +105,16 @@ def _table(cals: list[Path], runs: list[Path], args: argparse.Namespace) -> None
     budget = args.max_repeats
     pooled = ab_calibration([str(p) for p in cals], budget)
     singles = [ab_calibration(str(p), budget) for p in cals]
-    blocks = [list(_decode(p)["block_log_ratios"]) for p in runs]
-    sds = [_decode(p)["sd_log_ratio"] for p in runs]
-    means = [_decode(p)["mean_log_ratio"] for p in runs]
+    decodes = [_decode(p) for p in runs]
+    blocks = [list(d["block_log_ratios"]) for d in decodes]
+    sds = [d["sd_log_ratio"] for d in decodes]
+    means = [d["mean_log_ratio"] for d in decodes]
     print(f"calibration: {len(cals)} A/As of {args.cal_repeats} blocks; one-A/A δ "
           f"{100 * min(s.margin for s in singles):.2f}-{100 * max(s.margin for s in singles):.2f} %; pooled: "
           f"δ {100 * pooled.margin:.2f} % ({pooled.basis})")
     print(f"test runs: {len(runs)} A/As of {budget} blocks, {args.tokens} tokens, {args.isolation} isolation; "
           f"block sd {100 * min(sds):.2f}-{100 * max(sds):.2f} % (median {100 * sorted(sds)[len(sds) // 2]:.2f} %); "
-          f"run mean ratio sd {100 * _sd(means):.2f} %")
+          f"run mean ratio sd {100 * statistics.stdev(means):.2f} %")
     tau = pooled.between_run_sd or 0.0
     rules = [("default (2 %)", [DEFAULT_SEQUENTIAL_MARGIN] * len(runs), 0.0),
              ("one calibration A/A", [singles[j % len(singles)].margin for j in range(len(runs))], 0.0),
@@ -140,11 +142,6 @@ def _table(cals: list[Path], runs: list[Path], args: argparse.Namespace) -> None
 def _ci(k: int, n: int) -> str:
     low, high = clopper_pearson(k, n)
     return f"[{100 * low:.0f}-{100 * high:.0f} %]"
-
-
-def _sd(values: list[float]) -> float:
-    m = sum(values) / len(values)
-    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
 
 
 if __name__ == "__main__":
