@@ -32,7 +32,8 @@ from pathlib import PurePath
 
 from logitlab.errors import InputError
 from logitlab.experiments.ab_results import AbResult
-from logitlab.perf.prereg import PreregisteredMargin, host_text, pooled_calibrated_margin, read_calibration
+from logitlab.perf.prereg import (PreregisteredMargin, calibration_paths, host_text, pooled_calibrated_margin,
+                                  read_calibration)
 
 __all__ = ["ab_calibration"]
 
@@ -74,9 +75,7 @@ def ab_calibration(paths: str | Sequence[str], max_repeats: int, *, n_decode: in
         different variants, tokens, prompts or isolations; files of other
         tokens or isolation than ``n_decode`` and ``isolation``.
     """
-    paths = [paths] if isinstance(paths, str) else list(paths)
-    if not paths:
-        raise InputError("--noise: no file given")
+    paths = calibration_paths(paths)
     runs = [_read_aa(path) for path in paths]
     first = runs[0]
     for path, aa in zip(paths[1:], runs[1:]):

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from logitlab.perf.paired import PairedComparison
 
 __all__ = ["DEFAULT_SEQUENTIAL_MARGIN", "PREREGISTERED_SOURCES", "PreregisteredMargin", "preregister",
-           "calibrated_margin", "pooled_calibrated_margin", "check_between_run_sd"]
+           "calibrated_margin", "pooled_calibrated_margin", "check_between_run_sd", "calibration_paths"]
 
 #: δ of a sequential run given neither ``--margin`` nor ``--noise``: 2 %,
 #: :data:`~logitlab.perf.equivalence.DEFAULT_MARGIN`.
@@ -153,8 +153,7 @@ def calibrated_margin(sd_log_ratio: float, n_blocks: int, *, max_blocks: int, fi
     :func:`~logitlab.perf.sequential.sequential_step`), so an A/A with this
     noise ends "equivalent" when ``|mean|`` is within 1.645 ``s`` of 0
     (about 90 % of A/As), and a true change of δ is called with about 95 %
-    power. At a
-    12-block budget δ is 1.2 block sds (2.4 % at a 2 % block sd); simulated
+    power. At a 12-block budget δ is 1.2 block sds (2.4 % at a 2 % block sd); simulated
     (``benchmarks/bench_validity.py --part sequential --experiments 400``,
     2 % block sd): A/A "equivalent" 84 %, false calls 4.5 %; a true 2 %
     change called "faster" 81 %, "equivalent" 6 %. A δ of 1.96 block sds
@@ -247,6 +246,18 @@ def pooled_calibrated_margin(comparisons: Sequence[PairedComparison], *, max_blo
              f"{p_text}, {host}")
     return calibrated_margin(pooled.within_sd, pooled.n_blocks, max_blocks=max_blocks, file=", ".join(files),
                              basis=basis, tau=pooled.between_sd)
+
+
+def calibration_paths(paths: str | Sequence[str]) -> list[str]:
+    """``--noise``'s value as a list of paths: one path, or the option repeated.
+
+    Raises:
+        InputError: no path.
+    """
+    listed = [paths] if isinstance(paths, str) else list(paths)
+    if not listed:
+        raise InputError("--noise: no file given")
+    return listed
 
 
 def read_calibration(path: str) -> tuple[str, dict]:

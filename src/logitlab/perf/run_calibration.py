@@ -26,7 +26,8 @@ from logitlab.perf.calibration import NoiseProfile
 from logitlab.perf.commands import BenchRunConfig, BenchRunResult
 from logitlab.perf.equivalence import MAX_AA_MARGIN
 from logitlab.perf.paired import PairedComparison
-from logitlab.perf.prereg import PreregisteredMargin, host_text, pooled_calibrated_margin, read_calibration
+from logitlab.perf.prereg import (PreregisteredMargin, calibration_paths, host_text, pooled_calibrated_margin,
+                                  read_calibration)
 
 __all__ = ["bench_run_calibration"]
 
@@ -55,9 +56,7 @@ def bench_run_calibration(paths: str | Sequence[str], config: BenchRunConfig) ->
         this run decides on; of another direction or clock; with fewer than 3
         blocks; A/As of different commands; a profile with other files.
     """
-    paths = [paths] if isinstance(paths, str) else list(paths)
-    if not paths:
-        raise InputError("--noise: no file given")
+    paths = calibration_paths(paths)
     read = [(path, *read_calibration(path)) for path in paths]
     for path, kind, _ in read:
         if kind not in (BenchRunResult.KIND, NoiseProfile.KIND):
