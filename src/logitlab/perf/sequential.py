@@ -155,6 +155,8 @@ __all__ = [
     "sequential_step",
     "sequential_decision",
     "sequential_comparison",
+    "repeated_ci_mde",
+    "offset_floor",
 ]
 
 #: The calls of a :class:`SequentialDecision`: those of ``paired_comparison`` and "continue".
@@ -446,8 +448,8 @@ def sequential_decision(blocks: Iterable[Block], *, higher_is_better: bool,
     margin : float or PreregisteredMargin, optional
         Equivalence margin delta: a number (source ``'option'``), a
         :class:`~logitlab.perf.prereg.PreregisteredMargin` (its source, file and
-        basis; its ``between_run_sd``, which the repeated CIs then carry), or None: :data:`~logitlab.perf.prereg.DEFAULT_SEQUENTIAL_MARGIN`
-        (2 %, source ``'default'``). Never from these blocks' A/A slots (the
+        basis; its ``between_run_sd``, which the repeated CIs then carry), or None:
+        :data:`~logitlab.perf.prereg.DEFAULT_SEQUENTIAL_MARGIN` (2 %, source ``'default'``). Never from these blocks' A/A slots (the
         module docstring says why; fixed-size ``paired_comparison`` still does that).
     **options
         ``alpha``, ``min_blocks``, ``max_blocks``, ``spending``, ``time_up``,
@@ -472,14 +474,79 @@ def sequential_decision(blocks: Iterable[Block], *, higher_is_better: bool,
                            between_run_sd=prereg.between_run_sd or 0.0, **options)
 
 
+def repeated_ci_mde(decision: SequentialDecision, power: float = 0.8) -> float | None:
+    """Smallest true relative change the run detects at this look with probability ``power``.
+
+    The MDE of the repeated CI the decision stands on: ``expm1((c_k + t_{power, n-1}) * sqrt(sd^2 / n +
+    tau^2))``, with ``c_k`` the look's boundary (``critical_t``) and ``tau`` the decision's
+    ``between_run_sd``. It is the fixed-size MDE of :func:`~logitlab.perf.power.minimum_detectable_effect`
+    (Chow, Shao & Wang, 2008, ch. 3) with ``t_{1-alpha/2}`` replaced by the look's boundary and the
+    standard error by the repeated CI's: the CI excludes 1 with probability about ``power`` when the true
+    log ratio is that far from 0.
+
+    Parameters
+    ----------
+    decision : SequentialDecision
+    power : float, optional
+        In (0, 1). Defaults to 0.8.
+
+    Returns
+    -------
+    float or None
+        Relative change (0.03 = 3 %); None before the first look that has a CI, or with fewer than 2 blocks.
+
+    Raises
+    ------
+    InputError
+        ``power`` outside (0, 1).
+    """
+    from scipy import stats
+    _check_power(power)
+    n, sd, c = decision.n_blocks, decision.sd_log_ratio, decision.critical_t
+    if c is None or sd is None or n < 2:
+        return None
+    return float(math.expm1((c + float(stats.t.ppf(power, n - 1))) * math.hypot(sd / math.sqrt(n),
+                                                                                decision.between_run_sd)))
+
+
+def offset_floor(decision: SequentialDecision, power: float = 0.8) -> float | None:
+    """The change below which no number of blocks is detected, given the run's own offset.
+
+    ``expm1((c_k + z_power) * tau)``: :func:`repeated_ci_mde` as the blocks grow without bound at this
+    look's boundary ``c_k``, where only ``tau`` (``between_run_sd``, the sd of an offset fixed for the whole
+    run) is left in the repeated CI's width.
+
+    Returns
+    -------
+    float or None
+        Relative change; None when the decision carries no offset (``between_run_sd`` 0) or has no boundary yet.
+
+    Raises
+    ------
+    InputError
+        ``power`` outside (0, 1).
+    """
+    from scipy import stats
+    _check_power(power)
+    if decision.critical_t is None or not decision.between_run_sd:
+        return None
+    return float(math.expm1((decision.critical_t + float(stats.norm.ppf(power))) * decision.between_run_sd))
+
+
+def _check_power(power: Any) -> None:
+    if isinstance(power, bool) or not isinstance(power, (int, float)) or not 0.0 < power < 1.0:
+        raise InputError(f"power {power!r} is not in (0, 1): use e.g. 0.8")
+
+
 def sequential_comparison(comparison: PairedComparison, decision: SequentialDecision) -> PairedComparison:
     """A fixed-size comparison restated with the sequential call and the CI valid at the stop.
 
     After optional stopping the fixed-size paired-t CI, p-value and bootstrap
     CI of ``comparison`` are not valid; this keeps its descriptive fields
-    (ratio, sd, MDE, slot-position test, A/A spread) and replaces the call,
-    the CI (by the repeated CI) and the margin, and clears the p-value and the
-    bootstrap CI.
+    (ratio, sd, slot-position test, A/A spread) and replaces the call,
+    the CI (by the repeated CI), the margin and the MDE (by that of the
+    repeated CI, :func:`repeated_ci_mde`: the look's boundary and the run's own
+    offset widen it), and clears the p-value and the bootstrap CI.
 
     Parameters
     ----------
@@ -491,7 +558,8 @@ def sequential_comparison(comparison: PairedComparison, decision: SequentialDeci
     -------
     PairedComparison
         A copy of ``comparison`` with ``decision``'s call (``'continue'``
-        becomes ``'inconclusive'``), repeated CI and margin.
+        becomes ``'inconclusive'``), repeated CI, margin and MDE (the
+        fixed-size MDE is kept when the decision has no CI yet).
 
     Raises
     ------
@@ -504,8 +572,10 @@ def sequential_comparison(comparison: PairedComparison, decision: SequentialDeci
         raise InputError(f"the comparison covers {comparison.n_blocks} blocks, the sequential decision "
                          f"{decision.n_blocks}: analyse the same blocks")
     call = "inconclusive" if decision.call == "continue" else decision.call
+    mde = repeated_ci_mde(decision)
     return dataclasses.replace(
-        comparison, call=call, ci_low=decision.ci_low, ci_high=decision.ci_high,
+        comparison, call=call, mde=comparison.mde if mde is None else mde, ci_low=decision.ci_low,
+        ci_high=decision.ci_high,
         speedup_ci_low=decision.speedup_ci_low, speedup_ci_high=decision.speedup_ci_high,
         margin=decision.margin, margin_source=decision.margin_source, p_value=None, bootstrap_ci_low=None,
         bootstrap_ci_high=None, bootstrap_method=None,

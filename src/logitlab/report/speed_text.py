@@ -14,7 +14,7 @@ from logitlab.perf.compare_files import MIN_SAMPLES_FOR_CI, FileComparison, Scen
 from logitlab.perf.equivalence import three_way_call
 from logitlab.perf.paired import PairedComparison, better_orientation
 from logitlab.perf.power import blocks_needed
-from logitlab.perf.sequential import SequentialDecision
+from logitlab.perf.sequential import SequentialDecision, offset_floor, repeated_ci_mde
 from logitlab.perf.spending import SPENDING_NAMES
 from logitlab.report.text import plural
 
@@ -111,7 +111,10 @@ def scenario_reason(s: ScenarioComparison, comparison: FileComparison) -> str:
 
 
 def sequential_reason(d: SequentialDecision) -> str:
-    """One paragraph with the numbers behind a sequential call (``--repeats auto``, ``--repeats auto``)."""
+    """One paragraph with the numbers behind a sequential call (``ab --repeats auto``, ``bench run --repeats auto``):
+    the repeated CI, where it lies against 1 and the equivalence region, and the MDE at this look
+    (:func:`~logitlab.perf.sequential.repeated_ci_mde`) with, when the CI carries a run's own offset, the
+    change no budget can detect (:func:`~logitlab.perf.sequential.offset_floor`)."""
     call, stop_reason, n, min_blocks, max_blocks = d.call, d.stop_reason, d.n_blocks, d.min_blocks, d.max_blocks
     look, n_looks, alpha, spending, nominal = d.look, d.n_looks, d.alpha, d.spending, d.nominal_confidence
     mean, sd, delta = d.mean_log_ratio, d.sd_log_ratio, d.margin
@@ -153,6 +156,12 @@ def sequential_reason(d: SequentialDecision) -> str:
     text = f"{head}: {stats_text}; {body}."
     if sd == 0.0:
         text += f" All {n} block log ratios are identical (sd 0): the CI has zero width."
+    else:
+        text += (f" At this look the repeated CI detects a {_pct(repeated_ci_mde(d))} change "
+                 f"(80% power, alpha {alpha:g})")
+        floor = offset_floor(d)
+        text += (f"; with the run's own offset no number of blocks detects less than {_pct(floor)}."
+                 if floor is not None else ".")
     return text
 
 
