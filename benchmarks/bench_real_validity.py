@@ -3,7 +3,8 @@
 ``bench_validity.py`` checks the statistics on simulated machines. This one runs the real thing: the
 same variant on both sides (an A/A, so every ``faster`` or ``slower`` is a false call), many times per
 configuration, and prints the rate of false calls with its Clopper-Pearson 95 % interval beside the
-nominal 5 %, the MDE the runs reached and the blocks they used. Configurations:
+nominal 5 %, the MDE the runs reached (with ``--repeats auto``, the MDE of the repeated CI at the stop,
+which is wider than a fixed run's) and the blocks they used. Configurations:
 
 - ``session``, ``engine``, ``process``: ``logitlab ab`` on the llamacpp engine at each ``--isolation``
   (calls on decode and prefill tokens/s: two calls a run);
@@ -167,8 +168,22 @@ def _progress(run: Run) -> None:
 # --- machine states -----------------------------------------------------------------------------------
 
 
+#: A busy process: it spins until ``seconds`` have passed or its parent is gone (checked every 0.5 s), so a
+#: benchmark killed by a signal, which skips ``__exit__``, does not leave its load running.
+_BUSY_LOOP = """import os, time
+end = time.monotonic() + {seconds}
+check = 0.0
+while (now := time.monotonic()) < end:
+    if now > check:
+        if os.getppid() != {parent}:
+            break
+        check = now + 0.5
+"""
+
+
 class _machine_state:
-    """``quiet``: nothing; ``load``: busy-loop processes started here and stopped on exit (also on errors)."""
+    """``quiet``: nothing; ``load``: busy-loop processes started here and stopped on exit (also on errors);
+    they also stop by themselves when this process is gone (``_BUSY_LOOP``)."""
 
     def __init__(self, state: str, args: argparse.Namespace) -> None:
         self.state, self.args, self.procs = state, args, []
@@ -176,7 +191,7 @@ class _machine_state:
     def __enter__(self) -> None:
         if self.state == "load":
             count = max(1, round(self.args.load_factor * (os.cpu_count() or 1)))
-            code = f"import time\nend = time.monotonic() + {self.args.load_seconds}\nwhile time.monotonic() < end: pass"
+            code = _BUSY_LOOP.format(seconds=self.args.load_seconds, parent=os.getpid())
             self.procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(count)]
             print(f"load: {count} busy processes", flush=True)
 

@@ -14,7 +14,9 @@ writes the sentences that explain them.
 JSON format history (``schema_version`` of :class:`PairedComparison`):
 
 - 1: first version.
-- 2: ``reason`` left out (the report writes it); ``margin`` below 1.
+- 2: ``reason`` left out (the report writes it); ``margin`` below 1. Since 2026-12-07 a comparison
+  restated by a sequential run (``--repeats auto``) holds the MDE of its repeated CI in ``mde``
+  (:func:`~logitlab.perf.sequential.repeated_ci_mde`); the field and version are unchanged.
 """
 
 from __future__ import annotations
@@ -281,7 +283,8 @@ class PairedComparison(PlainRecord):
         "faster" means better in the metric's direction
         (:func:`logitlab.perf.equivalence.three_way_call`).
     mde : float or None
-        Relative change these blocks detect with 80 % power at alpha 0.05.
+        Relative change these blocks detect with 80 % power at alpha 0.05; restated by a sequential run
+        (:func:`~logitlab.perf.sequential.sequential_comparison`), that of the repeated CI at the stop.
     position : PositionEffect or None
         See :func:`slot_position_effect`.
     aa_log_ratios : list of float

@@ -14,14 +14,24 @@ import numpy as np
 from logitlab.errors import InputError
 from logitlab.perf.design import check_count
 
-__all__ = ["minimum_detectable_effect", "blocks_needed", "mde_log"]
+__all__ = ["minimum_detectable_effect", "blocks_needed", "mde_log", "detectable_log_change", "check_power"]
+
+
+def check_power(power: Any) -> float:
+    """``power`` as a float in (0, 1).
+
+    Raises:
+        InputError: not a number in (0, 1).
+    """
+    if isinstance(power, bool) or not isinstance(power, (int, float, np.floating)) or not 0.0 < power < 1.0:
+        raise InputError(f"power {power!r} is not in (0, 1): use e.g. 0.8")
+    return float(power)
 
 
 def _check_power_args(alpha: float, power: float) -> None:
     if not 0.0 < alpha < 1.0:
         raise InputError(f"alpha {alpha!r} is not in (0, 1): use e.g. 0.05")
-    if not 0.0 < power < 1.0:
-        raise InputError(f"power {power!r} is not in (0, 1): use e.g. 0.8")
+    check_power(power)
 
 
 def _check_sd(sd: Any) -> float:
@@ -35,8 +45,15 @@ def _check_sd(sd: Any) -> float:
 def mde_log(sd: float, n: int, alpha: float, power: float) -> float:
     """The MDE in log units: ``(t_{1-alpha/2, n-1} + t_{power, n-1}) * sd / sqrt(n)`` (n >= 2, unchecked)."""
     from scipy import stats
-    df = n - 1
-    return (float(stats.t.ppf(1.0 - alpha / 2.0, df)) + float(stats.t.ppf(power, df))) * sd / math.sqrt(n)
+    return detectable_log_change(float(stats.t.ppf(1.0 - alpha / 2.0, n - 1)), sd / math.sqrt(n), n - 1, power)
+
+
+def detectable_log_change(critical: float, se: float, df: int, power: float) -> float:
+    """``(critical + t_{power, df}) * se``, natural-log units (unchecked): the true log change at which an
+    interval ``estimate +- critical * se`` excludes 0 with probability ``power`` (the relation behind
+    :func:`minimum_detectable_effect`; Chow, Shao & Wang, 2008, ch. 3)."""
+    from scipy import stats
+    return (critical + float(stats.t.ppf(power, df))) * se
 
 
 def minimum_detectable_effect(

@@ -135,6 +135,7 @@ from logitlab.perf.block_ratios import block_log_ratios
 from logitlab.perf.design import Block
 from logitlab.perf.equivalence import CALLS, DEGENERATE_SPREAD, check_margin, three_way_call
 from logitlab.perf.paired import PairedComparison, better_orientation
+from logitlab.perf.power import check_power, detectable_log_change
 from logitlab.perf.prereg import PreregisteredMargin, check_between_run_sd, preregister
 from logitlab.perf.spending import (
     DEFAULT_MAX_BLOCKS,
@@ -344,9 +345,9 @@ def sequential_step(
     Notes
     -----
     Look ``k`` (``n = min_blocks + k - 1`` blocks): repeated CI
-    ``mean +- t_{1 - p_k/2, n-1} sqrt(sd^2 / n + tau^2)`` with ``p_k = 2 (1 -
-    Phi(c_k))`` and ``c_k`` from
-    :func:`logitlab.perf.spending.spending_boundaries`; call as
+    ``mean +- c_k sqrt(sd^2 / n + tau^2)`` with ``c_k`` the boundary of the t
+    statistic at that look (``critical_t``, from
+    :func:`logitlab.perf.spending.spending_boundaries` with ``statistic="t"``); call as
     :func:`logitlab.perf.paired.paired_comparison` on that interval, with
     ``b = log(1 + margin)``. See the module docstring for the sources.
 
@@ -449,8 +450,8 @@ def sequential_decision(blocks: Iterable[Block], *, higher_is_better: bool,
         Equivalence margin delta: a number (source ``'option'``), a
         :class:`~logitlab.perf.prereg.PreregisteredMargin` (its source, file and
         basis; its ``between_run_sd``, which the repeated CIs then carry), or None:
-        :data:`~logitlab.perf.prereg.DEFAULT_SEQUENTIAL_MARGIN` (2 %, source ``'default'``). Never from these blocks' A/A slots (the
-        module docstring says why; fixed-size ``paired_comparison`` still does that).
+        :data:`~logitlab.perf.prereg.DEFAULT_SEQUENTIAL_MARGIN` (2 %, source ``'default'``). Never from these
+        blocks' A/A slots (the module docstring says why; fixed-size ``paired_comparison`` still does that).
     **options
         ``alpha``, ``min_blocks``, ``max_blocks``, ``spending``, ``time_up``,
         ``metric``, ``unit``: as for :func:`sequential_step` (with its defaults).
@@ -475,67 +476,78 @@ def sequential_decision(blocks: Iterable[Block], *, higher_is_better: bool,
 
 
 def repeated_ci_mde(decision: SequentialDecision, power: float = 0.8) -> float | None:
-    """Smallest true relative change the run detects at this look with probability ``power``.
-
-    The MDE of the repeated CI the decision stands on: ``expm1((c_k + t_{power, n-1}) * sqrt(sd^2 / n +
-    tau^2))``, with ``c_k`` the look's boundary (``critical_t``) and ``tau`` the decision's
-    ``between_run_sd``. It is the fixed-size MDE of :func:`~logitlab.perf.power.minimum_detectable_effect`
-    (Chow, Shao & Wang, 2008, ch. 3) with ``t_{1-alpha/2}`` replaced by the look's boundary and the
-    standard error by the repeated CI's: the CI excludes 1 with probability about ``power`` when the true
-    log ratio is that far from 0.
+    """Smallest true relative change that this look's repeated CI excludes from 1 with probability ``power``.
 
     Parameters
     ----------
     decision : SequentialDecision
+        A look of :func:`sequential_step` (its ``critical_t``, block sd, blocks and ``between_run_sd``).
     power : float, optional
         In (0, 1). Defaults to 0.8.
 
     Returns
     -------
     float or None
-        Relative change (0.03 = 3 %); None before the first look that has a CI, or with fewer than 2 blocks.
+        Relative change (0.03 = 3 %); None before the first look with a CI (no ``critical_t``), with fewer than
+        2 blocks, or without a block sd.
 
     Raises
     ------
     InputError
         ``power`` outside (0, 1).
+
+    Notes
+    -----
+    ``expm1((c_k + t_{power, n-1}) * sqrt(sd^2 / n + tau^2))``, with ``c_k`` the look's boundary and ``tau``
+    the ``between_run_sd`` the repeated CI carries: the fixed-size MDE of
+    :func:`~logitlab.perf.power.minimum_detectable_effect` (Chow, Shao & Wang, 2008, ch. 3) with
+    ``t_{1-alpha/2}`` replaced by the repeated CI's boundary (Jennison & Turnbull, 2000, ch. 9) and the
+    standard error by the repeated CI's. It is the power of this look's CI alone; the chance that the design
+    crossed at some look up to this one is at least that. With ``tau`` 0 it equals
+    ``minimum_detectable_effect(sd, n, alpha=1 - nominal_confidence)``.
     """
-    from scipy import stats
-    _check_power(power)
+    power = check_power(power)
     n, sd, c = decision.n_blocks, decision.sd_log_ratio, decision.critical_t
     if c is None or sd is None or n < 2:
         return None
-    return float(math.expm1((c + float(stats.t.ppf(power, n - 1))) * math.hypot(sd / math.sqrt(n),
-                                                                                decision.between_run_sd)))
+    se = math.hypot(sd / math.sqrt(n), decision.between_run_sd)
+    return float(math.expm1(detectable_log_change(c, se, n - 1, power)))
 
 
 def offset_floor(decision: SequentialDecision, power: float = 0.8) -> float | None:
-    """The change below which no number of blocks is detected, given the run's own offset.
+    """The change that no number of blocks detects, given a run offset the decision carries.
 
-    ``expm1((c_k + z_power) * tau)``: :func:`repeated_ci_mde` as the blocks grow without bound at this
-    look's boundary ``c_k``, where only ``tau`` (``between_run_sd``, the sd of an offset fixed for the whole
-    run) is left in the repeated CI's width.
+    Parameters
+    ----------
+    decision : SequentialDecision
+        Its ``alpha`` and ``between_run_sd`` ``tau`` (natural-log units) are used.
+    power : float, optional
+        In (0, 1). Defaults to 0.8.
 
     Returns
     -------
     float or None
-        Relative change; None when the decision carries no offset (``between_run_sd`` 0) or has no boundary yet.
+        Relative change (0.03 = 3 %); None when the decision carries no offset (``between_run_sd`` 0).
 
     Raises
     ------
     InputError
         ``power`` outside (0, 1).
+
+    Notes
+    -----
+    ``expm1((z_{1-alpha/2} + z_power) * tau)``: an offset fixed for the whole run leaves ``tau`` in the
+    standard error of the mean however many blocks run, and no two-sided level-``alpha`` test does better
+    than the known-variance one (a boundary of at least ``z_{1-alpha/2}``; the sequential design's is
+    larger, so its own reach within a budget is :func:`repeated_ci_mde` at the last look). The usual
+    sample-size relation (Chow, Shao & Wang, 2008, ch. 3) in the limit of infinitely many blocks.
     """
     from scipy import stats
-    _check_power(power)
-    if decision.critical_t is None or not decision.between_run_sd:
+    power = check_power(power)
+    if not decision.between_run_sd:
         return None
-    return float(math.expm1((decision.critical_t + float(stats.norm.ppf(power))) * decision.between_run_sd))
-
-
-def _check_power(power: Any) -> None:
-    if isinstance(power, bool) or not isinstance(power, (int, float)) or not 0.0 < power < 1.0:
-        raise InputError(f"power {power!r} is not in (0, 1): use e.g. 0.8")
+    z = float(stats.norm.ppf(1.0 - decision.alpha / 2.0)) + float(stats.norm.ppf(power))
+    return float(math.expm1(z * decision.between_run_sd))
 
 
 def sequential_comparison(comparison: PairedComparison, decision: SequentialDecision) -> PairedComparison:

@@ -111,10 +111,12 @@ def scenario_reason(s: ScenarioComparison, comparison: FileComparison) -> str:
 
 
 def sequential_reason(d: SequentialDecision) -> str:
-    """One paragraph with the numbers behind a sequential call (``ab --repeats auto``, ``bench run --repeats auto``):
-    the repeated CI, where it lies against 1 and the equivalence region, and the MDE at this look
+    """One paragraph with the numbers behind a sequential call (``ab`` and ``bench run --repeats auto``).
+
+    The repeated CI, where it lies against 1 and the equivalence region, and the MDE at this look
     (:func:`~logitlab.perf.sequential.repeated_ci_mde`) with, when the CI carries a run's own offset, the
-    change no budget can detect (:func:`~logitlab.perf.sequential.offset_floor`)."""
+    change no number of blocks detects (:func:`~logitlab.perf.sequential.offset_floor`).
+    """
     call, stop_reason, n, min_blocks, max_blocks = d.call, d.stop_reason, d.n_blocks, d.min_blocks, d.max_blocks
     look, n_looks, alpha, spending, nominal = d.look, d.n_looks, d.alpha, d.spending, d.nominal_confidence
     mean, sd, delta = d.mean_log_ratio, d.sd_log_ratio, d.margin
@@ -154,12 +156,13 @@ def sequential_reason(d: SequentialDecision) -> str:
         if call == "continue":
             body += f"; up to {max_blocks - n} more block{'s' if max_blocks - n != 1 else ''}"
     text = f"{head}: {stats_text}; {body}."
-    if sd == 0.0:
+    if sd == 0.0 and not d.between_run_sd:
         text += f" All {n} block log ratios are identical (sd 0): the CI has zero width."
-    else:
-        text += (f" At this look the repeated CI detects a {_pct(repeated_ci_mde(d))} change "
-                 f"(80% power, alpha {alpha:g})")
-        floor = offset_floor(d)
+        return text
+    mde, floor = repeated_ci_mde(d), offset_floor(d)
+    if mde is not None:
+        text += (f" At this look the repeated CI detects a {_pct(mde)} change with 80% power (alpha {alpha:g} "
+                 f"over all looks)")
         text += (f"; with the run's own offset no number of blocks detects less than {_pct(floor)}."
                  if floor is not None else ".")
     return text
