@@ -171,7 +171,7 @@ def _progress(run: Run) -> None:
 #: A busy process: it spins until ``seconds`` have passed or its parent is gone (checked every 0.5 s), so a
 #: benchmark killed by a signal, which skips ``__exit__``, does not leave its load running.
 _BUSY_LOOP = """import os, time
-end = time.monotonic() + {seconds}
+end = time.monotonic() + float("{seconds}")
 check = 0.0
 while (now := time.monotonic()) < end:
     if now > check:
