@@ -4,14 +4,23 @@
 decode steps (``chunk`` steps a turn) inside one block, timed by the worker's wall or CPU clock. This
 benchmark runs it for real on the embedded model (llamacpp, both arms supervised: two engine objects loaded
 for each run, as ``ab --isolation session`` does) and prints, per machine state and configuration
-(``clock:chunk[:pin][:inproc]``):
+(``clock:chunk[:pin][:inproc][:renew|:respawn]``):
 
 - the A/A runs: the block sd of the decode log ratio, the false calls (CI excludes 1) with their
   Clopper-Pearson 95 % interval, the instance effect across runs (``logitlab.perf.between_run_variance``);
 - the MDE at 80 % power of the blocks a run used and of the blocks that fit in ``--budget`` seconds of the
   runs' own pace (``perf.minimum_detectable_effect`` at the A/A block sd);
 - the planted runs (the candidate busy-waits ``--plant`` × each step's own time: exactly (1 + plant)× slower
-  in the run's clock): the share called ``slower``, with its interval, and the mean ratio.
+  in the run's clock): the share called ``slower``, with its interval, and the mean ratio;
+- then, from each block's step times, the same figures for three block estimators (``ESTIMATORS``: the block's
+  throughput ratio, and the median and the 20 % trimmed mean of the per-step log ratios), each run's call by a
+  one-sample t interval over its blocks.
+
+``:respawn`` loads a new pair of supervised engines (new worker processes) before every measured block, so an
+offset of one pair of objects becomes block noise (with ``:pin`` the new workers start on this process's CPUs,
+all but the last, and decode on the last); ``:renew`` re-creates both objects inside their workers
+(:func:`logitlab.experiments.interleave.renew_engine`). ``--blocks 0`` runs blocks until ``--budget`` seconds
+have passed since the warm-up block (the respawns included).
 
 Machine states: ``quiet`` (nothing else should run) and ``load`` (``--load-factor`` × cores busy-loop
 processes started by the benchmark and stopped at the end of the state). Runs are interleaved across
@@ -23,6 +32,7 @@ configurations and kinds; each run's record is appended to ``--out`` (JSON lines
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -40,7 +50,8 @@ from logitlab.engines import engine_class  # noqa: E402
 from logitlab.engines.supervised import load_supervised  # noqa: E402
 from logitlab.engines.workload import run_workload  # noqa: E402
 from logitlab.engines.variant import Variant  # noqa: E402
-from logitlab.experiments.interleave import interleaved_block  # noqa: E402
+from logitlab.engines.supervised import call_engine  # noqa: E402
+from logitlab.experiments.interleave import interleaved_block, renew_engine  # noqa: E402
 from logitlab.perf import between_run_variance, minimum_detectable_effect, paired_comparison  # noqa: E402
 from logitlab.perf.design import PATTERNS  # noqa: E402
 
@@ -51,10 +62,12 @@ PROMPT = "The lighthouse keeper had kept a journal for thirty years. Every eveni
 
 
 def one_run(clock: str, chunk: int, pin: bool, inproc: bool, plant: float, args: argparse.Namespace,
-            index: int) -> dict[str, Any]:
+            index: int, renew: str = "") -> dict[str, Any]:
     """Load a control and a candidate (the same variant), warm up with one block, run ``--blocks`` blocks;
     where ``pin``, both arms decode on the last CPU and this process runs on the others (``inproc``: the engines
-    are in this process, which then decodes on the last CPU)."""
+    are in this process, which then decodes on the last CPU). ``renew``: before every measured block, ``renew``
+    re-creates both engine objects in their processes (:func:`renew_engine`, warmed with 8 steps), ``respawn``
+    closes both and loads new ones (new worker processes, warmed the same way)."""
     start = time.perf_counter()
     if inproc:  # both engines in this process: one thread decodes both arms (no worker processes)
         control, candidate = (engine_class("llamacpp")(model=None, options={}) for _ in range(2))
@@ -72,22 +85,37 @@ def one_run(clock: str, chunk: int, pin: bool, inproc: bool, plant: float, args:
         # one warm-up block, not analysed
         interleaved_block(control, candidate, ids, tokens, chunk=chunk, clock=clock, plant=plant, cpus=pinned)
         measured = time.perf_counter()
-        blocks = [interleaved_block(control, candidate, ids, tokens, pattern=PATTERNS[(b + index) % 2],
-                                    chunk=chunk, clock=clock, plant=plant, cpus=pinned) for b in range(args.blocks)]
-        block_seconds = (time.perf_counter() - measured) / args.blocks
+        blocks = []
+        for b in itertools.count():
+            # --blocks N: N blocks; --blocks 0: blocks until --budget seconds have passed since the warm-up (>= 2)
+            if b >= args.blocks > 0 or (not args.blocks and b >= 2 and time.perf_counter() - measured >= args.budget):
+                break
+            if renew == "respawn":
+                control.close()
+                candidate.close()
+                control = load_supervised(Variant("control", "llamacpp"))
+                candidate = load_supervised(Variant("candidate", "llamacpp"))
+            if renew:
+                for engine in (control, candidate):
+                    call_engine(engine, renew_engine, ids, 8, phase="renew")
+            blocks.append(interleaved_block(control, candidate, ids, tokens, pattern=PATTERNS[(b + index) % 2],
+                                            chunk=chunk, clock=clock, plant=plant, cpus=pinned))
+        block_seconds = (time.perf_counter() - measured) / len(blocks)
     finally:
         os.sched_setaffinity(0, cpus)
         control.close()
         candidate.close()
     comparison = paired_comparison([b.decode_block() for b in blocks], higher_is_better=True,
                                    metric="decode tokens/s", unit="tokens/s", margin=args.margin)
-    return {"clock": clock, "chunk": chunk, "pin": pin, "inproc": inproc, "plant": plant, "index": index,
+    return {"clock": clock, "chunk": chunk, "pin": pin, "inproc": inproc, "renew": renew, "plant": plant,
+            "index": index,
             "call": comparison.call,
             "ratio": comparison.ratio, "ci": [comparison.ci_low, comparison.ci_high], "mde": comparison.mde,
             "log_ratios": comparison.block_log_ratios, "whole_log_ratios": [b.decode_log_ratio() for b in blocks],
             "realised_plant": float(np.mean([b.candidate_steps.sum() / b.candidate_engine_steps.sum() - 1
                                              for b in blocks])),
-            "block_seconds": block_seconds, "seconds": time.perf_counter() - start}
+            "block_seconds": block_seconds, "seconds": time.perf_counter() - start,
+            "steps": [[b.control_steps.tolist(), b.candidate_steps.tolist()] for b in blocks]}
 
 
 def table(records: list[dict[str, Any]], budget: float) -> None:
@@ -96,8 +124,7 @@ def table(records: list[dict[str, Any]], budget: float) -> None:
     ``expm1((t_.975 + t_.8) sqrt(tau^2 + sd^2 / blocks))``), and the planted runs' detection."""
     from scipy import stats
 
-    name = lambda r: (f"{r['clock']}:{r['chunk']}" + (":pin" if r.get("pin") else "")  # noqa: E731
-                      + (":inproc" if r.get("inproc") else ""))
+    name = _name
     keys = dict.fromkeys((r["state"], name(r)) for r in records)
     print(f"\n{'state':6} {'config':17} {'A/A runs':>8} {'block sd':>8} {'false calls [95% CI]':>24} {'tau (p)':>14} "
           f"{'MDE run':>8} {'s/block':>8} {'blocks':>6} {'MDE@' + format(budget, 'g') + 's':>9} {'+tau':>9} "
@@ -136,16 +163,91 @@ def table(records: list[dict[str, Any]], budget: float) -> None:
         print(" ".join(cells))
 
 
+#: Block estimators of the decode log ratio from the steps (a run's record keeps each block's step times): the
+#: block's throughput ratio, and two robust ones over the per-step log ratios log(control / candidate) of the same
+#: token at the same position (what a pre-empted step does to its pair is left out with the tail).
+ESTIMATORS = {
+    "sum": lambda a, b: math.log(a.sum() / b.sum()),
+    "median": lambda a, b: float(np.median(np.log(a / b))),
+    "trim20": lambda a, b: float(_trim_mean(np.log(a / b), 0.2)),
+}
+
+
+def _trim_mean(values: np.ndarray, cut: float) -> float:
+    from scipy import stats
+
+    return float(stats.trim_mean(values, cut))
+
+
+def estimator_table(records: list[dict[str, Any]], budget: float) -> None:
+    """Per state, configuration and block estimator (records with steps): the A/A block sd, the instance effect,
+    the false calls (a one-sample t interval over the run's block log ratios, df = blocks - 1, excludes 0), the
+    MDE at ``budget`` seconds (as :func:`table`) and the planted runs called ``slower``."""
+    from scipy import stats
+
+    with_steps = [r for r in records if r.get("steps")]
+    if not with_steps:
+        return
+    print(f"\n{'state':6} {'config':24} {'estimator':9} {'block sd':>8} {'tau (p)':>14} {'false calls [95% CI]':>24} "
+          f"{'blocks':>6} {'MDE@' + format(budget, 'g') + 's':>9} {'+tau':>7} {'called slower [95% CI]':>24} "
+          f"{'mean ratio':>10}")
+
+    def call(values: list[float]) -> str:
+        v = np.asarray(values)
+        half = stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v))
+        return "faster" if v.mean() - half > 0 else "slower" if v.mean() + half < 0 else "-"
+
+    for state, config in dict.fromkeys((r["state"], _name(r)) for r in with_steps):
+        rows = [r for r in with_steps if (r["state"], _name(r)) == (state, config)]
+        pace = float(np.mean([r["block_seconds"] for r in rows]))
+        fit = max(2, int(budget // pace))
+        quantile = stats.t.ppf(0.975, fit - 1) + stats.t.ppf(0.8, fit - 1)
+        for est, fn in ESTIMATORS.items():
+            runs = {kind: [[fn(np.asarray(a), np.asarray(b)) for a, b in r["steps"]] for r in rows
+                           if (r["plant"] > 0) == kind] for kind in (False, True)}
+            cells = [f"{state:6} {config:24} {est:9}"]
+            aa, planted = runs[False], runs[True]
+            if len(aa) >= 2:
+                sd = float(np.std(np.concatenate(aa), ddof=1))
+                between = between_run_variance(aa)
+                false = sum(call(v) != "-" for v in aa)
+                lo, hi = clopper_pearson(false, len(aa))
+                mde = math.expm1(quantile * sd / math.sqrt(fit))
+                mde_tau = math.expm1(quantile * math.sqrt(between.between_sd ** 2 + sd ** 2 / fit))
+                cells.append(f"{100 * sd:7.2f}% {100 * between.between_sd:5.2f}% "
+                             f"({'-' if between.p_value is None else format(between.p_value, '.2f')}) "
+                             f"{false:3d}/{len(aa):<3d} {100 * false / len(aa):5.1f}% "
+                             f"[{100 * lo:4.1f}-{100 * hi:4.1f}%] "
+                             f"{fit:6d} {100 * mde:8.2f}% {100 * mde_tau:6.2f}%")
+            else:
+                cells.append(" " * 70)
+            if planted:
+                hits = sum(call(v) == "slower" for v in planted)
+                lo, hi = clopper_pearson(hits, len(planted))
+                mean = math.exp(float(np.mean([np.mean(v) for v in planted])))
+                cells.append(f"{hits:3d}/{len(planted):<3d} {100 * hits / len(planted):5.1f}% "
+                             f"[{100 * lo:4.1f}-{100 * hi:4.1f}%] {mean:10.4f}")
+            print(" ".join(cells))
+
+
+def _name(r: dict[str, Any]) -> str:
+    return (f"{r['clock']}:{r['chunk']}" + (":pin" if r.get("pin") else "")
+            + (":inproc" if r.get("inproc") else "") + (f":{r['renew']}" if r.get("renew") else ""))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--states", default="quiet,load", help="comma list of quiet, load")
     parser.add_argument("--configs", default="cpu:1:pin,wall:1:pin,wall:1,wall:32",
-                        help="comma list of clock:chunk[:pin][:inproc] (wall or cpu; chunk = tokens/2 is the "
-                             "whole-run design; pin: both arms on the last CPU, this process on the others; "
-                             "inproc: both engines in this process, no workers)")
+                        help="comma list of clock:chunk[:pin][:inproc][:renew|:respawn] (wall or cpu; "
+                             "chunk = tokens/2 is the whole-run design; pin: both arms on the last CPU, this "
+                             "process on the others; "
+                             "inproc: both engines in this process, no workers; renew: both objects re-created in "
+                             "their processes before each block; respawn: new worker processes before each block)")
     parser.add_argument("--runs", type=int, default=16, help="A/A runs (and as many planted runs) a configuration")
     parser.add_argument("--planted-runs", type=int, default=None, help="planted runs a configuration (default --runs)")
-    parser.add_argument("--blocks", type=int, default=4, help="measured blocks a run (after one warm-up block)")
+    parser.add_argument("--blocks", type=int, default=4,
+                        help="measured blocks a run (after one warm-up block); 0: as many as --budget seconds take")
     parser.add_argument("--tokens", type=int, default=64, help="decode steps an arm runs per block")
     parser.add_argument("--plant", type=float, default=0.03, help="the candidate's planted slowdown (fraction)")
     parser.add_argument("--margin", type=float, default=0.02, help="equivalence margin δ of the calls")
@@ -156,9 +258,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "interleave.jsonl")
     parser.add_argument("--table-only", action="store_true", help="print the table of --out and stop")
     args = parser.parse_args()
-    configs = [(c.split(":")[0], int(c.split(":")[1]), ":pin" in c, ":inproc" in c) for c in args.configs.split(",")]
+    configs = [(c.split(":")[0], int(c.split(":")[1]), ":pin" in c, ":inproc" in c,
+                "respawn" if ":respawn" in c else "renew" if ":renew" in c else "") for c in args.configs.split(",")]
     if args.table_only:
-        table([json.loads(line) for line in args.out.read_text().splitlines() if line.strip()], args.budget)
+        records = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
+        table(records, args.budget)
+        estimator_table(records, args.budget)
         return 0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     records = []
@@ -166,18 +271,20 @@ def main() -> int:
     for state in args.states.split(","):
         with _machine_state(state, args):
             for index in range(max(args.runs, planted_runs)):
-                for clock, chunk, pin, inproc in configs:
+                for clock, chunk, pin, inproc, renew in configs:
                     for plant in ((0.0,) if index < args.runs else ()) + ((args.plant,) if index < planted_runs
                                                                           else ()):
-                        record = {"state": state, **one_run(clock, chunk, pin, inproc, plant, args, index)}
+                        record = {"state": state, **one_run(clock, chunk, pin, inproc, plant, args, index, renew)}
                         records.append(record)
                         with args.out.open("a") as f:
                             f.write(json.dumps(record) + "\n")
-                        label = f"{clock}:{chunk}" + (":pin" if pin else "") + (":inproc" if inproc else "")
+                        label = (f"{clock}:{chunk}" + (":pin" if pin else "") + (":inproc" if inproc else "")
+                                 + (f":{renew}" if renew else ""))
                         print(f"{state} {label} plant {plant:g} run {index}: "
                               f"{record['call']} {record['ratio']:.4f} [{record['ci'][0]:.4f}-{record['ci'][1]:.4f}] "
                               f"{record['seconds']:.1f}s", flush=True)
     table(records, args.budget)
+    estimator_table(records, args.budget)
     return 0
 
 

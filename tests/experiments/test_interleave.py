@@ -13,7 +13,9 @@ from conftest import FakeEngine, FakeSession
 from logitlab.engines.supervised import call_engine, load_supervised
 from logitlab.engines.variant import Variant
 from logitlab.errors import InputError
-from logitlab.experiments.interleave import interleaved_block, pin_process
+from logitlab.experiments import interleave
+from logitlab.engines.workload import run_workload
+from logitlab.experiments.interleave import interleaved_block, open_stream, pin_process, renew_engine
 
 PROMPT = "The capital of France is Paris. The capital of Italy is"
 
@@ -183,3 +185,24 @@ def test_real_engines_an_aa_block_decodes_the_same_tokens_at_about_the_same_spee
     block = interleaved_block(control, candidate, ids, tokens, pattern="BAAB", chunk=4, clock="cpu")
     assert block.control_steps.shape == (16,)
     assert abs(block.decode_log_ratio()) < math.log(1.5)  # a loose sanity bound: the same engine on both sides
+
+
+@pytest.mark.engine
+def test_renewing_an_engine_loads_a_new_object_closes_its_streams_and_changes_no_logit():
+    from logitlab.engines import engine_class
+
+    engine = engine_class("llamacpp")(model=None, options={})
+    try:
+        ids = engine.tokenize(PROMPT)
+        before = run_workload(engine, ids, 4)
+        first = engine.llama
+        open_stream(engine, "control", ids, "cpu")
+        seconds = renew_engine(engine, ids, 3)
+        assert engine.llama is not None and engine.llama is not first
+        assert "control" not in interleave._STREAMS
+        assert seconds > 0
+        after = run_workload(engine, ids, 4)
+        assert after.generated == before.generated
+        assert np.array_equal(after.logits, before.logits)
+    finally:
+        engine.close()

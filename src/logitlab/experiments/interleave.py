@@ -47,7 +47,7 @@ from logitlab.errors import InputError
 from logitlab.perf.design import PATTERNS, Block
 
 __all__ = ["CLOCKS", "InterleavedBlock", "interleaved_block", "open_stream", "step_stream",
-           "close_stream", "pin_process"]
+           "close_stream", "pin_process", "renew_engine"]
 
 #: The clocks a step can be timed with (seconds): wall time, or the CPU time of the thread calling the engine.
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.thread_time}
@@ -107,6 +107,28 @@ def close_stream(engine: Any, key: str) -> None:
     session = _STREAMS.pop(key, None)
     if session is not None:
         session.close()
+
+
+def renew_engine(engine: Any, warm_ids: list[int], warm_steps: int) -> float:
+    """(Run where the engine is.) Re-create the engine's loaded state in place (its sessions closed, ``close``,
+    then its ``_load`` again: llama.cpp a new ``Llama``, its context, KV cache and buffers newly allocated), then
+    warm it: prefill ``warm_ids`` and decode ``warm_steps`` of them again, untimed; the seconds it took (wall).
+
+    An object's own buffers and threads can give it a speed of its own that the blocks of one pair of objects
+    share (an instance effect); renewing the objects between blocks turns it into block noise the CI carries."""
+    start = time.perf_counter()
+    for key in [k for k in _STREAMS]:
+        close_stream(engine, key)
+    engine.close()
+    engine._load()
+    session = engine.open_session()
+    try:
+        session.prefill(warm_ids)
+        for token in (warm_ids * (1 + warm_steps // max(1, len(warm_ids))))[:warm_steps]:
+            session.decode([token])
+    finally:
+        session.close()
+    return time.perf_counter() - start
 
 
 @dataclass(frozen=True)
