@@ -6,8 +6,9 @@ benchmark runs it for real on the embedded model (llamacpp, both arms supervised
 for each run, as ``ab --isolation session`` does) and prints, per machine state and configuration
 (``clock:chunk[:pin][:inproc][:renew|:respawn]``):
 
-- the A/A runs: the block sd of the decode log ratio, the false calls (CI excludes 1) with their
-  Clopper-Pearson 95 % interval, the instance effect across runs (``logitlab.perf.between_run_variance``);
+- the A/A runs: the block sd of the decode log ratio within runs (``sigma`` of
+  ``logitlab.perf.between_run_variance``), the false calls (``faster`` or ``slower``) with their Clopper-Pearson
+  95 % interval, the instance effect across runs (its ``tau``);
 - the MDE at 80 % power of the blocks a run used and of the blocks that fit in ``--budget`` seconds of the
   runs' own pace (``perf.minimum_detectable_effect`` at the A/A block sd);
 - the planted runs (the candidate busy-waits ``--plant`` × each step's own time: exactly (1 + plant)× slower
@@ -47,13 +48,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from logitlab.engines import engine_class  # noqa: E402
-from logitlab.engines.supervised import load_supervised  # noqa: E402
-from logitlab.engines.workload import run_workload  # noqa: E402
+from logitlab.engines.supervised import call_engine, load_supervised  # noqa: E402
 from logitlab.engines.variant import Variant  # noqa: E402
-from logitlab.engines.supervised import call_engine  # noqa: E402
-from logitlab.experiments.interleave import interleaved_block, renew_engine  # noqa: E402
+from logitlab.engines.workload import run_workload  # noqa: E402
+from logitlab.experiments.interleave import interleaved_block, renew_engine, warm_engine  # noqa: E402
 from logitlab.perf import between_run_variance, minimum_detectable_effect, paired_comparison  # noqa: E402
 from logitlab.perf.design import PATTERNS  # noqa: E402
+from logitlab.perf.equivalence import three_way_call  # noqa: E402
 
 # the same interval and the same bounded load as the whole-run benchmark beside this one
 from bench_real_validity import _machine_state, clopper_pearson  # noqa: E402
@@ -87,16 +88,20 @@ def one_run(clock: str, chunk: int, pin: bool, inproc: bool, plant: float, args:
         measured = time.perf_counter()
         blocks = []
         for b in itertools.count():
-            # --blocks N: N blocks; --blocks 0: blocks until --budget seconds have passed since the warm-up (>= 2)
-            if b >= args.blocks > 0 or (not args.blocks and b >= 2 and time.perf_counter() - measured >= args.budget):
+            # --blocks N: N blocks; --blocks 0: blocks until --budget seconds have passed since the warm-up (an even
+            # number, at least 2: as many ABBA as BAAB blocks)
+            if b >= args.blocks > 0 or (not args.blocks and b >= 2 and b % 2 == 0
+                                        and time.perf_counter() - measured >= args.budget):
                 break
             if renew == "respawn":
                 control.close()
                 candidate.close()
                 control = load_supervised(Variant("control", "llamacpp"))
                 candidate = load_supervised(Variant("candidate", "llamacpp"))
-            if renew:
-                for engine in (control, candidate):
+            for engine in (control, candidate) if renew else ():
+                if renew == "respawn":  # new workers: loaded once, warmed
+                    call_engine(engine, warm_engine, ids, 8, phase="warm-up")
+                else:
                     call_engine(engine, renew_engine, ids, 8, phase="renew")
             blocks.append(interleaved_block(control, candidate, ids, tokens, pattern=PATTERNS[(b + index) % 2],
                                             chunk=chunk, clock=clock, plant=plant, cpus=pinned))
@@ -124,23 +129,21 @@ def table(records: list[dict[str, Any]], budget: float) -> None:
     ``expm1((t_.975 + t_.8) sqrt(tau^2 + sd^2 / blocks))``), and the planted runs' detection."""
     from scipy import stats
 
-    name = _name
-    keys = dict.fromkeys((r["state"], name(r)) for r in records)
-    print(f"\n{'state':6} {'config':17} {'A/A runs':>8} {'block sd':>8} {'false calls [95% CI]':>24} {'tau (p)':>14} "
+    keys = dict.fromkeys((r["state"], _name(r)) for r in records)
+    print(f"\n{'state':6} {'config':24} {'A/A runs':>8} {'block sd':>8} {'false calls [95% CI]':>24} {'tau (p)':>14} "
           f"{'MDE run':>8} {'s/block':>8} {'blocks':>6} {'MDE@' + format(budget, 'g') + 's':>9} {'+tau':>9} "
           f"{'planted':>8} "
           f"{'called slower [95% CI]':>24} {'mean ratio':>10}")
     for state, config in keys:
-        rows = [r for r in records if (r["state"], name(r)) == (state, config)]
+        rows = [r for r in records if (r["state"], _name(r)) == (state, config)]
         aa = [r for r in rows if r["plant"] == 0]
         planted = [r for r in rows if r["plant"] > 0]
-        cells = [f"{state:6} {config:17} {len(aa):8d}"]
+        cells = [f"{state:6} {config:24} {len(aa):8d}"]
         if len(aa) >= 2:
-            logs = np.concatenate([r["log_ratios"] for r in aa])
-            sd = float(np.std(logs, ddof=1))
+            between = between_run_variance([r["log_ratios"] for r in aa])
+            sd = between.within_sd  # a block's noise within a run: tau is added below, not twice
             false = sum(r["call"] in ("faster", "slower") for r in aa)
             lo, hi = clopper_pearson(false, len(aa))
-            between = between_run_variance([r["log_ratios"] for r in aa])
             pace = float(np.mean([r["block_seconds"] for r in rows]))
             fit = max(2, int(budget // pace))
             mde_run = float(np.median([r["mde"] for r in aa if r["mde"] is not None]))
@@ -179,10 +182,11 @@ def _trim_mean(values: np.ndarray, cut: float) -> float:
     return float(stats.trim_mean(values, cut))
 
 
-def estimator_table(records: list[dict[str, Any]], budget: float) -> None:
-    """Per state, configuration and block estimator (records with steps): the A/A block sd, the instance effect,
-    the false calls (a one-sample t interval over the run's block log ratios, df = blocks - 1, excludes 0), the
-    MDE at ``budget`` seconds (as :func:`table`) and the planted runs called ``slower``."""
+def estimator_table(records: list[dict[str, Any]], budget: float, margin: float) -> None:
+    """Per state, configuration and block estimator (records with steps): the A/A block sd (within runs), the
+    instance effect, the false calls (``faster`` or ``slower``: the call :func:`logitlab.perf.three_way_call` makes
+    of a one-sample t interval over the run's block log ratios, df = blocks - 1, at equivalence margin ``margin``),
+    the MDE at ``budget`` seconds (as :func:`table`) and the planted runs called ``slower``."""
     from scipy import stats
 
     with_steps = [r for r in records if r.get("steps")]
@@ -195,24 +199,24 @@ def estimator_table(records: list[dict[str, Any]], budget: float) -> None:
     def call(values: list[float]) -> str:
         v = np.asarray(values)
         half = stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v))
-        return "faster" if v.mean() - half > 0 else "slower" if v.mean() + half < 0 else "-"
+        return three_way_call(v.mean() - half, v.mean() + half, math.log1p(margin))
 
     for state, config in dict.fromkeys((r["state"], _name(r)) for r in with_steps):
         rows = [r for r in with_steps if (r["state"], _name(r)) == (state, config)]
         pace = float(np.mean([r["block_seconds"] for r in rows]))
         fit = max(2, int(budget // pace))
-        quantile = stats.t.ppf(0.975, fit - 1) + stats.t.ppf(0.8, fit - 1)
+        quantile = stats.t.ppf(0.975, fit - 1) + stats.t.ppf(0.8, fit - 1)  # as minimum_detectable_effect
         for est, fn in ESTIMATORS.items():
             runs = {kind: [[fn(np.asarray(a), np.asarray(b)) for a, b in r["steps"]] for r in rows
                            if (r["plant"] > 0) == kind] for kind in (False, True)}
             cells = [f"{state:6} {config:24} {est:9}"]
             aa, planted = runs[False], runs[True]
             if len(aa) >= 2:
-                sd = float(np.std(np.concatenate(aa), ddof=1))
                 between = between_run_variance(aa)
-                false = sum(call(v) != "-" for v in aa)
+                sd = between.within_sd  # a block's noise within a run (tau apart)
+                false = sum(call(v) in ("faster", "slower") for v in aa)
                 lo, hi = clopper_pearson(false, len(aa))
-                mde = math.expm1(quantile * sd / math.sqrt(fit))
+                mde = minimum_detectable_effect(sd, fit)
                 mde_tau = math.expm1(quantile * math.sqrt(between.between_sd ** 2 + sd ** 2 / fit))
                 cells.append(f"{100 * sd:7.2f}% {100 * between.between_sd:5.2f}% "
                              f"({'-' if between.p_value is None else format(between.p_value, '.2f')}) "
@@ -260,10 +264,14 @@ def main() -> int:
     args = parser.parse_args()
     configs = [(c.split(":")[0], int(c.split(":")[1]), ":pin" in c, ":inproc" in c,
                 "respawn" if ":respawn" in c else "renew" if ":renew" in c else "") for c in args.configs.split(",")]
+    if any(inproc and renew == "respawn" for *_, inproc, renew in configs):
+        parser.error(":respawn loads new worker processes: it does not go with :inproc (use :renew)")
+    if args.blocks == 1 or args.blocks < 0:
+        parser.error("--blocks is 0 (as many as --budget seconds take) or at least 2")
     if args.table_only:
         records = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
         table(records, args.budget)
-        estimator_table(records, args.budget)
+        estimator_table(records, args.budget, args.margin)
         return 0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     records = []
@@ -284,7 +292,7 @@ def main() -> int:
                               f"{record['call']} {record['ratio']:.4f} [{record['ci'][0]:.4f}-{record['ci'][1]:.4f}] "
                               f"{record['seconds']:.1f}s", flush=True)
     table(records, args.budget)
-    estimator_table(records, args.budget)
+    estimator_table(records, args.budget, args.margin)
     return 0
 
 

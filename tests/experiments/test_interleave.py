@@ -12,10 +12,11 @@ from conftest import FakeEngine, FakeSession
 
 from logitlab.engines.supervised import call_engine, load_supervised
 from logitlab.engines.variant import Variant
+from logitlab.engines.workload import run_workload
 from logitlab.errors import InputError
 from logitlab.experiments import interleave
-from logitlab.engines.workload import run_workload
-from logitlab.experiments.interleave import interleaved_block, open_stream, pin_process, renew_engine
+from logitlab.experiments.interleave import (close_stream, interleaved_block, open_stream, pin_process, renew_engine,
+                                             warm_engine)
 
 PROMPT = "The capital of France is Paris. The capital of Italy is"
 
@@ -197,12 +198,27 @@ def test_renewing_an_engine_loads_a_new_object_closes_its_streams_and_changes_no
         before = run_workload(engine, ids, 4)
         first = engine.llama
         open_stream(engine, "control", ids, "cpu")
-        seconds = renew_engine(engine, ids, 3)
+        session = interleave._STREAMS["control"]
+        renew_engine(engine, ids, 3)
         assert engine.llama is not None and engine.llama is not first
-        assert "control" not in interleave._STREAMS
-        assert seconds > 0
+        assert session._closed and "control" not in interleave._STREAMS
         after = run_workload(engine, ids, 4)
         assert after.generated == before.generated
         assert np.array_equal(after.logits, before.logits)
     finally:
+        close_stream(engine, "control")
         engine.close()
+
+
+@pytest.mark.engine
+def test_real_engines_supervised_renewed_or_warmed_in_their_workers_still_give_the_same_run_and_a_block(real_pair):
+    control, candidate = real_pair
+    ids = control.tokenize(PROMPT)
+    before = control.run_workload(ids, 8)
+    call_engine(control, renew_engine, ids, 3, phase="renew")
+    call_engine(candidate, warm_engine, ids, 3, phase="warm-up")
+    after = control.run_workload(ids, 8)
+    assert after.generated == before.generated and np.array_equal(after.logits, before.logits)
+    block = interleaved_block(control, candidate, ids, before.generated, chunk=2, clock="cpu")
+    assert block.control_steps.shape == block.candidate_steps.shape == (8,)
+    assert np.all(block.candidate_steps > 0)

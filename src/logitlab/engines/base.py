@@ -466,6 +466,19 @@ class Engine:
     def close(self) -> None:
         """Release the engine's resources."""
 
+    def reload(self) -> None:
+        """Close the engine and load it again with the same model and options: a new loaded state (llama.cpp: a new
+        ``Llama``, its context, KV cache and buffers allocated anew); :attr:`load_seconds` becomes the new load's.
+        Sessions opened before are not usable after it.
+
+        Raises:
+            EngineError: the load failed (as when the engine was made).
+        """
+        self.close()
+        start = time.perf_counter()
+        self._load()
+        self.load_seconds = time.perf_counter() - start
+
     # hooks ---------------------------------------------------------------
     def _load(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError

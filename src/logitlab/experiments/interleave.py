@@ -47,7 +47,7 @@ from logitlab.errors import InputError
 from logitlab.perf.design import PATTERNS, Block
 
 __all__ = ["CLOCKS", "InterleavedBlock", "interleaved_block", "open_stream", "step_stream",
-           "close_stream", "pin_process", "renew_engine"]
+           "close_stream", "pin_process", "renew_engine", "warm_engine"]
 
 #: The clocks a step can be timed with (seconds): wall time, or the CPU time of the thread calling the engine.
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.thread_time}
@@ -109,25 +109,46 @@ def close_stream(engine: Any, key: str) -> None:
         session.close()
 
 
-def renew_engine(engine: Any, warm_ids: list[int], warm_steps: int) -> float:
-    """(Run where the engine is.) Re-create the engine's loaded state in place (its sessions closed, ``close``,
-    then its ``_load`` again: llama.cpp a new ``Llama``, its context, KV cache and buffers newly allocated), then
-    warm it: prefill ``warm_ids`` and decode ``warm_steps`` of them again, untimed; the seconds it took (wall).
+def warm_engine(engine: Any, warm_ids: list[int], warm_steps: int) -> float:
+    """(Run where the engine is.) Warm a loaded engine, untimed: prefill ``warm_ids`` in a session of its own and
+    decode ``warm_steps`` tokens (``warm_ids`` again, cycled); the seconds it took (wall).
 
-    An object's own buffers and threads can give it a speed of its own that the blocks of one pair of objects
-    share (an instance effect); renewing the objects between blocks turns it into block noise the CI carries."""
+    Raises:
+        InputError: ``warm_ids`` is empty, or the engine has no sessions. EngineError: the engine failed.
+    """
+    if not warm_ids:
+        raise InputError("warming an engine needs at least one prompt token")
     start = time.perf_counter()
-    for key in [k for k in _STREAMS]:
-        close_stream(engine, key)
-    engine.close()
-    engine._load()
     session = engine.open_session()
     try:
         session.prefill(warm_ids)
-        for token in (warm_ids * (1 + warm_steps // max(1, len(warm_ids))))[:warm_steps]:
-            session.decode([token])
+        for step in range(warm_steps):
+            session.decode([warm_ids[step % len(warm_ids)]])
     finally:
         session.close()
+    return time.perf_counter() - start
+
+
+def renew_engine(engine: Any, warm_ids: list[int], warm_steps: int) -> float:
+    """(Run where the engine is.) Close every session this process keeps open here (:func:`open_stream`'s, of any
+    engine in the process), load the engine again (:meth:`~logitlab.engines.base.Engine.reload`: the same object,
+    a new loaded state) and warm it (:func:`warm_engine`); the seconds it took (wall).
+
+    An object's own buffers and threads can give it a speed of its own that all the blocks of one pair of objects
+    share (an instance effect); renewing the objects between blocks turns it into block noise the CI carries.
+    (Measured on a loaded 2-core machine, ``benchmarks/bench_interleave.py``: it does, but a renewal inside the
+    worker cost about 12 s a block there; a new pair of worker processes cost less.)
+
+    Raises:
+        InputError: ``warm_ids`` is empty, or the engine has no sessions. EngineError: the load or a step failed.
+    """
+    if not warm_ids:
+        raise InputError("warming an engine needs at least one prompt token")
+    start = time.perf_counter()
+    for key in list(_STREAMS):
+        close_stream(engine, key)
+    engine.reload()
+    warm_engine(engine, warm_ids, warm_steps)
     return time.perf_counter() - start
 
 
