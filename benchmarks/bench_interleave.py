@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.stats import trim_mean
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -55,6 +56,7 @@ from logitlab.experiments.interleave import interleaved_block, renew_engine, war
 from logitlab.perf import between_run_variance, minimum_detectable_effect, paired_comparison  # noqa: E402
 from logitlab.perf.design import PATTERNS  # noqa: E402
 from logitlab.perf.equivalence import three_way_call  # noqa: E402
+from logitlab.perf.power import detectable_log_change  # noqa: E402
 
 # the same interval and the same bounded load as the whole-run benchmark beside this one
 from bench_real_validity import _machine_state, clopper_pearson  # noqa: E402
@@ -127,8 +129,6 @@ def table(records: list[dict[str, Any]], budget: float) -> None:
     """Per state and configuration: the A/A runs' figures, the MDE at ``budget`` seconds of blocks at the runs'
     pace (``blocks``; ``+tau``: with the runs' instance effect, which more blocks do not shrink:
     ``expm1((t_.975 + t_.8) sqrt(tau^2 + sd^2 / blocks))``), and the planted runs' detection."""
-    from scipy import stats
-
     keys = dict.fromkeys((r["state"], _name(r)) for r in records)
     print(f"\n{'state':6} {'config':24} {'A/A runs':>8} {'block sd':>8} {'false calls [95% CI]':>24} {'tau (p)':>14} "
           f"{'MDE run':>8} {'s/block':>8} {'blocks':>6} {'MDE@' + format(budget, 'g') + 's':>9} {'+tau':>9} "
@@ -148,9 +148,7 @@ def table(records: list[dict[str, Any]], budget: float) -> None:
             fit = max(2, int(budget // pace))
             mde_run = float(np.median([r["mde"] for r in aa if r["mde"] is not None]))
             mde_budget = minimum_detectable_effect(sd, fit)
-            # the run's offset (tau) does not shrink with blocks: the sd of a run's estimate at the budget
-            run_sd = math.sqrt(between.between_sd ** 2 + sd ** 2 / fit)
-            mde_tau = math.expm1((stats.t.ppf(0.975, fit - 1) + stats.t.ppf(0.8, fit - 1)) * run_sd)
+            mde_tau = _mde_with_tau(sd, between.between_sd, fit)
             cells.append(f"{100 * sd:7.2f}% {false:3d}/{len(aa):<3d} {100 * false / len(aa):5.1f}% "
                          f"[{100 * lo:4.1f}-{100 * hi:4.1f}%] {100 * between.between_sd:5.2f}% "
                          f"({'-' if between.p_value is None else format(between.p_value, '.2f')}) "
@@ -172,14 +170,18 @@ def table(records: list[dict[str, Any]], budget: float) -> None:
 ESTIMATORS = {
     "sum": lambda a, b: math.log(a.sum() / b.sum()),
     "median": lambda a, b: float(np.median(np.log(a / b))),
-    "trim20": lambda a, b: float(_trim_mean(np.log(a / b), 0.2)),
+    "trim20": lambda a, b: float(trim_mean(np.log(a / b), 0.2)),
 }
 
 
-def _trim_mean(values: np.ndarray, cut: float) -> float:
+def _mde_with_tau(sd: float, tau: float, blocks: int) -> float:
+    """The MDE (80 % power, alpha 0.05) of ``blocks`` blocks of sd ``sd`` when the run also carries an offset of sd
+    ``tau``, which more blocks do not shrink: ``expm1((t_.975 + t_.8) sqrt(tau^2 + sd^2 / blocks))``, df blocks - 1
+    (:func:`logitlab.perf.power.detectable_log_change`)."""
     from scipy import stats
 
-    return float(stats.trim_mean(values, cut))
+    critical = float(stats.t.ppf(0.975, blocks - 1))
+    return math.expm1(detectable_log_change(critical, math.sqrt(tau ** 2 + sd ** 2 / blocks), blocks - 1, 0.8))
 
 
 def estimator_table(records: list[dict[str, Any]], budget: float, margin: float) -> None:
@@ -205,7 +207,6 @@ def estimator_table(records: list[dict[str, Any]], budget: float, margin: float)
         rows = [r for r in with_steps if (r["state"], _name(r)) == (state, config)]
         pace = float(np.mean([r["block_seconds"] for r in rows]))
         fit = max(2, int(budget // pace))
-        quantile = stats.t.ppf(0.975, fit - 1) + stats.t.ppf(0.8, fit - 1)  # as minimum_detectable_effect
         for est, fn in ESTIMATORS.items():
             runs = {kind: [[fn(np.asarray(a), np.asarray(b)) for a, b in r["steps"]] for r in rows
                            if (r["plant"] > 0) == kind] for kind in (False, True)}
@@ -217,7 +218,7 @@ def estimator_table(records: list[dict[str, Any]], budget: float, margin: float)
                 false = sum(call(v) in ("faster", "slower") for v in aa)
                 lo, hi = clopper_pearson(false, len(aa))
                 mde = minimum_detectable_effect(sd, fit)
-                mde_tau = math.expm1(quantile * math.sqrt(between.between_sd ** 2 + sd ** 2 / fit))
+                mde_tau = _mde_with_tau(sd, between.between_sd, fit)
                 cells.append(f"{100 * sd:7.2f}% {100 * between.between_sd:5.2f}% "
                              f"({'-' if between.p_value is None else format(between.p_value, '.2f')}) "
                              f"{false:3d}/{len(aa):<3d} {100 * false / len(aa):5.1f}% "
