@@ -9,6 +9,8 @@ which is wider than a fixed run's) and the blocks they used. Configurations:
 - ``session``, ``engine``, ``process``: ``logitlab ab`` on the llamacpp engine at each ``--isolation``
   (calls on decode and prefill tokens/s: two calls a run);
 - ``cmd``: ``logitlab ab`` on the ``cmd`` engine (``examples/llamacpp_cmd_engine.py``, a process a slot);
+- ``interleaved``: ``logitlab ab --speed-design interleaved`` on the llamacpp engine (decode: ``--repeats``
+  interleaved blocks, a new pair of engines each; prefill: one block of runs, so no prefill call);
 - ``bench-run``: ``logitlab bench run --aa`` on a real command (``llama-bench -n TOKENS -r 1``; the
   metric is its decode tokens/s);
 - anchors judged by their usual readings, on the same workload: ``llama-bench`` (two invocations of
@@ -30,7 +32,9 @@ kept in its record.
 ``--part detect`` measures the other side: the candidate is the ``cmd`` engine with
 ``LLAMACPP_CMD_SLOWDOWN=F`` (it busy-waits F × each call's wall time: exactly (1 + F)× slower), and the
 share of runs that call decode ``slower`` is printed with its interval and the time to a decision
-(``--repeats auto`` by default there).
+(``--repeats auto`` by default there). With ``--detect-design interleaved`` the runs are ``ab --speed-design
+interleaved`` on the llamacpp engine instead, the candidate's decode steps busy-waiting F × their own time
+(``AbExperiment(plant=F)``: exactly (1 + F)× in the thread's CPU time), in a child process as the CLI runs.
 
 Runs are interleaved across configurations (run i of every configuration before run i + 1), so that a
 drift of the machine reaches them alike. Every run's record is appended to ``--out`` (JSON lines) as it
@@ -62,7 +66,22 @@ ROOT = Path(__file__).resolve().parents[1]
 LOGITLAB = [sys.executable, "-m", "logitlab"]
 CMD_ENGINE = f"cmd:{shlex.quote(sys.executable)} {ROOT / 'examples' / 'llamacpp_cmd_engine.py'} " \
              "--tokens {tokens} --logits {logits} --n-prompt {n_prompt} --n-decode {n_decode}"
-AA_CONFIGS = ("session", "engine", "process", "cmd", "bench-run", "llama-bench", "hyperfine")
+AA_CONFIGS = ("session", "engine", "process", "cmd", "interleaved", "bench-run", "llama-bench", "hyperfine")
+#: a child process that runs ``ab --speed-design interleaved`` as the CLI would, with a planted slowdown:
+#: argv plant, tokens, repeats, max-repeats, seed, out (JSON)
+PLANTED_INTERLEAVED = """
+import json, sys
+from logitlab.engines.variant import parse_variant
+from logitlab.experiments.ab import AbConfig, AbExperiment
+from logitlab.experiments.prompts import one_prompt
+plant, tokens, repeats, max_repeats, seed, out = sys.argv[1:]
+config = AbConfig(control=parse_variant("", "control"), candidate=parse_variant("", "candidate"),
+                  prompt=one_prompt(command="ab"), n_decode=int(tokens),
+                  repeats=repeats if repeats == "auto" else int(repeats), max_repeats=int(max_repeats),
+                  seed=int(seed), speed_design="interleaved")
+with open(out, "w") as f:
+    json.dump(AbExperiment(config, plant=float(plant)).run().to_dict(), f)
+"""
 STATES = ("quiet", "load")
 NOMINAL = 0.05
 TARGET_UPPER = 0.08  # issue #36: the rate's upper 95 % bound at 60 runs a configuration
@@ -109,12 +128,15 @@ def main() -> int:
     parser.add_argument("--load-factor", type=float, default=2.0, help="load: busy processes per core")
     parser.add_argument("--load-seconds", type=float, default=4 * 3600, help="a busy process ends by itself after")
     parser.add_argument("--slowdown", type=float, default=0.03, help="--part detect: the planted slowdown")
+    parser.add_argument("--detect-design", choices=("runs", "interleaved"), default="runs",
+                        help="--part detect: plant in the cmd engine's runs, or in ab --speed-design interleaved's "
+                             "decode steps")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "real_validity.jsonl")
     parser.add_argument("--resume", action="store_true", help="keep the runs already in --out")
     args = parser.parse_args()
     states = _choices(args.states, STATES, "--states")
     configs = ("planted",) if args.part == "detect" else _choices(args.configs, AA_CONFIGS, "--configs")
-    if args.part == "detect" and args.repeats == "4":
+    if args.part == "detect" and args.repeats == "4" and args.detect_design == "runs":
         args.repeats = "auto"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     done = _read(args.out) if args.resume else []
@@ -210,6 +232,10 @@ def _runner(name: str, args: argparse.Namespace) -> Callable[[str, int], Run]:
         return lambda state, index: _ab(name, state, index, args, ["--isolation", name])
     if name == "cmd":
         return lambda state, index: _ab(name, state, index, args, ["--engine", CMD_ENGINE])
+    if name == "interleaved":
+        return lambda state, index: _ab(name, state, index, args, ["--speed-design", "interleaved"])
+    if name == "planted" and args.detect_design == "interleaved":
+        return lambda state, index: _planted_interleaved(state, index, args)
     if name == "planted":
         plant = ["--engine", CMD_ENGINE, "--candidate-env", f"LLAMACPP_CMD_SLOWDOWN={args.slowdown}"]
         return lambda state, index: _ab(name, state, index, args, plant)
@@ -252,10 +278,26 @@ def _ab(config: str, state: str, index: int, args: argparse.Namespace, extra: li
             return run
         result = json.loads(out.read_text())
     for phase, comparison in (result.get("speed") or {}).items():
-        _take(run, phase, comparison)
+        if (comparison.get("n_blocks") or 0) >= 2:  # --speed-design interleaved: prefill has one block, no call
+            _take(run, phase, comparison)
     # each measured slot, for effects of a slot's place (variant, block, position; seconds of each phase)
     run.detail["slots"] = [[r["variant"], r["block"], r["position"], r["prefill_seconds"], r["decode_seconds"]]
                            for r in result.get("runs") or [] if r.get("block") is not None and not r.get("crash")]
+    return run
+
+
+def _planted_interleaved(state: str, index: int, args: argparse.Namespace) -> Run:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "ab.json"
+        proc, seconds = _timed([sys.executable, "-c", PLANTED_INTERLEAVED, str(args.slowdown), str(args.tokens),
+                                str(args.repeats), str(args.max_repeats), str(index), str(out)])
+        run = Run("planted", state, index, seconds=seconds)
+        if not out.exists() or proc.returncode != 0:
+            run.error = _last_line(proc)
+            return run
+        result = json.loads(out.read_text())
+    for phase, comparison in (result.get("speed") or {}).items():
+        _take(run, phase, comparison)
     return run
 
 
@@ -371,7 +413,7 @@ def _aa_table(runs: list[Run]) -> int:
         print(f"{config:12s} {state:5s} {len(group):4d} {len(calls):5d} {false:5d} {100 * false / len(calls):5.1f}% "
               f"{100 * low:5.1f}–{100 * high:5.1f}% {mde} {statistics.fmean(r.blocks for r in measured):6.1f} "
               f"{statistics.fmean(r.seconds for r in group):6.1f}")
-        if config in ("session", "engine", "process", "cmd", "bench-run") and high > TARGET_UPPER:
+        if config in ("session", "engine", "process", "cmd", "interleaved", "bench-run") and high > TARGET_UPPER:
             ok = False
     print(f"\nnominal false-call rate {100 * NOMINAL:.0f} %; target: logitlab's upper bound <= {100 * TARGET_UPPER:.0f} %"
           " at 60 runs a configuration (anchors are printed for comparison, not judged)")

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from logitlab.engines.base import Engine, check_fits
+from logitlab.engines.supervised import load_supervised
 from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.topk import TopKRows, key_kind, rekey_by_text
 from logitlab.engines.variant import Variant
@@ -26,6 +28,7 @@ from logitlab.errors import EngineCrashed, EngineError
 from logitlab.events import Event
 from logitlab.experiments import crossengine
 from logitlab.experiments.ab_config import AbConfig
+from logitlab.experiments.ab_interleaved import interleaved_blocks, plan
 from logitlab.experiments.base import Experiment
 from logitlab.experiments.explain import ExplainConfig, ExplainExperiment
 from logitlab.experiments.inverse_controls import control, planted_token
@@ -46,6 +49,8 @@ from logitlab.experiments.ab_results import (  # noqa: F401  (re-exported)
     PHASES,
     AbResult,
     Escalation,
+    InterleavedRecord,
+    InterleavedSpeed,
     RunRecord,
     analyse_speed,
     driving_blocks,
@@ -65,7 +70,8 @@ class AbExperiment(Experiment):
     LOG_END_EXCLUDE = ("config", "manifest", "prompt_ids", "runs", "kind", "schema_version")
 
     def __init__(self, config: AbConfig, *, log_path: str | Path | None = None, on_event: Event | None = None,
-                 loader: Callable[[Variant], Engine] | None = None, keep_first_candidate: bool = False):
+                 loader: Callable[[Variant], Engine] | None = None, keep_first_candidate: bool = False,
+                 plant: float = 0.0):
         """``loader``: loads a variant's engine; a sweep worker passes one that keeps engines loaded between jobs
         (``session`` isolation). Default: :func:`load_supervised` (an in-process engine runs in a worker
         process, so that its crash, in its load too, is a ``crashed`` run, not the end of logitlab; at
@@ -73,7 +79,9 @@ class AbExperiment(Experiment):
         subprocess). ``keep_first_candidate``: keep the first measured candidate run's logits in
         :attr:`first_candidate` (a sweep digests them); otherwise they are kept only for ``self_check``, and
         later candidate runs are checked against its fingerprint: at most the reference and the run being
-        compared are held, never a third run."""
+        compared are held, never a third run. ``plant``: with ``--speed-design interleaved``, the candidate's
+        decode steps busy-wait this fraction of their own time more (a known slowdown, for validity benchmarks;
+        :func:`~logitlab.experiments.interleave.step_stream`)."""
         super().__init__(config, on_event=on_event, log_path=log_path)
         self._load = loader or functools.partial(load_supervised, timeout=config.slot_timeout)
         self.reference: RunOutput | None = None
@@ -89,6 +97,8 @@ class AbExperiment(Experiment):
         self._rekey_note: str | None = None  # set when an id-keyed side was matched by token text
         self._load_crash: EngineCrashed | None = None  # the candidate's engine crashed while loading
         self.rows: np.ndarray | None = None  # --positions: the rows of each run kept and compared (None: all)
+        self._plant = plant
+        self._described: dict[str, dict[str, Any]] = {}  # side -> its engine's describe(), for the speed design
 
     # -- public -------------------------------------------------------------
     def run(self) -> AbResult:
@@ -116,6 +126,8 @@ class AbExperiment(Experiment):
                 def body() -> None:
                     self.open_log({k: v for k, v in result.to_dict().items() if k in LOG_HEADER_FIELDS})
                     self._run_blocks(runner, result)
+                    if cfg.speed_design == "interleaved":
+                        self._run_interleaved(result)
                     self._finish(result)
                     if cfg.self_check:
                         self._self_check(runner, result)
@@ -140,7 +152,10 @@ class AbExperiment(Experiment):
         for label, engine in loaded:
             check_top_k(cfg.top_k, engine.n_vocab)
             check_fits(engine, len(prompt_ids), cfg.n_decode, side=label)
+            if label == CANDIDATE:
+                self._described[CANDIDATE] = engine.describe()
         self._probe_describe = probe.describe()
+        self._described[CONTROL] = self._probe_describe
         self._detokenize = probe.detokenize
         manifest = build_manifest(self._probe_describe, cfg.control, cfg.candidate)
         manifest["load_seconds"] = {label: round(engine.load_seconds, 4) for label, engine in loaded}
@@ -191,11 +206,12 @@ class AbExperiment(Experiment):
 
     def _run_blocks(self, runner: SlotRunner, result: AbResult) -> None:
         cfg = self.config
-        slots = ab_schedule(cfg.max_repeats if cfg.auto else cfg.repeats, warmup=cfg.warmup,
+        interleaved = cfg.speed_design == "interleaved"  # one block of runs: the A/A, the verdict, prefill speed
+        slots = ab_schedule(1 if interleaved else cfg.max_repeats if cfg.auto else cfg.repeats, warmup=cfg.warmup,
                             randomize=cfg.randomize, seed=cfg.seed)
         self.on_event("start", {"slots": len(slots)})
         for slot in slots:
-            if cfg.auto and self.autostop is None and not slot.is_warmup:  # the clock starts with the blocks
+            if cfg.auto and not interleaved and self.autostop is None and not slot.is_warmup:  # the clock starts
                 self.autostop = AutoStop(max_blocks=cfg.max_repeats, max_time=cfg.max_time, margin=cfg.margin,
                                          calibration=cfg.calibration,
                                          metric="decode tokens/s", unit="tokens/s")
@@ -215,6 +231,42 @@ class AbExperiment(Experiment):
             self._check_reference(record, slot)
             if self.autostop is not None and slot.position == 3 and self._stop_now(result, slot.block + 1):
                 break
+
+    def _run_interleaved(self, result: AbResult) -> None:
+        """``--speed-design interleaved``: the decode speed's blocks (:mod:`~logitlab.experiments.ab_interleaved`),
+        each logged as it ends; with ``--repeats auto`` the sequential rule looks after every two blocks."""
+        cfg = self.config
+        if self.reference is None or CANDIDATE not in self._described:
+            result.notes.append("interleaved speed: not run (no reference run, or the candidate's engine did not load)")
+            return
+        clock, cpus, reason = plan(self._described[CONTROL], self._described[CANDIDATE],
+                                   sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [])
+        result.interleaved = speed = InterleavedSpeed(clock=clock, cpus=cpus, reason=reason)
+        if cfg.auto:
+            self.autostop = AutoStop(max_blocks=cfg.max_repeats, max_time=cfg.max_time, margin=cfg.margin,
+                                     calibration=cfg.calibration, metric="decode tokens/s", unit="tokens/s")
+        total = cfg.max_repeats if cfg.auto else cfg.repeats + cfg.repeats % 2
+        self.on_event("interleaved", {"blocks": total, "speed": speed})
+
+        def stop(blocks: int) -> bool:
+            if not blocks:
+                return False
+            if self.autostop is None:
+                return blocks >= total
+            decision = self.autostop.look(speed.speed_blocks(), blocks_run=blocks)
+            self.on_event("look", {"decision": decision})
+            return decision.stop
+
+        def logged(record: InterleavedRecord) -> None:
+            self.log_update(interleaved=dataclasses.asdict(speed))
+            self.on_event("interleaved block", {"record": record})
+
+        interleaved_blocks(cfg.control, cfg.candidate, result.prompt_ids, self.reference.generated, speed=speed,
+                           load=functools.partial(load_supervised, timeout=cfg.slot_timeout), stop=stop,
+                           plant=self._plant, on_block=logged)
+        if speed.stopped:
+            result.notes.insert(0, f"interleaved speed: stopped at {speed.stopped}; the decode call is over the "
+                                   f"{len(speed.blocks)} blocks before it")
 
     def _self_check(self, runner: SlotRunner, result: AbResult) -> None:
         """The inverse control: the candidate once more with the prompt's last token planted (prefill only)."""
@@ -429,7 +481,8 @@ class AbExperiment(Experiment):
         if self.candidate_verdicts:
             result.verdict_slot, result.verdict = worst_verdict(self.candidate_verdicts)
             result.detection = self.detection.get(result.verdict_slot)
-        result.speed = analyse_speed(result.runs, margin=self.config.margin, seed=self.config.seed)
+        result.speed = analyse_speed(result.runs, margin=self.config.margin, seed=self.config.seed,
+                                     interleaved=result.interleaved)
         if self.config.auto:
             self._restate_speed(result)
 
@@ -470,10 +523,10 @@ class AbExperiment(Experiment):
         """--repeats auto: the speed calls and CIs valid at the stop (repeated CIs) and their decisions."""
         if self.autostop is None:
             return
-        for phase, metric in PHASES:
+        for phase, _ in PHASES:
             if phase in result.speed:
                 result.speed[phase], result.sequential[phase] = self.autostop.restate(
-                    result.speed[phase], speed_blocks(result.runs, metric))
+                    result.speed[phase], result.phase_blocks(phase))
 
     def _localize(self, result: AbResult) -> None:
         """Dump-diff the first pair that is not bit-exact: control/control (A/A) first, else control/candidate."""

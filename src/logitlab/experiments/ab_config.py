@@ -13,6 +13,7 @@ from logitlab.engines.variant import Variant
 from logitlab.errors import InputError, check_at_least
 from logitlab.experiments.isolation import ISOLATION_LEVELS, check_slot_timeout
 from logitlab.experiments.positions import parse_positions
+from logitlab.experiments.speed_designs import SPEED_DESIGNS
 from logitlab.numerics.verdict import Thresholds
 from logitlab.perf.autostop import check_auto_budget
 from logitlab.perf.design import ab_schedule
@@ -57,12 +58,17 @@ class AbConfig:
             full-vocabulary comparisons only.
         positions: the ``--positions`` spec (:mod:`logitlab.experiments.positions`): the rows of each measured
             run kept and compared (full logits only); the others are dropped as each run returns.
+        speed_design: ``runs`` (each run one slot of an ABBA/BAAB block: the runs give the verdict and both speed
+            calls) or ``interleaved`` (:mod:`~logitlab.experiments.ab_interleaved`: one block of runs gives the
+            A/A, the verdict and the prefill speed; the decode speed call comes from ``repeats`` interleaved
+            blocks, rounded up to an even count, or with ``auto`` from the sequential rule over them). Engines
+            with sessions only (llamacpp).
     """
 
     #: The command-line option of each setting the checks of :meth:`validate` name.
     OPTIONS: ClassVar[dict[str, str]] = {
         "n_decode": "--tokens", "repeats": "--repeats", "warmup": "--warmup", "max_repeats": "--max-repeats",
-        "max_time": "--max-time", "top_k": "--top-k", "margin": "--margin"}
+        "max_time": "--max-time", "top_k": "--top-k", "margin": "--margin", "speed_design": "--speed-design"}
 
     control: Variant
     candidate: Variant
@@ -86,6 +92,7 @@ class AbConfig:
     detection: bool = True
     self_check: bool = False
     positions: str = "all"
+    speed_design: str = "runs"
 
     @property
     def auto(self) -> bool:
@@ -112,6 +119,15 @@ class AbConfig:
         if self.calibration is not None and not self.auto:
             raise InputError(f"--noise is the pre-registered δ of --repeats auto; with --repeats {self.repeats} "
                              "drop it")
+        if self.speed_design not in SPEED_DESIGNS:
+            raise InputError(f"{name['speed_design']} must be one of {', '.join(SPEED_DESIGNS)}, "
+                             f"not {self.speed_design!r}")
+        if self.speed_design == "interleaved":
+            from logitlab.engines import engine_class, engines_with
+
+            if not all(engine_class(v.engine).supports("sessions") for v in (self.control, self.candidate)):
+                raise InputError(f"{name['speed_design']} interleaved alternates decode steps between two open "
+                                 f"sessions: {' and '.join(engines_with('sessions'))} only")
         if self.explain < 0:
             raise InputError(f"--explain-positions must be at least 1, got {self.explain}")
         if self.localize:

@@ -19,6 +19,7 @@ from logitlab.numerics import VERDICTS, LogitComparison, Verdict
 from logitlab.numerics.detection import DetectionLimits, largest_limit
 from logitlab.experiments.inverse_controls import Control
 from logitlab.experiments.positions import Selected
+from logitlab.experiments.speed_designs import CHUNK, WARM_STEPS
 from logitlab.numerics.topk import TopKComparison
 from logitlab.numerics.topk_offsets import RowOffsets
 from logitlab.perf.design import CANDIDATE, CONTROL, Block
@@ -28,11 +29,11 @@ from logitlab.perf.paired import PairedComparison, paired_comparison
 from logitlab.perf.sequential import SequentialDecision
 from logitlab.runlog import RunLogContents
 
-__all__ = ["LOG_HEADER_FIELDS", "PHASES", "RunRecord", "Escalation", "AbResult", "worst_verdict", "speed_blocks",
+__all__ = ["LOG_HEADER_FIELDS", "PHASES", "RunRecord", "InterleavedRecord", "InterleavedSpeed", "Escalation", "AbResult", "worst_verdict", "speed_blocks",
            "driving_blocks", "analyse_speed"]
 
 #: AbResult fields a run log's header holds; ``runs`` are its lines; the end line holds the rest.
-LOG_HEADER_FIELDS = ("config", "manifest", "prompt_ids", "notes", "positions")
+LOG_HEADER_FIELDS = ("config", "manifest", "prompt_ids", "notes", "positions", "interleaved")
 
 
 @dataclass
@@ -109,6 +110,71 @@ class Escalation:
         return self.bit_exact_runs == self.runs
 
 
+
+
+@dataclass
+class InterleavedRecord:
+    """One interleaved block of ``ab``.
+
+    Attributes:
+        block: its index (0-based, in run order).
+        pattern: ``ABBA`` or ``BAAB``.
+        steps: decode steps each arm ran (timed).
+        rates: the four decode tokens/s of the block in its pattern's slot order: each arm's first and second half
+            of the steps (:meth:`~logitlab.experiments.interleave.InterleavedBlock.decode_block`).
+        control_seconds, candidate_seconds: each arm's decode steps summed (s, in the phase's clock).
+        load_seconds: the new pair's loads and warm-ups before the block (s, wall).
+    """
+
+    block: int
+    pattern: str
+    steps: int
+    rates: list[float]
+    control_seconds: float
+    candidate_seconds: float
+    load_seconds: float
+
+    def speed_block(self) -> Block:
+        """The block as the paired analysis takes it (decode tokens/s)."""
+        return Block(self.pattern, tuple(self.rates))
+
+
+@dataclass
+class InterleavedSpeed:
+    """The interleaved speed phase of an ``ab`` run.
+
+    Attributes:
+        clock: ``cpu`` (the worker thread's CPU time) or ``wall``.
+        cpus: the CPUs both arms decoded on (None: unpinned).
+        reason: why this clock and placement (:func:`plan`).
+        chunk: decode steps a turn.
+        warm_steps: untimed steps that warmed each new engine.
+        blocks: the measured blocks, in run order.
+        stopped: why the phase stopped before its design's end (an engine crash), else None.
+    """
+
+    clock: str
+    cpus: list[int] | None
+    reason: str
+    chunk: int = CHUNK
+    warm_steps: int = WARM_STEPS
+    blocks: list[InterleavedRecord] = field(default_factory=list)
+    stopped: str | None = None
+
+    def speed_blocks(self) -> list[Block]:
+        """The complete ABBA/BAAB blocks as :class:`~logitlab.perf.design.Block` s (decode tokens/s)."""
+        return [r.speed_block() for r in self.blocks]
+
+    def sentence(self) -> str:
+        """How the decode speed was measured, in one sentence."""
+        where = f"on CPU {','.join(map(str, self.cpus))}" if self.cpus else "unpinned"
+        seconds = sum(r.load_seconds for r in self.blocks)
+        return (f"decode speed from {len(self.blocks)} interleaved blocks ({self.chunk} steps a turn, "
+                f"{self.clock} clock, {where}; a new pair of engines loaded and warmed before each block: "
+                f"{seconds:.1f} s of loads in all); {self.reason}")
+
+
+
 @dataclass
 class AbResult(ResultRecord):
     """The whole experiment: manifest, runs, A/A, A/B verdict, speed.
@@ -122,7 +188,9 @@ class AbResult(ResultRecord):
     ``controls`` (``--self-check``'s inverse control, :mod:`logitlab.experiments.inverse_controls`; absent: empty)
     and the derived ``vacuous``; ``manifest["load_seconds"]`` (each loaded engine's load wall time, s, by side);
     ``positions`` (``--positions``: the spec, the rows compared and a run's rows,
-    :class:`~logitlab.experiments.positions.Selected`; absent or None: every row was compared).
+    :class:`~logitlab.experiments.positions.Selected`; absent or None: every row was compared);
+    ``interleaved`` (``--speed-design interleaved``: the decode speed's interleaved blocks,
+    :class:`~logitlab.experiments.ab_interleaved.InterleavedSpeed`; absent or None: the runs' design).
 
     ``fingerprints``: per variant, the SHA-256 of the logits' bits of its first
     measured run (:meth:`~logitlab.engines.workload.RunOutput.fingerprint`):
@@ -152,6 +220,14 @@ class AbResult(ResultRecord):
     detection: DetectionLimits | None = None  # of the verdict's run (full-vocabulary comparisons only)
     controls: list[Control] = field(default_factory=list)  # --self-check's inverse control
     positions: Selected | None = None  # --positions: the rows compared (None: all)
+    interleaved: InterleavedSpeed | None = None  # --speed-design interleaved: decode speed's blocks
+
+    def phase_blocks(self, phase: str) -> list[Block]:
+        """The blocks a phase's speed call is computed from: decode's interleaved blocks where the run used them
+        (``--speed-design interleaved``), else the complete ABBA/BAAB blocks of the runs."""
+        if phase == "decode" and self.interleaved is not None:
+            return self.interleaved.speed_blocks()
+        return speed_blocks(self.runs, dict(PHASES)[phase])
 
     # -- derived views ------------------------------------------------------
     def measured(self, variant: str) -> list[RunRecord]:
@@ -302,7 +378,7 @@ class AbResult(ResultRecord):
             self.verdict_slot, self.verdict = worst_verdict(verdicts)
         margin, seed = cfg.get("margin"), cfg.get("seed", 0)
         self.speed = analyse_speed(self.runs, margin=margin if isinstance(margin, float) else None,
-                                   seed=seed if isinstance(seed, int) else 0)
+                                   seed=seed if isinstance(seed, int) else 0, interleaved=self.interleaved)
 
     @classmethod
     def sweep_cell(cls, results: Sequence[AbResult], experiment: Any) -> dict[str, Any]:
@@ -418,11 +494,14 @@ def driving_blocks(runs: Sequence[RunRecord]) -> tuple[str, list[Block]]:
 PHASES = (("decode", "decode_tokens_per_second"), ("prefill", "prefill_tokens_per_second"))
 
 
-def analyse_speed(runs: Sequence[RunRecord], *, margin: float | None, seed: int) -> dict[str, PairedComparison]:
-    """Paired decode and prefill tokens/s decisions over the complete blocks."""
+def analyse_speed(runs: Sequence[RunRecord], *, margin: float | None, seed: int,
+                  interleaved: InterleavedSpeed | None = None) -> dict[str, PairedComparison]:
+    """Paired decode and prefill tokens/s decisions over the complete blocks (decode: over ``interleaved``'s
+    blocks where given)."""
     out = {}
     for name, metric in PHASES:
-        blocks = speed_blocks(runs, metric)
+        blocks = (interleaved.speed_blocks() if name == "decode" and interleaved is not None
+                  else speed_blocks(runs, metric))
         if blocks:
             out[name] = paired_comparison(blocks, higher_is_better=True, metric=f"{name} tokens/s",
                                           unit="tokens/s", margin=margin, seed=seed)

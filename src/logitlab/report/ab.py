@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from logitlab.experiments.ab_results import PHASES, AbResult, speed_blocks
+from logitlab.experiments.ab_results import PHASES, AbResult
 from logitlab.perf.design import CANDIDATE
 from logitlab.report.detection_text import DETECTION_TITLE, detection_lines
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
@@ -192,16 +192,19 @@ def speed_section(result: AbResult) -> list:
 def _speed(result: AbResult) -> list:
     if not result.speed:
         return [Paragraph("speed: no complete block", tone="warning")]
-    blocks = {phase: speed_blocks(result.runs, metric) for phase, metric in PHASES}
+    blocks = {phase: result.phase_blocks(phase) for phase, _ in PHASES}
     table = Table(SPEED_HEADER, speed_rows(result, blocks),
                   title="speed (tokens/s): candidate / control; columns and ratio are geometric means over the "
-                        "ABBA/BAAB blocks")
+                        "ABBA/BAAB blocks" + (" (decode: the interleaved blocks)" if result.interleaved else ""))
     reasons = [Paragraph(f"{phase}: " + (sequential_reason(result.sequential[phase]) if phase in result.sequential
                                          else paired_reason(p)), tone="dim", tight=True)
                for phase, p in result.speed.items()]
+    if result.interleaved is not None:
+        reasons.insert(0, Paragraph(result.interleaved.sentence(), tone="note", tight=True))
     if result.config.get("repeats") == "auto":
         driving = result.sequential.get("decode") or result.sequential.get("prefill")
-        blocks_run = len({r.block for r in result.runs if r.block is not None})
+        blocks_run = (len(result.interleaved.blocks) if result.interleaved is not None
+                      else len({r.block for r in result.runs if r.block is not None}))
         reasons.append(Paragraph(stopping_note(driving, blocks_run, "--repeats auto"), tone="note", tight=True))
     figures = [paired_figure(list(result.speed.values())), ab_slot_figure(result.runs, PHASES)]
     return [table, *reasons, *(f for f in figures if f is not None)]
