@@ -34,7 +34,8 @@ kept in its record.
 share of runs that call decode ``slower`` is printed with its interval and the time to a decision
 (``--repeats auto`` by default there). With ``--detect-design interleaved`` the runs are ``ab --speed-design
 interleaved`` on the llamacpp engine instead, the candidate's decode steps busy-waiting F × their own time
-(``AbExperiment(plant=F)``: exactly (1 + F)× in the thread's CPU time), in a child process as the CLI runs.
+(``AbExperiment(plant=F)``: exactly (1 + F)× in the thread's CPU time), in a child process as the CLI runs,
+with ``--repeats`` as given (default 4).
 
 Runs are interleaved across configurations (run i of every configuration before run i + 1), so that a
 drift of the machine reaches them alike. Every run's record is appended to ``--out`` (JSON lines) as it
@@ -75,7 +76,8 @@ from logitlab.engines.variant import parse_variant
 from logitlab.experiments.ab import AbConfig, AbExperiment
 from logitlab.experiments.prompts import one_prompt
 plant, tokens, repeats, max_repeats, seed, out = sys.argv[1:]
-config = AbConfig(control=parse_variant("", "control"), candidate=parse_variant("", "candidate"),
+config = AbConfig(control=parse_variant("", "control", default_engine="llamacpp"),
+                  candidate=parse_variant("", "candidate", default_engine="llamacpp"),
                   prompt=one_prompt(command="ab"), n_decode=int(tokens),
                   repeats=repeats if repeats == "auto" else int(repeats), max_repeats=int(max_repeats),
                   seed=int(seed), speed_design="interleaved")
@@ -278,8 +280,10 @@ def _ab(config: str, state: str, index: int, args: argparse.Namespace, extra: li
             return run
         result = json.loads(out.read_text())
     for phase, comparison in (result.get("speed") or {}).items():
-        if (comparison.get("n_blocks") or 0) >= 2:  # --speed-design interleaved: prefill has one block, no call
+        if config != "interleaved" or phase == "decode":  # interleaved: prefill is one block of runs, no call
             _take(run, phase, comparison)
+    if config == "interleaved":
+        _keep_interleaved(run, result)
     # each measured slot, for effects of a slot's place (variant, block, position; seconds of each phase)
     run.detail["slots"] = [[r["variant"], r["block"], r["position"], r["prefill_seconds"], r["decode_seconds"]]
                            for r in result.get("runs") or [] if r.get("block") is not None and not r.get("crash")]
@@ -298,7 +302,16 @@ def _planted_interleaved(state: str, index: int, args: argparse.Namespace) -> Ru
         result = json.loads(out.read_text())
     for phase, comparison in (result.get("speed") or {}).items():
         _take(run, phase, comparison)
+    _keep_interleaved(run, result)
     return run
+
+
+def _keep_interleaved(run: Run, result: dict[str, Any]) -> None:
+    """``--speed-design interleaved``: each block's load seconds (wall) and the arms' decode seconds (its clock)."""
+    phase = result.get("interleaved") or {}
+    run.detail["interleaved"] = {"clock": phase.get("clock"), "blocks": [
+        [b["load_seconds"], b["control_seconds"], b["candidate_seconds"], b.get("wall_seconds")]
+        for b in phase.get("blocks") or []]}
 
 
 def _take(run: Run, metric: str, comparison: dict[str, Any]) -> None:

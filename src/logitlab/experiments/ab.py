@@ -24,7 +24,7 @@ from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.topk import TopKRows, key_kind, rekey_by_text
 from logitlab.engines.variant import Variant
 from logitlab.engines.workload import RunOutput
-from logitlab.errors import EngineCrashed, EngineError
+from logitlab.errors import EngineCrashed, EngineError, InputError
 from logitlab.events import Event
 from logitlab.experiments import crossengine
 from logitlab.experiments.ab_config import AbConfig
@@ -97,6 +97,8 @@ class AbExperiment(Experiment):
         self._rekey_note: str | None = None  # set when an id-keyed side was matched by token text
         self._load_crash: EngineCrashed | None = None  # the candidate's engine crashed while loading
         self.rows: np.ndarray | None = None  # --positions: the rows of each run kept and compared (None: all)
+        if plant and config.speed_design != "interleaved":
+            raise InputError("a planted slowdown is a setting of --speed-design interleaved's decode steps")
         self._plant = plant
         self._described: dict[str, dict[str, Any]] = {}  # side -> its engine's describe(), for the speed design
 
@@ -241,11 +243,22 @@ class AbExperiment(Experiment):
             return
         clock, cpus, reason = plan(self._described[CONTROL], self._described[CANDIDATE],
                                    sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [])
-        result.interleaved = speed = InterleavedSpeed(clock=clock, cpus=cpus, reason=reason)
+        result.interleaved = speed = InterleavedSpeed(clock=clock, cpus=cpus, reason=reason, plant=self._plant)
+        self.log_update(interleaved=dataclasses.asdict(speed))
         if cfg.auto:
             self.autostop = AutoStop(max_blocks=cfg.max_repeats, max_time=cfg.max_time, margin=cfg.margin,
-                                     calibration=cfg.calibration, metric="decode tokens/s", unit="tokens/s")
+                                     calibration=cfg.calibration, metric="decode tokens/s", unit="tokens/s",
+                                     look_every=2)
         total = cfg.max_repeats if cfg.auto else cfg.repeats + cfg.repeats % 2
+        if not cfg.auto and cfg.repeats % 2:
+            result.notes.append(f"--repeats {cfg.repeats} with --speed-design interleaved: {total} interleaved blocks "
+                                "(an even count: as many ABBA as BAAB)")
+        if cfg.randomize:
+            result.notes.append("--randomize orders the block of runs only: the interleaved blocks alternate ABBA "
+                                "and BAAB")
+        if self._plant:
+            result.notes.insert(0, f"a planted slowdown: the candidate's decode steps busy-wait {100 * self._plant:g} "
+                                   "% of their own time more (a validity benchmark, not a measurement of the candidate)")
         self.on_event("interleaved", {"blocks": total, "speed": speed})
 
         def stop(blocks: int) -> bool:
@@ -261,12 +274,18 @@ class AbExperiment(Experiment):
             self.log_update(interleaved=dataclasses.asdict(speed))
             self.on_event("interleaved block", {"record": record})
 
+        def crashed(side: str, crash: EngineCrashed) -> None:  # a crashed run of that side, after the runs
+            index = max((r.slot for r in result.runs), default=-1) + 1
+            self._crashed(Slot(index=index, variant=side, block=None, position=None, pattern="interleaved"), crash,
+                          result)
+
         interleaved_blocks(cfg.control, cfg.candidate, result.prompt_ids, self.reference.generated, speed=speed,
                            load=functools.partial(load_supervised, timeout=cfg.slot_timeout), stop=stop,
-                           plant=self._plant, on_block=logged)
+                           on_block=logged, on_crash=crashed)
         if speed.stopped:
-            result.notes.insert(0, f"interleaved speed: stopped at {speed.stopped}; the decode call is over the "
-                                   f"{len(speed.blocks)} blocks before it")
+            self.log_update(interleaved=dataclasses.asdict(speed))
+            result.notes.insert(0, f"interleaved speed: stopped at {speed.stopped} (the {speed.stopped_side}'s "
+                                   f"engine); the decode call is over the {len(speed.blocks)} blocks before it")
 
     def _self_check(self, runner: SlotRunner, result: AbResult) -> None:
         """The inverse control: the candidate once more with the prompt's last token planted (prefill only)."""
@@ -482,7 +501,7 @@ class AbExperiment(Experiment):
             result.verdict_slot, result.verdict = worst_verdict(self.candidate_verdicts)
             result.detection = self.detection.get(result.verdict_slot)
         result.speed = analyse_speed(result.runs, margin=self.config.margin, seed=self.config.seed,
-                                     interleaved=result.interleaved)
+                                     interleaved=result.interleaved_phase())
         if self.config.auto:
             self._restate_speed(result)
 
@@ -524,6 +543,8 @@ class AbExperiment(Experiment):
         if self.autostop is None:
             return
         for phase, _ in PHASES:
+            if phase == "prefill" and self.config.speed_design == "interleaved":
+                continue  # one block of runs: not a sequential design's
             if phase in result.speed:
                 result.speed[phase], result.sequential[phase] = self.autostop.restate(
                     result.speed[phase], result.phase_blocks(phase))

@@ -28,6 +28,7 @@ Nothing here prints or logs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 from pathlib import PurePath
 
 from logitlab.errors import InputError
@@ -39,11 +40,11 @@ __all__ = ["ab_calibration"]
 
 #: What A/As pooled into one calibration must share: ``AbResult.config`` key -> the option that sets it.
 _SAME = {"control": "the variant (--control)", "prompt": "the prompt", "n_decode": "--tokens",
-         "isolation": "--isolation"}
+         "isolation": "--isolation", "speed_design": "--speed-design"}
 
 
 def ab_calibration(paths: str | Sequence[str], max_repeats: int, *, n_decode: int | None = None,
-                   isolation: str | None = None) -> PreregisteredMargin:
+                   isolation: str | None = None, speed_design: str | None = None) -> PreregisteredMargin:
     """δ for ``ab --repeats auto`` from the saved ``ab`` A/A(s) ``paths``.
 
     Parameters
@@ -54,10 +55,12 @@ def ab_calibration(paths: str | Sequence[str], max_repeats: int, *, n_decode: in
         times).
     max_repeats : int
         The budget of blocks of the ``--repeats auto`` run to calibrate.
-    n_decode, isolation : int or str, optional
-        The decode tokens and isolation of that run: the A/As must have run
-        the same (a block's noise and a run's offset depend on both); None:
-        not checked.
+    n_decode, isolation, speed_design : int or str, optional
+        The decode tokens, isolation and speed design of that run: the A/As
+        must have run the same (a block's noise and a run's offset depend on
+        all three: an interleaved block's decode noise is a fraction of a
+        whole-run block's); None: not checked. A saved A/A without a speed
+        design ran ``runs``.
 
     Returns
     -------
@@ -72,29 +75,35 @@ def ab_calibration(paths: str | Sequence[str], max_repeats: int, *, n_decode: in
         No file; a file that is missing or not JSON; another kind of result
         (``bench run``, ``bench calibrate``); an ``ab`` of two different
         variants; no decode speed in it, or fewer than 3 blocks; files of
-        different variants, tokens, prompts or isolations; files of other
-        tokens or isolation than ``n_decode`` and ``isolation``.
+        different variants, tokens, prompts, isolations or speed designs; files
+        of other tokens, isolation or speed design than the run's.
     """
     paths = calibration_paths(paths)
     runs = [_read_aa(path) for path in paths]
     first = runs[0]
     for path, aa in zip(paths[1:], runs[1:]):
         for key, option in _SAME.items():
-            ours, theirs = _spec(first.config.get(key)), _spec(aa.config.get(key))
+            ours, theirs = _spec(_setting(first, key)), _spec(_setting(aa, key))
             if ours != theirs:
                 values = "" if key in ("control", "prompt") else f" ({ours} vs {theirs})"
                 raise InputError(f"--noise files {paths[0]} and {path} differ in {option}{values}: pool A/As of "
                                  "one variant, workload and isolation")
-    for key, option, value in (("n_decode", "--tokens", n_decode), ("isolation", "--isolation", isolation)):
-        if value is not None and first.config.get(key) != value:
-            raise InputError(f"--noise files measured {option} {first.config.get(key)}; this run has {option} "
-                             f"{value}: calibrate with A/As of the workload and isolation you run")
+    for key, option, value in (("n_decode", "--tokens", n_decode), ("isolation", "--isolation", isolation),
+                               ("speed_design", "--speed-design", speed_design)):
+        if value is not None and _setting(first, key) != value:
+            raise InputError(f"--noise files measured {option} {_setting(first, key)}; this run has {option} "
+                             f"{value}: calibrate with A/As of the workload, isolation and speed design you run")
     engine = first.manifest.get("engine") if isinstance(first.manifest.get("engine"), dict) else {}
     model = PurePath(str(engine.get("model") or "")).name
     what = (f"ab A/A of {engine.get('engine', '?')}{' ' + model if model else ''}, {first.config.get('n_decode')} "
             f"tokens, {first.config.get('isolation')} isolation")
     return pooled_calibrated_margin([aa.speed["decode"] for aa in runs], max_blocks=max_repeats, files=paths,
                                     what=what, metric="decode", host=host_text(first.manifest.get("host")))
+
+
+def _setting(aa: AbResult, key: str) -> Any:
+    """A saved A/A's setting ``key`` (a speed design not saved: ``runs``, the only one then)."""
+    return aa.config.get(key, "runs" if key == "speed_design" else None)
 
 
 def _read_aa(path: str) -> AbResult:

@@ -62,7 +62,7 @@ class AbConfig:
             calls) or ``interleaved`` (:mod:`~logitlab.experiments.ab_interleaved`: one block of runs gives the
             A/A, the verdict and the prefill speed; the decode speed call comes from ``repeats`` interleaved
             blocks, rounded up to an even count, or with ``auto`` from the sequential rule over them). Engines
-            with sessions only (llamacpp).
+            with sessions only (not ``openai``); at least 2 decode tokens; with ``auto`` an even ``max_repeats``.
     """
 
     #: The command-line option of each setting the checks of :meth:`validate` name.
@@ -123,11 +123,7 @@ class AbConfig:
             raise InputError(f"{name['speed_design']} must be one of {', '.join(SPEED_DESIGNS)}, "
                              f"not {self.speed_design!r}")
         if self.speed_design == "interleaved":
-            from logitlab.engines import engine_class, engines_with
-
-            if not all(engine_class(v.engine).supports("sessions") for v in (self.control, self.candidate)):
-                raise InputError(f"{name['speed_design']} interleaved alternates decode steps between two open "
-                                 f"sessions: {' and '.join(engines_with('sessions'))} only")
+            self._check_interleaved(name)
         if self.explain < 0:
             raise InputError(f"--explain-positions must be at least 1, got {self.explain}")
         if self.localize:
@@ -137,6 +133,23 @@ class AbConfig:
             if not all(engine_class(v.engine).supports("dump") for v in (self.control, self.candidate)):
                 raise InputError(f"--localize dumps tensors through {' or '.join(engines_with('dump'))} only; these "
                                  f"variants use {', '.join(sorted(engines))}")
+
+    def _check_interleaved(self, name: Mapping[str, str]) -> None:
+        """``--speed-design interleaved``: engines with sessions, two decode tokens, an even budget of looks."""
+        from logitlab.engines import engine_class, engines_with
+
+        for side, variant in (("control", self.control), ("candidate", self.candidate)):
+            engine = engine_class(variant.engine)
+            if not engine.supports("sessions"):
+                raise InputError(f"{name['speed_design']} interleaved alternates decode steps between two open "
+                                 f"sessions; the {side}'s engine {engine.name} has none (engines with sessions: "
+                                 f"{', '.join(engines_with('sessions'))})")
+        if self.n_decode < 2:
+            raise InputError(f"{name['speed_design']} interleaved alternates decode steps: {name['n_decode']} must be "
+                             f"at least 2, got {self.n_decode}")
+        if self.auto and (self.max_repeats < 4 or self.max_repeats % 2):
+            raise InputError(f"{name['speed_design']} interleaved looks after every pair of blocks (ABBA, BAAB): "
+                             f"{name['max_repeats']} must be an even number of at least 4, got {self.max_repeats}")
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -15,10 +15,12 @@ one pair of objects a run differed by tau = 3.59 % (p < 0.01) between runs; a ne
 The clock (:func:`plan`): where both arms decode on one thread on the CPU (llama.cpp's ``n_threads`` 1, no GPU
 layers), each step is timed by the CPU time of the worker's calling thread (``time.thread_time``), which leaves
 out the time it waited for a CPU (most of the noise on a loaded machine), and both workers decode on one CPU
-(the last of this process's): this process and the new workers' loads run on the others. Otherwise (several
-decode threads, a GPU, an engine without sessions in a worker) the wall clock, unpinned.
+(the last of this process's): every thread of this process, and the workers it starts (which inherit that), run
+on the others while the phase runs. (A worker forked from a fork server, an engine with ``PRELOAD``, inherits the
+server's CPUs instead: it loads wherever the server runs, and still decodes on the pinned CPU.) Otherwise
+(several decode threads, a GPU, an engine that does not say) the wall clock, unpinned.
 
-Nothing here prints; ``on_block`` hears of each block.
+Nothing here prints; ``on_block`` hears of each block, ``on_crash`` of an engine crash.
 """
 
 from __future__ import annotations
@@ -27,17 +29,15 @@ import os
 import time
 from typing import Any, Callable, Sequence
 
-from logitlab.engines.supervised import call_engine
+from logitlab.engines.supervised import SupervisedEngine, call_engine
 from logitlab.engines.variant import Variant
-from logitlab.errors import EngineCrashed, InputError
+from logitlab.errors import EngineCrashed, EngineError, InputError
 from logitlab.experiments.ab_results import InterleavedRecord, InterleavedSpeed
-from logitlab.experiments.interleave import interleaved_block, warm_engine
+from logitlab.experiments.interleave import interleaved_block, pin_process, warm_engine
 from logitlab.perf.design import PATTERNS
 
 __all__ = ["plan", "interleaved_blocks"]
 
-#: ``ab --speed-design``: ``runs`` (each run a slot of an ABBA/BAAB block) or ``interleaved`` (this module).
-SPEED_DESIGNS = ("runs", "interleaved")
 
 def plan(control: dict[str, Any], candidate: dict[str, Any], cpus: Sequence[int]) -> tuple[str, list[int] | None, str]:
     """The clock and the decode CPUs for two engines as they describe themselves (``Engine.describe()``).
@@ -62,9 +62,9 @@ def plan(control: dict[str, Any], candidate: dict[str, Any], cpus: Sequence[int]
 
 
 def interleaved_blocks(control: Variant, candidate: Variant, prompt_ids: Sequence[int], tokens: Sequence[int], *,
-                       speed: InterleavedSpeed, load: Callable[[Variant], Any],
-                       stop: Callable[[int], bool], plant: float = 0.0,
-                       on_block: Callable[[InterleavedRecord], None] | None = None) -> InterleavedSpeed:
+                       speed: InterleavedSpeed, load: Callable[[Variant], Any], stop: Callable[[int], bool],
+                       on_block: Callable[[InterleavedRecord], None] | None = None,
+                       on_crash: Callable[[str, EngineCrashed], None] | None = None) -> InterleavedSpeed:
     """Run interleaved blocks until ``stop(blocks so far)`` says so (asked after each even number of blocks, so
     that as many ABBA as BAAB blocks run), appending each to ``speed.blocks``.
 
@@ -72,16 +72,20 @@ def interleaved_blocks(control: Variant, candidate: Variant, prompt_ids: Sequenc
         control, candidate: the variants; ``load(variant)`` loads one supervised (a new worker process).
         prompt_ids: the prompt's token ids.
         tokens: the decode inputs both arms replay (the reference's greedy tokens); an odd count drops its last.
-        speed: the phase's plan and record (:func:`plan`); its ``cpus``, where set, is where both arms decode, and
-            this process (with the workers it starts) keeps off it while the phase runs.
-        plant: the candidate's planted slowdown (a fraction of each step's own time, busy-waited; validity
-            benchmarks only).
+        speed: the phase's plan and record (:func:`plan`); its ``cpus``, where set, is where both arms decode;
+            its ``plant`` the candidate's planted slowdown (validity benchmarks).
         on_block: told of each finished block.
+        on_crash: told of an engine crash, with the side (``control`` or ``candidate``) whose engine died.
 
-    A crash of either engine ends the phase with ``speed.stopped`` naming it; the blocks before it are kept.
+    A crash or failure of either engine (``EngineCrashed``, ``EngineError``) ends the phase: ``speed.stopped`` and
+    ``speed.stopped_side`` say where; the blocks before it are kept. Both engines of a block are closed, and this
+    process's CPUs given back, on every path.
+
+    Returns:
+        ``speed``, its ``blocks`` filled.
 
     Raises:
-        InputError: fewer than two tokens to replay.
+        InputError: fewer than two tokens to replay; what ``stop`` raises.
     """
     steps = list(tokens)[:len(tokens) // 2 * 2]
     if len(steps) < 2:
@@ -89,37 +93,62 @@ def interleaved_blocks(control: Variant, candidate: Variant, prompt_ids: Sequenc
     own = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     others = [c for c in own if c not in (speed.cpus or [])]
     if speed.cpus and others:
-        os.sched_setaffinity(0, others)  # the workers started below inherit it; they decode on speed.cpus
+        pin_process(None, others)  # every thread; the workers started below inherit it
     try:
         index = 0
         while not (index % 2 == 0 and stop(index)):
-            engines: list[Any] = []
-            try:
-                start = time.perf_counter()
-                for variant in (control, candidate):
-                    engines.append(engine := load(variant))
-                    call_engine(engine, warm_engine, list(prompt_ids), speed.warm_steps,
-                                phase=f"warming {variant.label}")
-                loaded = time.perf_counter() - start
-                block = interleaved_block(engines[0], engines[1], prompt_ids, steps,
-                                          pattern=PATTERNS[index % 2], chunk=speed.chunk,
-                                          clock=speed.clock, plant=plant, cpus=speed.cpus)
-            except EngineCrashed as crash:
-                speed.stopped = f"block {index}: {crash}"
+            record = _one_block(control, candidate, prompt_ids, steps, index, speed, load, on_crash)
+            if record is None:
                 break
-            finally:
-                for engine in engines:
-                    engine.close()
-            record = InterleavedRecord(block=index, pattern=block.pattern, steps=len(steps),
-                                       rates=[float(v) for v in block.decode_block().values],
-                                       control_seconds=float(block.control_steps.sum()),
-                                       candidate_seconds=float(block.candidate_steps.sum()),
-                                       load_seconds=round(loaded, 4))
             speed.blocks.append(record)
             if on_block is not None:
                 on_block(record)
             index += 1
     finally:
         if speed.cpus and others:
-            os.sched_setaffinity(0, own)
+            pin_process(None, own)
     return speed
+
+
+def _one_block(control: Variant, candidate: Variant, prompt_ids: Sequence[int], steps: list[int], index: int,
+               speed: InterleavedSpeed, load: Callable[[Variant], Any],
+               on_crash: Callable[[str, EngineCrashed], None] | None) -> InterleavedRecord | None:
+    """Load and warm a new pair, run block ``index``, close both; None (``speed.stopped`` set) where an engine
+    crashed or failed."""
+    engines: list[Any] = []
+    side = control.label
+    try:
+        start = time.perf_counter()
+        for variant in (control, candidate):
+            side = variant.label
+            engines.append(engine := load(variant))
+            call_engine(engine, warm_engine, list(prompt_ids), speed.warm_steps, phase=f"warming {side}")
+        loaded = time.perf_counter() - start
+        side = None  # in the block: the crash's phase names the side ("interleaved candidate decode steps 4-7")
+        block = interleaved_block(engines[0], engines[1], prompt_ids, steps, pattern=PATTERNS[index % 2],
+                                  chunk=speed.chunk, clock=speed.clock, plant=speed.plant, cpus=speed.cpus)
+    except (EngineCrashed, EngineError) as failure:
+        if side is None:
+            side = "candidate" if "candidate" in _phase(failure) else "control"
+        speed.stopped, speed.stopped_side = f"block {index}: {failure}", side
+        if isinstance(failure, EngineCrashed) and on_crash is not None:
+            on_crash(side, failure)
+        return None
+    finally:
+        for engine in engines:
+            if isinstance(engine, SupervisedEngine):  # its worker gone before the next pair loads (memory)
+                engine.close(wait=True)
+            else:
+                engine.close()
+    return InterleavedRecord(block=index, pattern=block.pattern, steps=len(steps),
+                             rates=[float(v) for v in block.decode_block().values],
+                             control_seconds=float(block.control_steps.sum()),
+                             candidate_seconds=float(block.candidate_steps.sum()),
+                             load_seconds=round(loaded, 4), prefill_seconds=[float(s) for s in block.prefill_seconds],
+                             wall_seconds=round(time.perf_counter() - start, 4))
+
+
+def _phase(failure: Exception) -> str:
+    """The phase an engine failure names (a crash's evidence, else its message)."""
+    evidence = getattr(failure, "evidence", None)
+    return f"{getattr(evidence, 'phase', '')} {failure}"

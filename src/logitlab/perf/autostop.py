@@ -49,8 +49,8 @@ class AutoStop:
     Attributes:
         max_blocks: budget of blocks (the design's last look).
         max_time: wall-clock budget in seconds from construction, or None. The
-            run stops at a look when one more block (at the mean block time so
-            far) would end past it.
+            run stops at a look when ``look_every`` more blocks (at the mean block
+            time so far) would end past it.
         margin: equivalence margin δ (``--margin``), or None.
         calibration: δ read from a calibration file (``--noise``), used when ``margin`` is None.
         prereg: the δ of every look, fixed at construction (:func:`~logitlab.perf.prereg.preregister` of
@@ -60,6 +60,8 @@ class AutoStop:
         clock: seconds, monotonic (tests replace it).
         budget_flag: the option that sets ``max_blocks``, for messages: ``--max-repeats`` (ab, bench run,
             bisect).
+        look_every: blocks from one look to the next (``ab --speed-design interleaved``: 2, a pair of ABBA and
+            BAAB); the time budget stops a run at a look when that many more blocks would end past it.
     """
 
     max_blocks: int = DEFAULT_MAX_BLOCKS
@@ -70,6 +72,7 @@ class AutoStop:
     unit: str = ""
     clock: Callable[[], float] = time.monotonic
     budget_flag: str = "--max-repeats"
+    look_every: int = 1
     calibration: PreregisteredMargin | None = None
     prereg: PreregisteredMargin = field(init=False)
     decision: SequentialDecision | None = field(default=None, init=False)
@@ -89,7 +92,7 @@ class AutoStop:
         """
         elapsed = self.clock() - self._started
         per_block = elapsed / max(blocks_run, 1)
-        self.time_up = self.max_time is not None and elapsed + per_block > self.max_time
+        self.time_up = self.max_time is not None and elapsed + self.look_every * per_block > self.max_time
         self.decision = sequential_decision(blocks, higher_is_better=self.higher_is_better, margin=self.prereg,
                                             max_blocks=self.max_blocks, time_up=self.time_up, metric=self.metric,
                                             unit=self.unit)

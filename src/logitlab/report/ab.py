@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from logitlab.experiments.ab_results import PHASES, AbResult
+from logitlab.experiments.ab_results import PHASES, AbResult, InterleavedSpeed
 from logitlab.perf.design import CANDIDATE
 from logitlab.report.detection_text import DETECTION_TITLE, detection_lines
 from logitlab.report.document import Bullets, Document, Heading, KeyValues, Paragraph, Span, Table, rich
@@ -98,8 +98,10 @@ def _header(result: AbResult) -> KeyValues:
                      "replayed in every run"),
         *([("positions", f"{result.positions.line()}: the other rows of each run are dropped as it returns")]
           if result.positions else []),
-        ("schedule", f"{cfg['warmup']} warmup/variant, {plural(cfg['repeats'], 'ABBA/BAAB block')}, "
-                     f"isolation={cfg['isolation']}"),
+        ("schedule", f"{cfg['warmup']} warmup/variant, " + (
+            f"1 ABBA block of runs, then {cfg['repeats']} interleaved blocks (decode speed)"
+            if cfg.get("speed_design") == "interleaved" else plural(cfg['repeats'], 'ABBA/BAAB block'))
+         + f", isolation={cfg['isolation']}"),
         ("greedy text", repr(result.generated_text[:120])),
     ]
     rows += host_rows(result.manifest)
@@ -189,6 +191,17 @@ def speed_section(result: AbResult) -> list:
     return _speed(result)
 
 
+def interleaved_sentence(speed: InterleavedSpeed) -> str:
+    """How ``--speed-design interleaved`` measured decode speed, in one sentence (its blocks, clock, CPUs, loads)."""
+    where = f"on CPU {','.join(map(str, speed.cpus))}" if speed.cpus else "unpinned"
+    loads = sum(r.load_seconds for r in speed.blocks)
+    unit = "per second of the decoding thread's CPU time" if speed.clock == "cpu" else "per second of wall time"
+    plant = f"; PLANTED: the candidate's steps {100 * speed.plant:g} % slower" if speed.plant else ""
+    return (f"decode speed from {plural(len(speed.blocks), 'interleaved block')} ({speed.chunk} steps a turn, "
+            f"{speed.clock} clock: decode tokens {unit}; {where}; a new pair of engines loaded and warmed before "
+            f"each block, {loads:.1f} s of loads in all){plant}; {speed.reason}")
+
+
 def _speed(result: AbResult) -> list:
     if not result.speed:
         return [Paragraph("speed: no complete block", tone="warning")]
@@ -199,12 +212,17 @@ def _speed(result: AbResult) -> list:
     reasons = [Paragraph(f"{phase}: " + (sequential_reason(result.sequential[phase]) if phase in result.sequential
                                          else paired_reason(p)), tone="dim", tight=True)
                for phase, p in result.speed.items()]
-    if result.interleaved is not None:
-        reasons.insert(0, Paragraph(result.interleaved.sentence(), tone="note", tight=True))
+    interleaved = result.interleaved
+    if interleaved is not None:
+        reasons.insert(0, Paragraph(interleaved_sentence(interleaved), tone="note", tight=True))
     if result.config.get("repeats") == "auto":
         driving = result.sequential.get("decode") or result.sequential.get("prefill")
-        blocks_run = (len(result.interleaved.blocks) if result.interleaved is not None
+        blocks_run = (len(interleaved.blocks) if interleaved is not None
                       else len({r.block for r in result.runs if r.block is not None}))
-        reasons.append(Paragraph(stopping_note(driving, blocks_run, "--repeats auto"), tone="note", tight=True))
+        note = stopping_note(driving, blocks_run, "--repeats auto")
+        if interleaved is not None:
+            note += ("; interleaved: it looked after every pair of blocks (4, 6, …) with the boundaries of a look "
+                     "after every block, which is conservative")
+        reasons.append(Paragraph(note, tone="note", tight=True))
     figures = [paired_figure(list(result.speed.values())), ab_slot_figure(result.runs, PHASES)]
     return [table, *reasons, *(f for f in figures if f is not None)]
