@@ -15,8 +15,8 @@ from logitlab.cli.options import (check_memory, detection_option, memory_check_o
 from logitlab.cli.outputs import check_output_paths, report_paths
 from logitlab.cli.recording import logged_run_options, record_target
 from logitlab.errors import InputError, check_at_least
-from logitlab.experiments.speed_designs import SPEED_DESIGNS
 from logitlab.experiments.isolation_levels import ISOLATION_LEVELS
+from logitlab.experiments.speed_designs import SPEED_DESIGNS
 
 
 

@@ -28,8 +28,8 @@ Nothing here prints or logs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 from pathlib import PurePath
+from typing import Any
 
 from logitlab.errors import InputError
 from logitlab.experiments.ab_results import AbResult
