@@ -164,9 +164,12 @@ def main() -> int:
         print("interrupted: the table covers the runs measured so far", file=sys.stderr)
     print(f"\n{len(done)} runs in {time.perf_counter() - started:.0f} s\n")
     if args.part == "detect":
-        return _detect_table(done, args)
+        status = _detect_table(done, args)
+        _pattern_table(done)
+        return status
     status = _aa_table(done)
     _instance_table(done)
+    _pattern_table(done)
     return status
 
 
@@ -310,8 +313,8 @@ def _keep_interleaved(run: Run, result: dict[str, Any]) -> None:
     """``--speed-design interleaved``: each block's load seconds (wall) and the arms' decode seconds (its clock)."""
     phase = result.get("interleaved") or {}
     run.detail["interleaved"] = {"clock": phase.get("clock"), "blocks": [
-        [b["load_seconds"], b["control_seconds"], b["candidate_seconds"], b.get("wall_seconds")]
-        for b in phase.get("blocks") or []]}
+        [b["load_seconds"], b["control_seconds"], b["candidate_seconds"], b.get("wall_seconds"),
+         b.get("first_loaded", "control")] for b in phase.get("blocks") or []]}
 
 
 def _take(run: Run, metric: str, comparison: dict[str, Any]) -> None:
@@ -430,6 +433,15 @@ def _aa_table(runs: list[Run]) -> int:
             ok = False
     print(f"\nnominal false-call rate {100 * NOMINAL:.0f} %; target: logitlab's upper bound <= {100 * TARGET_UPPER:.0f} %"
           " at 60 runs a configuration (anchors are printed for comparison, not judged)")
+    for config, state, group in _groups(runs):  # issue #36 item 4: a real A/A ends `equivalent`
+        decode = [r for r in group if "decode" in r.calls]
+        if decode and config in ("session", "engine", "process", "cmd", "interleaved", "bench-run"):
+            equivalent = [r for r in decode if r.calls["decode"] == "equivalent"]
+            low, high = clopper_pearson(len(equivalent), len(decode))
+            blocks = f"; blocks to that call: median {statistics.median(r.blocks for r in equivalent):g}, " \
+                     f"range {min(r.blocks for r in equivalent)}–{max(r.blocks for r in equivalent)}" if equivalent else ""
+            print(f"{config} {state}: decode `equivalent` in {len(equivalent)} of {len(decode)} runs "
+                  f"({100 * low:.1f}–{100 * high:.1f} %){blocks}")
     return 0 if ok else 1
 
 
@@ -482,6 +494,41 @@ def _instance_table(runs: list[Run]) -> None:
             print(f"{config:12s} {state:5s} {metric:7s} {between.n_runs:4d} {mean:>24s} "
                   f"{100 * between.between_sd:5.2f}% {upper} {100 * between.within_sd:5.2f}% {p} "
                   f"{between.run_sd_inflation(n):5.2f} {pred} {100 * seen:5.1f}% {aa_text}")
+
+
+def _pattern_table(runs: list[Run]) -> None:
+    """Interleaved runs: the decode log ratio of the ABBA blocks against the BAAB blocks of each run.
+
+    The blocks alternate ABBA, BAAB, ... (``block_log_ratios`` in run order). Where the pair's first-loaded
+    engine is the pattern's first arm (``first_loaded``), an advantage ``e`` of the first-loaded worker gives
+    ABBA blocks ``-e`` and BAAB blocks ``+e`` (log candidate/control), so ``e`` = (BAAB - ABBA) / 2; where the
+    control was always loaded first, the difference is the patterns' own. Each run gives one difference (its
+    BAAB mean minus its ABBA mean, the run's own offset cancelled); the interval is Student's t over runs.
+    """
+    from scipy import stats
+
+    for config, state, group in _groups(runs):
+        measured = [r for r in group if len((r.detail.get("decode") or {}).get("block_log_ratios") or []) >= 2
+                    and "interleaved" in r.detail]
+        if len(measured) < 2:
+            continue
+        diffs, means, orders = [], [], set()
+        for r in measured:
+            logs = r.detail["decode"]["block_log_ratios"]
+            diffs.append(statistics.fmean(logs[1::2]) - statistics.fmean(logs[0::2]))
+            means.append(statistics.fmean(logs))
+            orders.add(tuple(b[4] if len(b) > 4 else "control" for b in r.detail["interleaved"]["blocks"][:2]))
+        n = len(diffs)
+        half = stats.t.ppf(0.975, n - 1) * statistics.stdev(diffs) / math.sqrt(n) / 2
+        e = statistics.fmean(diffs) / 2
+        p = stats.ttest_1samp(diffs, 0.0).pvalue
+        mean, mean_half = statistics.fmean(means), stats.t.ppf(0.975, n - 1) * statistics.stdev(means) / math.sqrt(n)
+        offset = [100 * (math.exp(v) - 1) for v in (mean, mean - mean_half, mean + mean_half)]
+        first = "first-loaded = pattern's first arm" if orders == {("control", "candidate")} else \
+            "control always loaded first" if orders == {("control", "control")} else f"load orders {sorted(orders)}"
+        print(f"\n{config} {state}: {n} runs ({first}); decode A/B offset, mean of the runs' means "
+              f"{offset[0]:+.2f} % (95 % CI {offset[1]:+.2f} to {offset[2]:+.2f} %); (BAAB - ABBA) / 2 "
+              f"{100 * e:+.2f} % (95 % CI {100 * (e - half):+.2f} to {100 * (e + half):+.2f} %, p {p:.3f})")
 
 
 def _detect_table(runs: list[Run], args: argparse.Namespace) -> int:

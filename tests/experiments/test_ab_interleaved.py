@@ -15,8 +15,9 @@ from logitlab.cli import main
 from logitlab.engines.variant import parse_variant
 from logitlab.errors import InputError
 from logitlab.experiments.ab import AbConfig, AbExperiment, run_ab
-from logitlab.experiments.ab_interleaved import plan
-from logitlab.experiments.ab_results import AbResult
+from logitlab.engines.supervised import load_supervised
+from logitlab.experiments.ab_interleaved import interleaved_blocks, plan
+from logitlab.experiments.ab_results import AbResult, InterleavedSpeed
 from logitlab.perf.block_ratios import block_log_ratios
 from logitlab.runlog import read_run_log
 
@@ -88,6 +89,23 @@ def _describe() -> dict:
         return engine.describe()
     finally:
         engine.close()
+
+
+@pytest.mark.engine
+def test_the_load_order_follows_the_pattern_so_a_first_loaded_workers_advantage_cancels():
+    # the pair's first-loaded engine is the pattern's first arm: control in ABBA, candidate in BAAB
+    cfg = config()
+    loads: list[str] = []
+
+    def load(variant):
+        loads.append(variant.label)
+        return load_supervised(variant)
+
+    speed = interleaved_blocks(cfg.control, cfg.candidate, [1, 2, 3], [4, 5, 6, 7], load=load,
+                               speed=InterleavedSpeed(clock="wall", cpus=None, reason="test"),
+                               stop=lambda blocks: blocks >= 4)
+    assert loads == ["control", "candidate", "candidate", "control"] * 2 and not speed.stopped
+    assert [(b.pattern, b.first_loaded) for b in speed.blocks] == [("ABBA", "control"), ("BAAB", "candidate")] * 2
 
 
 @pytest.mark.engine

@@ -240,6 +240,18 @@ def test_call_rule(ratios, margin, call):
     assert (call == "equivalent") == (-b < lo and hi < b)
 
 
+def test_a_preregistered_margin_keeps_its_source():
+    # a δ fixed beforehand (ab's default for interleaved decode blocks) is named by its source, not "option",
+    # and overrides the blocks' own A/A
+    from logitlab.perf.prereg import PreregisteredMargin
+
+    blocks = blocks_with_ratios([0.010, 0.011, 0.009, 0.0105, 0.0095])
+    res = compare(blocks, margin=PreregisteredMargin(0.05, "default"), n_bootstrap=0)
+    assert (res.margin, res.margin_source, res.call) == (0.05, "default", "equivalent")
+    assert "from default" in paired_reason(res)
+    assert compare(blocks, margin=0.05, n_bootstrap=0).margin_source == "option"
+
+
 def test_inconclusive_reason_gives_blocks_needed():
     res = compare(blocks_with_ratios([-0.05, 0.05, 0.10, -0.08, 0.02]), margin=0.02,
                   n_bootstrap=0)

@@ -115,18 +115,21 @@ def _one_block(control: Variant, candidate: Variant, prompt_ids: Sequence[int], 
                on_crash: Callable[[str, EngineCrashed], None] | None) -> InterleavedRecord | None:
     """Load and warm a new pair, run block ``index``, close both; None (``speed.stopped`` set) where an engine
     crashed or failed."""
-    engines: list[Any] = []
-    side = control.label
+    pattern = PATTERNS[index % 2]
+    order = ("control", "candidate") if pattern == "ABBA" else ("candidate", "control")  # load order: the pattern's
+    variants = {"control": control, "candidate": candidate}
+    engines: dict[str, Any] = {}
+    side: str | None = order[0]
     try:
         start = time.perf_counter()
-        for variant in (control, candidate):
-            side = variant.label
-            engines.append(engine := load(variant))
+        for side in order:
+            engines[side] = engine = load(variants[side])
             call_engine(engine, warm_engine, list(prompt_ids), speed.warm_steps, phase=f"warming {side}")
         loaded = time.perf_counter() - start
         side = None  # in the block: the crash's phase names the side ("interleaved candidate decode steps 4-7")
-        block = interleaved_block(engines[0], engines[1], prompt_ids, steps, pattern=PATTERNS[index % 2],
-                                  chunk=speed.chunk, clock=speed.clock, plant=speed.plant, cpus=speed.cpus)
+        block = interleaved_block(engines["control"], engines["candidate"], prompt_ids, steps,
+                                  pattern=pattern, chunk=speed.chunk, clock=speed.clock, plant=speed.plant,
+                                  cpus=speed.cpus)
     except (EngineCrashed, EngineError) as failure:
         if side is None:
             side = "candidate" if "candidate" in _phase(failure) else "control"
@@ -135,12 +138,12 @@ def _one_block(control: Variant, candidate: Variant, prompt_ids: Sequence[int], 
             on_crash(side, failure)
         return None
     finally:
-        for engine in engines:
+        for engine in engines.values():
             if isinstance(engine, SupervisedEngine):  # its worker gone before the next pair loads (memory)
                 engine.close(wait=True)
             else:
                 engine.close()
-    return InterleavedRecord(block=index, pattern=block.pattern, steps=len(steps),
+    return InterleavedRecord(block=index, pattern=block.pattern, steps=len(steps), first_loaded=order[0],
                              rates=[float(v) for v in block.decode_block().values],
                              control_seconds=float(block.control_steps.sum()),
                              candidate_seconds=float(block.candidate_steps.sum()),

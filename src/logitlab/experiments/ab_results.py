@@ -26,7 +26,7 @@ from logitlab.perf.design import CANDIDATE, CONTROL, Block
 from logitlab.perf.metrics import FINGERPRINT, HIGHER, Metric, Metrics, put_comparison, put_crash, put_metric, \
     ratio_metric, speed_metric
 from logitlab.perf.paired import PairedComparison, paired_comparison
-from logitlab.perf.prereg import DEFAULT_SEQUENTIAL_MARGIN
+from logitlab.perf.prereg import DEFAULT_SEQUENTIAL_MARGIN, PreregisteredMargin
 from logitlab.perf.sequential import SequentialDecision
 from logitlab.runlog import RunLogContents
 
@@ -127,6 +127,9 @@ class InterleavedRecord:
         wall_seconds: the whole block's wall time, the loads, the prefills and the closes included (s).
         prefill_seconds: ``[control, candidate]``, each arm's one prefill in the block (s, in the phase's clock: in
             ``cpu`` the calling thread's only, so a prefill on several threads is undercounted; kept, not analysed).
+        first_loaded: the side whose engine was loaded and warmed first: the pattern's first (``control`` in ABBA,
+            ``candidate`` in BAAB), so that an advantage of the first- or second-loaded worker cancels over each
+            pair of blocks (logs written before this field: always ``control``).
     """
 
     block: int
@@ -138,6 +141,7 @@ class InterleavedRecord:
     load_seconds: float
     prefill_seconds: list[float] = field(default_factory=list)
     wall_seconds: float = 0.0
+    first_loaded: str = "control"
 
     def speed_block(self) -> Block:
         """The block as the paired analysis takes it (decode tokens/s)."""
@@ -529,8 +533,8 @@ def analyse_speed(runs: Sequence[RunRecord], *, margin: float | None, seed: int,
         blocks = interleaved.speed_blocks() if interleaved_decode else speed_blocks(runs, metric)
         if not blocks:
             continue
-        default = interleaved_decode and margin is None
-        comparison = paired_comparison(blocks, higher_is_better=True, metric=f"{name} tokens/s", unit="tokens/s",
-                                       margin=DEFAULT_SEQUENTIAL_MARGIN if default else margin, seed=seed)
-        out[name] = dataclasses.replace(comparison, margin_source="default") if default else comparison
+        delta = PreregisteredMargin(DEFAULT_SEQUENTIAL_MARGIN, "default") if interleaved_decode and margin is None \
+            else margin
+        out[name] = paired_comparison(blocks, higher_is_better=True, metric=f"{name} tokens/s", unit="tokens/s",
+                                      margin=delta, seed=seed)
     return out

@@ -44,6 +44,7 @@ from logitlab.perf.equivalence import (
     three_way_call,
 )
 from logitlab.perf.power import mde_log
+from logitlab.perf.prereg import PreregisteredMargin
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -350,7 +351,7 @@ def paired_comparison(
     higher_is_better: bool,
     metric: str,
     unit: str,
-    margin: float | None = None,
+    margin: float | PreregisteredMargin | None = None,
     confidence: float = 0.95,
     n_bootstrap: int = 9999,
     seed: int = 0,
@@ -371,7 +372,8 @@ def paired_comparison(
         :func:`~logitlab.perf.block_ratios.aa_margin`: the ``confidence`` CI
         half-width of the control-vs-control comparison in the same blocks, ``max(0.01,
         expm1(t_{(1+c)/2, n-1} * sd_AA / sqrt(n)))``), else ``DEFAULT_MARGIN``
-        (0.02).
+        (0.02). A :class:`~logitlab.perf.prereg.PreregisteredMargin`: its δ, and
+        its ``source`` as the result's ``margin_source``.
     confidence : float, optional
         Level of the CIs, in (0, 1). Defaults to 0.95.
     n_bootstrap : int, optional
@@ -431,9 +433,11 @@ def paired_comparison(
     aa = aa_log_ratios(items)
     n = len(items)
 
-    if margin is not None:
-        margin = check_margin(margin)
-    delta, source = choose_margin(margin, aa_margin_from_logs(aa, confidence))
+    if isinstance(margin, PreregisteredMargin):
+        delta, source = check_margin(margin.margin), margin.source
+    else:
+        delta, source = choose_margin(None if margin is None else check_margin(margin),
+                                      aa_margin_from_logs(aa, confidence))
     bound = math.log1p(delta)
 
     s = _t_summary(ratios, confidence)
