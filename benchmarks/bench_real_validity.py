@@ -507,11 +507,15 @@ def _pattern_table(runs: list[Run]) -> None:
     """
     from scipy import stats
 
+    title = "\nload order of interleaved runs (first-loaded engine's advantage e = (BAAB - ABBA) / 2):"
     for config, state, group in _groups(runs):
         measured = [r for r in group if len((r.detail.get("decode") or {}).get("block_log_ratios") or []) >= 2
                     and "interleaved" in r.detail]
         if len(measured) < 2:
             continue
+        if title:
+            print(title)
+            title = ""
         diffs, means, orders = [], [], set()
         for r in measured:
             logs = r.detail["decode"]["block_log_ratios"]
@@ -526,7 +530,7 @@ def _pattern_table(runs: list[Run]) -> None:
         offset = [100 * (math.exp(v) - 1) for v in (mean, mean - mean_half, mean + mean_half)]
         first = "first-loaded = pattern's first arm" if orders == {("control", "candidate")} else \
             "control always loaded first" if orders == {("control", "control")} else f"load orders {sorted(orders)}"
-        print(f"\n{config} {state}: {n} runs ({first}); decode A/B offset, mean of the runs' means "
+        print(f"{config} {state}: {n} runs ({first}); decode A/B offset, mean of the runs' means "
               f"{offset[0]:+.2f} % (95 % CI {offset[1]:+.2f} to {offset[2]:+.2f} %); (BAAB - ABBA) / 2 "
               f"{100 * e:+.2f} % (95 % CI {100 * (e - half):+.2f} to {100 * (e + half):+.2f} %, p {p:.3f})")
 
