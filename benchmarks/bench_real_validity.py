@@ -314,7 +314,7 @@ def _keep_interleaved(run: Run, result: dict[str, Any]) -> None:
     phase = result.get("interleaved") or {}
     run.detail["interleaved"] = {"clock": phase.get("clock"), "blocks": [
         [b["load_seconds"], b["control_seconds"], b["candidate_seconds"], b.get("wall_seconds"),
-         b.get("first_loaded", "control")] for b in phase.get("blocks") or []]}
+         b.get("first_loaded", "control"), b.get("pattern")] for b in phase.get("blocks") or []]}
 
 
 def _take(run: Run, metric: str, comparison: dict[str, Any]) -> None:
@@ -438,8 +438,9 @@ def _aa_table(runs: list[Run]) -> int:
         if decode and config in ("session", "engine", "process", "cmd", "interleaved", "bench-run"):
             equivalent = [r for r in decode if r.calls["decode"] == "equivalent"]
             low, high = clopper_pearson(len(equivalent), len(decode))
-            blocks = f"; blocks to that call: median {statistics.median(r.blocks for r in equivalent):g}, " \
-                     f"range {min(r.blocks for r in equivalent)}–{max(r.blocks for r in equivalent)}" if equivalent else ""
+            used = [r.blocks for r in equivalent]
+            blocks = f"; blocks to that call: median {statistics.median(used):g}, range {min(used)}–{max(used)}" \
+                if used else ""
             print(f"{config} {state}: decode `equivalent` in {len(equivalent)} of {len(decode)} runs "
                   f"({100 * low:.1f}–{100 * high:.1f} %){blocks}")
     return 0 if ok else 1
@@ -499,15 +500,18 @@ def _instance_table(runs: list[Run]) -> None:
 def _pattern_table(runs: list[Run]) -> None:
     """Interleaved runs: the decode log ratio of the ABBA blocks against the BAAB blocks of each run.
 
-    The blocks alternate ABBA, BAAB, ... (``block_log_ratios`` in run order). Where the pair's first-loaded
-    engine is the pattern's first arm (``first_loaded``), an advantage ``e`` of the first-loaded worker gives
-    ABBA blocks ``-e`` and BAAB blocks ``+e`` (log candidate/control), so ``e`` = (BAAB - ABBA) / 2; where the
-    control was always loaded first, the difference is the patterns' own. Each run gives one difference (its
-    BAAB mean minus its ABBA mean, the run's own offset cancelled); the interval is Student's t over runs.
+    Log ratios are log(candidate / control) of decode tokens/s. Where the pair's first-loaded engine is the
+    pattern's first arm (``first_loaded``), that arm is also the one that decodes the block's first turn (right
+    after the other engine's warm-up): an advantage ``e`` of that arm gives ABBA blocks ``-e`` and BAAB blocks
+    ``+e``, so ``e`` = (BAAB - ABBA) / 2 is the load order and the first turn together. Where the control was
+    always loaded first, the load order is instead the A/B offset, and (BAAB - ABBA) / 2 the first turn alone.
+    Each run gives one difference (its BAAB mean minus its ABBA mean, the run's own offset cancelled); the
+    interval is Student's t over runs. With ``--repeats auto`` a run that stops ``equivalent`` stops when its
+    estimate is near 1, which pulls the mean A/B offset towards 0.
     """
     from scipy import stats
 
-    title = "\nload order of interleaved runs (first-loaded engine's advantage e = (BAAB - ABBA) / 2):"
+    title = "\nload order of interleaved runs (the pattern's first arm's advantage e = (BAAB - ABBA) / 2):"
     for config, state, group in _groups(runs):
         measured = [r for r in group if len((r.detail.get("decode") or {}).get("block_log_ratios") or []) >= 2
                     and "interleaved" in r.detail]
@@ -518,10 +522,12 @@ def _pattern_table(runs: list[Run]) -> None:
             title = ""
         diffs, means, orders = [], [], set()
         for r in measured:
-            logs = r.detail["decode"]["block_log_ratios"]
-            diffs.append(statistics.fmean(logs[1::2]) - statistics.fmean(logs[0::2]))
+            logs, blocks = r.detail["decode"]["block_log_ratios"], r.detail["interleaved"]["blocks"]
+            patterns = [b[5] if len(b) > 5 else ("ABBA", "BAAB")[i % 2] for i, b in enumerate(blocks)]
+            by = {p: [v for v, q in zip(logs, patterns) if q == p] for p in ("ABBA", "BAAB")}
+            diffs.append(statistics.fmean(by["BAAB"]) - statistics.fmean(by["ABBA"]))
             means.append(statistics.fmean(logs))
-            orders.add(tuple(b[4] if len(b) > 4 else "control" for b in r.detail["interleaved"]["blocks"][:2]))
+            orders.add(tuple(b[4] if len(b) > 4 else "control" for b in blocks[:2]))
         n = len(diffs)
         half = stats.t.ppf(0.975, n - 1) * statistics.stdev(diffs) / math.sqrt(n) / 2
         e = statistics.fmean(diffs) / 2
@@ -532,7 +538,8 @@ def _pattern_table(runs: list[Run]) -> None:
             "control always loaded first" if orders == {("control", "control")} else f"load orders {sorted(orders)}"
         print(f"{config} {state}: {n} runs ({first}); decode A/B offset, mean of the runs' means "
               f"{offset[0]:+.2f} % (95 % CI {offset[1]:+.2f} to {offset[2]:+.2f} %); (BAAB - ABBA) / 2 "
-              f"{100 * e:+.2f} % (95 % CI {100 * (e - half):+.2f} to {100 * (e + half):+.2f} %, p {p:.3f})")
+              f"{100 * e:+.2f} % (95 % CI {100 * (e - half):+.2f} to {100 * (e + half):+.2f} %, p {p:.3f}); "
+              f"ABBA above BAAB in {sum(d < 0 for d in diffs)} of {n} runs")
 
 
 def _detect_table(runs: list[Run], args: argparse.Namespace) -> int:

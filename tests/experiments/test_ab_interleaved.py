@@ -12,10 +12,10 @@ from click.testing import CliRunner
 
 from logitlab import report
 from logitlab.cli import main
-from logitlab.engines.variant import parse_variant
-from logitlab.errors import InputError
-from logitlab.experiments.ab import AbConfig, AbExperiment, run_ab
 from logitlab.engines.supervised import load_supervised
+from logitlab.engines.variant import parse_variant
+from logitlab.errors import EngineCrashed, InputError
+from logitlab.experiments.ab import AbConfig, AbExperiment, run_ab
 from logitlab.experiments.ab_interleaved import interleaved_blocks, plan
 from logitlab.experiments.ab_results import AbResult, InterleavedSpeed
 from logitlab.perf.block_ratios import block_log_ratios
@@ -106,6 +106,37 @@ def test_the_load_order_follows_the_pattern_so_a_first_loaded_workers_advantage_
                                stop=lambda blocks: blocks >= 4)
     assert loads == ["control", "candidate", "candidate", "control"] * 2 and not speed.stopped
     assert [(b.pattern, b.first_loaded) for b in speed.blocks] == [("ABBA", "control"), ("BAAB", "candidate")] * 2
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("dies, side", [(2, "candidate"), (3, "control")])
+def test_a_crash_while_loading_a_baab_pair_names_its_side_and_closes_what_was_loaded(dies, side):
+    # block 1 is BAAB: the candidate is loaded first (load 2), then the control (load 3)
+    cfg = config()
+    loaded: list[int] = []
+    closed: list[int] = []
+    crashes: list[str] = []
+
+    def load(variant):
+        if len(loaded) == dies:
+            raise EngineCrashed(f"the {variant.label}'s worker died while loading (test)")
+        engine = load_supervised(variant)
+        loaded.append(key := len(loaded))
+        close = engine.close
+
+        def recording_close(wait=False):
+            closed.append(key)
+            close(wait=wait)
+
+        engine.close = recording_close
+        return engine
+
+    speed = interleaved_blocks(cfg.control, cfg.candidate, [1, 2, 3], [4, 5, 6, 7], load=load,
+                               speed=InterleavedSpeed(clock="wall", cpus=None, reason="test"),
+                               stop=lambda blocks: blocks >= 4, on_crash=lambda s, crash: crashes.append(s))
+    assert len(speed.blocks) == 1 and speed.stopped.startswith("block 1: ") and "died while loading" in speed.stopped
+    assert speed.stopped_side == side and crashes == [side]
+    assert len(loaded) == dies and set(loaded) <= set(closed)
 
 
 @pytest.mark.engine

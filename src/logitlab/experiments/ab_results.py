@@ -196,7 +196,8 @@ class AbResult(ResultRecord):
     ``positions`` (``--positions``: the spec, the rows compared and a run's rows,
     :class:`~logitlab.experiments.positions.Selected`; absent or None: every row was compared);
     ``interleaved`` (``--speed-design interleaved``: the decode speed's interleaved blocks,
-    :class:`InterleavedSpeed`; absent or None: the runs' design).
+    :class:`InterleavedSpeed`; absent or None: the runs' design); then each block's ``first_loaded`` (absent:
+    ``control``, the order before it followed the pattern).
 
     ``fingerprints``: per variant, the SHA-256 of the logits' bits of its first
     measured run (:meth:`~logitlab.engines.workload.RunOutput.fingerprint`):

@@ -366,14 +366,15 @@ def paired_comparison(
         True for throughput (tokens/s), False for times (seconds).
     metric, unit : str
         Names for the result (e.g. ``'decode'``, ``'tokens/s'``).
-    margin : float, optional
+    margin : float or PreregisteredMargin, optional
         Relative equivalence margin delta (0 < delta < 1, e.g. 0.02 for 2 %). If None,
         calibrated from the A/A ratios with 3 or more blocks (see
         :func:`~logitlab.perf.block_ratios.aa_margin`: the ``confidence`` CI
         half-width of the control-vs-control comparison in the same blocks, ``max(0.01,
         expm1(t_{(1+c)/2, n-1} * sd_AA / sqrt(n)))``), else ``DEFAULT_MARGIN``
         (0.02). A :class:`~logitlab.perf.prereg.PreregisteredMargin`: its δ, and
-        its ``source`` as the result's ``margin_source``.
+        its ``source`` as the result's ``margin_source`` (its ``file``, ``basis``
+        and ``between_run_sd`` are for sequential runs and are not used here).
     confidence : float, optional
         Level of the CIs, in (0, 1). Defaults to 0.95.
     n_bootstrap : int, optional

@@ -15,7 +15,9 @@ The sources, in order (:func:`preregister`):
 3. :data:`DEFAULT_SEQUENTIAL_MARGIN`: source ``'default'``.
 
 Fixed-size runs keep their rule (:func:`logitlab.perf.equivalence.choose_margin`:
-the option, else the A/A of the same blocks, else the default).
+the option, else the A/A of the same blocks, else the default), but where a caller
+fixes δ beforehand: ``paired_comparison(margin=PreregisteredMargin(...))`` (``ab``'s
+interleaved decode blocks, whose own A/A misses the instance effect: the default).
 
 Nothing here prints or logs.
 """
