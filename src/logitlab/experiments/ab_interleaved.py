@@ -7,9 +7,9 @@ two turns and cancels in their ratio. Before every block a new pair of supervise
 processes) and warmed (:func:`~logitlab.experiments.interleave.warm_engine`, ``warm_steps`` untimed steps): an
 offset of one pair of engine objects (their buffers, thread pools, memory placement: an instance effect, which
 counterbalancing cannot cancel) becomes block noise, which the CI carries. The pattern's first arm is loaded first
-(the control in ABBA, the candidate in BAAB): measured, the pattern's first arm (loaded first, decoding the block's
-first turn) decodes 0.55-0.66 % slower (8 + 8 real A/As, quiet and at load); loading the control first in every
-block made that an offset of the arms (0.5 %).
+(the control in ABBA, the candidate in BAAB). Measured, that arm (loaded first, and decoding the block's first
+turn) decodes 0.55-0.66 % slower (8 + 8 real A/As, quiet and at load); loading the control first in every block
+made that an offset of the arms (0.5 %).
 
 Measured on a 2-core machine at a load of 2x its cores (``benchmarks/bench_interleave.py``, issue #36 item 3):
 one pair of objects a run differed by tau = 3.59 % (p < 0.01) between runs; a new pair every block, 0 (p 0.88);
