@@ -528,17 +528,15 @@ def _pattern_table(runs: list[Run]) -> None:
             diffs.append(statistics.fmean(by["BAAB"]) - statistics.fmean(by["ABBA"]))
             means.append(statistics.fmean(logs))
             orders.add(tuple(b[4] if len(b) > 4 else "control" for b in blocks[:2]))
-        n = len(diffs)
-        half = stats.t.ppf(0.975, n - 1) * statistics.stdev(diffs) / math.sqrt(n) / 2
-        e = statistics.fmean(diffs) / 2
-        p = stats.ttest_1samp(diffs, 0.0).pvalue
-        mean, mean_half = statistics.fmean(means), stats.t.ppf(0.975, n - 1) * statistics.stdev(means) / math.sqrt(n)
-        offset = [100 * (math.exp(v) - 1) for v in (mean, mean - mean_half, mean + mean_half)]
+        n, test = len(diffs), stats.ttest_1samp(diffs, 0.0)
+        e, (e_low, e_high), p = statistics.fmean(diffs) / 2, (v / 2 for v in test.confidence_interval()), test.pvalue
+        offset = [100 * (math.exp(v) - 1) for v in (statistics.fmean(means), *stats.ttest_1samp(means, 0.0)
+                                                    .confidence_interval())]
         first = "first-loaded = pattern's first arm" if orders == {("control", "candidate")} else \
             "control always loaded first" if orders == {("control", "control")} else f"load orders {sorted(orders)}"
         print(f"{config} {state}: {n} runs ({first}); decode A/B offset, mean of the runs' means "
               f"{offset[0]:+.2f} % (95 % CI {offset[1]:+.2f} to {offset[2]:+.2f} %); (BAAB - ABBA) / 2 "
-              f"{100 * e:+.2f} % (95 % CI {100 * (e - half):+.2f} to {100 * (e + half):+.2f} %, p {p:.3f}); "
+              f"{100 * e:+.2f} % (95 % CI {100 * e_low:+.2f} to {100 * e_high:+.2f} %, p {p:.3f}); "
               f"ABBA above BAAB in {sum(d < 0 for d in diffs)} of {n} runs")
 
 
