@@ -128,7 +128,10 @@ class AbExperiment(Experiment):
                 def body() -> None:
                     self.open_log({k: v for k, v in result.to_dict().items() if k in LOG_HEADER_FIELDS})
                     self._run_blocks(runner, result)
-                    if cfg.speed_design == "interleaved":
+                    if cfg.speed_design == "interleaved":  # a new pair each block: never four engines loaded
+                        runner.close()
+                        for engine in engines:
+                            engine.close()
                         self._run_interleaved(result)
                     self._finish(result)
                     if cfg.self_check:
@@ -270,8 +273,8 @@ class AbExperiment(Experiment):
             self.on_event("look", {"decision": decision})
             return decision.stop
 
-        def logged(record: InterleavedRecord) -> None:
-            self.log_update(interleaved=dataclasses.asdict(speed))
+        def logged(record: InterleavedRecord) -> None:  # one line a block (the phase's header is logged above)
+            self.log_append("interleaved.blocks", dataclasses.asdict(record))
             self.on_event("interleaved block", {"record": record})
 
         def crashed(side: str, crash: EngineCrashed) -> None:  # a crashed run of that side, after the runs
@@ -298,6 +301,8 @@ class AbExperiment(Experiment):
         planted = list(ids)
         planted[last] = planted_token(ids[last], first.logits.shape[1])
         self.on_event("self-check", {})
+        if self.config.isolation in ("session", "engine") and not runner.adopted(CANDIDATE):
+            runner.adopt(CANDIDATE, self._load(self.config.candidate))  # closed for the interleaved phase
         try:
             output = runner.run(CANDIDATE, planted, 0, None)
         except EngineCrashed as crash:
@@ -501,7 +506,7 @@ class AbExperiment(Experiment):
             result.verdict_slot, result.verdict = worst_verdict(self.candidate_verdicts)
             result.detection = self.detection.get(result.verdict_slot)
         result.speed = analyse_speed(result.runs, margin=self.config.margin, seed=self.config.seed,
-                                     interleaved=result.interleaved_phase())
+                                     interleaved_decode=result.interleaved_blocks())
         if self.config.auto:
             self._restate_speed(result)
 

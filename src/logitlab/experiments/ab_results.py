@@ -240,16 +240,17 @@ class AbResult(ResultRecord):
             from logitlab.errors import InputError
 
             raise InputError(f"no speed phase {phase!r}; phases: {', '.join(dict(PHASES))}")
-        interleaved = self.interleaved_phase()
+        interleaved = self.interleaved_blocks()
         if phase == "decode" and interleaved is not None:
-            return interleaved.speed_blocks()
+            return interleaved
         return speed_blocks(self.runs, dict(PHASES)[phase])
 
-    def interleaved_phase(self) -> InterleavedSpeed | None:
-        """``--speed-design interleaved``: its phase (an empty one where none was run or logged); else None."""
+    def interleaved_blocks(self) -> list[Block] | None:
+        """``--speed-design interleaved``: decode's blocks (empty where no interleaved block was run or logged);
+        None with the runs design, whose decode blocks are the runs'."""
         if self.config.get("speed_design") != "interleaved":
             return None
-        return self.interleaved or InterleavedSpeed(clock="wall", cpus=None, reason="no interleaved block was run")
+        return self.interleaved.speed_blocks() if self.interleaved is not None else []
 
     # -- derived views ------------------------------------------------------
     def measured(self, variant: str) -> list[RunRecord]:
@@ -401,7 +402,7 @@ class AbResult(ResultRecord):
         margin, seed = cfg.get("margin"), cfg.get("seed", 0)
         self.speed = analyse_speed(self.runs, margin=margin if isinstance(margin, float) else None,
                                    seed=seed if isinstance(seed, int) else 0,
-                                   interleaved=self.interleaved_phase())
+                                   interleaved_decode=self.interleaved_blocks())
 
     @classmethod
     def sweep_cell(cls, results: Sequence[AbResult], experiment: Any) -> dict[str, Any]:
@@ -518,9 +519,9 @@ PHASES = (("decode", "decode_tokens_per_second"), ("prefill", "prefill_tokens_pe
 
 
 def analyse_speed(runs: Sequence[RunRecord], *, margin: float | None, seed: int,
-                  interleaved: InterleavedSpeed | None = None) -> dict[str, PairedComparison]:
-    """Paired decode and prefill tokens/s decisions over the complete blocks (decode: over ``interleaved``'s
-    blocks where given, and none where it has none).
+                  interleaved_decode: Sequence[Block] | None = None) -> dict[str, PairedComparison]:
+    """Paired decode and prefill tokens/s decisions over the complete blocks of ``runs``, but decode's over
+    ``interleaved_decode`` where given (``--speed-design interleaved``'s blocks: none, no decode call).
 
     ``margin`` None: δ from the blocks' A/A (:func:`~logitlab.perf.block_ratios.aa_margin`), but for interleaved
     decode blocks, whose A/A (the control's second half of the steps against its first, inside one engine object)
@@ -530,11 +531,11 @@ def analyse_speed(runs: Sequence[RunRecord], *, margin: float | None, seed: int,
     """
     out = {}
     for name, metric in PHASES:
-        interleaved_decode = name == "decode" and interleaved is not None
-        blocks = interleaved.speed_blocks() if interleaved_decode else speed_blocks(runs, metric)
+        interleaved = name == "decode" and interleaved_decode is not None
+        blocks = list(interleaved_decode) if interleaved else speed_blocks(runs, metric)
         if not blocks:
             continue
-        delta = PreregisteredMargin(DEFAULT_SEQUENTIAL_MARGIN, "default") if interleaved_decode and margin is None \
+        delta = PreregisteredMargin(DEFAULT_SEQUENTIAL_MARGIN, "default") if interleaved and margin is None \
             else margin
         out[name] = paired_comparison(blocks, higher_is_better=True, metric=f"{name} tokens/s", unit="tokens/s",
                                       margin=delta, seed=seed)
