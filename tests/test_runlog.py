@@ -44,14 +44,21 @@ def test_appended_items_extend_a_list_of_the_header_one_line_each(tmp_path):
     read = read_run_log(path)
     assert read.header == {"config": {}, "phase": {"clock": "cpu", "blocks": [{"i": 0}, {"i": 1}, {"i": 2}]}}
     assert [r["index"] for r in read.records] == [0]  # an appended line is not a run
-    assert read.notes == ["line 7 appends to no list of the header; ignored",
-                          "line 8 appends to no list of the header; ignored"]
-    # a later update of the whole field replaces what was appended (the phase logged whole at its stop)
-    with RunLog(path, "ab", {"config": {}}) as log:
+    assert read.notes == ["line 7 appends to no list of the header at 'phase.missing'; ignored",
+                          "line 8 appends to no list of the header at 'config'; ignored"]
+    # a later update of the whole field replaces what was appended (the phase logged whole at its stop); a line
+    # of two keys keeps the one that reaches a list and names the other
+    again = tmp_path / "again.jsonl"
+    with RunLog(again, "ab", {"config": {}}) as log:
         log.update(phase={"blocks": []})
         log.append("phase.blocks", {"i": 0})
         log.update(phase={"blocks": [{"i": 0}], "stopped": "crash"})
-    assert read_run_log(path).header["phase"] == {"blocks": [{"i": 0}], "stopped": "crash"}
+        log.write({"log_append": {"phase.blocks": {"i": 1}, "phase.stopped": 2}})
+        log.write({"log_append": {}})
+    read = read_run_log(again)
+    assert read.header["phase"] == {"blocks": [{"i": 0}, {"i": 1}], "stopped": "crash"}
+    assert read.notes == ["line 5 appends to no list of the header at 'phase.stopped'; ignored",
+                          "line 6 appends to no list of the header; ignored"] and read.records == []
 
 
 def test_a_torn_last_line_is_ignored_with_a_note_and_the_log_reads_as_interrupted(tmp_path):

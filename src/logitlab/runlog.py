@@ -14,6 +14,9 @@ Layout of a log (format ``logitlab-run-log``, version 1)::
     {...one run...}
     {"log_end": "complete", "final": {...}}   how it ended: complete, error or interrupted
 
+``log_append`` lines came within version 1 (``ab --speed-design interleaved`` writes one a block); a reader
+from before them takes such a line for a run line that does not load, and names it.
+
 The header holds what the experiment knew at the start (its config, the
 manifest, the prompt ids), each run line is the run record's own ``to_dict``,
 and the end line holds the fields computed at the end (verdicts, totals), so
@@ -125,8 +128,13 @@ class RunLog:
 
     def append(self, key: str, item: Any) -> None:
         """Append ``item`` to the header's list at ``key`` (a dotted path: ``"interleaved.blocks"`` is
-        ``header["interleaved"]["blocks"]``), one line an item, so a list that grows through the run is written
-        once, not again with every item (:func:`read_run_log` appends it where the path leads to a list)."""
+        ``header["interleaved"]["blocks"]``; a field whose name holds a dot cannot be reached), one line an item,
+        so a list that grows through the run is written once, not again with every item (:func:`read_run_log`
+        appends it where the path leads to a list, else skips the line with a note).
+
+        Raises:
+            InputError: the write failed (:meth:`write`).
+        """
         self.write({"log_append": {key: item}})
 
     def end(self, how: str, final: dict[str, Any] | None = None, error: str | None = None) -> None:
@@ -334,9 +342,11 @@ def read_run_log(path: str | Path) -> RunLogContents:
             if isinstance(value["log_update"], dict):
                 section.header.update(value["log_update"])
         elif "log_append" in value:
-            if not (isinstance(value["log_append"], dict) and all(
-                    _append(section.header, key, item) for key, item in value["log_append"].items())):
-                skipped.append(f"line {number} appends to no list of the header; ignored")
+            appends = value["log_append"] if isinstance(value["log_append"], dict) else {}
+            missed = [key for key, item in appends.items() if not _append(section.header, key, item)]
+            if not appends or missed:
+                skipped.append(f"line {number} appends to no list of the header"
+                               + (f" at {', '.join(map(repr, missed))}" if missed else "") + "; ignored")
         elif "log_end" in value:
             ending = value["log_end"]
             section.ending = ending if ending in ENDINGS else "error"

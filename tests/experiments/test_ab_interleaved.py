@@ -146,35 +146,31 @@ def test_a_crash_while_loading_a_baab_pair_names_its_side_and_closes_what_was_lo
 
 
 @pytest.mark.engine
-def test_the_runs_engines_are_closed_before_the_phase_loads_a_pair_and_the_self_check_loads_its_own(monkeypatch):
+def test_the_runs_engines_workers_are_gone_before_the_phase_loads_a_pair_and_the_self_check_ran_before(monkeypatch):
     import logitlab.experiments.ab as ab_module
 
-    runs_engines: list[str] = []
-    closed: list[int] = []
-    open_at_phase_loads: list[int] = []
+    workers = []  # the runs' engines' worker processes
+    alive_at_phase_loads: list[int] = []
+    events: list[str] = []
 
-    def loader(variant):  # the runs' engines (and the self-check's), each close recorded
+    def loader(variant):
         engine = load_supervised(variant)
-        runs_engines.append(variant.label)
-        key, close = len(runs_engines) - 1, engine.close
-
-        def recording_close(wait=False):
-            closed.append(key)
-            close(wait=wait)
-
-        engine.close = recording_close
+        engine.n_vocab  # noqa: B018 - the load waited for: its worker is running
+        workers.append(engine._proc)
         return engine
 
     def phase_load(variant, **kwargs):
-        open_at_phase_loads.append(len(set(range(len(runs_engines))) - set(closed)))
+        alive_at_phase_loads.append(sum(1 for proc in workers if proc.poll() is None))
+        events.append("phase load")
         return load_supervised(variant, **kwargs)
 
     monkeypatch.setattr(ab_module, "load_supervised", phase_load)
-    result = AbExperiment(config(self_check=True), loader=loader).run()
-    assert len(result.interleaved.blocks) == 2 and open_at_phase_loads == [0, 0, 0, 0]  # 2 blocks, a pair each
-    # the self-check ran after the phase on a candidate loaded again, supervised, and closed at the end
-    assert runs_engines == ["control", "candidate", "candidate"] and len(result.controls) == 1
-    assert set(closed) == {0, 1, 2}
+    result = AbExperiment(config(self_check=True), loader=loader,
+                          on_event=lambda kind, data: events.append(kind) if kind == "self-check" else None).run()
+    # 2 blocks, a pair each, and no worker of the runs' two engines alive at any of their loads
+    assert len(workers) == 2 and len(result.interleaved.blocks) == 2 and alive_at_phase_loads == [0, 0, 0, 0]
+    # the self-check (the inverse control) ran on the runs' candidate engine, before the phase closed it
+    assert events == ["self-check"] + ["phase load"] * 4 and len(result.controls) == 1
 
 
 @pytest.mark.engine

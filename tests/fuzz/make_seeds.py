@@ -92,6 +92,8 @@ def logs(tmp: Path) -> None:
     runs = {
         "ab": ["ab", "--prompt", prompt, "--tokens", "4", "--repeats", "1", "--warmup", "0",
                "--candidate", "flash_attn=1"],
+        "ab-interleaved": ["ab", "--prompt", prompt, "--tokens", "8", "--repeats", "2", "--warmup", "0",
+                           "--speed-design", "interleaved"],
         "verify": ["verify", "--prompt", prompt, "--k", "1", "2", "--tokens", "4", "--guard", "0.5"],
         "bench-run": ["bench", "run", "--control", "true", "--candidate", "sleep 0.001", "--blocks", "2"],
     }

@@ -32,7 +32,7 @@ import os
 import time
 from typing import Any, Callable, Sequence
 
-from logitlab.engines.supervised import SupervisedEngine, call_engine
+from logitlab.engines.supervised import call_engine, close_now
 from logitlab.engines.variant import Variant
 from logitlab.errors import EngineCrashed, EngineError, InputError
 from logitlab.experiments.ab_results import InterleavedRecord, InterleavedSpeed
@@ -142,10 +142,7 @@ def _one_block(control: Variant, candidate: Variant, prompt_ids: Sequence[int], 
         return None
     finally:
         for engine in engines.values():
-            if isinstance(engine, SupervisedEngine):  # its worker gone before the next pair loads (memory)
-                engine.close(wait=True)
-            else:
-                engine.close()
+            close_now(engine)  # its worker gone before the next pair loads (memory)
     return InterleavedRecord(block=index, pattern=block.pattern, steps=len(steps), first_loaded=order[0],
                              rates=[float(v) for v in block.decode_block().values],
                              control_seconds=float(block.control_steps.sum()),

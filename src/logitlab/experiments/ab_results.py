@@ -240,14 +240,15 @@ class AbResult(ResultRecord):
             from logitlab.errors import InputError
 
             raise InputError(f"no speed phase {phase!r}; phases: {', '.join(dict(PHASES))}")
-        interleaved = self.interleaved_blocks()
+        interleaved = self.interleaved_decode_blocks()
         if phase == "decode" and interleaved is not None:
             return interleaved
         return speed_blocks(self.runs, dict(PHASES)[phase])
 
-    def interleaved_blocks(self) -> list[Block] | None:
-        """``--speed-design interleaved``: decode's blocks (empty where no interleaved block was run or logged);
-        None with the runs design, whose decode blocks are the runs'."""
+    def interleaved_decode_blocks(self) -> list[Block] | None:
+        """``--speed-design interleaved``: decode's blocks, of decode tokens/s in :attr:`InterleavedSpeed.clock`
+        (empty where no interleaved block was run or logged); None with the runs design, whose decode blocks are
+        the runs'."""
         if self.config.get("speed_design") != "interleaved":
             return None
         return self.interleaved.speed_blocks() if self.interleaved is not None else []
@@ -322,7 +323,10 @@ class AbResult(ResultRecord):
         (its phase and status) when that run's engine crashed; ``ratio``:
         ``decode``, ``prefill`` (candidate/control geometric-mean ratio, samples:
         each block's ratio) — the speed relative to a pinned control build.
-        An A/A (the same variant on both sides) is one build: only ``control``,
+        With ``--speed-design interleaved`` the ``ratio``'s ``decode`` is the
+        interleaved blocks' call, and each variant's own ``decode`` stays its runs'
+        (wall-clock tokens/s, comparable with the runs design's; the interleaved
+        blocks' rates may be in the worker thread's CPU time). An A/A (the same variant on both sides) is one build: only ``control``,
         with every measured slot as a sample and ``bit_exact_share`` the % of
         compared runs that reproduce the reference bit for bit.
         """
@@ -402,7 +406,7 @@ class AbResult(ResultRecord):
         margin, seed = cfg.get("margin"), cfg.get("seed", 0)
         self.speed = analyse_speed(self.runs, margin=margin if isinstance(margin, float) else None,
                                    seed=seed if isinstance(seed, int) else 0,
-                                   interleaved_decode=self.interleaved_blocks())
+                                   interleaved_decode=self.interleaved_decode_blocks())
 
     @classmethod
     def sweep_cell(cls, results: Sequence[AbResult], experiment: Any) -> dict[str, Any]:

@@ -130,7 +130,11 @@ class Experiment:
 
     def log_append(self, key: str, item: Any) -> None:
         """Append one item to a list of the header (:meth:`~logitlab.runlog.RunLog.append`; nothing without a run
-        log)."""
+        log).
+
+        Raises:
+            InputError: the write failed.
+        """
         if self._runlog is not None:
             self._runlog.append(key, item)
 
