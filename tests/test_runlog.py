@@ -30,37 +30,6 @@ def test_header_runs_updates_and_end_read_back(tmp_path):
     assert [r["index"] for r in log.records] == [0, 1, 2] and not log.interrupted and log.notes == []
 
 
-def test_appended_items_extend_a_list_of_the_header_one_line_each(tmp_path):
-    path = tmp_path / "r.jsonl"
-    with RunLog(path, "ab", {"config": {}}) as log:
-        log.update(phase={"clock": "cpu", "blocks": []})
-        for i in range(3):
-            log.append("phase.blocks", {"i": i})
-        log.run({"index": 0})
-        log.append("phase.missing", 1)  # no list there: skipped with a note, the header untouched
-        log.append("config", 2)  # a dict, not a list: the same
-    lines = path.read_text().splitlines()
-    assert [json.loads(line) for line in lines[2:5]] == [{"log_append": {"phase.blocks": {"i": i}}} for i in range(3)]
-    read = read_run_log(path)
-    assert read.header == {"config": {}, "phase": {"clock": "cpu", "blocks": [{"i": 0}, {"i": 1}, {"i": 2}]}}
-    assert [r["index"] for r in read.records] == [0]  # an appended line is not a run
-    assert read.notes == ["line 7 appends to no list of the header at 'phase.missing'; ignored",
-                          "line 8 appends to no list of the header at 'config'; ignored"]
-    # a later update of the whole field replaces what was appended (the phase logged whole at its stop); a line
-    # of two keys keeps the one that reaches a list and names the other
-    again = tmp_path / "again.jsonl"
-    with RunLog(again, "ab", {"config": {}}) as log:
-        log.update(phase={"blocks": []})
-        log.append("phase.blocks", {"i": 0})
-        log.update(phase={"blocks": [{"i": 0}], "stopped": "crash"})
-        log.write({"log_append": {"phase.blocks": {"i": 1}, "phase.stopped": 2}})
-        log.write({"log_append": {}})
-    read = read_run_log(again)
-    assert read.header["phase"] == {"blocks": [{"i": 0}, {"i": 1}], "stopped": "crash"}
-    assert read.notes == ["line 5 appends to no list of the header at 'phase.stopped'; ignored",
-                          "line 6 appends to no list of the header; ignored"] and read.records == []
-
-
 def test_a_torn_last_line_is_ignored_with_a_note_and_the_log_reads_as_interrupted(tmp_path):
     path = write_log(tmp_path / "r.jsonl", end=None)
     path.write_bytes(path.read_bytes() + b'{"index": 3, "wall')

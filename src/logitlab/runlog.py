@@ -10,12 +10,8 @@ Layout of a log (format ``logitlab-run-log``, version 1)::
     {"log": "logitlab-run-log", "version": 1, "kind": "ab", "started_at": ..., "header": {...}}
     {...one run...}
     {"log_update": {...}}             a field learned during the run (merged into the header)
-    {"log_append": {"a.b": item}}     one more item of a list in the header (here ``header["a"]["b"]``)
     {...one run...}
     {"log_end": "complete", "final": {...}}   how it ended: complete, error or interrupted
-
-``log_append`` lines came within version 1 (``ab --speed-design interleaved`` writes one a block); a reader
-from before them takes such a line for a run line that does not load, and names it.
 
 The header holds what the experiment knew at the start (its config, the
 manifest, the prompt ids), each run line is the run record's own ``to_dict``,
@@ -126,17 +122,6 @@ class RunLog:
         the header."""
         self.write({"log_update": fields})
 
-    def append(self, key: str, item: Any) -> None:
-        """Append ``item`` to the header's list at ``key`` (a dotted path: ``"interleaved.blocks"`` is
-        ``header["interleaved"]["blocks"]``; a field whose name holds a dot cannot be reached), one line an item,
-        so a list that grows through the run is written once, not again with every item (:func:`read_run_log`
-        appends it where the path leads to a list, else skips the line with a note).
-
-        Raises:
-            InputError: the write failed (:meth:`write`).
-        """
-        self.write({"log_append": {key: item}})
-
     def end(self, how: str, final: dict[str, Any] | None = None, error: str | None = None) -> None:
         """Append the end line: ``how`` is one of :data:`ENDINGS`; ``final`` the fields computed at the end."""
         if how not in ENDINGS:
@@ -165,7 +150,7 @@ class RunLogContents:
     kind : str or None
         The result kind; None for a log written before logitlab wrote headers.
     header : dict
-        The header's fields, with every ``log_update`` merged in and every ``log_append`` item appended.
+        The header's fields, with every ``log_update`` merged in.
     records : list of dict
         The run lines, in order.
     ending : str or None
@@ -279,22 +264,6 @@ def looks_like_run_log(path: str | Path) -> bool:
     return _starts_a_run_log(value)
 
 
-def _append(header: dict[str, Any], key: Any, item: Any) -> bool:
-    """A ``log_append`` line's item added to the list at the dotted ``key`` of ``header``; False where the path
-    does not lead to a list (nothing is changed)."""
-    if not isinstance(key, str):
-        return False
-    *path, last = key.split(".")
-    place: Any = header
-    for part in path:
-        place = place.get(part) if isinstance(place, dict) else None
-    target = place.get(last) if isinstance(place, dict) else None
-    if not isinstance(target, list):
-        return False
-    target.append(item)
-    return True
-
-
 def read_run_log(path: str | Path) -> RunLogContents:
     """Read a run log; the last experiment in it.
 
@@ -341,12 +310,6 @@ def read_run_log(path: str | Path) -> RunLogContents:
         elif "log_update" in value:
             if isinstance(value["log_update"], dict):
                 section.header.update(value["log_update"])
-        elif "log_append" in value:
-            appends = value["log_append"] if isinstance(value["log_append"], dict) else {}
-            missed = [key for key, item in appends.items() if not _append(section.header, key, item)]
-            if not appends or missed:
-                skipped.append(f"line {number} appends to no list of the header"
-                               + (f" at {', '.join(map(repr, missed))}" if missed else "") + "; ignored")
         elif "log_end" in value:
             ending = value["log_end"]
             section.ending = ending if ending in ENDINGS else "error"

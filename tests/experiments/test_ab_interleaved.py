@@ -59,7 +59,7 @@ def test_decode_speed_comes_from_the_interleaved_blocks_and_the_verdict_from_one
     assert "decode speed from 4 interleaved blocks" in text and "1 ABBA block of runs, then 3 interleaved" in text
     assert AbResult.from_dict(result.to_dict()).interleaved == speed
     # the log holds the blocks as they end: a log cut before its end line gives the same decode call; one cut
-    # after the second block (the phase's plan is one update, then one appended line a block) the call over those two
+    # after the second block (the phase's first update is its plan, then one a block) the call over those two
     lines = log.read_text().splitlines()
     cut = tmp_path / "cut.jsonl"
     cut.write_text("\n".join(line for line in lines if '"log_end"' not in line) + "\n")
@@ -67,13 +67,7 @@ def test_decode_speed_comes_from_the_interleaved_blocks_and_the_verdict_from_one
     assert again.interleaved is not None and len(again.interleaved.blocks) == 4
     assert again.speed["decode"].ratio == pytest.approx(decode.ratio)
     updates = [i for i, line in enumerate(lines) if '"interleaved"' in line and '"log_update"' in line]
-    appended = [i for i, line in enumerate(lines) if '"log_append"' in line]
-    assert len(updates) == 1 and len(appended) == 4 and updates[0] < appended[0]
-    # linear in the blocks: each block's line holds that block alone, the plan's line none
-    assert [json.loads(lines[i])["log_append"]["interleaved.blocks"]["pattern"] for i in appended] == \
-        ["ABBA", "BAAB", "ABBA", "BAAB"]
-    assert json.loads(lines[updates[0]])["log_update"]["interleaved"]["blocks"] == []
-    updates += appended
+    assert len(updates) == 5
     cut.write_text("\n".join(lines[:updates[2] + 1]) + "\n" + lines[updates[3]][:40])  # and a torn last line
     two = AbResult.from_run_log(read_run_log(cut))
     assert two.error and len(two.interleaved.blocks) == 2 and two.speed["decode"].n_blocks == 2
@@ -143,34 +137,6 @@ def test_a_crash_while_loading_a_baab_pair_names_its_side_and_closes_what_was_lo
     assert len(speed.blocks) == 1 and speed.stopped.startswith("block 1: ") and "died while loading" in speed.stopped
     assert speed.stopped_side == side and crashes == [side]
     assert len(loaded) == dies and set(loaded) <= set(closed)
-
-
-@pytest.mark.engine
-def test_the_runs_engines_workers_are_gone_before_the_phase_loads_a_pair_and_the_self_check_ran_before(monkeypatch):
-    import logitlab.experiments.ab as ab_module
-
-    workers = []  # the runs' engines' worker processes
-    alive_at_phase_loads: list[int] = []
-    events: list[str] = []
-
-    def loader(variant):
-        engine = load_supervised(variant)
-        engine.n_vocab  # noqa: B018 - the load waited for: its worker is running
-        workers.append(engine._proc)
-        return engine
-
-    def phase_load(variant, **kwargs):
-        alive_at_phase_loads.append(sum(1 for proc in workers if proc.poll() is None))
-        events.append("phase load")
-        return load_supervised(variant, **kwargs)
-
-    monkeypatch.setattr(ab_module, "load_supervised", phase_load)
-    result = AbExperiment(config(self_check=True), loader=loader,
-                          on_event=lambda kind, data: events.append(kind) if kind == "self-check" else None).run()
-    # 2 blocks, a pair each, and no worker of the runs' two engines alive at any of their loads
-    assert len(workers) == 2 and len(result.interleaved.blocks) == 2 and alive_at_phase_loads == [0, 0, 0, 0]
-    # the self-check (the inverse control) ran on the runs' candidate engine, before the phase closed it
-    assert events == ["self-check"] + ["phase load"] * 4 and len(result.controls) == 1
 
 
 @pytest.mark.engine

@@ -52,7 +52,7 @@ def test_a_log_cut_at_any_byte_keeps_every_whole_run(seed, data):
         path.write_bytes(raw[:cut])
         lines = raw[:cut].decode("utf-8", "replace").split("\n")
         whole = [line for line in lines[1:] if line and _parses(line)]  # a line cut before its newline still parses
-        runs = sum(1 for line in whole if not line.startswith(('{"log_update"', '{"log_append"', '{"log_end"')))
+        runs = sum(1 for line in whole if not line.startswith(('{"log_update"', '{"log_end"')))
         log = read_run_log(path)
         assert len(log.records) == runs
         assert log.interrupted == (raw[:cut].rstrip(b"\n") != raw.rstrip(b"\n"))  # the end line is the last

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from logitlab.engines.base import Engine, check_fits
-from logitlab.engines.supervised import close_now, load_supervised
+from logitlab.engines.supervised import load_supervised
 from logitlab.engines.crash import CrashEvidence
 from logitlab.engines.topk import TopKRows, key_kind, rekey_by_text
 from logitlab.engines.variant import Variant
@@ -125,24 +125,20 @@ class AbExperiment(Experiment):
                     runner.adopt(CANDIDATE, candidate)
                 result = self._start(probe, candidate)
 
-                def release() -> None:  # the runs' engines, their workers gone
-                    runner.close(wait=True)
-                    for engine in engines:
-                        close_now(engine)
-
                 def body() -> None:
                     self.open_log({k: v for k, v in result.to_dict().items() if k in LOG_HEADER_FIELDS})
                     self._run_blocks(runner, result)
-                    if cfg.self_check:  # on the runs' candidate engine, before the interleaved phase closes it
-                        self._self_check(runner, result)
                     if cfg.speed_design == "interleaved":
-                        self._run_interleaved(result, release)
+                        self._run_interleaved(result)
                     self._finish(result)
+                    if cfg.self_check:
+                        self._self_check(runner, result)
 
                 return self.measure(result, body, on_stop=self._summarize_partial)
             finally:
-                for engine in engines:  # idempotent: the interleaved phase may have closed them already
-                    engine.close()
+                if not runner.adopted(CONTROL):
+                    for engine in engines:
+                        engine.close()
                 self.close_log()
 
     # -- steps --------------------------------------------------------------
@@ -238,16 +234,19 @@ class AbExperiment(Experiment):
             if self.autostop is not None and slot.position == 3 and self._stop_now(result, slot.block + 1):
                 break
 
-    def _run_interleaved(self, result: AbResult, release: Callable[[], Any]) -> None:
+    def _run_interleaved(self, result: AbResult) -> None:
         """``--speed-design interleaved``: the decode speed's blocks (:mod:`~logitlab.experiments.ab_interleaved`),
         each logged as it ends; with ``--repeats auto`` the sequential rule looks after every two blocks.
-        ``release()`` first closes the runs' engines, their workers gone: a new pair loads each block, and no more
-        than two engines are loaded at a time, as the memory check counts."""
+
+        The runs' engines stay loaded meanwhile, and the whole phase is logged again after each block: logging one
+        line a block instead (with or without closing the runs' engines first) was tried, and real quiet A/As then
+        called decode ``slower`` in 6 of 12 runs against 0 of 7 without it (2026-12-08; not understood: the
+        statistics page, "Tried and held back").
+        """
         cfg = self.config
         if self.reference is None or CANDIDATE not in self._described:
             result.notes.append("interleaved speed: not run (no reference run, or the candidate's engine did not load)")
             return
-        release()
         clock, cpus, reason = plan(self._described[CONTROL], self._described[CANDIDATE],
                                    sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [])
         result.interleaved = speed = InterleavedSpeed(clock=clock, cpus=cpus, reason=reason, plant=self._plant)
@@ -277,8 +276,8 @@ class AbExperiment(Experiment):
             self.on_event("look", {"decision": decision})
             return decision.stop
 
-        def logged(record: InterleavedRecord) -> None:  # one line a block (the phase's header is logged above)
-            self.log_append("interleaved.blocks", dataclasses.asdict(record))
+        def logged(record: InterleavedRecord) -> None:
+            self.log_update(interleaved=dataclasses.asdict(speed))
             self.on_event("interleaved block", {"record": record})
 
         def crashed(side: str, crash: EngineCrashed) -> None:  # a crashed run of that side, after the runs
@@ -312,8 +311,7 @@ class AbExperiment(Experiment):
             return
         result.controls.append(control("candidate", f"token {ids[last]} → {planted[last]} at position {last}",
                                        first.logits[:last + 1], output.logits, last))
-        verdict = worst_verdict(self.candidate_verdicts)[1] if self.candidate_verdicts else None  # runs, as _finish
-        if verdict is not None and verdict.word == "bit-exact" and not self.config.candidate.env \
+        if result.verdict is not None and result.verdict.word == "bit-exact" and not self.config.candidate.env \
                 and not result.manifest.get("candidate_engine_changes", {}) and \
                 not crossengine.needs_check(self.config.control, self.config.candidate):
             result.notes.append("self-check: the candidate's engine describes itself exactly as the control's "

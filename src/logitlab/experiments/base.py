@@ -7,7 +7,7 @@ runs its measuring part through :meth:`Experiment.measure`:
 
 - progress leaves through ``self.on_event(kind, data)`` (:mod:`logitlab.events`);
 - the run log (:mod:`logitlab.runlog`) is opened with :meth:`~Experiment.open_log`,
-  fed with :meth:`~Experiment.log_run` / :meth:`~Experiment.log_update` / :meth:`~Experiment.log_append`, and
+  fed with :meth:`~Experiment.log_run` / :meth:`~Experiment.log_update`, and
   ended by ``measure`` — ``complete``, ``error`` or ``interrupted`` — with the
   fields computed at the end, then closed;
 - a :class:`~logitlab.errors.LogitlabError` raised while measuring leaves with
@@ -127,16 +127,6 @@ class Experiment:
         """Append header fields learned during the run (nothing without a run log)."""
         if self._runlog is not None:
             self._runlog.update(**fields)
-
-    def log_append(self, key: str, item: Any) -> None:
-        """Append one item to a list of the header (:meth:`~logitlab.runlog.RunLog.append`; nothing without a run
-        log).
-
-        Raises:
-            InputError: the write failed.
-        """
-        if self._runlog is not None:
-            self._runlog.append(key, item)
 
     def _end_log(self, how: str, result: Any) -> None:
         """The end line, with every result field computed at the end; a failing write here hides no error."""

@@ -37,7 +37,7 @@ import numpy as np
 from logitlab.engines import engine_class, engine_target
 from logitlab.engines.base import Engine, StepTiming
 from logitlab.engines.crash import CrashEvidence, read_phase
-from logitlab.engines.supervised import close_now, is_supervised, load_supervised  # noqa: F401  (re-exported)
+from logitlab.engines.supervised import is_supervised, load_supervised  # noqa: F401  (re-exported)
 from logitlab.engines.variant import Variant
 from logitlab.errors import EngineCrashed, EngineError, InputError
 from logitlab.engines.workload import RunOutput, environment, run_workload
@@ -82,13 +82,9 @@ class SlotRunner:
         """Whether the runner holds (and will close) an engine for ``label``."""
         return label in self._engines
 
-    def close(self, wait: bool = False) -> None:
-        """Close the engines it holds (``wait``: until their workers are gone, :func:`close_now`)."""
+    def close(self) -> None:
         for engine in self._engines.values():
-            if wait:
-                close_now(engine)
-            else:
-                engine.close()
+            engine.close()
         self._engines.clear()
 
     def run(self, label: str, prompt_ids: Sequence[int], n_decode: int, replay: Sequence[int] | None, *,
