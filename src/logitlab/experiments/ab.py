@@ -240,8 +240,9 @@ class AbExperiment(Experiment):
 
         The runs' engines stay loaded meanwhile, and the whole phase is logged again after each block: logging one
         line a block instead (with or without closing the runs' engines first) was tried, and real quiet A/As then
-        called decode ``slower`` in 6 of 12 runs against 0 of 7 without it (2026-12-08; not understood: the
-        statistics page, "Tried and held back").
+        called decode ``slower`` in 6 of 12 runs against 0 of 7 without it (2026-12-08). The suspect: this process's
+        garbage collector coming due inside a block (off inside each block, 0 of 5); the statistics page, "Tried and
+        held back".
         """
         cfg = self.config
         if self.reference is None or CANDIDATE not in self._described:

@@ -326,7 +326,8 @@ class AbResult(ResultRecord):
         With ``--speed-design interleaved`` the ``ratio``'s ``decode`` is the
         interleaved blocks' call, and each variant's own ``decode`` stays its runs'
         (wall-clock tokens/s, comparable with the runs design's; the interleaved
-        blocks' rates may be in the worker thread's CPU time). An A/A (the same variant on both sides) is one build: only ``control``,
+        blocks' rates may be in the worker thread's CPU time).
+        An A/A (the same variant on both sides) is one build: only ``control``,
         with every measured slot as a sample and ``bit_exact_share`` the % of
         compared runs that reproduce the reference bit for bit.
         """
